@@ -1,0 +1,32 @@
+"""etc-realformer: ETC (global-local attention) with RealFormer residual
+attention, in TensorFlow 2 / tf_keras.
+
+Public API::
+
+  from etc_realformer import (EtcConfig, EtcModel,
+                              make_global_local_side_inputs,
+                              load_official_checkpoint)
+"""
+
+import importlib
+
+from etc_realformer.config import EtcConfig
+
+# Name -> module, imported on first use so that `import etc_realformer` stays
+# light (tools that only read configs do not pay for building layers).
+_LAZY = {
+    "EtcModel": "etc_realformer.networks.etc_model",
+    "make_global_local_side_inputs": "etc_realformer.features.side_inputs",
+    "make_multihop_side_inputs": "etc_realformer.features.side_inputs",
+    "make_fixed_block_side_inputs": "etc_realformer.features.side_inputs",
+    "load_official_checkpoint": "etc_realformer.checkpoints.official",
+    "official_variable_names": "etc_realformer.checkpoints.official",
+}
+
+__all__ = ["EtcConfig", *_LAZY]
+
+
+def __getattr__(name):
+  if name in _LAZY:
+    return getattr(importlib.import_module(_LAZY[name]), name)
+  raise AttributeError(f"module 'etc_realformer' has no attribute {name!r}")

@@ -1,0 +1,223 @@
+"""`EtcConfig`: the model configuration, compatible with `etc_config.json`.
+
+The released ETC checkpoints ship an `etc_config.json`; `EtcConfig.from_json_file`
+reads it unchanged. The RealFormer options (`residual_attention`,
+`residual_patterns`, `residual_running_mean`) are this project's additions: a
+released JSON has none of them, so it loads with residual attention off and
+reproduces the original ETC exactly.
+"""
+
+import copy
+import dataclasses
+import json
+from typing import Any, Dict, Optional, Sequence, Tuple
+
+from absl import logging
+import tensorflow as tf
+
+# The four attention patterns, in the order used everywhere in this project.
+PATTERNS: Tuple[str, ...] = ("l2l", "l2g", "g2g", "g2l")
+
+# Besides the 2M+1 distance ids, ETC reserves ids for: the other sentence
+# (l2g/g2l), the own sentence (l2g/g2l), and cross-paragraph g2g pairs
+# (multi-hop tasks).
+NUM_OTHER_RELATIVE_IDS = 3
+
+ATT_IMPLEMENTATIONS = ("auto", "sparse", "full")
+
+
+def min_relative_vocab_size(relative_pos_max_distance: int) -> int:
+  """The smallest `relative_vocab_size` that fits all ids for a max distance."""
+  return 2 * relative_pos_max_distance + 1 + NUM_OTHER_RELATIVE_IDS
+
+
+@dataclasses.dataclass
+class EtcConfig:
+  """Configuration of an ETC(-RealFormer) encoder.
+
+  The first block of fields is exactly the original `EtcConfig` (same names,
+  same defaults). The rest are this project's additions.
+  """
+  vocab_size: int
+  segment_vocab_size: int = 16
+  embedding_size: Optional[int] = None
+  hidden_size: int = 768
+  num_hidden_layers: int = 12
+  num_attention_heads: int = 12
+  local_radius: int = 84
+  att_size_per_head: Optional[int] = None
+  relative_pos_max_distance: int = 12
+  relative_vocab_size: Optional[int] = 32
+  max_absolute_position_embeddings: int = 0
+  intermediate_size: int = 3072
+  hidden_act: str = "gelu"
+  hidden_dropout_prob: float = 0.1
+  attention_probs_dropout_prob: float = 0.1
+  initializer_range: float = 0.02
+  share_feed_forward_params: bool = True
+  share_kv_projections: bool = False
+  share_qkv_projections: bool = True
+  share_att_output_projection: bool = False
+  use_pre_activation_order: bool = False
+  use_hard_g2l_mask: bool = False
+  use_hard_l2g_mask: bool = False
+  grad_checkpointing_period: int = 0
+
+  # --- RealFormer (residual attention), per attention pattern. ---
+  # When on, every layer but the first adds the previous layers' running sum
+  # of scaled raw scores (before the mask) to its own, separately for each
+  # pattern listed in `residual_patterns`.
+  residual_attention: bool = False
+  residual_patterns: Tuple[str, ...] = PATTERNS
+  # Softmax the running mean instead of the running sum (advised for 30+
+  # layers in the RealFormer paper).
+  residual_running_mean: bool = False
+
+  # --- Implementation choices (no effect on the function computed). ---
+  # 'sparse' = blocked l2l attention (linear in the long length), 'full' =
+  # dense [L, L] scores, 'auto' = full for static lengths <= 1024.
+  att_implementation: str = "auto"
+
+  # Keys found in a JSON file that this class does not know (kept, reported).
+  unknown_keys: Dict[str, Any] = dataclasses.field(default_factory=dict)
+
+  def __post_init__(self):
+    self.residual_patterns = tuple(self.residual_patterns)
+    self.validate()
+
+  # ------------------------------------------------------------------ checks
+  def validate(self) -> None:
+    """Raises ValueError naming the field when the config cannot work."""
+    def fail(field, why):
+      raise ValueError(f"EtcConfig.{field}: {why}")
+
+    for field in ("vocab_size", "segment_vocab_size", "hidden_size",
+                  "num_hidden_layers", "num_attention_heads", "local_radius",
+                  "intermediate_size"):
+      value = getattr(self, field)
+      if not isinstance(value, int) or value < 1:
+        fail(field, f"must be a positive integer, got {value!r}")
+    if self.embedding_size is not None and self.embedding_size < 1:
+      fail("embedding_size", f"must be positive or null, got "
+           f"{self.embedding_size!r}")
+    if self.att_size_per_head is None:
+      if self.hidden_size % self.num_attention_heads:
+        fail("num_attention_heads",
+             f"{self.num_attention_heads} does not divide hidden_size "
+             f"{self.hidden_size}; set att_size_per_head")
+    elif self.att_size_per_head < 1:
+      fail("att_size_per_head", f"must be positive, got "
+           f"{self.att_size_per_head!r}")
+    if self.relative_pos_max_distance < 0:
+      fail("relative_pos_max_distance", "must not be negative")
+    if self.relative_vocab_size is None:
+      if self.relative_pos_max_distance != 0:
+        fail("relative_vocab_size", "is null, so relative_pos_max_distance "
+             "must be 0")
+    elif self.relative_vocab_size < min_relative_vocab_size(
+        self.relative_pos_max_distance):
+      fail("relative_vocab_size",
+           f"{self.relative_vocab_size} is too small for "
+           f"relative_pos_max_distance {self.relative_pos_max_distance}: "
+           f"needs at least {min_relative_vocab_size(self.relative_pos_max_distance)}"
+           f" (2*M+1 distance ids + {NUM_OTHER_RELATIVE_IDS} others)")
+    if self.max_absolute_position_embeddings < 0:
+      fail("max_absolute_position_embeddings", "must not be negative")
+    for field in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+      value = getattr(self, field)
+      if not 0.0 <= value < 1.0:
+        fail(field, f"must be in [0, 1), got {value!r}")
+    if self.hidden_act not in ("gelu", "relu", "tanh", "linear",
+                               "gelu_exact"):
+      fail("hidden_act", f"unsupported activation {self.hidden_act!r}")
+    if self.grad_checkpointing_period < 0:
+      fail("grad_checkpointing_period", "must not be negative")
+    unknown = set(self.residual_patterns) - set(PATTERNS)
+    if unknown:
+      fail("residual_patterns", f"unknown patterns {sorted(unknown)}; "
+           f"choose from {PATTERNS}")
+    if self.att_implementation not in ATT_IMPLEMENTATIONS:
+      fail("att_implementation", f"{self.att_implementation!r} is not one of "
+           f"{ATT_IMPLEMENTATIONS}")
+
+  # -------------------------------------------------------------- derived
+  @property
+  def size_per_head(self) -> int:
+    if self.att_size_per_head is not None:
+      return self.att_size_per_head
+    return self.hidden_size // self.num_attention_heads
+
+  @property
+  def resolved_embedding_size(self) -> int:
+    return self.embedding_size or self.hidden_size
+
+  def carries_stream(self, pattern: str) -> bool:
+    """Whether residual attention carries a score stream for `pattern`."""
+    return self.residual_attention and pattern in self.residual_patterns
+
+  # ---------------------------------------------------------------- io
+  @classmethod
+  def from_dict(cls, values: Dict[str, Any],
+                source: str = "<dict>") -> "EtcConfig":
+    """Builds a config; unknown keys are logged and kept in `unknown_keys`."""
+    known = {f.name for f in dataclasses.fields(cls)} - {"unknown_keys"}
+    kwargs = {k: v for k, v in values.items() if k in known}
+    unknown = {k: v for k, v in values.items() if k not in known}
+    if "vocab_size" not in kwargs:
+      raise ValueError(f"{source}: missing required key 'vocab_size'")
+    if unknown:
+      logging.warning("%s: unknown config keys ignored by the model: %s",
+                      source, sorted(unknown))
+    missing = sorted(known - set(values) - {"vocab_size"})
+    if missing:
+      logging.info("%s: keys absent, taking defaults: %s", source, missing)
+    try:
+      return cls(**kwargs, unknown_keys=unknown)
+    except (TypeError, ValueError) as e:
+      raise ValueError(f"{source}: {e}") from e
+
+  @classmethod
+  def from_json_file(cls, path: str) -> "EtcConfig":
+    try:
+      with tf.io.gfile.GFile(path, "r") as f:
+        text = f.read()
+    except tf.errors.NotFoundError as e:
+      raise FileNotFoundError(f"config file not found: {path}") from e
+    try:
+      values = json.loads(text)
+    except json.JSONDecodeError as e:
+      raise ValueError(f"{path}: not valid JSON: {e}") from e
+    if not isinstance(values, dict):
+      raise ValueError(f"{path}: expected a JSON object")
+    return cls.from_dict(values, source=path)
+
+  def to_dict(self) -> Dict[str, Any]:
+    values = dataclasses.asdict(self)
+    values.pop("unknown_keys")
+    values["residual_patterns"] = list(self.residual_patterns)
+    return values
+
+  def to_json_string(self) -> str:
+    return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+  def to_json_file(self, path: str) -> None:
+    with tf.io.gfile.GFile(path, "w") as f:
+      f.write(self.to_json_string())
+
+  def replace(self, **changes) -> "EtcConfig":
+    """A copy with some fields changed (validated)."""
+    new = copy.deepcopy(self)
+    for k, v in changes.items():
+      if not hasattr(new, k):
+        raise ValueError(f"EtcConfig has no field {k!r}")
+      setattr(new, k, v)
+    new.__post_init__()
+    return new
+
+
+def validate_patterns(patterns: Sequence[str]) -> Tuple[str, ...]:
+  patterns = tuple(patterns)
+  bad = set(patterns) - set(PATTERNS)
+  if bad:
+    raise ValueError(f"unknown attention patterns {sorted(bad)}")
+  return patterns
