@@ -1,0 +1,148 @@
+"""Loading the released ETC checkpoints (TF1, name-based) into `EtcModel`.
+
+The released checkpoints (`etc_base_2x_pretrain`, `etc_large`, ...) were saved
+by `tf.compat.v1.train.Saver`: variables are addressed by name
+(`etc_document_bert/...`), not by object graph, so `tf.train.Checkpoint`
+cannot read them. We build the name -> variable map from the model's own
+structure (`EtcModel.official_variables`) and check the whole checkpoint
+against it before assigning anything: a mismatch raises one error listing
+every missing, unexpected and mis-shaped variable, and nothing is ever
+partially loaded.
+"""
+
+import os
+import re
+from typing import Dict, List, NamedTuple
+
+from absl import logging
+import tensorflow as tf
+
+# Optimizer slots and bookkeeping that a released checkpoint may hold.
+_SKIPPED = re.compile(
+    r"(^global_step$)|(/(adam_m|adam_v|Adam|Adam_1|lamb_m|lamb_v|Momentum|"
+    r"Adagrad|ExponentialMovingAverage|accumulator|slot_\w+)$)|"
+    r"(^(beta1_power|beta2_power)$)|(^_CHECKPOINTABLE_OBJECT_GRAPH$)")
+
+
+class LoadReport(NamedTuple):
+  """What `load_official_checkpoint` did."""
+  path: str
+  loaded: List[str]
+  skipped: List[str]   # optimizer slots, global_step
+  ignored: List[str]   # variables outside the encoder (e.g. pre-training heads)
+
+
+class CheckpointMismatchError(ValueError):
+  """The checkpoint does not fit the model; the message lists every problem."""
+
+
+def resolve_checkpoint_path(path: str) -> str:
+  """A checkpoint prefix from a prefix, a directory, or an index/data file."""
+  if tf.io.gfile.isdir(path):
+    latest = tf.train.latest_checkpoint(path)
+    if latest:
+      return latest
+    candidates = sorted(f[:-len(".index")] for f in tf.io.gfile.listdir(path)
+                        if f.endswith(".index"))
+    if len(candidates) == 1:
+      return os.path.join(path, candidates[0])
+    if not candidates:
+      raise FileNotFoundError(f"no checkpoint (*.index) in directory {path}")
+    raise ValueError(f"several checkpoints in {path}: {candidates}; pass one "
+                     "prefix")
+  for suffix in (".index", ".data-00000-of-00001"):
+    if path.endswith(suffix):
+      path = path[:-len(suffix)]
+  if not tf.io.gfile.exists(path + ".index"):
+    raise FileNotFoundError(f"checkpoint not found: {path} (no {path}.index)")
+  return path
+
+
+def is_official_checkpoint(path: str, root: str = "etc_document_bert") -> bool:
+  """Whether `path` is a name-based checkpoint with ETC encoder variables."""
+  prefix = resolve_checkpoint_path(path)
+  names = tf.train.list_variables(prefix)
+  return any(name.startswith(root + "/") for name, _ in names)
+
+
+def load_official_checkpoint(model, path: str,
+                             root: str = "etc_document_bert") -> LoadReport:
+  """Loads a released ETC checkpoint into `model` (an `EtcModel`).
+
+  Args:
+    model: an `EtcModel` (built on demand).
+    path: checkpoint prefix (`.../model.ckpt`), its directory, or its
+      `.index` file.
+    root: the checkpoint's top-level scope of the encoder.
+
+  Returns:
+    A `LoadReport`.
+
+  Raises:
+    CheckpointMismatchError: listing every missing, unexpected and mis-shaped
+      variable; the model is left untouched.
+  """
+  prefix = resolve_checkpoint_path(path)
+  reader = tf.train.load_checkpoint(prefix)
+  shapes = reader.get_variable_to_shape_map()
+  expected = {f"{root}/" + name.split("/", 1)[1]: var
+              for name, var in model.official_variables().items()}
+
+  skipped, ignored, unexpected = [], [], []
+  for name in sorted(shapes):
+    if _SKIPPED.search(name):
+      skipped.append(name)
+    elif not name.startswith(root + "/"):
+      ignored.append(name)
+    elif name not in expected:
+      unexpected.append(name)
+  missing = sorted(set(expected) - set(shapes))
+  misshaped = [f"{name}: checkpoint {shapes[name]} vs model "
+               f"{var.shape.as_list()}"
+               for name, var in sorted(expected.items())
+               if name in shapes and list(shapes[name]) != var.shape.as_list()]
+
+  if missing or unexpected or misshaped:
+    lines = [f"checkpoint {prefix} does not match the model config:"]
+    for title, items in (("missing from the checkpoint", missing),
+                         ("unexpected in the checkpoint", unexpected),
+                         ("mis-shaped", misshaped)):
+      if items:
+        lines.append(f"  {title} ({len(items)}):")
+        lines.extend(f"    {item}" for item in items)
+    hint = _sharing_hint(missing + unexpected)
+    if hint:
+      lines.append("  hint: " + hint)
+    raise CheckpointMismatchError("\n".join(lines))
+
+  for name, var in expected.items():
+    var.assign(tf.cast(reader.get_tensor(name), var.dtype))
+  if ignored:
+    logging.info("%s: %d variables outside %s/ ignored (e.g. %s)", prefix,
+                 len(ignored), root, ignored[0])
+  logging.info("loaded %d variables from %s", len(expected), prefix)
+  return LoadReport(prefix, sorted(expected), skipped, ignored)
+
+
+def _sharing_hint(names: List[str]) -> str:
+  """Points at the config flag a set of name mismatches suggests."""
+  text = " ".join(names)
+  hints = []
+  if re.search(r"global_query_projection|g2g_key_projection", text):
+    hints.append("share_qkv_projections")
+  if re.search(r"l2g_key_projection|g2l_key_projection", text):
+    hints.append("share_kv_projections")
+  if "global_output_projection" in text:
+    hints.append("share_att_output_projection")
+  if re.search(r"(long|global)_feed_forward_layer|/feed_forward_layer_", text):
+    hints.append("share_feed_forward_params")
+  if "token_emb_lookup/projection" in text:
+    hints.append("embedding_size")
+  if "position_emb_lookup" in text:
+    hints.append("max_absolute_position_embeddings")
+  if "relative_" in text:
+    hints.append("relative_vocab_size")
+  if not hints:
+    return ""
+  return ("the sharing/size options that decide these names: " +
+          ", ".join(hints) + " (check the checkpoint's etc_config.json)")

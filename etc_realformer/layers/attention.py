@@ -1,0 +1,606 @@
+"""Fused global-local attention with relative positions and RealFormer streams.
+
+One layer of ETC attention has four pieces (see the ETC paper, Sec. 2):
+
+  piece  queries  keys    extent
+  l2l    long     long    a band of radius r (local)
+  l2g    long     global  all
+  g2g    global   global  all
+  g2l    global   long    all
+
+l2l and l2g share ONE softmax per long query, g2g and g2l ONE per global
+query ("fused"). Scores are
+
+  S = (q.k + q.rel_emb[id] + rel_bias[id, head]) / sqrt(d)
+
+with one relative table for the long queries and one for the global ones.
+Masks add -10000 * (1 - mask) before the softmax, as the original does.
+
+RealFormer (residual attention) carries, per pattern p, the running sum of S
+across layers: S'_p = S_p + S'_p(prev), logits_p = S'_p [/ n] + mask_adder.
+Each pattern's stream keeps the layout its scores are computed in (l2l in the
+blocked band layout on the sparse path, never [L, L]), so residual attention
+adds no asymptotic cost.
+
+A row whose keys are all masked gets all-zero probabilities (the attention
+output of that query is zero). The original would spread it uniformly over
+whatever keys its layout happens to hold, which differs between the blocked
+and the dense layouts; zero is layout-independent and finite in every dtype.
+"""
+
+import math
+from typing import Dict, Mapping, NamedTuple, Optional, Tuple
+
+import tensorflow as tf
+import tf_keras
+
+from etc_realformer.config import PATTERNS
+from etc_realformer.layers import blocking
+from etc_realformer.layers.dropout import stateless_dropout
+
+# Added to the logits of masked keys, as in the original ETC (not -inf: a fully
+# masked row must stay finite; -10000 is representable in float16).
+MASK_ADDER = -10000.0
+
+
+def fresh_initializer(initializer):
+  """A new instance of `initializer`.
+
+  tf_keras returns identical values from one unseeded initializer instance
+  called several times, so each weight gets its own instance.
+  """
+  if isinstance(initializer, str):
+    return tf_keras.initializers.get(initializer)
+  return initializer.__class__.from_config(initializer.get_config())
+
+
+class Linear(tf_keras.layers.Layer):
+  """y = x W + b over the last axis (a Dense with explicit, named weights).
+
+  Written by hand rather than using `Dense` so that the weight shapes exist
+  right after `build` and map one-to-one onto the released checkpoints'
+  `kernel`/`bias` names.
+  """
+
+  def __init__(self, units: int, initializer, **kwargs):
+    super().__init__(**kwargs)
+    self.units = units
+    self.initializer = initializer
+
+  def build(self, input_shape):
+    in_dim = int(input_shape[-1])
+    self.kernel = self.add_weight("kernel", [in_dim, self.units],
+                                  initializer=fresh_initializer(
+                                      self.initializer))
+    self.bias = self.add_weight("bias", [self.units], initializer="zeros")
+    super().build(input_shape)
+
+  def call(self, x: tf.Tensor) -> tf.Tensor:
+    """<T>[..., in_dim] -> <T>[..., units]."""
+    x = tf.cast(x, self.compute_dtype)
+    return tf.matmul(x, self.kernel) + self.bias if x.shape.rank == 2 else (
+        tf.einsum("...i,io->...o", x, self.kernel) + self.bias)
+
+  def official_variables(self) -> Dict[str, tf.Variable]:
+    return {"kernel": self.kernel, "bias": self.bias}
+
+
+class HeadProjection(Linear):
+  """Projects to attention heads: <T>[B, N, hidden] -> <T>[B, H, N, D].
+
+  Heads come out in front of the sequence axis, the layout the score and
+  value matrix products want.
+  """
+
+  def __init__(self, num_heads: int, size_per_head: int, initializer,
+               **kwargs):
+    super().__init__(num_heads * size_per_head, initializer, **kwargs)
+    self.num_heads = num_heads
+    self.size_per_head = size_per_head
+
+  def call(self, x: tf.Tensor) -> tf.Tensor:
+    y = super().call(x)
+    shape = tf.shape(y)
+    y = tf.reshape(y, [shape[0], shape[1], self.num_heads,
+                       self.size_per_head])
+    return tf.transpose(y, [0, 2, 1, 3])
+
+  def official_variables(self) -> Dict[str, tf.Variable]:
+    # The original wraps the Dense in a `linear` scope.
+    return {"linear/kernel": self.kernel, "linear/bias": self.bias}
+
+
+class RelativeTable(tf_keras.layers.Layer):
+  """Relative position embeddings and biases for one query side.
+
+  Weights: `relative_emb_table` <float>[R, H, D] and `relative_bias_table`
+  <float>[R, H].
+  """
+
+  def __init__(self, relative_vocab_size: int, num_heads: int,
+               size_per_head: int, **kwargs):
+    super().__init__(**kwargs)
+    self.relative_vocab_size = relative_vocab_size
+    self.num_heads = num_heads
+    self.size_per_head = size_per_head
+
+  def build(self, input_shape=None):
+    self.emb_table = self.add_weight(
+        "relative_emb_table",
+        [self.relative_vocab_size, self.num_heads, self.size_per_head],
+        initializer=tf_keras.initializers.TruncatedNormal(stddev=0.5))
+    self.bias_table = self.add_weight(
+        "relative_bias_table", [self.relative_vocab_size, self.num_heads],
+        initializer="zeros")
+    super().build(input_shape)
+
+  def scores_per_id(self, queries: tf.Tensor) -> tf.Tensor:
+    """q.rel_emb[id] + rel_bias[id] for every id.
+
+    Args:
+      queries: <T>[B, H, N, D].
+
+    Returns:
+      <float32>[B, N, R, H]: the layout `tf.gather(..., batch_dims=2)` wants.
+    """
+    scores = tf.einsum("bhnd,rhd->bnrh", queries,
+                       tf.cast(self.emb_table, queries.dtype))
+    return tf.cast(scores, tf.float32) + tf.cast(self.bias_table, tf.float32)
+
+  def official_variables(self) -> Dict[str, tf.Variable]:
+    return {"relative_emb_table": self.emb_table,
+            "relative_bias_table": self.bias_table}
+
+
+def relative_scores(per_id: tf.Tensor, ids: tf.Tensor) -> tf.Tensor:
+  """Picks the relative score of each (query, key) pair.
+
+  Args:
+    per_id: <float32>[B, N, R, H] from `RelativeTable.scores_per_id`.
+    ids: <int32>[B, N, K] relative ids.
+
+  Returns:
+    <float32>[B, H, N, K].
+  """
+  picked = tf.gather(per_id, ids, axis=2, batch_dims=2)
+  return tf.transpose(picked, [0, 3, 1, 2])
+
+
+class PreparedSideInputs(NamedTuple):
+  """Side inputs turned into the layouts one attention layer consumes.
+
+  Made once per forward pass by `prepare_side_inputs` and shared by all
+  layers. `sparse` tells the layout of the long-query pieces:
+
+  * sparse: l2l_* are <float32>[B, 1, nb, b, 3b] (adders), l2g_adder is
+    [B, 1, nb, b, G]; l2l_ids stay in the window layout [B, L, 2r+1].
+  * full: l2l_adder is [B, 1, L, L], l2g_adder [B, 1, L, G], l2l_ids [B, L, L].
+
+  `long_valid` / `global_valid` are 1.0 for queries with at least one
+  unmasked key, shaped to broadcast against the probabilities.
+  """
+  sparse: bool
+  long_len: tf.Tensor
+  l2l_adder: tf.Tensor
+  l2g_adder: tf.Tensor
+  g2g_adder: tf.Tensor
+  g2l_adder: tf.Tensor
+  long_valid: tf.Tensor
+  global_valid: tf.Tensor
+  l2l_ids: Optional[tf.Tensor]
+  l2g_ids: Optional[tf.Tensor]
+  g2g_ids: Optional[tf.Tensor]
+  g2l_ids: Optional[tf.Tensor]
+
+
+def _adder(mask: tf.Tensor) -> tf.Tensor:
+  return MASK_ADDER * (1.0 - tf.cast(mask, tf.float32))
+
+
+def prepare_side_inputs(side: Mapping[str, Optional[tf.Tensor]],
+                        batch_size, long_len: int, global_len: int,
+                        local_radius: int, sparse: bool
+                        ) -> PreparedSideInputs:
+  """Converts the eight side inputs for `FusedGlobalLocalAttention`.
+
+  Args:
+    side: `l2l_att_mask` <int32>[B, L, 2r+1], `g2g_att_mask` [B, G, G],
+      `l2g_att_mask` [B, L, G], `g2l_att_mask` [B, G, L] and the four
+      `*_relative_att_ids` of the same shapes. A missing or None mask allows
+      everything (l2l: everything inside the band); missing ids mean no
+      relative term for that piece.
+    batch_size: B (int or scalar tensor).
+    long_len: L (static int).
+    global_len: G (static int).
+    local_radius: r.
+    sparse: blocked (True) or dense (False) layout for l2l.
+
+  Returns:
+    A `PreparedSideInputs`.
+  """
+  r = local_radius
+  window = 2 * r + 1
+
+  def get(name, shape):
+    value = side.get(name)
+    if value is None:
+      return None
+    return tf.convert_to_tensor(value)
+
+  l2l_mask = get("l2l_att_mask", None)
+  if l2l_mask is None:
+    l2l_mask = tf.ones([batch_size, long_len, window], tf.int32)
+  # Keys outside the sequence never count, whatever the caller's mask says.
+  in_range = blocking.window_in_range_mask(long_len, r)
+  l2l_mask = tf.cast(l2l_mask, tf.float32) * tf.cast(in_range, tf.float32)
+
+  def full_mask(name, rows, cols):
+    value = get(name, None)
+    if value is None:
+      return tf.ones([batch_size, rows, cols], tf.float32)
+    return tf.cast(value, tf.float32)
+
+  l2g_mask = full_mask("l2g_att_mask", long_len, global_len)
+  g2g_mask = full_mask("g2g_att_mask", global_len, global_len)
+  g2l_mask = full_mask("g2l_att_mask", global_len, long_len)
+
+  long_valid = tf.cast(
+      tf.logical_or(tf.reduce_any(l2l_mask > 0, -1),
+                    tf.reduce_any(l2g_mask > 0, -1)), tf.float32)  # [B, L]
+  global_valid = tf.cast(
+      tf.logical_or(tf.reduce_any(g2g_mask > 0, -1),
+                    tf.reduce_any(g2l_mask > 0, -1)), tf.float32)  # [B, G]
+
+  l2l_ids = get("l2l_relative_att_ids", None)
+  if sparse:
+    block_len = r + 1
+    l2l_adder = _adder(blocking.window_to_blocked(l2l_mask, r))
+    l2g_adder = _adder(blocking.split_into_blocks(l2g_mask, block_len, 1))
+    long_valid = blocking.split_into_blocks(long_valid, block_len, 1)
+    long_valid = long_valid[:, tf.newaxis, :, :, tf.newaxis]
+  else:
+    l2l_adder = _adder(blocking.window_to_full(l2l_mask, r))
+    l2g_adder = _adder(l2g_mask)
+    long_valid = long_valid[:, tf.newaxis, :, tf.newaxis]
+    if l2l_ids is not None:
+      l2l_ids = blocking.window_to_full(l2l_ids, r)
+
+  return PreparedSideInputs(
+      sparse=sparse,
+      long_len=long_len,
+      l2l_adder=l2l_adder[:, tf.newaxis],
+      l2g_adder=l2g_adder[:, tf.newaxis],
+      g2g_adder=_adder(g2g_mask)[:, tf.newaxis],
+      g2l_adder=_adder(g2l_mask)[:, tf.newaxis],
+      long_valid=long_valid,
+      global_valid=global_valid[:, tf.newaxis, :, tf.newaxis],
+      l2l_ids=l2l_ids,
+      l2g_ids=get("l2g_relative_att_ids", None),
+      g2g_ids=get("g2g_relative_att_ids", None),
+      g2l_ids=get("g2l_relative_att_ids", None))
+
+
+def fused_softmax(logits_a: tf.Tensor, logits_b: tf.Tensor,
+                  valid: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+  """One softmax over the keys of two score tensors, without concatenating.
+
+  Args:
+    logits_a: <float32>[..., Ka].
+    logits_b: <float32>[..., Kb] (same leading shape).
+    valid: <float32> broadcastable to [..., 1]; 0 zeroes a row.
+
+  Returns:
+    (probs_a, probs_b), <float32>, summing to 1 per valid row.
+  """
+  # The max only shifts the exponent (softmax is shift invariant): no gradient.
+  peak = tf.stop_gradient(tf.maximum(
+      tf.reduce_max(logits_a, -1, keepdims=True),
+      tf.reduce_max(logits_b, -1, keepdims=True)))
+  exp_a = tf.exp(logits_a - peak)
+  exp_b = tf.exp(logits_b - peak)
+  total = (tf.reduce_sum(exp_a, -1, keepdims=True) +
+           tf.reduce_sum(exp_b, -1, keepdims=True))
+  scale = valid / total
+  return exp_a * scale, exp_b * scale
+
+
+class FusedGlobalLocalAttention(tf_keras.layers.Layer):
+  """ETC attention for one layer, with optional RealFormer score streams.
+
+  Weight names follow the released checkpoints (`long_query_projection`,
+  `l2l_key_projection`, ..., `long_output_projection`, the two relative
+  tables); projections that a sharing option makes identical exist once.
+  """
+
+  def __init__(self,
+               hidden_size: int,
+               num_heads: int,
+               size_per_head: int,
+               local_radius: int,
+               relative_vocab_size: Optional[int],
+               att_dropout_prob: float,
+               initializer,
+               share_kv_projections: bool = False,
+               share_qkv_projections: bool = True,
+               share_att_output_projection: bool = False,
+               dropout_site: int = 0,
+               **kwargs):
+    super().__init__(**kwargs)
+    self.hidden_size = hidden_size
+    self.num_heads = num_heads
+    self.size_per_head = size_per_head
+    self.local_radius = local_radius
+    self.relative_vocab_size = relative_vocab_size
+    self.att_dropout_prob = att_dropout_prob
+    self.share_kv_projections = share_kv_projections
+    self.share_qkv_projections = share_qkv_projections
+    self.share_att_output_projection = share_att_output_projection
+    self.dropout_site = dropout_site
+
+    def proj(name):
+      return HeadProjection(num_heads, size_per_head, initializer, name=name)
+
+    self.long_query_projection = proj("long_query_projection")
+    self.l2l_key_projection = proj("l2l_key_projection")
+    self.l2l_value_projection = proj("l2l_value_projection")
+    share_long_kv = share_qkv_projections or share_kv_projections
+    self.l2g_key_projection = (self.l2l_key_projection if share_long_kv
+                               else proj("l2g_key_projection"))
+    self.l2g_value_projection = (self.l2l_value_projection if share_long_kv
+                                 else proj("l2g_value_projection"))
+    if share_qkv_projections:
+      self.global_query_projection = self.long_query_projection
+      self.g2g_key_projection = self.l2l_key_projection
+      self.g2g_value_projection = self.l2l_value_projection
+      self.g2l_key_projection = self.l2l_key_projection
+      self.g2l_value_projection = self.l2l_value_projection
+    else:
+      self.global_query_projection = proj("global_query_projection")
+      self.g2g_key_projection = proj("g2g_key_projection")
+      self.g2g_value_projection = proj("g2g_value_projection")
+      self.g2l_key_projection = (self.g2g_key_projection
+                                 if share_kv_projections
+                                 else proj("g2l_key_projection"))
+      self.g2l_value_projection = (self.g2g_value_projection
+                                   if share_kv_projections
+                                   else proj("g2l_value_projection"))
+
+    if relative_vocab_size is not None:
+      self.long_relative = RelativeTable(relative_vocab_size, num_heads,
+                                         size_per_head, name="long_relative")
+      self.global_relative = RelativeTable(relative_vocab_size, num_heads,
+                                           size_per_head,
+                                           name="global_relative")
+    else:
+      self.long_relative = self.global_relative = None
+
+    self.long_output_projection = Linear(hidden_size, initializer,
+                                         name="long_output_projection")
+    self.global_output_projection = (
+        self.long_output_projection if share_att_output_projection
+        else Linear(hidden_size, initializer, name="global_output_projection"))
+
+  # ---------------------------------------------------------------- weights
+  def _unique_projections(self) -> Dict[str, HeadProjection]:
+    names = ["long_query", "global_query", "l2l_key", "l2g_key", "g2g_key",
+             "g2l_key", "l2l_value", "l2g_value", "g2g_value", "g2l_value"]
+    seen, unique = set(), {}
+    for name in names:
+      layer = getattr(self, name + "_projection")
+      if id(layer) not in seen:
+        seen.add(id(layer))
+        unique[name + "_projection"] = layer
+    return unique
+
+  def build(self, input_shape=None):
+    hidden = tf.TensorShape([None, None, self.hidden_size])
+    for layer in self._unique_projections().values():
+      layer.build(hidden)
+    heads = tf.TensorShape([None, None, self.num_heads * self.size_per_head])
+    self.long_output_projection.build(heads)
+    self.global_output_projection.build(heads)
+    if self.long_relative is not None:
+      self.long_relative.build()
+      self.global_relative.build()
+    super().build(input_shape)
+
+  def official_variables(self) -> Dict[str, tf.Variable]:
+    """Variables by their name under `.../fused_global_local_att/`."""
+    out = {}
+    for name, layer in self._unique_projections().items():
+      for suffix, var in layer.official_variables().items():
+        out[f"{name}/{suffix}"] = var
+    outputs = {"long_output_projection": self.long_output_projection}
+    if not self.share_att_output_projection:
+      outputs["global_output_projection"] = self.global_output_projection
+    for name, layer in outputs.items():
+      for suffix, var in layer.official_variables().items():
+        out[f"{name}/{suffix}"] = var
+    if self.long_relative is not None:
+      for suffix, var in self.long_relative.official_variables().items():
+        out[f"long_qkv_attention/qkv_relative_attention/{suffix}"] = var
+      for suffix, var in self.global_relative.official_variables().items():
+        out[f"global_qkv_attention/{suffix}"] = var
+    return out
+
+  # ------------------------------------------------------------------- call
+  def call(self,
+           long_input: tf.Tensor,
+           global_input: tf.Tensor,
+           side: PreparedSideInputs,
+           streams: Optional[Mapping[str, tf.Tensor]] = None,
+           carried: Tuple[str, ...] = (),
+           num_summed: int = 1,
+           running_mean: bool = False,
+           training: bool = False,
+           seed: Optional[tf.Tensor] = None,
+           return_probs: bool = False):
+    """Runs one layer of fused global-local attention.
+
+    Args:
+      long_input: <T>[B, L, hidden].
+      global_input: <T>[B, G, hidden].
+      side: `PreparedSideInputs` (also fixes sparse vs full).
+      streams: the previous layers' running score sums for the carried
+        patterns (absent in the first layer), in this path's layouts.
+      carried: the patterns whose scores are carried (RealFormer).
+      num_summed: how many layers the new running sums cover (this layer's
+        index + 1); used by `running_mean`.
+      running_mean: softmax the running mean instead of the running sum.
+      training: apply attention-probability dropout.
+      seed: <int32>[2] per-call dropout seed.
+      return_probs: also return the attention probabilities.
+
+    Returns:
+      (long_output <T>[B, L, hidden], global_output <T>[B, G, hidden],
+       new_streams: dict pattern -> running sum (carried patterns only),
+       probs: None, or dict pattern -> <float32> probabilities in canonical
+       layouts: l2l [B, H, L, 2r+1], l2g [B, H, L, G], g2g [B, H, G, G],
+       g2l [B, H, G, L]).
+    """
+    streams = streams or {}
+    r = self.local_radius
+    long_len = side.long_len
+    scale = 1.0 / math.sqrt(self.size_per_head)
+
+    # Projections, each computed once even when shared between pieces.
+    cache = {}
+
+    def project(layer, x, which):
+      key = (id(layer), which)
+      if key not in cache:
+        cache[key] = layer(x)
+      return cache[key]
+
+    long_q = project(self.long_query_projection, long_input, "long")
+    global_q = project(self.global_query_projection, global_input, "global")
+    l2l_k = project(self.l2l_key_projection, long_input, "long")
+    l2l_v = project(self.l2l_value_projection, long_input, "long")
+    l2g_k = project(self.l2g_key_projection, global_input, "global")
+    l2g_v = project(self.l2g_value_projection, global_input, "global")
+    g2g_k = project(self.g2g_key_projection, global_input, "global")
+    g2g_v = project(self.g2g_value_projection, global_input, "global")
+    g2l_k = project(self.g2l_key_projection, long_input, "long")
+    g2l_v = project(self.g2l_value_projection, long_input, "long")
+
+    def f32(x):
+      return tf.cast(x, tf.float32)
+
+    # ---- long queries: l2l (band) + l2g
+    long_per_id = (self.long_relative.scores_per_id(long_q)
+                   if self.long_relative is not None else None)
+    if side.sparse:
+      block_len = r + 1
+      q_blocks = blocking.split_into_blocks(long_q, block_len, axis=2)
+      k_blocks = blocking.concat_3_blocks(
+          blocking.split_into_blocks(l2l_k, block_len, axis=2), axis=2)
+      v_blocks = blocking.concat_3_blocks(
+          blocking.split_into_blocks(l2l_v, block_len, axis=2), axis=2)
+      # [B, H, nb, b, 3b]
+      l2l_scores = f32(tf.matmul(q_blocks, k_blocks, transpose_b=True))
+      if long_per_id is not None and side.l2l_ids is not None:
+        l2l_scores += blocking.window_to_blocked(
+            relative_scores(long_per_id, side.l2l_ids), r)
+      # [B, H, L, G] -> [B, H, nb, b, G]
+      l2g_scores = f32(tf.matmul(long_q, l2g_k, transpose_b=True))
+      if long_per_id is not None and side.l2g_ids is not None:
+        l2g_scores += relative_scores(long_per_id, side.l2g_ids)
+      l2g_scores = blocking.split_into_blocks(l2g_scores, block_len, axis=2)
+    else:
+      # [B, H, L, L] and [B, H, L, G]
+      l2l_scores = f32(tf.matmul(long_q, l2l_k, transpose_b=True))
+      if long_per_id is not None and side.l2l_ids is not None:
+        l2l_scores += relative_scores(long_per_id, side.l2l_ids)
+      l2g_scores = f32(tf.matmul(long_q, l2g_k, transpose_b=True))
+      if long_per_id is not None and side.l2g_ids is not None:
+        l2g_scores += relative_scores(long_per_id, side.l2g_ids)
+
+    # ---- global queries: g2g + g2l
+    global_per_id = (self.global_relative.scores_per_id(global_q)
+                     if self.global_relative is not None else None)
+    g2g_scores = f32(tf.matmul(global_q, g2g_k, transpose_b=True))
+    if global_per_id is not None and side.g2g_ids is not None:
+      g2g_scores += relative_scores(global_per_id, side.g2g_ids)
+    g2l_scores = f32(tf.matmul(global_q, g2l_k, transpose_b=True))
+    if global_per_id is not None and side.g2l_ids is not None:
+      g2l_scores += relative_scores(global_per_id, side.g2l_ids)
+
+    scores = {"l2l": l2l_scores * scale, "l2g": l2g_scores * scale,
+              "g2g": g2g_scores * scale, "g2l": g2l_scores * scale}
+
+    # ---- RealFormer: running sums per carried pattern.
+    new_streams = {}
+    logits = {}
+    for pattern in PATTERNS:
+      s = scores[pattern]
+      if pattern in carried:
+        if pattern in streams:
+          s = s + streams[pattern]
+        new_streams[pattern] = s
+        if running_mean and num_summed > 1:
+          s = s / float(num_summed)
+      logits[pattern] = s
+
+    long_probs = fused_softmax(logits["l2l"] + side.l2l_adder,
+                               logits["l2g"] + side.l2g_adder,
+                               side.long_valid)
+    global_probs = fused_softmax(logits["g2g"] + side.g2g_adder,
+                                 logits["g2l"] + side.g2l_adder,
+                                 side.global_valid)
+    probs = dict(zip(("l2l", "l2g"), long_probs))
+    probs.update(zip(("g2g", "g2l"), global_probs))
+
+    returned_probs = None
+    if return_probs:
+      returned_probs = self._canonical_probs(probs, side)
+
+    dtype = long_q.dtype
+    dropped = {}
+    for k, pattern in enumerate(PATTERNS):
+      dropped[pattern] = tf.cast(
+          stateless_dropout(probs[pattern], self.att_dropout_prob, seed,
+                            self.dropout_site + k, training), dtype)
+
+    # ---- weighted values
+    if side.sparse:
+      long_ctx = tf.matmul(dropped["l2l"], v_blocks)  # [B, H, nb, b, D]
+      shape = tf.shape(long_ctx)
+      long_ctx = tf.reshape(long_ctx, [shape[0], shape[1],
+                                       shape[2] * shape[3], shape[4]])
+      l2g_p = dropped["l2g"]
+      pshape = tf.shape(l2g_p)
+      l2g_p = tf.reshape(l2g_p, [pshape[0], pshape[1], pshape[2] * pshape[3],
+                                 pshape[4]])
+      long_ctx += tf.matmul(l2g_p, l2g_v)
+      long_ctx = long_ctx[:, :, :long_len, :]
+    else:
+      long_ctx = (tf.matmul(dropped["l2l"], l2l_v) +
+                  tf.matmul(dropped["l2g"], l2g_v))
+    global_ctx = (tf.matmul(dropped["g2g"], g2g_v) +
+                  tf.matmul(dropped["g2l"], g2l_v))
+
+    long_output = self.long_output_projection(_merge_heads(long_ctx))
+    global_output = self.global_output_projection(_merge_heads(global_ctx))
+    return long_output, global_output, new_streams, returned_probs
+
+  def _canonical_probs(self, probs: Dict[str, tf.Tensor],
+                       side: PreparedSideInputs) -> Dict[str, tf.Tensor]:
+    r = self.local_radius
+    if side.sparse:
+      l2l = blocking.blocked_to_window(probs["l2l"], side.long_len, r)
+      l2g = probs["l2g"]
+      shape = tf.shape(l2g)
+      l2g = tf.reshape(l2g, [shape[0], shape[1], shape[2] * shape[3],
+                             shape[4]])[:, :, :side.long_len, :]
+    else:
+      l2l = blocking.full_to_window(probs["l2l"], r)
+      l2g = probs["l2g"]
+    return {"l2l": l2l, "l2g": l2g, "g2g": probs["g2g"], "g2l": probs["g2l"]}
+
+
+def _merge_heads(x: tf.Tensor) -> tf.Tensor:
+  """<T>[B, H, N, D] -> <T>[B, N, H*D]."""
+  x = tf.transpose(x, [0, 2, 1, 3])
+  shape = tf.shape(x)
+  heads, size = x.shape[2], x.shape[3]
+  return tf.reshape(x, [shape[0], shape[1], heads * size])

@@ -1,0 +1,137 @@
+"""One ETC(-RealFormer) layer: fused global-local attention + feed-forward.
+
+Residual order as the original: Post-LN by default,
+  x = LN(x + dropout(f(x)));
+Pre-LN (`use_pre_activation_order`),
+  x = x + dropout(f(LN(x))).
+With `share_feed_forward_params` the long and global sides share the
+feed-forward weights and its LayerNorm (separate dropout masks).
+"""
+
+from typing import Dict, Mapping, Optional, Tuple
+
+import tensorflow as tf
+import tf_keras
+
+from etc_realformer.config import EtcConfig
+from etc_realformer.layers.attention import FusedGlobalLocalAttention
+from etc_realformer.layers.attention import PreparedSideInputs
+from etc_realformer.layers.dropout import stateless_dropout
+from etc_realformer.layers.embedding import layer_norm
+from etc_realformer.layers.feed_forward import FeedForward
+
+# Dropout sites per layer (attention uses 4, one per pattern).
+SITES_PER_LAYER = 16
+_SITE_ATT_LONG, _SITE_ATT_GLOBAL, _SITE_FF_LONG, _SITE_FF_GLOBAL = 4, 5, 6, 7
+
+
+class GlobalLocalTransformerBlock(tf_keras.layers.Layer):
+  """Layer `index` of the encoder."""
+
+  def __init__(self, config: EtcConfig, index: int, **kwargs):
+    super().__init__(**kwargs)
+    self.config = config
+    self.index = index
+    self.site = (index + 1) * SITES_PER_LAYER
+    init = tf_keras.initializers.TruncatedNormal(stddev=config.initializer_range)
+    self.attention = FusedGlobalLocalAttention(
+        hidden_size=config.hidden_size,
+        num_heads=config.num_attention_heads,
+        size_per_head=config.size_per_head,
+        local_radius=config.local_radius,
+        relative_vocab_size=config.relative_vocab_size,
+        att_dropout_prob=config.attention_probs_dropout_prob,
+        initializer=init,
+        share_kv_projections=config.share_kv_projections,
+        share_qkv_projections=config.share_qkv_projections,
+        share_att_output_projection=config.share_att_output_projection,
+        dropout_site=self.site,
+        name="fused_global_local_att")
+    self.long_att_norm = layer_norm("layer_norm_0")
+    self.global_att_norm = layer_norm("layer_norm_1")
+
+    def ff(name):
+      return FeedForward(config.hidden_size, config.intermediate_size,
+                         config.hidden_act, init, name=name)
+
+    if config.share_feed_forward_params:
+      self.long_ff = self.global_ff = ff("feed_forward")
+      self.long_ff_norm = self.global_ff_norm = layer_norm("layer_norm")
+    else:
+      self.long_ff, self.global_ff = ff("long_feed_forward"), ff(
+          "global_feed_forward")
+      self.long_ff_norm = layer_norm("long_ff_layer_norm")
+      self.global_ff_norm = layer_norm("global_ff_layer_norm")
+
+  def build(self, input_shape=None):
+    hidden = tf.TensorShape([None, None, self.config.hidden_size])
+    self.attention.build()
+    for layer in {id(l): l for l in (
+        self.long_att_norm, self.global_att_norm, self.long_ff_norm,
+        self.global_ff_norm)}.values():
+      layer.build(hidden)
+    self.long_ff.build()
+    if self.global_ff is not self.long_ff:
+      self.global_ff.build()
+    super().build(input_shape)
+
+  def call(self, long_x: tf.Tensor, global_x: tf.Tensor,
+           side: PreparedSideInputs,
+           streams: Optional[Mapping[str, tf.Tensor]] = None,
+           training: bool = False, seed: Optional[tf.Tensor] = None,
+           return_probs: bool = False):
+    """<T>[B, L, hidden], <T>[B, G, hidden] -> same, new streams, probs."""
+    cfg = self.config
+    carried = tuple(p for p in cfg.residual_patterns
+                    if cfg.residual_attention)
+    drop = cfg.hidden_dropout_prob
+
+    def dropout(x, site):
+      return stateless_dropout(x, drop, seed, self.site + site, training)
+
+    pre_ln = cfg.use_pre_activation_order
+    att_long_in = self.long_att_norm(long_x) if pre_ln else long_x
+    att_global_in = self.global_att_norm(global_x) if pre_ln else global_x
+    att_long, att_global, streams, probs = self.attention(
+        att_long_in, att_global_in, side, streams=streams, carried=carried,
+        num_summed=self.index + 1, running_mean=cfg.residual_running_mean,
+        training=training, seed=seed, return_probs=return_probs)
+    long_x = long_x + dropout(att_long, _SITE_ATT_LONG)
+    global_x = global_x + dropout(att_global, _SITE_ATT_GLOBAL)
+    if not pre_ln:
+      long_x = self.long_att_norm(long_x)
+      global_x = self.global_att_norm(global_x)
+
+    def ff_block(x, ff, norm, site):
+      if pre_ln:
+        return x + dropout(ff(norm(x)), site)
+      return norm(x + dropout(ff(x), site))
+
+    long_x = ff_block(long_x, self.long_ff, self.long_ff_norm, _SITE_FF_LONG)
+    global_x = ff_block(global_x, self.global_ff, self.global_ff_norm,
+                        _SITE_FF_GLOBAL)
+    return long_x, global_x, streams, probs
+
+  def official_variables(self) -> Dict[str, tf.Variable]:
+    """Variables by name under `global_local_transformer_layers/`."""
+    i = self.index
+    att = f"fused_att_layer_{i}"
+    out = {f"{att}/fused_global_local_att/{k}": v
+           for k, v in self.attention.official_variables().items()}
+    for norm, name in ((self.long_att_norm, "layer_norm_0"),
+                       (self.global_att_norm, "layer_norm_1")):
+      out[f"{att}/{name}/gamma"] = norm.gamma
+      out[f"{att}/{name}/beta"] = norm.beta
+    if self.config.share_feed_forward_params:
+      blocks = ((f"feed_forward_layer_{i}", self.long_ff, self.long_ff_norm),)
+    else:
+      blocks = ((f"long_feed_forward_layer_{i}", self.long_ff,
+                 self.long_ff_norm),
+                (f"global_feed_forward_layer_{i}", self.global_ff,
+                 self.global_ff_norm))
+    for prefix, ff, norm in blocks:
+      for k, v in ff.official_variables().items():
+        out[f"{prefix}/{k}"] = v
+      out[f"{prefix}/layer_norm/gamma"] = norm.gamma
+      out[f"{prefix}/layer_norm/beta"] = norm.beta
+    return out

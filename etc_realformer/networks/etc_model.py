@@ -1,0 +1,294 @@
+"""`EtcModel`: the ETC(-RealFormer) encoder (embeddings + layer stack).
+
+    model = EtcModel(config)
+    long_output, global_output = model(features, training=False)
+
+`features` holds `token_ids` <int32>[B, L], `global_token_ids` [B, G],
+optionally `segment_ids`, `global_segment_ids`, `position_ids`,
+`global_position_ids`, `long_embedding_adder`, `global_embedding_adder`, and
+the eight side inputs made by `etc_realformer.features.side_inputs`
+(`l2l_att_mask` [B, L, 2r+1], `g2g_att_mask` [B, G, G], `l2g_att_mask`
+[B, L, G], `g2l_att_mask` [B, G, L] and the four `*_relative_att_ids`).
+Other keys (labels, ids) are ignored, so a task's whole feature dict can be
+passed. There is no pooler: heads read the long and global outputs.
+"""
+
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from etc_realformer.config import EtcConfig, PATTERNS
+from etc_realformer.layers.attention import prepare_side_inputs
+from etc_realformer.layers.dropout import new_call_seed, stateless_dropout
+from etc_realformer.layers.embedding import EtcEmbeddings
+from etc_realformer.layers.transformer import GlobalLocalTransformerBlock
+
+SIDE_INPUT_KEYS = ("l2l_att_mask", "g2g_att_mask", "l2g_att_mask",
+                   "g2l_att_mask", "l2l_relative_att_ids",
+                   "g2g_relative_att_ids", "l2g_relative_att_ids",
+                   "g2l_relative_att_ids")
+# Length at or below which 'auto' picks the dense path (as the original).
+AUTO_FULL_MAX_LEN = 1024
+_SITE_EMB_LONG, _SITE_EMB_GLOBAL = 0, 1
+
+
+def choose_implementation(requested: str, long_len: Optional[int]) -> str:
+  """'sparse' or 'full' for a requested implementation and a static length."""
+  if requested not in ("auto", "sparse", "full"):
+    raise ValueError(f"att_implementation: {requested!r} is not one of "
+                     "'auto', 'sparse', 'full'")
+  if requested != "auto":
+    return requested
+  if long_len is not None and long_len <= AUTO_FULL_MAX_LEN:
+    return "full"
+  return "sparse"
+
+
+class EtcModel(tf_keras.layers.Layer):
+  """The ETC encoder, with RealFormer residual attention per pattern.
+
+  All weights exist after `build()` (or the first call), named so that
+  `etc_realformer.checkpoints.official` maps them one-to-one onto the
+  released TF1 checkpoints.
+  """
+
+  def __init__(self, config: EtcConfig, name: str = "etc_document_bert",
+               **kwargs):
+    super().__init__(name=name, **kwargs)
+    config.validate()
+    self.config = config
+    self.embeddings = EtcEmbeddings(config, name="embeddings")
+    self.blocks = [GlobalLocalTransformerBlock(config, i, name=f"layer_{i}")
+                   for i in range(config.num_hidden_layers)]
+
+  def build(self, input_shape=None):
+    self.embeddings.build()
+    for block in self.blocks:
+      block.build()
+    super().build(input_shape)
+
+  # ----------------------------------------------------------------- checks
+  def _check_inputs(self, features: Mapping[str, Any]) -> Dict[str, tf.Tensor]:
+    cfg = self.config
+    for key in ("token_ids", "global_token_ids"):
+      if key not in features or features[key] is None:
+        raise ValueError(f"EtcModel inputs: missing required key {key!r}")
+    out = {}
+    for key, value in features.items():
+      if value is None or key not in _ALL_KEYS:
+        continue
+      out[key] = tf.convert_to_tensor(value)
+
+    def shape_of(key):
+      return out[key].shape
+
+    long_shape, global_shape = shape_of("token_ids"), shape_of(
+        "global_token_ids")
+    for key, shape in (("token_ids", long_shape),
+                       ("global_token_ids", global_shape)):
+      if shape.rank != 2:
+        raise ValueError(f"{key}: expected rank 2 [batch, length], got shape "
+                         f"{shape}")
+    batch, long_len = long_shape[0], long_shape[1]
+    global_len = global_shape[1]
+    window = 2 * cfg.local_radius + 1
+    expected = {
+        "segment_ids": [batch, long_len],
+        "position_ids": [batch, long_len],
+        "global_segment_ids": [batch, global_len],
+        "global_position_ids": [batch, global_len],
+        "l2l_att_mask": [batch, long_len, window],
+        "l2l_relative_att_ids": [batch, long_len, window],
+        "g2g_att_mask": [batch, global_len, global_len],
+        "g2g_relative_att_ids": [batch, global_len, global_len],
+        "l2g_att_mask": [batch, long_len, global_len],
+        "l2g_relative_att_ids": [batch, long_len, global_len],
+        "g2l_att_mask": [batch, global_len, long_len],
+        "g2l_relative_att_ids": [batch, global_len, long_len],
+        "long_embedding_adder": [batch, long_len, cfg.hidden_size],
+        "global_embedding_adder": [batch, global_len, cfg.hidden_size],
+    }
+    expected["global_token_ids"] = [batch, global_len]
+    for key, dims in expected.items():
+      if key not in out:
+        continue
+      shape = out[key].shape
+      if shape.rank != len(dims) or not tf.TensorShape(dims).is_compatible_with(
+          shape):
+        raise ValueError(
+            f"{key}: expected shape {_fmt(dims)} (B={batch}, L={long_len}, "
+            f"G={global_len}, 2r+1={window}), got {shape}")
+    if any(k in out for k in ("l2l_relative_att_ids", "l2g_relative_att_ids",
+                              "g2g_relative_att_ids", "g2l_relative_att_ids")
+           ) and cfg.relative_vocab_size is None:
+      raise ValueError("relative ids given but the config has "
+                       "relative_vocab_size null")
+    if tf.executing_eagerly():
+      self._check_values(out)
+    return out
+
+  def _check_values(self, out: Dict[str, tf.Tensor]) -> None:
+    """Range checks on concrete (eager) inputs; skipped inside graphs."""
+    cfg = self.config
+    limits = {"token_ids": cfg.vocab_size, "global_token_ids": cfg.vocab_size,
+              "segment_ids": cfg.segment_vocab_size,
+              "global_segment_ids": cfg.segment_vocab_size}
+    if cfg.max_absolute_position_embeddings:
+      limits["position_ids"] = cfg.max_absolute_position_embeddings
+      limits["global_position_ids"] = cfg.max_absolute_position_embeddings
+    if cfg.relative_vocab_size is not None:
+      for p in PATTERNS:
+        limits[f"{p}_relative_att_ids"] = cfg.relative_vocab_size
+    for key, limit in limits.items():
+      if key in out and tf.size(out[key]) > 0:
+        values = out[key].numpy()
+        low, high = int(values.min()), int(values.max())
+        if low < 0 or high >= limit:
+          raise ValueError(f"{key}: values must lie in [0, {limit}), found "
+                           f"range [{low}, {high}]")
+    for p in PATTERNS:
+      key = f"{p}_att_mask"
+      if key in out and tf.size(out[key]) > 0:
+        values = out[key].numpy()
+        if not np.isin(values, (0, 1)).all():
+          raise ValueError(f"{key}: a mask holds only 0 and 1")
+
+  # ------------------------------------------------------------------- call
+  def call(self, features: Mapping[str, Any], training: Optional[bool] = None,
+           return_attention_probs: bool = False,
+           att_implementation: Optional[str] = None):
+    """Encodes a batch.
+
+    Args:
+      features: see the module docstring.
+      training: dropout on (Python bool; None means False).
+      return_attention_probs: also return, per layer, a dict pattern ->
+        <float32> probabilities (l2l [B, H, L, 2r+1], l2g [B, H, L, G],
+        g2g [B, H, G, G], g2l [B, H, G, L]). Off by default and free when off.
+      att_implementation: 'auto' | 'sparse' | 'full', overriding the config.
+
+    Returns:
+      (long_output <T>[B, L, hidden], global_output <T>[B, G, hidden]) and,
+      with `return_attention_probs`, a third element: a list (one per layer)
+      of probability dicts. T is the layer's compute dtype.
+    """
+    cfg = self.config
+    training = bool(training) if training is not None else False
+    inputs = self._check_inputs(features)
+    token_ids = inputs["token_ids"]
+    long_len = token_ids.shape[1]
+    global_len = inputs["global_token_ids"].shape[1]
+    impl = choose_implementation(att_implementation or cfg.att_implementation,
+                                 long_len)
+    if long_len is None:
+      if impl == "full":
+        raise ValueError("att_implementation 'full' needs a static long "
+                         "length")
+      long_len = tf.shape(token_ids)[1]
+    if global_len is None:
+      global_len = tf.shape(inputs["global_token_ids"])[1]
+
+    seed = None
+    if training and (cfg.hidden_dropout_prob or
+                     cfg.attention_probs_dropout_prob):
+      seed = new_call_seed()
+
+    long_x, global_x = self.embeddings(
+        inputs["token_ids"], inputs["global_token_ids"],
+        segment_ids=inputs.get("segment_ids"),
+        global_segment_ids=inputs.get("global_segment_ids"),
+        position_ids=inputs.get("position_ids"),
+        global_position_ids=inputs.get("global_position_ids"),
+        long_embedding_adder=inputs.get("long_embedding_adder"),
+        global_embedding_adder=inputs.get("global_embedding_adder"))
+    long_x = stateless_dropout(long_x, cfg.hidden_dropout_prob, seed,
+                               _SITE_EMB_LONG, training)
+    global_x = stateless_dropout(global_x, cfg.hidden_dropout_prob, seed,
+                                 _SITE_EMB_GLOBAL, training)
+
+    side = prepare_side_inputs(
+        {k: inputs.get(k) for k in SIDE_INPUT_KEYS},
+        batch_size=tf.shape(token_ids)[0], long_len=long_len,
+        global_len=global_len, local_radius=cfg.local_radius,
+        sparse=impl == "sparse")
+
+    all_probs: List[Dict[str, tf.Tensor]] = []
+    streams: Dict[str, tf.Tensor] = {}
+    period = cfg.grad_checkpointing_period
+    num_layers = len(self.blocks)
+    start = 0
+    while start < num_layers:
+      end = min(start + period, num_layers) if period else num_layers
+      chunk = self.blocks[start:end]
+      # Every chunk but the last is recomputed in the backward pass; probs
+      # are an analysis output, so that path never recomputes.
+      recompute = (period and end < num_layers and
+                   not return_attention_probs)
+      if recompute:
+        long_x, global_x, streams = _recomputed_chunk(
+            chunk, long_x, global_x, streams, side, training, seed)
+      else:
+        for block in chunk:
+          long_x, global_x, streams, probs = block(
+              long_x, global_x, side, streams=streams, training=training,
+              seed=seed, return_probs=return_attention_probs)
+          if return_attention_probs:
+            all_probs.append(probs)
+      start = end
+
+    if return_attention_probs:
+      return long_x, global_x, all_probs
+    return long_x, global_x
+
+  # ------------------------------------------------------------ checkpoints
+  def official_variables(self) -> Dict[str, tf.Variable]:
+    """Every variable by its name in a released ETC checkpoint."""
+    if not self.built:
+      self.build()
+    root = self.name
+    out = {f"{root}/{k}": v
+           for k, v in self.embeddings.official_variables().items()}
+    for block in self.blocks:
+      for k, v in block.official_variables().items():
+        out[f"{root}/global_local_transformer_layers/{k}"] = v
+    return out
+
+
+def _recomputed_chunk(chunk, long_x, global_x, streams, side, training, seed):
+  """Runs `chunk` under `tf.recompute_grad` (activations not kept).
+
+  Dropout inside is seeded by `seed` (drawn outside), so the recomputation
+  sees exactly the forward pass's masks.
+  """
+  stream_keys = tuple(sorted(streams))
+
+  @tf.recompute_grad
+  def run(long_in, global_in, *stream_values):
+    current = dict(zip(stream_keys, stream_values))
+    lx, gx = long_in, global_in
+    for block in chunk:
+      lx, gx, current, _ = block(lx, gx, side, streams=current,
+                                 training=training, seed=seed)
+    keys = tuple(sorted(current))
+    return (lx, gx) + tuple(current[k] for k in keys)
+
+  # The set of carried patterns is fixed by the config, so the output keys are
+  # known before running.
+  cfg = chunk[0].config
+  out_keys = tuple(sorted(p for p in cfg.residual_patterns
+                          if cfg.residual_attention))
+  outputs = run(long_x, global_x, *[streams[k] for k in stream_keys])
+  long_x, global_x = outputs[0], outputs[1]
+  return long_x, global_x, dict(zip(out_keys, outputs[2:]))
+
+
+_ALL_KEYS = frozenset(("token_ids", "global_token_ids", "segment_ids",
+                       "global_segment_ids", "position_ids",
+                       "global_position_ids", "long_embedding_adder",
+                       "global_embedding_adder") + SIDE_INPUT_KEYS)
+
+
+def _fmt(dims) -> str:
+  return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
