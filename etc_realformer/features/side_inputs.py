@@ -16,8 +16,9 @@ reproduces the original ETC feature code exactly (see `tests/`).
 
 When `relative_pos_max_distance` is 0 the four `*_relative_att_ids` entries
 are present with value None (as in the original); the model then adds no
-relative term. `drop_none_values` removes them (e.g. before returning from a
-`tf.data` map function).
+relative term. `tf.data` carries None values through `map` (as
+`NoneTensorSpec`); `drop_none_values` removes them where a consumer wants only
+tensors (e.g. Keras `fit` inputs).
 
 Every builder accepts NumPy arrays or tensors of any integer (or bool) dtype,
 batched (`[B, L]`, `[B, G]`) or unbatched (`[L]`, `[G]`; the outputs are then
