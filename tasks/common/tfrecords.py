@@ -1,0 +1,122 @@
+"""`tf.train.Example` writing and parsing driven by one feature spec.
+
+A feature spec maps a feature name to `(dtype, shape)`:
+- integer dtypes are stored as int64 lists and parsed back to the spec dtype;
+- `tf.string` features are stored as bytes lists;
+- a fully known shape is parsed with `FixedLenFeature`; a shape with a `None`
+  dimension (only 1-D `(None,)` is supported) with `VarLenFeature`, densified
+  (strings padded with b"", numbers with 0).
+"""
+
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+FeatureSpec = Mapping[str, Tuple[tf.DType, Tuple[Optional[int], ...]]]
+
+
+def _to_feature(value: Any, dtype: tf.DType) -> tf.train.Feature:
+  array = np.asarray(value)
+  if dtype == tf.string:
+    flat = array.reshape(-1).tolist()
+    flat = [v if isinstance(v, bytes) else str(v).encode("utf-8")
+            for v in flat]
+    return tf.train.Feature(bytes_list=tf.train.BytesList(value=flat))
+  if dtype.is_integer or dtype == tf.bool:
+    return tf.train.Feature(int64_list=tf.train.Int64List(
+        value=array.reshape(-1).astype(np.int64).tolist()))
+  if dtype.is_floating:
+    return tf.train.Feature(float_list=tf.train.FloatList(
+        value=array.reshape(-1).astype(np.float32).tolist()))
+  raise ValueError(f"unsupported dtype {dtype}")
+
+
+def to_tf_example(features: Mapping[str, Any],
+                  spec: FeatureSpec) -> tf.train.Example:
+  """Serializes the spec's features (numpy values or eager tensors).
+
+  Raises:
+    ValueError: a spec feature is missing or a fixed shape does not match.
+  """
+  feature_map = {}
+  for name, (dtype, shape) in spec.items():
+    if name not in features:
+      raise ValueError(f"feature {name!r} missing (spec: {sorted(spec)})")
+    value = features[name]
+    if isinstance(value, tf.Tensor):
+      value = value.numpy()
+    if None not in shape and tuple(np.shape(value)) != tuple(shape):
+      raise ValueError(f"feature {name!r}: shape {np.shape(value)} does not "
+                       f"match spec {shape}")
+    feature_map[name] = _to_feature(value, dtype)
+  return tf.train.Example(features=tf.train.Features(feature=feature_map))
+
+
+def _storage_dtype(dtype: tf.DType) -> tf.DType:
+  if dtype == tf.string:
+    return tf.string
+  if dtype.is_floating:
+    return tf.float32
+  return tf.int64
+
+
+def parsing_spec(spec: FeatureSpec) -> Dict[str, Any]:
+  """The `tf.io.parse_example` spec for a feature spec."""
+  out = {}
+  for name, (dtype, shape) in spec.items():
+    if None in shape:
+      if len(shape) != 1:
+        raise ValueError(f"{name}: only (None,) variable shapes supported")
+      out[name] = tf.io.VarLenFeature(_storage_dtype(dtype))
+    else:
+      out[name] = tf.io.FixedLenFeature(list(shape), _storage_dtype(dtype))
+  return out
+
+
+def parse_tf_example(serialized: tf.Tensor,
+                     spec: FeatureSpec) -> Dict[str, tf.Tensor]:
+  """Parses one serialized example (scalar string) into the spec's dtypes."""
+  parsed = tf.io.parse_single_example(serialized, parsing_spec(spec))
+  out = {}
+  for name, (dtype, _) in spec.items():
+    value = parsed[name]
+    if isinstance(value, tf.SparseTensor):
+      value = tf.sparse.to_dense(
+          value, default_value=b"" if dtype == tf.string else None)
+    if value.dtype != dtype:
+      value = tf.cast(value, dtype)
+    out[name] = value
+  return out
+
+
+def write_tfrecord(path: str, examples: Iterable[tf.train.Example]) -> int:
+  """Writes examples to one TFRecord file; returns how many were written."""
+  count = 0
+  with tf.io.TFRecordWriter(path) as writer:
+    for example in examples:
+      writer.write(example.SerializeToString())
+      count += 1
+  return count
+
+
+def make_dataset(file_patterns: Sequence[str] | str,
+                 spec: FeatureSpec,
+                 deterministic: bool = True) -> tf.data.Dataset:
+  """A dataset of parsed feature dicts from TFRecord files (unbatched).
+
+  Raises:
+    ValueError: no file matches.
+  """
+  if isinstance(file_patterns, str):
+    file_patterns = [file_patterns]
+  files = []
+  for pattern in file_patterns:
+    files.extend(sorted(tf.io.gfile.glob(pattern)))
+  if not files:
+    raise ValueError(f"no TFRecord file matches {list(file_patterns)}")
+  ds = tf.data.TFRecordDataset(files)
+  options = tf.data.Options()
+  options.deterministic = deterministic
+  return ds.map(lambda s: parse_tf_example(s, spec),
+                num_parallel_calls=tf.data.AUTOTUNE).with_options(options)

@@ -1,0 +1,1 @@
+"""WikiHop (qangaroo): reading, featurization, synthetic demo data, TFDS."""

@@ -1,0 +1,147 @@
+"""Reading and validating the released qangaroo WikiHop files.
+
+`train.json` / `dev.json` each hold ONE JSON array of records:
+
+  {"id": "WH_train_0",
+   "query": "participant_of juan rossell",
+   "candidates": ["1996 summer olympics", "olympic games", ...],
+   "answer": "1996 summer olympics",
+   "supports": ["The 2004 Summer Olympic Games ...", ...]}
+
+Candidates and the answer are compared after `strip().lower()`, as the
+original preprocessing does; the label is the index of the first candidate
+equal to the answer.
+"""
+
+import dataclasses
+from typing import Any, Iterator, List, Optional
+
+from tasks.common import records
+
+# Skip reasons, as they appear in the stats JSON.
+MISSING_FIELD = "missing_field"
+WRONG_TYPE = "wrong_type"
+UNDECODABLE_TEXT = "undecodable_text"
+EMPTY_TEXT = "empty_text"
+EMPTY_SUPPORTS = "empty_supports"
+EMPTY_CANDIDATES = "empty_candidates"
+ANSWER_NOT_IN_CANDIDATES = "answer_not_in_candidates"
+# Raised by featurization: the candidates alone do not fit the sequences.
+TOO_LONG = "too_long"
+
+REQUIRED_FIELDS = ("id", "query", "candidates", "answer", "supports")
+
+
+def normalize_candidate(text: str) -> str:
+  """How candidates and answers are compared (the original's convention)."""
+  return text.strip().lower()
+
+
+@dataclasses.dataclass(frozen=True)
+class WikiHopRecord:
+  """One validated WikiHop record (candidates/answer normalized)."""
+  id: str
+  query: str
+  candidates: List[str]
+  answer: str
+  supports: List[str]
+  # Index of the answer among `candidates`.
+  answer_index: int
+
+  def to_json(self) -> dict:
+    """The record back in the released format."""
+    return dict(id=self.id, query=self.query, candidates=list(self.candidates),
+                answer=self.answer, supports=list(self.supports))
+
+
+def _check_text(value: Any, file: str, record_id: str, field: str,
+                allow_empty: bool = False) -> str:
+  if not isinstance(value, str):
+    raise records.BadRecordError(
+        file, record_id, field, WRONG_TYPE,
+        f"expected a string, got {type(value).__name__}")
+  if not records.is_decodable(value):
+    raise records.BadRecordError(file, record_id, field, UNDECODABLE_TEXT,
+                                 "text is not valid UTF-8")
+  if not allow_empty and not value.strip():
+    raise records.BadRecordError(file, record_id, field, EMPTY_TEXT)
+  return value
+
+
+def _check_text_list(value: Any, file: str, record_id: str, field: str,
+                     empty_reason: str) -> List[str]:
+  if not isinstance(value, list):
+    raise records.BadRecordError(
+        file, record_id, field, WRONG_TYPE,
+        f"expected a list of strings, got {type(value).__name__}")
+  if not value:
+    raise records.BadRecordError(file, record_id, field, empty_reason)
+  return [
+      _check_text(v, file, record_id, f"{field}[{i}]")
+      for i, v in enumerate(value)
+  ]
+
+
+def validate_record(raw: Any, file: str, index: int) -> WikiHopRecord:
+  """Checks one raw JSON record and returns it normalized.
+
+  Args:
+    raw: the decoded JSON value.
+    file: the file it came from (for messages).
+    index: its position in the file (names it when it has no usable id).
+
+  Raises:
+    records.BadRecordError: naming file, record id and field.
+  """
+  record_id = records.record_id_of(raw, index)
+  if not isinstance(raw, dict):
+    raise records.BadRecordError(
+        file, record_id, "<record>", WRONG_TYPE,
+        f"expected a JSON object, got {type(raw).__name__}")
+  for field in REQUIRED_FIELDS:
+    if field not in raw:
+      raise records.BadRecordError(file, record_id, field, MISSING_FIELD)
+  _check_text(raw["id"], file, record_id, "id")
+  query = _check_text(raw["query"], file, record_id, "query")
+  candidates = _check_text_list(raw["candidates"], file, record_id,
+                                "candidates", EMPTY_CANDIDATES)
+  supports = _check_text_list(raw["supports"], file, record_id, "supports",
+                              EMPTY_SUPPORTS)
+  answer = _check_text(raw["answer"], file, record_id, "answer")
+  candidates = [normalize_candidate(c) for c in candidates]
+  answer = normalize_candidate(answer)
+  if answer not in candidates:
+    raise records.BadRecordError(
+        file, record_id, "answer", ANSWER_NOT_IN_CANDIDATES,
+        f"answer {answer!r} not among {len(candidates)} candidates")
+  return WikiHopRecord(id=record_id, query=query, candidates=candidates,
+                       answer=answer, supports=supports,
+                       answer_index=candidates.index(answer))
+
+
+def read_records(path: str,
+                 stats: Optional[records.RecordStats] = None,
+                 strict: bool = False) -> Iterator[WikiHopRecord]:
+  """Yields the valid records of one qangaroo WikiHop file.
+
+  Args:
+    path: `train.json` / `dev.json` (or any file in that format).
+    stats: where reads and skips are counted; a fresh one if None.
+    strict: fail on the first bad record instead of skipping it. Ignored when
+      `stats` is given (its own `strict` applies).
+
+  Raises:
+    records.InputFileError: the file is missing, empty or not a JSON array.
+    records.BadRecordError: a bad record, in strict mode.
+  """
+  if stats is None:
+    stats = records.RecordStats(input_file=path, strict=strict)
+  data = records.load_json_array(path)
+  if not data:
+    raise records.InputFileError(f"{path}: input file holds no records")
+  for index, raw in enumerate(data):
+    stats.examples_read += 1
+    try:
+      yield validate_record(raw, path, index)
+    except records.BadRecordError as e:
+      stats.handle_bad_record(e)

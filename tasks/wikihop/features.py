@@ -1,0 +1,565 @@
+"""WikiHop featurization: raw record strings -> ETC raw features, in TF ops.
+
+One code path serves preprocessing (through `tf.data`, see `preprocess.py`)
+and serving (inside a `tf.function` / SavedModel signature): everything from
+sentence splitting to padding is TensorFlow ops, with unknown numbers of
+candidates, supports and sentences.
+
+Layout (as the original ETC WikiHop preprocessing):
+
+  global: [one token per candidate][one per query wordpiece]
+          [paragraph token, one token per sentence] per kept document, padding
+  long:   [candidate wordpieces][query wordpieces][document wordpieces],
+          padding
+
+- `long_sentence_ids[i]` is the global index of the token that long token `i`
+  belongs to: its candidate token, its query-wordpiece token, or its
+  sentence token. Padding: -1.
+- `long_paragraph_ids[i]` is the global index of the paragraph token of a
+  document token's document; -1 for candidate/query tokens and padding.
+- `long_paragraph_breakpoints` is 1 at the last token of each candidate, of
+  the query and of each document; `global_paragraph_breakpoints` is 1 at each
+  candidate token, at the last query token, and at the last token of each
+  document (paragraph token + its sentence tokens). The side-input code
+  derives masks from these (padding = after the last breakpoint).
+- `l2g_linked_ids[i]` = candidate index c (= its global index) when long
+  token i is part of a mention of candidate c (its own wordpieces at the start
+  of the long input, or an exact wordpiece-sequence match inside one document
+  sentence; a later candidate wins overlaps); else -1.
+- `ignore_hard_g2l_mask` is 1 on candidate and query global tokens (they see
+  the whole long input even with hard g2l masking), as the original WikiHop
+  model; the original passes no `ignore_hard_l2g_mask`, so none is emitted.
+
+Truncation keeps the candidates and the query (query wordpieces are cut only
+if the candidates leave no room) and drops document sentences from the end of
+the documents with the most sentences first, until the long tokens fit
+`long_seq_len` and the global tokens (counting one paragraph token per
+document that still has a sentence) fit `global_seq_len`. The order is the
+original's max-heap order in closed form: by position in the document
+(last first), then by the document's original sentence count (fewer first),
+then by document index. A document that loses all its sentences is dropped
+(no paragraph token). `max_num_sentences` (original: 200) optionally caps the
+total number of sentences as well.
+"""
+
+import dataclasses
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from tasks.common import tfrecords
+from tasks.common import tokenization
+
+# Token type ids (segment ids), shared by long and global inputs (16 rows).
+GLOBAL_TOKEN_TYPE_ID = 0  # sentence global tokens and padding
+SENTENCE_TOKEN_TYPE_ID = 1  # long document tokens
+QUESTION_TOKEN_TYPE_ID = 3  # long query tokens
+CANDIDATE_TOKEN_TYPE_ID = 4  # long candidate tokens
+QUESTION_GLOBAL_TOKEN_TYPE_ID = 5
+CANDIDATE_GLOBAL_TOKEN_TYPE_ID = 6
+PARAGRAPH_GLOBAL_TOKEN_TYPE_ID = 7
+
+PAD_ID = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class GlobalTokenIds:
+  """Vocabulary ids used for the special global tokens."""
+  sentence: int
+  question: int
+  candidate: int
+  paragraph: int
+
+  @classmethod
+  def for_vocabulary(cls, kind: str) -> "GlobalTokenIds":
+    """The original defaults for a tokenizer kind (wordpiece/sentencepiece)."""
+    if kind == tokenization.WORDPIECE:
+      return WORDPIECE_GLOBAL_TOKEN_IDS
+    if kind == tokenization.SENTENCEPIECE:
+      return SENTENCEPIECE_GLOBAL_TOKEN_IDS
+    raise ValueError(f"unknown tokenizer kind {kind!r}")
+
+
+# BERT vocab: [unused0], [unused2], [unused3], [unused4].
+WORDPIECE_GLOBAL_TOKEN_IDS = GlobalTokenIds(
+    sentence=1, question=3, candidate=4, paragraph=5)
+# ETC SentencePiece vocab: "</s>" (pre-training sentence token), and
+# "<unused_40>", "<unused_41>", "<unused_42>".
+SENTENCEPIECE_GLOBAL_TOKEN_IDS = GlobalTokenIds(
+    sentence=1, question=41, candidate=42, paragraph=43)
+
+# The int32 features the model (with the side-input code) consumes.
+MODEL_FEATURES: Tuple[str, ...] = (
+    "token_ids", "segment_ids", "long_paragraph_breakpoints",
+    "long_paragraph_ids", "long_sentence_ids", "l2g_linked_ids",
+    "global_token_ids", "global_segment_ids", "global_paragraph_breakpoints",
+    "ignore_hard_g2l_mask", "candidate_mask")
+# Truncation amounts returned by `featurize_with_stats_tf`.
+TRUNCATION_STATS: Tuple[str, ...] = (
+    "sentences_dropped", "docs_dropped", "doc_tokens_dropped",
+    "query_tokens_dropped")
+
+
+def feature_spec(
+    long_seq_len: int = 4096, global_seq_len: int = 430
+) -> Dict[str, Tuple[tf.DType, Tuple[Optional[int], ...]]]:
+  """The WikiHop features: name -> (dtype, shape), per example (unbatched).
+
+  L = long_seq_len, G = global_seq_len.
+
+  token_ids [L]: long wordpiece ids; 0 = padding.
+  segment_ids [L]: long token types (4 candidate, 3 query, 1 document, 0 pad).
+  long_paragraph_breakpoints [L]: 1 at the last token of each candidate, of
+    the query and of each document.
+  long_paragraph_ids [L]: global index of the document's paragraph token; -1
+    for candidate/query tokens and padding.
+  long_sentence_ids [L]: global index of the token's candidate / query
+    wordpiece / sentence global token; -1 for padding.
+  l2g_linked_ids [L]: candidate index of a candidate mention, else -1.
+  global_token_ids [G]: special ids (see `GlobalTokenIds`); 0 = padding.
+  global_segment_ids [G]: 6 candidate, 5 query, 7 paragraph, 0 sentence/pad.
+  global_paragraph_breakpoints [G]: 1 at each candidate, the last query token
+    and the last token of each document.
+  ignore_hard_g2l_mask [G]: 1 on candidate and query global tokens.
+  candidate_mask [G]: 1 on candidate global tokens (the softmax support).
+  label []: global index of the answer's candidate token (= its index in
+    `candidates`); -1 when unknown (serving).
+  num_candidates []: number of candidates.
+  example_id []: the record id.
+  candidates [None]: the normalized candidate strings, for decoding.
+  """
+  long_ = (long_seq_len,)
+  global_ = (global_seq_len,)
+  return {
+      "token_ids": (tf.int32, long_),
+      "segment_ids": (tf.int32, long_),
+      "long_paragraph_breakpoints": (tf.int32, long_),
+      "long_paragraph_ids": (tf.int32, long_),
+      "long_sentence_ids": (tf.int32, long_),
+      "l2g_linked_ids": (tf.int32, long_),
+      "global_token_ids": (tf.int32, global_),
+      "global_segment_ids": (tf.int32, global_),
+      "global_paragraph_breakpoints": (tf.int32, global_),
+      "ignore_hard_g2l_mask": (tf.int32, global_),
+      "candidate_mask": (tf.int32, global_),
+      "label": (tf.int32, ()),
+      "num_candidates": (tf.int32, ()),
+      "example_id": (tf.string, ()),
+      "candidates": (tf.string, (None,)),
+  }
+
+
+def parse_tf_example(serialized: tf.Tensor, long_seq_len: int,
+                     global_seq_len: int) -> Dict[str, tf.Tensor]:
+  """Parses one cached `tf.train.Example` into `feature_spec` tensors."""
+  return tfrecords.parse_tf_example(
+      serialized, feature_spec(long_seq_len, global_seq_len))
+
+
+def make_dataset(file_patterns, long_seq_len: int,
+                 global_seq_len: int) -> tf.data.Dataset:
+  """Unbatched dataset of parsed WikiHop features from cached TFRecords."""
+  return tfrecords.make_dataset(file_patterns,
+                                feature_spec(long_seq_len, global_seq_len))
+
+
+def _fit(values: tf.Tensor, length: int, pad_value: int) -> tf.Tensor:
+  """Crops or pads a 1-D tensor to a static length."""
+  values = values[:length]
+  padded = tf.pad(values, [[0, length - tf.size(values)]],
+                  constant_values=pad_value)
+  return tf.ensure_shape(padded, [length])
+
+
+def _last_of_run(ids: tf.Tensor) -> tf.Tensor:
+  """<int32>[N]: 1 where ids[i] != ids[i + 1] or i is the last position."""
+  next_ids = tf.concat([ids[1:], [-(2**31) + 1]], axis=0)
+  return tf.cast(tf.not_equal(ids, next_ids), tf.int32)
+
+
+class WikiHopFeaturizer(tf.Module):
+  """Raw WikiHop record strings -> ETC raw features, in TF ops.
+
+  Example:
+    featurizer = WikiHopFeaturizer(vocab_path="vocab.txt",
+                                   long_seq_len=4096, global_seq_len=430)
+    features = featurizer.featurize_tf(query, candidates, supports)
+
+  The featurizer is a `tf.Module`: an exporter can attach it to the model and
+  call `featurize_tf` / `featurize_batch_tf` inside a serving `tf.function`.
+  """
+
+  def __init__(self,
+               vocab_path: Optional[str] = None,
+               spm_model_path: Optional[str] = None,
+               *,
+               tokenizer: Optional[tokenization.Tokenizer] = None,
+               long_seq_len: int = 4096,
+               global_seq_len: int = 430,
+               global_token_ids: Optional[GlobalTokenIds] = None,
+               max_num_sentences: Optional[int] = None,
+               lower_case: bool = True):
+    """Builds a featurizer.
+
+    Args:
+      vocab_path: a BERT `vocab.txt` (WordPiece).
+      spm_model_path: a SentencePiece `.model` (instead of `vocab_path`).
+      tokenizer: a ready tokenizer (instead of both paths).
+      long_seq_len: L, the long input length.
+      global_seq_len: G, the global input length.
+      global_token_ids: special global token ids; the vocabulary kind's
+        original defaults when None.
+      max_num_sentences: optional cap on the total number of document
+        sentences (the original used 200 with G = 430).
+      lower_case: uncased vocabulary (lower-case and strip accents).
+    """
+    super().__init__(name="wikihop_featurizer")
+    if tokenizer is None:
+      tokenizer = tokenization.make_tokenizer(vocab_path, spm_model_path,
+                                              lower_case=lower_case)
+    if long_seq_len < 1 or global_seq_len < 1:
+      raise ValueError(f"sequence lengths must be positive, got long "
+                       f"{long_seq_len}, global {global_seq_len}")
+    self.tokenizer = tokenizer
+    self.long_seq_len = int(long_seq_len)
+    self.global_seq_len = int(global_seq_len)
+    self.global_token_ids = (global_token_ids or
+                             GlobalTokenIds.for_vocabulary(tokenizer.kind))
+    self.max_num_sentences = max_num_sentences
+    self._record_fn = tf.function(
+        self._featurize_with_stats,
+        input_signature=[
+            tf.TensorSpec([], tf.string),
+            tf.TensorSpec([None], tf.string),
+            tf.TensorSpec([None], tf.string),
+            tf.TensorSpec([], tf.string),
+            tf.TensorSpec([], tf.string),
+        ])
+
+  def feature_spec(self):
+    return feature_spec(self.long_seq_len, self.global_seq_len)
+
+  # --------------------------------------------------------------- public API
+  def featurize_tf(self,
+                   query: tf.Tensor,
+                   candidates: tf.Tensor,
+                   supports: tf.Tensor,
+                   answer: Optional[tf.Tensor] = None,
+                   example_id: Optional[tf.Tensor] = None
+                   ) -> Dict[str, tf.Tensor]:
+    """One record's features (see `feature_spec`), in TF ops.
+
+    Args:
+      query: <string>[] the query, e.g. "country_of_citizenship john doe".
+      candidates: <string>[C] candidate answers (C unknown until run time).
+      supports: <string>[D] support documents.
+      answer: <string>[] the answer; None gives `label` -1.
+      example_id: <string>[] the record id; "" when None.
+
+    Returns:
+      Dict of the `feature_spec` tensors (fixed shapes [L], [G], []).
+    """
+    features, _ = self.featurize_with_stats_tf(query, candidates, supports,
+                                               answer, example_id)
+    return features
+
+  def featurize_with_stats_tf(
+      self, query, candidates, supports, answer=None, example_id=None
+  ) -> Tuple[Dict[str, tf.Tensor], Dict[str, tf.Tensor]]:
+    """`featurize_tf` plus <int32>[] truncation stats and `overflow`.
+
+    `overflow` is 1 when the candidates alone do not fit (more candidates
+    than global tokens, or more candidate wordpieces than long tokens); the
+    features are then cropped and not faithful to the record.
+    """
+    has_answer = answer is not None
+    answer = tf.constant("") if answer is None else answer
+    example_id = tf.constant("") if example_id is None else example_id
+    features, stats = self._featurize_with_stats(
+        tf.convert_to_tensor(query, tf.string),
+        tf.convert_to_tensor(candidates, tf.string),
+        tf.convert_to_tensor(supports, tf.string),
+        tf.convert_to_tensor(answer, tf.string),
+        tf.convert_to_tensor(example_id, tf.string))
+    if not has_answer:
+      features["label"] = tf.constant(-1, tf.int32)
+    return features, stats
+
+  def featurize_batch_tf(self, query: tf.Tensor,
+                         candidates: tf.RaggedTensor,
+                         supports: tf.RaggedTensor) -> Dict[str, tf.Tensor]:
+    """A batch of records (serving): [B] queries, [B, (C)], [B, (D)] strings.
+
+    Returns the fixed-shape features with a leading batch dimension;
+    `candidates` comes back as <string>[B, (C)] ragged.
+    """
+    spec = self.feature_spec()
+
+    def one(args):
+      q, c, s = args
+      f = self.featurize_tf(q, c, s)
+      f["candidates"] = tf.RaggedTensor.from_tensor(f["candidates"][None])[0]
+      return f
+
+    signature = {
+        name: tf.TensorSpec(shape, dtype)
+        for name, (dtype, shape) in spec.items() if name != "candidates"
+    }
+    signature["candidates"] = tf.RaggedTensorSpec([None], tf.string)
+    return tf.map_fn(one, (query, candidates, supports),
+                     fn_output_signature=signature)
+
+  def featurize_record(self, record) -> Tuple[Dict[str, np.ndarray],
+                                              Dict[str, int]]:
+    """Eager helper: a `data.WikiHopRecord` -> numpy features and stats."""
+    features, stats = self._record_fn(
+        tf.constant(record.query), tf.constant(record.candidates, tf.string),
+        tf.constant(record.supports, tf.string), tf.constant(record.answer),
+        tf.constant(record.id))
+    return ({k: v.numpy() for k, v in features.items()},
+            {k: int(v.numpy()) for k, v in stats.items()})
+
+  @property
+  def record_fn(self):
+    """The compiled per-record function (query, candidates, supports, answer,
+    example_id) -> (features, stats), for `tf.data` pipelines."""
+    return self._record_fn
+
+  # ----------------------------------------------------------- implementation
+  def _featurize_with_stats(self, query, candidates, supports, answer,
+                            example_id):
+    L, G = self.long_seq_len, self.global_seq_len  # pylint: disable=invalid-name
+    ids = self.global_token_ids
+    i32 = tf.int32
+
+    # --- Tokenize candidates (normalized as the answer), query, sentences.
+    candidates = tf.strings.lower(tf.strings.strip(candidates),
+                                  encoding="utf-8")
+    num_cands = tf.size(candidates, out_type=i32)
+    cand_tokens = self.tokenizer.tokenize(candidates)  # [C, (n_c)]
+    cand_lens = tf.cast(cand_tokens.row_lengths(), i32)
+    num_cand_tokens = tf.reduce_sum(cand_lens)
+    query_tokens = self.tokenizer.tokenize(tf.reshape(query, [1])).flat_values
+    num_query_tokens = tf.size(query_tokens, out_type=i32)
+
+    sentences = tokenization.split_sentences(supports)  # [D, (S_d)]
+    num_docs = tf.cast(sentences.nrows(), i32)
+    doc_num_sents = tf.cast(sentences.row_lengths(), i32)  # [D]
+    doc_starts = tf.cast(sentences.row_starts(), i32)  # [D]
+    sent_doc = tf.cast(sentences.value_rowids(), i32)  # [S]
+    num_sents = tf.size(sent_doc, out_type=i32)
+    sent_pos = tf.range(num_sents) - tf.gather(doc_starts, sent_doc)
+    sent_tokens = self.tokenizer.tokenize(sentences.flat_values)  # [S, (T_s)]
+    sent_lens = tf.cast(sent_tokens.row_lengths(), i32)
+    total_doc_tokens = tf.reduce_sum(sent_lens)
+
+    # --- Budgets. Candidates are kept whole; the query yields only to them.
+    overflow = tf.logical_or(num_cands > G, num_cand_tokens > L)
+    query_keep = tf.clip_by_value(
+        tf.minimum(G - num_cands, L - num_cand_tokens), 0, num_query_tokens)
+    global_budget = G - num_cands - query_keep
+    long_budget = L - num_cand_tokens - query_keep
+    sentence_budget = (num_sents if self.max_num_sentences is None else
+                       tf.constant(self.max_num_sentences, i32))
+
+    # --- Sentence removal order (the max-heap order in closed form):
+    # last position first; then docs with fewer sentences; then doc index.
+    big = tf.cast(tf.maximum(num_sents, num_docs) + 1, tf.int64)
+    key = (tf.cast(num_sents - sent_pos, tf.int64) * big * big +
+           tf.cast(tf.gather(doc_num_sents, sent_doc), tf.int64) * big +
+           tf.cast(sent_doc, tf.int64))
+    removal_order = tf.argsort(key, stable=True)  # [S]
+    removal_rank = tf.math.invert_permutation(removal_order)  # [S]
+    removed_tokens = tf.concat(
+        [[0], tf.cumsum(tf.gather(sent_lens, removal_order))], axis=0)
+    num_removed = tf.range(num_sents + 1)  # k = 0..S
+    # A document survives k removals while its first sentence is not removed.
+    # (Empty documents point at a sentinel rank of -1: never alive.)
+    first_rank = tf.gather(
+        tf.concat([removal_rank, [-1]], axis=0),
+        tf.where(doc_num_sents > 0, doc_starts, num_sents))
+    docs_alive = tf.reduce_sum(
+        tf.cast(first_rank[tf.newaxis, :] >= num_removed[:, tf.newaxis], i32),
+        axis=1)  # [S + 1]
+    sentences_left = num_sents - num_removed
+    fits = ((docs_alive + sentences_left <= global_budget) &
+            (total_doc_tokens - removed_tokens <= long_budget) &
+            (sentences_left <= sentence_budget))
+    num_drop = tf.reduce_min(tf.where(fits, num_removed, num_sents))
+    keep_sent = removal_rank >= num_drop  # [S]; a prefix of every document
+    kept_per_doc = tf.math.unsorted_segment_sum(
+        tf.cast(keep_sent, i32), sent_doc, num_docs)
+    doc_alive = kept_per_doc > 0
+
+    # --- Global layout.
+    doc_global_len = tf.where(doc_alive, 1 + kept_per_doc, 0)  # [D]
+    doc_part_len = tf.reduce_sum(doc_global_len)
+    doc_offset = tf.cumsum(doc_global_len, exclusive=True)  # in doc part
+    doc_global_start = num_cands + query_keep + doc_offset  # paragraph index
+    sent_global_index = (tf.gather(doc_global_start, sent_doc) + 1 + sent_pos)
+
+    alive_offsets = tf.boolean_mask(doc_offset, doc_alive)[:, tf.newaxis]
+    alive_last = tf.boolean_mask(doc_offset + doc_global_len - 1,
+                                 doc_alive)[:, tf.newaxis]
+    num_alive = tf.size(alive_offsets, out_type=i32)
+    is_paragraph = tf.scatter_nd(alive_offsets, tf.ones([num_alive], i32),
+                                 [doc_part_len])
+    doc_part_breaks = tf.scatter_nd(alive_last, tf.ones([num_alive], i32),
+                                    [doc_part_len])
+
+    query_range = tf.range(query_keep)
+    global_token_ids = tf.concat([
+        tf.fill([num_cands], ids.candidate),
+        tf.fill([query_keep], ids.question),
+        tf.where(is_paragraph > 0, ids.paragraph, ids.sentence),
+    ], axis=0)
+    global_segment_ids = tf.concat([
+        tf.fill([num_cands], CANDIDATE_GLOBAL_TOKEN_TYPE_ID),
+        tf.fill([query_keep], QUESTION_GLOBAL_TOKEN_TYPE_ID),
+        tf.where(is_paragraph > 0, PARAGRAPH_GLOBAL_TOKEN_TYPE_ID,
+                 GLOBAL_TOKEN_TYPE_ID),
+    ], axis=0)
+    global_breakpoints = tf.concat([
+        tf.ones([num_cands], i32),
+        tf.cast(query_range == query_keep - 1, i32),
+        doc_part_breaks,
+    ], axis=0)
+    ignore_hard_g2l = tf.concat([
+        tf.ones([num_cands + query_keep], i32),
+        tf.zeros([doc_part_len], i32),
+    ], axis=0)
+    candidate_mask = tf.concat([
+        tf.ones([num_cands], i32),
+        tf.zeros([query_keep + doc_part_len], i32),
+    ], axis=0)
+
+    # --- Long layout: candidates.
+    cand_row = tf.cast(cand_tokens.value_rowids(), i32)  # [Tc]
+    cand_pos = tf.range(num_cand_tokens)
+    cand_last = tf.cast(
+        tf.equal(cand_pos, tf.gather(
+            tf.cast(cand_tokens.row_limits(), i32), cand_row) - 1), i32)
+
+    # Query (kept wordpieces; each is its own "sentence").
+    kept_query = query_tokens[:query_keep]
+
+    # Documents (kept sentences only, in order).
+    token_sent = tf.cast(sent_tokens.value_rowids(), i32)  # [T_all]
+    token_keep = tf.gather(keep_sent, token_sent)
+    doc_tokens = tf.boolean_mask(sent_tokens.flat_values, token_keep)  # [T]
+    doc_token_sent = tf.boolean_mask(token_sent, token_keep)
+    doc_token_sent_id = tf.gather(sent_global_index, doc_token_sent)
+    doc_token_doc = tf.gather(sent_doc, doc_token_sent)
+    doc_token_paragraph_id = tf.gather(doc_global_start, doc_token_doc)
+    num_doc_tokens = tf.size(doc_tokens, out_type=i32)
+
+    doc_linked = self._link_mentions(cand_tokens, cand_lens, doc_tokens,
+                                     doc_token_sent_id)
+
+    token_ids = tf.concat([cand_tokens.flat_values, kept_query, doc_tokens],
+                          axis=0)
+    segment_ids = tf.concat([
+        tf.fill([num_cand_tokens], CANDIDATE_TOKEN_TYPE_ID),
+        tf.fill([query_keep], QUESTION_TOKEN_TYPE_ID),
+        tf.fill([num_doc_tokens], SENTENCE_TOKEN_TYPE_ID),
+    ], axis=0)
+    long_breakpoints = tf.concat([
+        cand_last,
+        tf.cast(query_range == query_keep - 1, i32),
+        _last_of_run(doc_token_doc),
+    ], axis=0)
+    long_sentence_ids = tf.concat(
+        [cand_row, num_cands + query_range, doc_token_sent_id], axis=0)
+    long_paragraph_ids = tf.concat([
+        tf.fill([num_cand_tokens + query_keep], -1), doc_token_paragraph_id
+    ], axis=0)
+    l2g_linked_ids = tf.concat(
+        [cand_row, tf.fill([query_keep], -1), doc_linked], axis=0)
+
+    # --- Label: first candidate equal to the normalized answer.
+    answer = tf.strings.lower(tf.strings.strip(answer), encoding="utf-8")
+    answer_hits = tf.cast(tf.where(tf.equal(candidates, answer))[:, 0], i32)
+    label = tf.cond(tf.size(answer_hits) > 0, lambda: answer_hits[0],
+                    lambda: tf.constant(-1, i32))
+    label = tf.where(label < G, label, -1)
+
+    def in_global(index):
+      # Only matters on overflow, where the global side is cropped.
+      return tf.where(index < G, index, -1)
+
+    features = {
+        "token_ids": _fit(token_ids, L, PAD_ID),
+        "segment_ids": _fit(segment_ids, L, 0),
+        "long_paragraph_breakpoints": _fit(long_breakpoints, L, 0),
+        "long_paragraph_ids": _fit(in_global(long_paragraph_ids), L, -1),
+        "long_sentence_ids": _fit(in_global(long_sentence_ids), L, -1),
+        "l2g_linked_ids": _fit(in_global(l2g_linked_ids), L, -1),
+        "global_token_ids": _fit(global_token_ids, G, PAD_ID),
+        "global_segment_ids": _fit(global_segment_ids, G, 0),
+        "global_paragraph_breakpoints": _fit(global_breakpoints, G, 0),
+        "ignore_hard_g2l_mask": _fit(ignore_hard_g2l, G, 0),
+        "candidate_mask": _fit(candidate_mask, G, 0),
+        "label": label,
+        "num_candidates": num_cands,
+        "example_id": tf.reshape(example_id, []),
+        "candidates": candidates,
+    }
+    stats = {
+        "sentences_dropped": num_drop,
+        "docs_dropped": (tf.reduce_sum(tf.cast(doc_num_sents > 0, i32)) -
+                         tf.reduce_sum(tf.cast(doc_alive, i32))),
+        "doc_tokens_dropped": total_doc_tokens - tf.reduce_sum(
+            tf.boolean_mask(sent_lens, keep_sent)),
+        "query_tokens_dropped": num_query_tokens - query_keep,
+        "overflow": tf.cast(overflow, i32),
+    }
+    return features, stats
+
+  def _link_mentions(self, cand_tokens: tf.RaggedTensor, cand_lens: tf.Tensor,
+                     doc_tokens: tf.Tensor,
+                     doc_token_sent_id: tf.Tensor) -> tf.Tensor:
+    """Candidate index per document token when it is part of a mention.
+
+    A mention is an exact match of a candidate's wordpiece sequence that
+    stays within one sentence. Later candidates win overlaps (as the
+    original, which links candidates in order, overwriting).
+
+    Args:
+      cand_tokens: <int32>[C, (n_c)] candidate wordpieces.
+      cand_lens: <int32>[C] n_c.
+      doc_tokens: <int32>[T] kept document wordpieces.
+      doc_token_sent_id: <int32>[T] sentence (global index) of each.
+
+    Returns:
+      <int32>[T] candidate index or -1.
+    """
+    i32 = tf.int32
+    cand_pad = cand_tokens.to_tensor(default_value=-1)  # [C, K]
+    num_cands = tf.shape(cand_pad)[0]
+    max_len = tf.shape(cand_pad)[1]
+    num_tokens = tf.size(doc_tokens, out_type=i32)
+    offsets = tf.range(max_len)  # j
+    # A sentinel at index T ends every window that runs off the end.
+    tokens_ext = tf.concat([doc_tokens, [-2]], axis=0)
+    sent_ext = tf.concat([doc_token_sent_id, [-3]], axis=0)
+    window = tf.minimum(tf.range(num_tokens)[:, tf.newaxis] + offsets,
+                        num_tokens)  # [T, K]
+    window_tokens = tf.gather(tokens_ext, window)
+    same_sentence = tf.equal(tf.gather(sent_ext, window),
+                             doc_token_sent_id[:, tf.newaxis])  # [T, K]
+    needed = offsets[tf.newaxis, :] < cand_lens[:, tf.newaxis]  # [C, K]
+    agrees = (tf.equal(window_tokens[tf.newaxis], cand_pad[:, tf.newaxis]) &
+              same_sentence[tf.newaxis])  # [C, T, K]
+    starts = tf.reduce_all(agrees | ~needed[:, tf.newaxis], axis=-1)
+    starts &= (cand_lens > 0)[:, tf.newaxis]  # [C, T]
+    # Token p is covered by a mention starting at p - j, j < n_c.
+    starts_ext = tf.concat([tf.zeros([num_cands, max_len], tf.bool), starts],
+                           axis=1)  # [C, K + T]
+    back = tf.range(num_tokens)[:, tf.newaxis] - offsets + max_len  # [T, K]
+    covered = tf.reduce_any(
+        tf.gather(starts_ext, back, axis=1) & needed[:, tf.newaxis], axis=-1)
+    cand_index = tf.range(num_cands)[:, tf.newaxis]
+    linked = tf.reduce_max(tf.where(covered, cand_index, -1), axis=0)
+    # No candidates: reduce_max over nothing is INT_MIN.
+    return tf.maximum(linked, -1)
