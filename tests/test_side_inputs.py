@@ -507,3 +507,10 @@ def test_tf_data_multihop_and_fixed_block_static_shapes():
   assert side_spec["l2g_att_mask"].shape == (7, 3)
   assert glob_spec["global_token_ids"].shape == (3,)
   assert glob_spec["sentence_ids"].shape == (7,)
+
+
+def test_range_check_inside_tf_function_with_numpy_inputs():
+  fn = tf.function(lambda: si.make_global_local_side_inputs(
+      np.array([[0, 1, 0]]), np.array([[1, 0]]), np.array([[0, 2, 0]]), 1, 1))
+  with pytest.raises(ValueError, match="sentence_ids"):
+    fn()

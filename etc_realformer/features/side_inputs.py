@@ -133,14 +133,22 @@ def _check_binary(name: str, tensor: tf.Tensor) -> None:
 
 
 def _check_ids_in_range(name: str, ids: tf.Tensor, real: tf.Tensor,
-                        low: int, global_len: Optional[int]) -> None:
-  """Checks `low <= ids < G` at real (non-padding) tokens when all is static."""
+                        low: int, global_len: Optional[int],
+                        real_from_breakpoints: bool = False) -> None:
+  """Checks `low <= ids < G` at real (non-padding) tokens when all is static.
+
+  `real` is nonzero at real tokens, or, with `real_from_breakpoints`, holds
+  end-of-example breakpoints (real = before or at the last 1).
+  """
   if global_len is None:
     return
   values = _static_values(ids)
   real_values = _static_values(real)
   if values is None or real_values is None:
     return
+  if real_from_breakpoints:
+    # Reverse cumsum in NumPy: in graph mode the TF cumsum has no static value.
+    real_values = np.cumsum(real_values[..., ::-1], axis=-1)[..., ::-1]
   selected = values[real_values != 0]
   bad = selected[(selected < low) | (selected >= global_len)]
   if bad.size:
@@ -338,8 +346,10 @@ def make_global_local_side_inputs(
         t["long_breakpoints"])
     global_example_ids = masks.example_ids_from_breakpoints(
         t["global_breakpoints"])
-    _check_ids_in_range("sentence_ids", t["sentence_ids"], long_example_ids,
-                        0, t["global_breakpoints"].shape[1])
+    _check_ids_in_range("sentence_ids", t["sentence_ids"],
+                        t["long_breakpoints"], 0,
+                        t["global_breakpoints"].shape[1],
+                        real_from_breakpoints=True)
     result = _global_local_core(long_example_ids, global_example_ids,
                                 t["sentence_ids"], local_radius,
                                 relative_pos_max_distance,
@@ -438,8 +448,9 @@ def make_multihop_side_inputs(
     global_static_len = t["global_paragraph_breakpoints"].shape[1]
     for name in ("long_sentence_ids", "long_paragraph_ids", "l2g_linked_ids"):
       if name in t:
-        _check_ids_in_range(name, t[name], long_input_mask, -1,
-                            global_static_len)
+        _check_ids_in_range(name, t[name], t["long_paragraph_breakpoints"],
+                            -1, global_static_len,
+                            real_from_breakpoints=True)
 
     if flat_sequence:
       # No structure beyond sentences: the plain ETC pattern over the masks.
