@@ -1,0 +1,220 @@
+r"""Synthetic multi-hop WikiHop data: the project's embedded demo data set.
+
+  python -m tasks.wikihop.synthetic --output_dir=DIR \
+      [--num_train=2000 --num_dev=300 --seed=0 --hops=2]
+
+writes `DIR/train.json` and `DIR/dev.json` in the exact qangaroo format
+(one JSON array of {id, query, candidates, answer, supports}) and
+`DIR/vocab.txt`, a BERT-style uncased WordPiece vocabulary covering every
+word ([PAD]=0, [unused0..9]=1..10, [UNK], [CLS], [SEP], [MASK], punctuation,
+then words), so the WordPiece default global token ids (1, 3, 4, 5 =
+[unused0], [unused2], [unused3], [unused4]) are free special tokens.
+
+The reasoning chain. Each example has N candidates (4 or 5 countries). Every
+candidate country k is the end of its own chain of `hops` facts, one fact per
+document:
+
+  village V_k --(doc)--> city C_k --(doc)--> country K_k        (hops=2)
+  village V_k -> city C_k -> region R_k -> country K_k          (hops=3)
+
+e.g. "Tamoli is a village in the city of Berunda." / "Berunda is a city in
+the country of Kasovia." The query names ONE village, `country_of tamoli`,
+and the answer is the country at the end of that village's chain. Documents
+(one per fact, sometimes with a neutral filler sentence) are shuffled, and so
+are the candidates.
+
+Why it cannot be shortcut:
+- The query alone says nothing: names are re-drawn for every example from
+  fixed pools, and which village leads to which country is random.
+- Every candidate is mentioned exactly once in the documents, in a sentence
+  of the same template as every other candidate, and every chain has the same
+  length and shape: counting mentions, picking by sentence form, or looking
+  for the "city mentioned twice" all tie across candidates.
+- Candidate order and document order are shuffled independently, so position
+  (first candidate, candidate of the first / last document) is at chance.
+- The only asymmetry is the query village, which appears in exactly one
+  document; reaching the answer means following that village's city to the
+  one other document that mentions the city (and on, for hops=3), i.e.
+  reading two (three) documents in sequence.
+Chance accuracy is 1/N <= 0.25.
+
+Sizes fit the demo model (long 256, global 64): with 5 candidates and
+hops=2 an example has 10 short documents, ~120 wordpieces and <= 45 global
+tokens. Everything is deterministic given --seed (the name pools and the
+vocabulary do not depend on it).
+"""
+
+import json
+import os
+import random
+from typing import Dict, List, Sequence
+
+from absl import app
+from absl import flags
+
+from tasks.common import tokenization
+
+# Name pools are built from syllables with their own fixed seed, so the
+# vocabulary is the same for every data seed.
+_POOL_SEED = 1234
+_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v",
+           "z")
+_VOWELS = ("a", "e", "i", "o", "u")
+
+ENTITY_TYPES = ("village", "city", "region", "country")
+POOL_SIZES = {"village": 150, "city": 150, "region": 100, "country": 60}
+
+# Fact templates per link (head type, tail type): same shape for every chain.
+TEMPLATES = {
+    ("village", "city"): (
+        "{head} is a village in the city of {tail}.",
+        "{head} is a small village near {tail}.",
+    ),
+    ("city", "region"): (
+        "{head} is a city in the region of {tail}.",
+        "{head} lies in the region {tail}.",
+    ),
+    ("city", "country"): (
+        "{head} is a city in the country of {tail}.",
+        "{head} lies in the country {tail}.",
+    ),
+    ("region", "country"): (
+        "{head} is a region of the country {tail}.",
+        "{head} belongs to the country {tail}.",
+    ),
+}
+FILLERS = (
+    "It has an old market.",
+    "Many people visit it in summer.",
+    "The river there is wide.",
+    "It is known for its bridge.",
+)
+QUERY_RELATION = "country_of"
+SPECIAL_TOKENS = ("[PAD]",) + tuple(f"[unused{i}]" for i in range(10)) + (
+    "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+PUNCTUATION = (".", ",", "_", "'", "-")
+
+
+def _make_pools() -> Dict[str, List[str]]:
+  """Disjoint pools of pronounceable single-word names, one per type."""
+  rng = random.Random(_POOL_SEED)
+  used = set()
+  pools = {}
+  for entity_type in ENTITY_TYPES:
+    names = []
+    while len(names) < POOL_SIZES[entity_type]:
+      syllables = rng.choice((2, 3))
+      name = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS)
+                     for _ in range(syllables))
+      if name not in used:
+        used.add(name)
+        names.append(name)
+    pools[entity_type] = names
+  return pools
+
+
+POOLS = _make_pools()
+
+
+def chain_types(hops: int) -> Sequence[str]:
+  if hops == 2:
+    return ("village", "city", "country")
+  if hops == 3:
+    return ("village", "city", "region", "country")
+  raise ValueError(f"hops must be 2 or 3, got {hops}")
+
+
+def vocabulary() -> List[str]:
+  """Every wordpiece the generated text needs, BERT-style ordering."""
+  words = set()
+  for templates in TEMPLATES.values():
+    for template in templates:
+      words.update(template.format(head="", tail="").replace(".", " ")
+                   .split())
+  for filler in FILLERS:
+    words.update(filler.replace(".", " ").split())
+  words.update(QUERY_RELATION.split("_"))
+  words = {w.lower() for w in words}
+  for names in POOLS.values():
+    words.update(names)
+  return list(SPECIAL_TOKENS) + list(PUNCTUATION) + sorted(words)
+
+
+def make_example(rng: random.Random, example_id: str, hops: int = 2,
+                 num_candidates: Sequence[int] = (4, 5),
+                 filler_prob: float = 0.3) -> dict:
+  """One qangaroo-format record (see the module docstring)."""
+  types = chain_types(hops)
+  n = rng.choice(tuple(num_candidates))
+  # Distinct names per type within the example; one chain per candidate.
+  names = {t: rng.sample(POOLS[t], n) for t in types}
+  chains = [[names[t][k] for t in types] for k in range(n)]
+  supports = []
+  for chain in chains:
+    for level in range(hops):
+      head, tail = chain[level], chain[level + 1]
+      template = rng.choice(TEMPLATES[(types[level], types[level + 1])])
+      sentences = [template.format(head=head.capitalize(),
+                                   tail=tail.capitalize())]
+      if rng.random() < filler_prob:
+        filler = rng.choice(FILLERS)
+        sentences.insert(rng.randrange(2), filler)
+      supports.append(" ".join(sentences))
+  rng.shuffle(supports)
+  answer_chain = rng.randrange(n)
+  candidates = [chain[-1] for chain in chains]
+  rng.shuffle(candidates)
+  return {
+      "id": example_id,
+      "query": f"{QUERY_RELATION} {chains[answer_chain][0]}",
+      "candidates": candidates,
+      "answer": chains[answer_chain][-1],
+      "supports": supports,
+  }
+
+
+def make_split(num_examples: int, seed: int, split: str, hops: int = 2,
+               **kwargs) -> List[dict]:
+  # One generator per split, derived from the seed, so that changing
+  # --num_train does not change dev.
+  rng = random.Random(f"{seed}-{split}")
+  return [make_example(rng, f"SYN_{split}_{i}", hops=hops, **kwargs)
+          for i in range(num_examples)]
+
+
+def write_dataset(output_dir: str, num_train: int = 2000, num_dev: int = 300,
+                  seed: int = 0, hops: int = 2) -> Dict[str, str]:
+  """Writes train.json, dev.json and vocab.txt; returns their paths."""
+  os.makedirs(output_dir, exist_ok=True)
+  paths = {}
+  for split, count in (("train", num_train), ("dev", num_dev)):
+    path = os.path.join(output_dir, f"{split}.json")
+    with open(path, "w", encoding="utf-8") as f:
+      json.dump(make_split(count, seed, split, hops=hops), f)
+    paths[split] = path
+  paths["vocab"] = os.path.join(output_dir, "vocab.txt")
+  tokenization.write_vocab(paths["vocab"], vocabulary())
+  return paths
+
+
+def _define_flags():
+  """Flags only when run as a binary: importing must not define them (the
+  training binaries define flags of the same names)."""
+  flags.DEFINE_string("output_dir", None, "Where to write.")
+  flags.DEFINE_integer("num_train", 2000, "Training examples.")
+  flags.DEFINE_integer("num_dev", 300, "Dev examples.")
+  flags.DEFINE_integer("seed", 0, "Random seed.")
+  flags.DEFINE_integer("hops", 2, "Facts per chain (2 or 3).")
+  flags.mark_flags_as_required(["output_dir"])
+
+
+def main(argv):
+  del argv
+  f = flags.FLAGS
+  paths = write_dataset(f.output_dir, f.num_train, f.num_dev, f.seed, f.hops)
+  print(json.dumps(paths, indent=2))
+
+
+if __name__ == "__main__":
+  _define_flags()
+  app.run(main)
