@@ -10,7 +10,6 @@ import tensorflow as tf
 
 from etc_realformer.config import EtcConfig
 from etc_realformer.features import side_inputs as si
-from tests.conftest import GOLDEN_DIR
 
 KEYS = si.SIDE_INPUT_KEYS
 
@@ -28,9 +27,10 @@ def _assert_equal(actual, expected):
     np.testing.assert_array_equal(actual[key], value, err_msg=key)
 
 
-@pytest.fixture(scope="module")
-def golden():
-  with np.load(GOLDEN_DIR / "reference.npz") as data:
+@pytest.fixture
+def golden(golden_dir):
+  # `golden_dir` comes from tests/conftest.py (the vector under tests/data).
+  with np.load(golden_dir / "reference.npz") as data:
     return {k: data[k] for k in data.files}
 
 
