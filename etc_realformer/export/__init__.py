@@ -1,0 +1,1 @@
+"""SavedModel export (TF Serving layout). See README.md for serving notes."""

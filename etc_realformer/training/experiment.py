@@ -1,0 +1,263 @@
+"""Runs one mode (train, eval, train_and_eval, predict, export) of a task.
+
+Task-agnostic: everything task-specific comes from the `tasks.base.Task`
+object. Everything tunable is gin (`TrainerConfig`, `build_optimizer`,
+`build_strategy`, `set_precision`, the task class and `etc_config`).
+"""
+
+import dataclasses
+import json
+import os
+import tempfile
+from typing import Any, Dict, Optional
+
+from absl import logging
+import gin
+import orbit
+import tensorflow as tf
+import tf_keras
+
+from etc_realformer.training import checkpointing
+from etc_realformer.training import distribution
+from etc_realformer.training import optimization
+from etc_realformer.training import trainer as trainer_lib
+
+MODES = ("train", "eval", "train_and_eval", "predict", "export")
+
+
+@gin.configurable
+@dataclasses.dataclass
+class TrainerConfig:
+  """Loop settings.
+
+  Attributes:
+    train_steps: optimizer steps in total (a resumed run stops there too).
+    train_batch_size: global batch per optimizer step (over all replicas and
+      accumulation steps).
+    eval_batch_size: global eval/predict batch.
+    grad_accum_steps: micro-batches per optimizer step (each of
+      train_batch_size / grad_accum_steps examples).
+    steps_per_loop: steps per host loop (one progress line per loop).
+    checkpoint_interval: save every N steps (a killed run loses at most the
+      steps since the last save).
+    max_checkpoints_to_keep: K, older checkpoints are deleted.
+    summary_interval: TensorBoard summary every N steps (a multiple of
+      steps_per_loop); None = every loop.
+    eval_steps: eval batches per evaluation; -1 = the whole eval set.
+    eval_interval: in train_and_eval, evaluate every N steps.
+    init_checkpoint: a released ETC checkpoint (directory or prefix), or a
+      TF2 checkpoint of an encoder or of a task model; used only when the
+      model_dir holds no checkpoint yet.
+    jit_compile: XLA-compile the forward/backward pass.
+  """
+  train_steps: int = 1000
+  train_batch_size: int = 32
+  eval_batch_size: int = 32
+  grad_accum_steps: int = 1
+  steps_per_loop: int = 100
+  checkpoint_interval: int = 1000
+  max_checkpoints_to_keep: int = 5
+  summary_interval: Optional[int] = None
+  eval_steps: int = -1
+  eval_interval: int = 1000
+  init_checkpoint: Optional[str] = None
+  jit_compile: bool = False
+
+
+def _is_chief(strategy: tf.distribute.Strategy) -> bool:
+  resolver = getattr(strategy, "cluster_resolver", None)
+  if resolver is None or not resolver.cluster_spec().as_dict():
+    return True
+  task_type, task_id = resolver.task_type, resolver.task_id
+  return task_type in (None, "chief") or (
+      task_type == "worker" and task_id == 0 and
+      "chief" not in resolver.cluster_spec().as_dict())
+
+
+def _write_dir(model_dir: str, strategy: tf.distribute.Strategy) -> str:
+  """Where this worker writes: model_dir on the chief, a scratch dir else.
+
+  Under MultiWorkerMirroredStrategy every worker must take part in saving (the
+  save is collective) but only the chief's files are kept.
+  """
+  if _is_chief(strategy):
+    return model_dir
+  task_id = strategy.cluster_resolver.task_id
+  return os.path.join(tempfile.gettempdir(),
+                      f"etc_worker_{os.getpid()}_{task_id}")
+
+
+def _save_operative_config(model_dir: str, mode: str) -> None:
+  name = ("operative_config.gin" if mode in ("train", "train_and_eval")
+          else f"operative_config_{mode}.gin")
+  tf.io.gfile.makedirs(model_dir)
+  with tf.io.gfile.GFile(os.path.join(model_dir, name), "w") as f:
+    f.write(gin.operative_config_str())
+
+
+def _distributed(strategy, task, mode: str, global_batch_size: int):
+  return strategy.distribute_datasets_from_function(
+      lambda ctx: task.build_inputs(mode, global_batch_size, ctx))
+
+
+def _to_python(results: Dict[str, Any]) -> Dict[str, float]:
+  return {k: float(orbit.utils.get_value(v)) for k, v in results.items()}
+
+
+def build_model(task, strategy: tf.distribute.Strategy) -> tf_keras.Model:
+  """Builds the task model under the strategy and creates its variables."""
+  with strategy.scope():
+    model = task.build_model()
+    model(task.dummy_features(), training=False)
+  return model
+
+
+def restore_for_inference(model: tf_keras.Model, model_dir: str,
+                          checkpoint: Optional[str] = None) -> str:
+  """Restores model weights (not the optimizer) from a training checkpoint."""
+  path = checkpoint or tf.train.latest_checkpoint(model_dir)
+  if not path:
+    raise FileNotFoundError(f"no checkpoint in {model_dir}; train first or "
+                            "pass --checkpoint")
+  if tf.io.gfile.isdir(path):
+    path = checkpointing.resolve_checkpoint_path(path)
+  status = tf.train.Checkpoint(model=model).restore(path)
+  status.expect_partial().assert_existing_objects_matched()
+  logging.info("Restored model weights from %s", path)
+  return path
+
+
+@gin.configurable(denylist=["task", "mode", "model_dir"])
+def run_experiment(task, mode: str, model_dir: str,
+                   export_dir: Optional[str] = None,
+                   checkpoint: Optional[str] = None,
+                   predictions_dir: Optional[str] = None,
+                   config: Optional[TrainerConfig] = None) -> Dict[str, Any]:
+  """Runs `mode`; returns a summary dict (metrics, paths).
+
+  Args:
+    task: a `tasks.base.Task`.
+    mode: one of MODES.
+    model_dir: checkpoints, summaries, operative config.
+    export_dir: base of the versioned SavedModels (default model_dir/export).
+    checkpoint: eval/predict/export from this checkpoint instead of the latest.
+    predictions_dir: where predict writes (default model_dir/predictions).
+    config: loop settings (default: `TrainerConfig()` from gin).
+  """
+  if mode not in MODES:
+    raise ValueError(f"mode {mode!r} is not one of {MODES}")
+  config = config or TrainerConfig()
+  precision = distribution.set_precision()
+  strategy = distribution.build_strategy()
+  logging.info("Strategy %s with %d replicas, precision %s",
+               type(strategy).__name__, strategy.num_replicas_in_sync,
+               precision or "float32")
+  model = build_model(task, strategy)
+
+  if mode in ("train", "train_and_eval"):
+    return _train(task, model, strategy, mode, model_dir, config, precision)
+
+  _save_operative_config(model_dir, mode)
+  restored = restore_for_inference(model, model_dir, checkpoint)
+  if mode == "eval":
+    evaluator = trainer_lib.EtcEvaluator(
+        task, model, strategy,
+        _distributed(strategy, task, "eval", config.eval_batch_size))
+    results = _to_python(evaluator.evaluate(
+        tf.constant(config.eval_steps, tf.int32)))
+    logging.info("eval | %s", results)
+    print(f"eval | {json.dumps(results, sort_keys=True)}", flush=True)
+    if _is_chief(strategy):
+      with tf.io.gfile.GFile(os.path.join(model_dir, "eval_results.json"),
+                             "w") as f:
+        json.dump({"checkpoint": restored, **results}, f, indent=2)
+    return results
+  if mode == "predict":
+    predictions = trainer_lib.predict(
+        task, model, strategy,
+        _distributed(strategy, task, "predict", config.eval_batch_size))
+    out_dir = predictions_dir or os.path.join(model_dir, "predictions")
+    tf.io.gfile.makedirs(out_dir)
+    path = task.write_predictions(predictions, out_dir)
+    logging.info("Predictions written to %s", path)
+    print(f"predictions | {path}", flush=True)
+    return {"predictions_file": path}
+  # export
+  from etc_realformer.export import saved_model  # pylint: disable=g-import-not-at-top
+  path = saved_model.export_task_model(
+      task, model, export_dir or os.path.join(model_dir, "export"))
+  print(f"export | {path}", flush=True)
+  return {"export_path": path}
+
+
+def _train(task, model, strategy, mode, model_dir, config: TrainerConfig,
+           precision: Optional[str]) -> Dict[str, Any]:
+  if config.train_batch_size % (config.grad_accum_steps *
+                                strategy.num_replicas_in_sync):
+    raise ValueError(
+        f"train_batch_size {config.train_batch_size} must be divisible by "
+        f"grad_accum_steps x replicas = {config.grad_accum_steps} x "
+        f"{strategy.num_replicas_in_sync}")
+  micro_batch = config.train_batch_size // config.grad_accum_steps
+  with strategy.scope():
+    optimizer = optimization.build_optimizer(train_steps=config.train_steps)
+    if precision == "float16":
+      optimizer = tf_keras.mixed_precision.LossScaleOptimizer(optimizer)
+    # Create the optimizer slots now so that checkpoint restores fill them
+    # immediately instead of deferring.
+    if hasattr(optimizer, "_create_all_weights"):
+      optimizer._create_all_weights(model.trainable_variables)  # pylint: disable=protected-access
+  global_step = optimizer.iterations
+  write_dir = _write_dir(model_dir, strategy)
+  checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+
+  def init_fn():
+    latest = tf.train.latest_checkpoint(model_dir)
+    if latest and write_dir != model_dir:  # non-chief worker resuming
+      checkpoint.restore(latest).assert_existing_objects_matched()
+    elif config.init_checkpoint:
+      checkpointing.initialize_encoder(model.encoder, config.init_checkpoint)
+
+  manager = tf.train.CheckpointManager(
+      checkpoint, directory=write_dir,
+      max_to_keep=config.max_checkpoints_to_keep, step_counter=global_step,
+      checkpoint_interval=config.checkpoint_interval, init_fn=init_fn)
+  train_ds = _distributed(strategy, task, "train", micro_batch)
+  trainer = trainer_lib.EtcTrainer(task, model, optimizer, strategy, train_ds,
+                                   grad_accum_steps=config.grad_accum_steps,
+                                   jit_compile=config.jit_compile)
+  evaluator = None
+  if mode == "train_and_eval":
+    evaluator = trainer_lib.EtcEvaluator(
+        task, model, strategy,
+        _distributed(strategy, task, "eval", config.eval_batch_size))
+  summary_root = write_dir
+  controller = orbit.Controller(
+      strategy=strategy, trainer=trainer, evaluator=evaluator,
+      global_step=global_step, steps_per_loop=config.steps_per_loop,
+      checkpoint_manager=manager,
+      summary_interval=config.summary_interval,
+      summary_dir=os.path.join(summary_root, "summaries", "train"),
+      eval_summary_dir=os.path.join(summary_root, "summaries", "eval"),
+      train_actions=[trainer_lib.ProgressAction(global_step,
+                                                config.train_steps)])
+  if _is_chief(strategy):
+    _save_operative_config(model_dir, mode)
+  results: Dict[str, Any] = {}
+  if mode == "train":
+    controller.train(steps=config.train_steps)
+  else:
+    output = controller.train_and_evaluate(
+        train_steps=config.train_steps, eval_steps=config.eval_steps,
+        eval_interval=config.eval_interval)
+    if output is None:  # resumed at train_steps: nothing trained, evaluate
+      output = controller.evaluate(steps=config.eval_steps)
+    results = _to_python(output)
+    if _is_chief(strategy):
+      with tf.io.gfile.GFile(os.path.join(model_dir, "eval_results.json"),
+                             "w") as f:
+        json.dump({"step": int(global_step.numpy()), **results}, f, indent=2)
+  if write_dir != model_dir:
+    tf.io.gfile.rmtree(write_dir)
+  results["global_step"] = int(global_step.numpy())
+  return results

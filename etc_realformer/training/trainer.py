@@ -1,0 +1,190 @@
+"""The train/eval/predict steps, on top of orbit.
+
+Why orbit: `orbit.Controller` already gives what the runner needs around the
+steps -- restoring the latest checkpoint on start (so a killed run resumes
+with the same command), saving every N steps through a
+`tf.train.CheckpointManager`, the steps/s timer, TensorBoard summaries of
+whatever the loops return, and train-and-evaluate interleaving. What it lacks
+is written here: the replica step (gradient accumulation, loss scaling for
+float16, optional XLA), the progress line with an ETA (an orbit train
+action), and a predict loop that gathers per-example outputs.
+"""
+
+import time
+from typing import Any, Dict, List, Optional
+
+from absl import logging
+import numpy as np
+import orbit
+import tensorflow as tf
+import tf_keras
+
+from etc_realformer.training import optimization
+
+
+def _is_loss_scale_optimizer(optimizer) -> bool:
+  return isinstance(optimizer, tf_keras.mixed_precision.LossScaleOptimizer)
+
+
+class EtcTrainer(orbit.StandardTrainer):
+  """One optimizer step per `train_step`, over `grad_accum_steps` batches.
+
+  The task supplies `per_example_loss(features, outputs)` (float32 [B]); the
+  step loss is its sum divided by the global batch (all replicas, all
+  accumulated micro-batches), so the gradient is the same whatever the number
+  of replicas or accumulation steps for the same global batch.
+  """
+
+  def __init__(self, task, model: tf_keras.Model,
+               optimizer: tf_keras.optimizers.legacy.Optimizer,
+               strategy: tf.distribute.Strategy,
+               train_dataset, grad_accum_steps: int = 1,
+               jit_compile: bool = False):
+    if grad_accum_steps < 1:
+      raise ValueError(f"grad_accum_steps must be >= 1, got "
+                       f"{grad_accum_steps}")
+    self.task = task
+    self.model = model
+    self.optimizer = optimizer
+    self.strategy = strategy
+    self.grad_accum_steps = grad_accum_steps
+    with strategy.scope():
+      self.train_loss = tf_keras.metrics.Mean("loss", dtype=tf.float32)
+    # XLA compiles the forward/backward computation only: the optimizer
+    # update contains cross-replica merge calls, which XLA cannot hold.
+    self._compute = tf.function(self._compute_gradients,
+                                jit_compile=jit_compile)
+    super().__init__(
+        train_dataset,
+        options=orbit.StandardTrainerOptions(use_tf_while_loop=True))
+
+  def _compute_gradients(self, features):
+    with tf.GradientTape() as tape:
+      outputs = self.model(features, training=True)
+      per_example = tf.cast(
+          self.task.per_example_loss(features, outputs), tf.float32)
+      # Averages over the global batch (all replicas) of this micro-batch.
+      loss = tf.nn.compute_average_loss(per_example) / self.grad_accum_steps
+      scaled = (self.optimizer.get_scaled_loss(loss)
+                if _is_loss_scale_optimizer(self.optimizer) else loss)
+    variables = self.model.trainable_variables
+    grads = tape.gradient(scaled, variables)
+    if _is_loss_scale_optimizer(self.optimizer):
+      grads = self.optimizer.get_unscaled_gradients(grads)
+    return per_example, grads
+
+  def _replica_step(self, batches):
+    variables = self.model.trainable_variables
+    total = None
+    for features in batches:
+      per_example, grads = self._compute(features)
+      grads = [tf.convert_to_tensor(g) if g is not None else None
+               for g in grads]
+      if total is None:
+        total = grads
+      else:
+        total = [a + b if b is not None else a for a, b in zip(total, grads)]
+      self.train_loss.update_state(per_example)
+    self.optimizer.apply_gradients(
+        [(g, v) for g, v in zip(total, variables) if g is not None])
+
+  def train_loop_begin(self):
+    self.train_loss.reset_states()
+
+  def train_step(self, iterator):
+    batches = [next(iterator) for _ in range(self.grad_accum_steps)]
+    self.strategy.run(self._replica_step, args=(batches,))
+
+  def train_loop_end(self) -> Dict[str, tf.Tensor]:
+    return {"loss": self.train_loss.result(),
+            "learning_rate": optimization.current_learning_rate(
+                self.optimizer)}
+
+
+class EtcEvaluator(orbit.StandardEvaluator):
+  """Mean loss and the task's metrics over the eval set."""
+
+  def __init__(self, task, model: tf_keras.Model,
+               strategy: tf.distribute.Strategy, eval_dataset):
+    self.task = task
+    self.model = model
+    self.strategy = strategy
+    with strategy.scope():
+      self.eval_loss = tf_keras.metrics.Mean("loss", dtype=tf.float32)
+      self.metrics = task.build_metrics()
+    super().__init__(
+        eval_dataset,
+        options=orbit.StandardEvaluatorOptions(use_tf_while_loop=False))
+
+  def eval_begin(self):
+    self.eval_loss.reset_states()
+    for m in self.metrics:
+      m.reset_states()
+
+  def eval_step(self, iterator):
+    def step(features):
+      outputs = self.model(features, training=False)
+      self.eval_loss.update_state(
+          tf.cast(self.task.per_example_loss(features, outputs), tf.float32))
+      self.task.update_metrics(self.metrics, features, outputs)
+    self.strategy.run(step, args=(next(iterator),))
+
+  def eval_end(self) -> Dict[str, tf.Tensor]:
+    results = {"loss": self.eval_loss.result()}
+    for m in self.metrics:
+      results[m.name] = m.result()
+    return results
+
+
+class ProgressAction:
+  """orbit train action: one line with step, loss, steps/s and ETA."""
+
+  def __init__(self, global_step: tf.Variable, total_steps: int):
+    self.global_step = global_step
+    self.total_steps = total_steps
+    self._last_step = None
+    self._last_time = None
+
+  def __call__(self, output: Dict[str, Any]) -> None:
+    step = int(self.global_step.numpy())
+    now = time.time()
+    if self._last_step is None or step <= self._last_step:
+      rate = float("nan")
+    else:
+      rate = (step - self._last_step) / max(now - self._last_time, 1e-9)
+    self._last_step, self._last_time = step, now
+    remaining = max(self.total_steps - step, 0)
+    if rate == rate and rate > 0:  # not NaN
+      eta = time.strftime("%H:%M:%S", time.gmtime(remaining / rate))
+    else:
+      eta = "?"
+    loss = float(np.asarray(orbit.utils.get_value(output.get("loss", np.nan))))
+    line = (f"progress | step {step}/{self.total_steps} | loss {loss:.4f} | "
+            f"{rate:.2f} steps/s | ETA {eta}")
+    logging.info(line)
+    print(line, flush=True)
+
+
+def predict(task, model: tf_keras.Model, strategy: tf.distribute.Strategy,
+            dataset) -> Dict[str, np.ndarray]:
+  """Runs the model over a (distributed) dataset; per-example outputs.
+
+  Returns:
+    name -> NumPy array concatenated over all examples (and replicas) of
+    `task.prediction_outputs`.
+  """
+  @tf.function
+  def step(features):
+    def replica_fn(f):
+      return task.prediction_outputs(f, model(f, training=False))
+    return strategy.run(replica_fn, args=(features,))
+
+  gathered: Dict[str, List[np.ndarray]] = {}
+  for features in dataset:
+    outputs = step(features)
+    for name, value in outputs.items():
+      for local in strategy.experimental_local_results(value):
+        gathered.setdefault(name, []).append(local.numpy())
+  if not gathered:
+    raise ValueError("the predict input is empty")
+  return {k: np.concatenate(v, axis=0) for k, v in gathered.items()}
