@@ -1,0 +1,99 @@
+"""TFDS builder for WikiHop (qangaroo v1.1), from manually downloaded files.
+
+  import tensorflow_datasets as tfds
+  from tasks.wikihop import tfds_builder  # registers "wiki_hop"
+  ds = tfds.load("wiki_hop", split="validation",
+                 download_and_prepare_kwargs=dict(
+                     download_config=tfds.download.DownloadConfig(
+                         manual_dir="/path/to/qangaroo_v1.1/wikihop")))
+
+Yields the raw records (id, query, candidates, answer, supports) with
+candidates and answer normalized (`strip().lower()`); featurize them with
+`features.WikiHopFeaturizer.featurize_tf`. Bad records are skipped and
+logged, as in `preprocess.py`.
+"""
+
+import os
+
+from absl import logging
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from tasks.common import records
+from tasks.wikihop import data
+
+_DESCRIPTION = """\
+WikiHop (QAngaroo, Welbl et al. 2018): multi-hop reading comprehension. Each
+example has a query "relation subject", a set of candidate answers and a set
+of support documents; the answer needs facts from several documents.
+"""
+
+_CITATION = """\
+@article{welbl2018constructing,
+  title={Constructing Datasets for Multi-hop Reading Comprehension Across
+         Documents},
+  author={Welbl, Johannes and Stenetorp, Pontus and Riedel, Sebastian},
+  journal={Transactions of the Association for Computational Linguistics},
+  volume={6}, pages={287--302}, year={2018}
+}
+"""
+
+# Where the files may sit inside manual_dir (the release zip unpacks to
+# qangaroo_v1.1/wikihop/).
+_SUBDIRS = ("", "wikihop", os.path.join("qangaroo_v1.1", "wikihop"))
+_SPLIT_FILES = {"train": "train.json", "validation": "dev.json"}
+
+
+def _find(manual_dir: str, filename: str) -> str:
+  for subdir in _SUBDIRS:
+    path = os.path.join(manual_dir, subdir, filename)
+    if tf.io.gfile.exists(path):
+      return path
+  raise records.InputFileError(
+      f"{filename} not found in manual_dir {manual_dir} (looked in "
+      f"{[os.path.join(manual_dir, s) for s in _SUBDIRS]}). "
+      f"{WikiHop.MANUAL_DOWNLOAD_INSTRUCTIONS}")
+
+
+class WikiHop(tfds.core.GeneratorBasedBuilder):
+  """WikiHop from the released qangaroo json files."""
+
+  VERSION = tfds.core.Version("1.1.0")
+  RELEASE_NOTES = {"1.1.0": "qangaroo v1.1 WikiHop train/dev."}
+  MANUAL_DOWNLOAD_INSTRUCTIONS = """\
+Download qangaroo_v1.1.zip from http://qangaroo.cs.ucl.ac.uk/ (the dataset
+terms require a manual download), unzip it, and pass as manual_dir the folder
+holding wikihop/train.json and wikihop/dev.json (or the wikihop/ folder, or
+one holding the two files directly).
+"""
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    text = tfds.features.Text()
+    return self.dataset_info_from_configs(
+        description=_DESCRIPTION,
+        features=tfds.features.FeaturesDict({
+            "id": text,
+            "query": text,
+            "candidates": tfds.features.Sequence(text),
+            "answer": text,
+            "supports": tfds.features.Sequence(text),
+        }),
+        supervised_keys=None,
+        homepage="http://qangaroo.cs.ucl.ac.uk/",
+        citation=_CITATION,
+    )
+
+  def _split_generators(self, dl_manager: tfds.download.DownloadManager):
+    manual_dir = os.fspath(dl_manager.manual_dir)
+    return {
+        split: self._generate_examples(_find(manual_dir, filename))
+        for split, filename in _SPLIT_FILES.items()
+    }
+
+  def _generate_examples(self, path: str):
+    stats = records.RecordStats(input_file=path, strict=False)
+    for record in data.read_records(path, stats=stats):
+      yield record.id, record.to_json()
+    if stats.num_skipped:
+      logging.warning("%s: skipped %d bad records %s", path,
+                      stats.num_skipped, dict(stats.skipped))
