@@ -146,3 +146,31 @@ def _sharing_hint(names: List[str]) -> str:
     return ""
   return ("the sharing/size options that decide these names: " +
           ", ".join(hints) + " (check the checkpoint's etc_config.json)")
+
+
+def save_official_checkpoint(model, prefix: str,
+                             root: str = "etc_document_bert") -> str:
+  """Writes the encoder as a name-based checkpoint in the released layout.
+
+  The file reads back with `load_official_checkpoint` here and with
+  `tf.compat.v1.train.Saver` / the original ETC code. Useful to hand a
+  fine-tuned encoder to TF1 tooling, and to test loading for every option.
+
+  Args:
+    model: an `EtcModel`.
+    prefix: output checkpoint prefix, e.g. `.../model.ckpt`.
+    root: top-level scope name.
+
+  Returns:
+    `prefix`.
+  """
+  variables = {f"{root}/" + name.split("/", 1)[1]: var
+               for name, var in model.official_variables().items()}
+  names = sorted(variables)
+  tf.io.gfile.makedirs(os.path.dirname(prefix) or ".")
+  # SaveV2 is exactly what `tf.compat.v1.train.Saver` runs underneath; it
+  # works eagerly, where the v1 Saver does not.
+  tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names,
+                    shape_and_slices=[""] * len(names),
+                    tensors=[tf.convert_to_tensor(variables[n]) for n in names])
+  return prefix
