@@ -1,0 +1,83 @@
+"""Mixed precision (bfloat16, float16) and XLA compilation of the encoder."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+from encoder_testing import (max_abs_diff, random_features,
+                             randomize_relative_bias, tiny_config)
+from etc_realformer import EtcModel
+
+
+@pytest.fixture(scope="module")
+def float32_model():
+  config = tiny_config(num_hidden_layers=2, residual_attention=True)
+  model = EtcModel(config)
+  model.build()
+  randomize_relative_bias(model)
+  return config, model
+
+
+@pytest.mark.parametrize("policy,tolerance", [("mixed_bfloat16", 0.15),
+                                              ("mixed_float16", 0.02)])
+@pytest.mark.parametrize("impl", ["full", "sparse"])
+def test_mixed_precision_finite_and_close(float32_model, policy, tolerance,
+                                          impl):
+  config, reference = float32_model
+  # Fully masked rows included (random_features makes some).
+  feats = random_features(config, batch=2, long_len=13, global_len=5, seed=8)
+  expected = reference(feats, att_implementation=impl)
+  tf_keras.mixed_precision.set_global_policy(policy)
+  try:
+    model = EtcModel(config)
+    model.build()
+  finally:
+    tf_keras.mixed_precision.set_global_policy("float32")
+  targets = model.official_variables()
+  for name, var in reference.official_variables().items():
+    targets[name].assign(var)
+  long_out, global_out, probs = model(feats, att_implementation=impl,
+                                      return_attention_probs=True)
+  assert long_out.dtype == tf.as_dtype(policy.split("_")[1])
+  for out, exp in zip((long_out, global_out), expected):
+    out = tf.cast(out, tf.float32).numpy()
+    assert np.isfinite(out).all()
+    assert max_abs_diff(out, exp) < tolerance
+  for layer in probs:
+    for p in layer.values():
+      assert np.isfinite(p.numpy()).all()
+
+
+@pytest.mark.parametrize("impl", ["full", "sparse"])
+def test_xla_matches_eager(float32_model, impl):
+  config, model = float32_model
+  feats = random_features(config, batch=2, long_len=16, global_len=4, seed=6)
+  compiled = tf.function(
+      lambda f: model(f, att_implementation=impl), jit_compile=True)
+  xla = compiled({k: tf.constant(v) for k, v in feats.items()})
+  eager = model(feats, att_implementation=impl)
+  for a, b in zip(xla, eager):
+    assert max_abs_diff(a, b) < 1e-5
+
+
+def test_xla_training_step_with_dropout_and_checkpointing():
+  config = tiny_config(hidden_dropout_prob=0.1,
+                       attention_probs_dropout_prob=0.1,
+                       residual_attention=True, grad_checkpointing_period=1)
+  model = EtcModel(config)
+  model.build()
+  feats = {k: tf.constant(v) for k, v in random_features(
+      config, batch=1, long_len=12, global_len=3).items()}
+
+  @tf.function(jit_compile=True)
+  def step(f):
+    with tf.GradientTape() as tape:
+      long_out, global_out = model(f, training=True, att_implementation="sparse")
+      loss = tf.reduce_mean(long_out[..., 0]) + tf.reduce_mean(global_out)
+    return loss, tape.gradient(loss, model.trainable_variables)
+
+  loss, grads = step(feats)
+  assert np.isfinite(loss.numpy())
+  assert all(np.isfinite(tf.convert_to_tensor(g).numpy()).all()
+             for g in grads)
