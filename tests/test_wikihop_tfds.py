@@ -1,0 +1,45 @@
+"""Tests for the WikiHop TFDS builder on small files in the real format."""
+
+import json
+
+import pytest
+import tensorflow_datasets as tfds
+
+from tasks.common import records
+from tasks.wikihop import tfds_builder
+
+
+def _record(i, split):
+  return dict(id=f"WH_{split}_{i}", query=f"country_of x{i}",
+              candidates=["Aland ", "bora"], answer="bora",
+              supports=[f"X{i} is in Bora.", "Aland is big."])
+
+
+def test_builder_reads_manual_dir(tmp_path):
+  manual = tmp_path / "qangaroo_v1.1" / "wikihop"
+  manual.mkdir(parents=True)
+  (manual / "train.json").write_text(json.dumps(
+      [_record(i, "train") for i in range(3)] + [{"id": "broken"}]))
+  (manual / "dev.json").write_text(json.dumps([_record(0, "dev")]))
+  builder = tfds_builder.WikiHop(data_dir=str(tmp_path / "data"))
+  builder.download_and_prepare(
+      download_config=tfds.download.DownloadConfig(manual_dir=str(tmp_path)))
+  assert builder.info.splits["train"].num_examples == 3
+  assert builder.info.splits["validation"].num_examples == 1
+  dev = list(tfds.as_numpy(builder.as_dataset(split="validation")))
+  assert dev[0]["id"] == b"WH_dev_0"
+  assert dev[0]["query"] == b"country_of x0"
+  assert dev[0]["candidates"].tolist() == [b"aland", b"bora"]
+  assert dev[0]["answer"] == b"bora"
+  assert dev[0]["supports"].tolist() == [b"X0 is in Bora.", b"Aland is big."]
+  train_ids = sorted(r["id"] for r in tfds.as_numpy(
+      builder.as_dataset(split="train")))
+  assert train_ids == [b"WH_train_0", b"WH_train_1", b"WH_train_2"]
+
+
+def test_builder_names_missing_files(tmp_path):
+  builder = tfds_builder.WikiHop(data_dir=str(tmp_path / "data"))
+  with pytest.raises(Exception, match="train.json not found"):
+    builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
+        manual_dir=str(tmp_path)))
+  assert issubclass(records.InputFileError, ValueError)
