@@ -1,7 +1,7 @@
 """Optimizers and learning-rate schedules, built with Model Garden.
 
 `official.modeling.optimization.OptimizerFactory` already provides AdamW
-(`legacy_adamw.AdamWeightDecay`, which clips by global norm itself), LAMB, the
+(`legacy_adamw.AdamWeightDecay`), LAMB, the
 polynomial (power 1 = linear) decay and the linear warmup, so this module only
 fills the ETC fine-tuning defaults into an `OptimizationConfig`.
 """
@@ -20,7 +20,8 @@ from official.modeling.optimization.configs import optimization_config
 # `.../gamma` and `.../beta` (the layer's own name may not be in the variable
 # name), hence the last two.
 NO_DECAY_PATTERNS: List[str] = ["LayerNorm", "layer_norm", "bias",
-                                r"/gamma:", r"/beta:"]
+                                r"(^|/)gamma(:\d+)?$",
+                                r"(^|/)beta(:\d+)?$"]
 
 OPTIMIZER_TYPES = ("adamw", "lamb")
 
@@ -67,15 +68,19 @@ def build_optimizer(
   common = dict(beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
                 weight_decay_rate=weight_decay_rate,
                 exclude_from_weight_decay=NO_DECAY_PATTERNS)
+  # Clipping with Keras' `global_clipnorm`, which runs after the
+  # cross-replica gradient aggregation, so N replicas clip the same gradient
+  # as one device would. (AdamWeightDecay's own `gradient_clip_norm` clips
+  # each replica's partial gradient before aggregation: off.)
+  clip = {"global_clipnorm": clip_norm if clip_norm > 0 else None}
   if optimizer_type == "adamw":
-    # AdamWeightDecay clips by global norm inside apply_gradients.
     opt = {"type": "adamw",
-           "adamw": dict(common, gradient_clip_norm=clip_norm)}
+           "adamw": dict(common, gradient_clip_norm=0.0, **clip)}
   else:
     opt = {"type": "lamb",
            "lamb": dict(common,
                         exclude_from_layer_adaptation=NO_DECAY_PATTERNS,
-                        global_clipnorm=clip_norm if clip_norm > 0 else None)}
+                        **clip)}
   params = {
       "optimizer": opt,
       "learning_rate": {

@@ -1,0 +1,79 @@
+"""init_checkpoint: released TF1 checkpoints, TF2 encoder / task-model ones."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from etc_realformer import EtcConfig, EtcModel
+from etc_realformer.training import checkpointing
+
+INPUT_KEYS = ("token_ids", "segment_ids", "global_token_ids",
+              "global_segment_ids", "l2l_att_mask", "l2l_relative_att_ids",
+              "g2g_att_mask", "g2g_relative_att_ids", "l2g_att_mask",
+              "l2g_relative_att_ids", "g2l_att_mask", "g2l_relative_att_ids")
+
+
+def _golden(golden_dir):
+  config = EtcConfig.from_json_file(str(golden_dir / "etc_config.json"))
+  ref = np.load(golden_dir / "reference.npz")
+  features = {k: tf.constant(ref[k]) for k in INPUT_KEYS}
+  return config, ref, features
+
+
+def _weights(layer):
+  return [v.numpy() for v in layer.weights]
+
+
+def test_released_checkpoint_directory_reproduces_golden(golden_dir):
+  config, ref, features = _golden(golden_dir)
+  encoder = EtcModel(config)
+  encoder(features, training=False)
+  # A released download: a directory with model.ckpt.* and no state file.
+  kind = checkpointing.initialize_encoder(encoder, str(golden_dir))
+  assert kind == checkpointing.CheckpointKind.OFFICIAL_TF1
+  long_output, global_output = encoder(features, training=False)
+  np.testing.assert_allclose(long_output.numpy(), ref["long_output"],
+                             atol=2e-5)
+  np.testing.assert_allclose(global_output.numpy(), ref["global_output"],
+                             atol=2e-5)
+
+
+def test_tf2_encoder_and_task_model_checkpoints(golden_dir, tmp_path):
+  config, _, features = _golden(golden_dir)
+  source = EtcModel(config)
+  source(features, training=False)
+
+  # A bare-encoder checkpoint (e.g. from a converter).
+  prefix = tf.train.Checkpoint(encoder=source).save(str(tmp_path / "enc/c"))
+  target = EtcModel(config)
+  target(features, training=False)
+  assert checkpointing.initialize_encoder(target, prefix) == (
+      checkpointing.CheckpointKind.TF2_ENCODER)
+  for a, b in zip(_weights(source), _weights(target)):
+    np.testing.assert_array_equal(a, b)
+
+  # A task-model checkpoint written by the trainer (model/encoder/...),
+  # given as its directory; the head and optimizer in it are skipped.
+  head = tf.Variable([1.0, 2.0])
+  model = tf.train.Checkpoint(encoder=source, head=head)
+  manager = tf.train.CheckpointManager(
+      tf.train.Checkpoint(model=model, step=tf.Variable(3)),
+      str(tmp_path / "task"), max_to_keep=1)
+  manager.save()
+  target = EtcModel(config)
+  target(features, training=False)
+  assert checkpointing.initialize_encoder(target, str(tmp_path / "task")) == (
+      checkpointing.CheckpointKind.TF2_TASK_MODEL)
+  for a, b in zip(_weights(source), _weights(target)):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_bad_checkpoints(tmp_path):
+  with pytest.raises(FileNotFoundError):
+    checkpointing.resolve_checkpoint_path(str(tmp_path))
+  with pytest.raises(FileNotFoundError):
+    checkpointing.resolve_checkpoint_path(str(tmp_path / "missing"))
+  prefix = tf.train.Checkpoint(other=tf.Variable(1.0)).save(
+      str(tmp_path / "x"))
+  with pytest.raises(ValueError, match="not a recognised checkpoint"):
+    checkpointing.checkpoint_kind(prefix)

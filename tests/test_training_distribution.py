@@ -1,0 +1,119 @@
+"""Same numbers on one device, on a 2-replica mirror, with accumulation.
+
+The check runs in a child process (this file run as a script) because the
+two logical CPU devices must be configured before TensorFlow starts. It
+trains a small stand-in Keras model (defined here, not library code) with the
+real `EtcTrainer` + `build_optimizer` for three steps of global batch 8:
+
+* default strategy, batch 8;
+* MirroredStrategy over 2 logical CPUs, 4 per replica;
+* default strategy, 2 accumulated micro-batches of 4;
+
+and compares losses and final weights. Clipping is active (clip_norm small)
+so that clipping after the cross-replica sum is checked too.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _child() -> None:
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tf_keras  # pylint: disable=g-import-not-at-top
+
+  from etc_realformer.training import distribution  # pylint: disable=g-import-not-at-top
+  from etc_realformer.training import optimization  # pylint: disable=g-import-not-at-top
+  from etc_realformer.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+
+  distribution.split_cpu(2)
+
+  class ToyTask:
+    """Stand-in task: 5-way classification with a per-example loss."""
+
+    def per_example_loss(self, features, outputs):
+      return tf.nn.sparse_softmax_cross_entropy_with_logits(
+          labels=features["label"], logits=outputs["logits"])
+
+  class ToyModel(tf_keras.Model):
+
+    def __init__(self):
+      super().__init__()
+      self.hidden = tf_keras.layers.Dense(16, activation="tanh")
+      self.norm = tf_keras.layers.LayerNormalization()
+      self.out = tf_keras.layers.Dense(5)
+
+    def call(self, features, training=None):
+      return {"logits": self.out(self.norm(self.hidden(features["x"])))}
+
+  rng = np.random.RandomState(0)
+  data = {"x": rng.normal(size=(64, 6)).astype("float32"),
+          "label": rng.randint(0, 5, size=64).astype("int32")}
+  tf_keras.utils.set_random_seed(0)
+  reference = ToyModel()
+  reference({"x": data["x"][:1]})
+  init_weights = reference.get_weights()
+
+  def train(strategy, grad_accum_steps):
+    micro_batch = 8 // grad_accum_steps
+    with strategy.scope():
+      model = ToyModel()
+      model({"x": data["x"][:1]})
+      model.set_weights(init_weights)
+      optimizer = optimization.build_optimizer(
+          train_steps=10, learning_rate=0.05, warmup_steps=0,
+          weight_decay_rate=0.01, clip_norm=0.5)
+    dataset = strategy.distribute_datasets_from_function(
+        lambda ctx: tf.data.Dataset.from_tensor_slices(data).batch(
+            ctx.get_per_replica_batch_size(micro_batch)).repeat())
+    trainer = trainer_lib.EtcTrainer(ToyTask(), model, optimizer, strategy,
+                                     dataset,
+                                     grad_accum_steps=grad_accum_steps)
+    losses = []
+    for _ in range(3):
+      out = trainer.train(tf.constant(1))
+      losses.append(float(out["loss"]))
+    return {"losses": losses, "steps": int(optimizer.iterations.numpy()),
+            "weights": [w.tolist() for w in model.get_weights()],
+            "replicas": strategy.num_replicas_in_sync}
+
+  cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
+  results = {
+      "one": train(tf.distribute.get_strategy(), 1),
+      "mirrored": train(tf.distribute.MirroredStrategy(cpus), 1),
+      "accumulated": train(tf.distribute.get_strategy(), 2),
+  }
+  print("RESULT " + json.dumps(results))
+
+
+def test_mirrored_and_accumulated_match_one_device():
+  env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2",
+             CUDA_VISIBLE_DEVICES="")
+  proc = subprocess.run([sys.executable, os.path.abspath(__file__)],
+                        env=env, capture_output=True, text=True, timeout=180)
+  assert proc.returncode == 0, proc.stderr[-4000:]
+  results = json.loads(proc.stdout.split("RESULT ", 1)[1])
+  one = results["one"]
+  assert results["mirrored"]["replicas"] == 2
+  assert one["steps"] == 3
+  # The loss changes over the steps (the optimizer moved the weights)...
+  assert one["losses"][0] != pytest.approx(one["losses"][2], abs=1e-3)
+  for name in ("mirrored", "accumulated"):
+    other = results[name]
+    assert other["steps"] == 3
+    # ...and identically on 2 replicas and with 2 accumulated micro-batches.
+    assert other["losses"] == pytest.approx(one["losses"], abs=1e-5), name
+    for a, b in zip(one["weights"], other["weights"]):
+      np.testing.assert_allclose(np.array(b), np.array(a), atol=1e-5,
+                                 err_msg=name)
+
+
+if __name__ == "__main__":
+  _child()
