@@ -1,0 +1,463 @@
+"""The benchmark of record: encoder time and peak memory against length.
+
+    python -m tools.benchmark --lengths=1024,2048,4096,8192,16384 \
+        --impls=sparse --residual=on,off --dtypes=float32,mixed_bfloat16 \
+        --passes=fwd,fwd_bwd --output_jsonl=bench.jsonl --plot=bench.png
+
+    python -m tools.benchmark --mode=finetune \
+        --finetune_dtypes=float32,mixed_bfloat16 --output_jsonl=bench.jsonl
+
+Every measurement (one length, one variant, one pass) runs in a process of its
+own (`tools/benchmark_worker.py`), so that its peak resident memory (VmHWM)
+belongs to it alone. In that process the step runs inside `tf.function`
+(`--xla=on` adds `jit_compile`), is called `--warmup` times (the first call,
+trace + compile, is recorded as `first_call_s`), then `--repeats` times, each
+timed alone; the record keeps every time, the median and the minimum.
+
+* `fwd`: `model(features, training=False)` (no dropout).
+* `fwd_bwd`: `training=True` with the config's dropout (0.1), a scalar loss
+  (mean square of both outputs) and its gradient w.r.t. every trainable
+  variable (no optimizer update, no loss scaling).
+* `--mode=finetune`: a WikiHop training step (encoder + head + loss + AdamW
+  update) at 4096/430 on WikiHop-shaped random features; examples/s.
+
+A run that exceeds `--timeout_per_run` or `--max_rss_gib` (the parent polls
+the child's RSS), or that dies (e.g. the kernel's OOM killer) or raises, is
+killed if needed and recorded with its `status`; the sweep goes on.
+
+Output: a table on stdout, one JSON object per measurement appended to
+`--output_jsonl`, a log-log PNG (`--plot`), and the log-log slope of time and
+memory between consecutive lengths per variant (see `tools/benchmark_plot.py`,
+which also re-plots a JSONL file on its own). This file imports no TensorFlow.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Dict, Iterator, List, Optional, Sequence
+
+from tools import benchmark_plot
+
+SCHEMA_VERSION = 1
+GIB = float(1 << 30)
+DTYPES = ("float32", "mixed_bfloat16", "mixed_float16")
+IMPLS = ("sparse", "full")
+PASSES = ("fwd", "fwd_bwd")
+# Lengths the benchmark of record is meant for (others run, with a note).
+RECORD_LENGTHS = (1024, 16384)
+RECORD_MIN_REPEATS = 5
+_POLL_S = 0.1
+
+
+# -------------------------------------------------------------- flag parsing
+def _csv(value: str) -> List[str]:
+  return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _csv_ints(value: str) -> List[int]:
+  return [int(v) for v in _csv(value)]
+
+
+def _on_off(value: str) -> List[bool]:
+  table = {"on": True, "true": True, "1": True, "off": False, "false": False,
+           "0": False}
+  out = []
+  for v in _csv(value):
+    if v.lower() not in table:
+      raise argparse.ArgumentTypeError(f"expected on/off values, got {v!r}")
+    out.append(table[v.lower()])
+  return out
+
+
+def _choices(allowed: Sequence[str]):
+  def parse(value: str) -> List[str]:
+    values = _csv(value)
+    bad = [v for v in values if v not in allowed]
+    if bad:
+      raise argparse.ArgumentTypeError(f"{bad} not in {list(allowed)}")
+    return values
+  return parse
+
+
+def _mem_total_gib() -> Optional[float]:
+  try:
+    with open("/proc/meminfo", "r") as f:
+      for line in f:
+        if line.startswith("MemTotal:"):
+          return int(line.split()[1]) * 1024 / GIB
+  except OSError:
+    pass
+  return None
+
+
+def build_parser() -> argparse.ArgumentParser:
+  """The command-line flags (comma lists for every axis)."""
+  p = argparse.ArgumentParser(
+      prog="python -m tools.benchmark",
+      description="ETC-RealFormer encoder benchmark (see module docstring).")
+  a = p.add_argument
+  a("--mode", choices=("encoder", "finetune"), default="encoder")
+  # Axes.
+  a("--lengths", type=_csv_ints, default=[1024, 2048, 4096, 8192, 16384],
+    help="long lengths L (comma list)")
+  a("--global_len", default="ratio",
+    help="'ratio' (G = L / --global_ratio, sentence-level global tokens) or "
+    "a fixed G, e.g. 256")
+  a("--global_ratio", type=int, default=16)
+  a("--impls", type=_choices(IMPLS), default=["sparse"],
+    help="attention paths: sparse, full")
+  a("--residual", type=_on_off, default=[True],
+    help="residual (RealFormer) attention: on, off")
+  a("--dtypes", type=_choices(DTYPES), default=["float32"])
+  a("--xla", type=_on_off, default=[False], help="jit_compile: on, off")
+  a("--grad_checkpointing", type=_csv_ints, default=[0],
+    help="EtcConfig.grad_checkpointing_period values (0 = off)")
+  a("--passes", type=_choices(PASSES), default=list(PASSES))
+  # Model.
+  a("--num_layers", type=int, default=2)
+  a("--batch_size", type=int, default=1)
+  a("--hidden_size", type=int, default=768)
+  a("--num_heads", type=int, default=12)
+  a("--intermediate_size", type=int, default=3072)
+  a("--local_radius", type=int, default=84)
+  a("--relative_pos_max_distance", type=int, default=12)
+  a("--relative_vocab_size", type=int, default=32)
+  a("--vocab_size", type=int, default=30522)
+  # Inputs.
+  a("--tokens_per_sentence", type=int, default=16,
+    help="long tokens per sentence (sentence_ids = i // this, clipped)")
+  a("--pad_fraction", type=float, default=0.0,
+    help="fraction of each row's long tokens that are padding")
+  a("--seed", type=int, default=0)
+  # Protocol.
+  a("--repeats", type=int, default=RECORD_MIN_REPEATS,
+    help="timed calls after warm-up (median of these)")
+  a("--warmup", type=int, default=2,
+    help="untimed calls first (the first traces and compiles)")
+  a("--timeout_per_run", type=float, default=1800.0,
+    help="seconds before a measurement process is killed")
+  a("--max_rss_gib", type=float, default=None,
+    help="kill a measurement whose RSS exceeds this (default: 85%% of RAM)")
+  a("--intra_op_threads", type=int, default=0, help="0 = TF default")
+  a("--inter_op_threads", type=int, default=0, help="0 = TF default")
+  # Fine-tuning throughput.
+  a("--finetune_dtypes", type=_choices(DTYPES),
+    default=["float32", "mixed_bfloat16"])
+  a("--finetune_long_len", type=int, default=4096)
+  a("--finetune_global_len", type=int, default=430)
+  a("--finetune_layers", type=int, default=None,
+    help="encoder layers for --mode=finetune (default: --num_layers)")
+  a("--finetune_use_task", type=_on_off, default=[True],
+    help="use tasks/wikihop/task.py (falls back to a Dense(1) head if it "
+    "cannot be built); off forces the fallback")
+  # Output.
+  a("--output_jsonl", default=None, help="append one JSON line per run")
+  a("--plot", default=None, help="write a log-log PNG here")
+  a("--label", default="", help="free text stored in every record")
+  a("--slope_target", type=float, default=1.1,
+    help="max time slope between 2048 and 16384 with G fixed")
+  # Test hooks (hidden): make chosen runs fail or hang.
+  a("--_fail_lengths", type=_csv_ints, default=[], help=argparse.SUPPRESS)
+  a("--_sleep_lengths", type=_csv_ints, default=[], help=argparse.SUPPRESS)
+  return p
+
+
+# ------------------------------------------------------------------- machine
+def machine_info() -> Dict[str, Any]:
+  """Host facts stored with every record (timings depend on them)."""
+  cpu = platform.processor() or ""
+  try:
+    with open("/proc/cpuinfo", "r") as f:
+      for line in f:
+        if line.startswith("model name"):
+          cpu = line.split(":", 1)[1].strip()
+          break
+  except OSError:
+    pass
+  commit = None
+  try:
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+        text=True, timeout=10, check=False).stdout.strip() or None
+  except (OSError, subprocess.SubprocessError):
+    pass
+  return {"hostname": socket.gethostname(), "nproc": os.cpu_count(),
+          "cpu_model": cpu, "mem_total_gib": _mem_total_gib(),
+          "python": platform.python_version(), "git_commit": commit}
+
+
+def _child_rss_gib(pid: int) -> Optional[float]:
+  try:
+    with open(f"/proc/{pid}/status", "r") as f:
+      for line in f:
+        if line.startswith("VmRSS:"):
+          return int(line.split()[1]) * 1024 / GIB
+  except (OSError, ValueError):
+    pass
+  return None
+
+
+# -------------------------------------------------------------------- specs
+def _global_len(args: argparse.Namespace, long_len: int) -> int:
+  if args.global_len == "ratio":
+    return max(1, long_len // args.global_ratio)
+  return int(args.global_len)
+
+
+def _model_spec(args: argparse.Namespace, num_layers: int) -> Dict[str, Any]:
+  return {"vocab_size": args.vocab_size, "hidden_size": args.hidden_size,
+          "num_layers": num_layers, "num_heads": args.num_heads,
+          "intermediate_size": args.intermediate_size,
+          "local_radius": args.local_radius,
+          "relative_pos_max_distance": args.relative_pos_max_distance,
+          "relative_vocab_size": args.relative_vocab_size}
+
+
+def variant_name(spec: Dict[str, Any]) -> str:
+  """A short name for everything but the length (one plot line each)."""
+  dtype = {"float32": "f32", "mixed_bfloat16": "bf16",
+           "mixed_float16": "f16"}[spec["dtype"]]
+  parts = [spec["impl"] if spec["kind"] == "encoder" else "wikihop",
+           "res" if spec["residual"] else "nores", dtype]
+  if spec["xla"]:
+    parts.append("xla")
+  if spec["grad_checkpointing_period"]:
+    parts.append(f"ckpt{spec['grad_checkpointing_period']}")
+  if spec["kind"] == "encoder":
+    parts.append(f"G={spec['global_len_mode']}")
+  return "-".join(parts)
+
+
+def encoder_specs(args: argparse.Namespace) -> Iterator[Dict[str, Any]]:
+  """One spec per (variant, length, pass), lengths innermost per variant."""
+  g_mode = (f"L/{args.global_ratio}" if args.global_len == "ratio"
+            else str(int(args.global_len)))
+  for impl in args.impls:
+    for residual in args.residual:
+      for dtype in args.dtypes:
+        for xla in args.xla:
+          for period in args.grad_checkpointing:
+            for pass_ in args.passes:
+              for long_len in args.lengths:
+                yield {
+                    "kind": "encoder", "impl": impl, "residual": residual,
+                    "dtype": dtype, "xla": xla,
+                    "grad_checkpointing_period": period, "pass": pass_,
+                    "training": pass_ == "fwd_bwd",
+                    "dropout": 0.1 if pass_ == "fwd_bwd" else 0.0,
+                    "long_len": long_len,
+                    "global_len": _global_len(args, long_len),
+                    "global_len_mode": g_mode,
+                    "batch_size": args.batch_size,
+                    "tokens_per_sentence": args.tokens_per_sentence,
+                    "pad_fraction": args.pad_fraction,
+                    "model": _model_spec(args, args.num_layers),
+                }
+
+
+def finetune_specs(args: argparse.Namespace) -> Iterator[Dict[str, Any]]:
+  layers = args.finetune_layers or args.num_layers
+  for residual in args.residual:
+    for dtype in args.finetune_dtypes:
+      for xla in args.xla:
+        for period in args.grad_checkpointing:
+          yield {
+              "kind": "finetune", "impl": "auto", "residual": residual,
+              "dtype": dtype, "xla": xla,
+              "grad_checkpointing_period": period, "pass": "train_step",
+              "training": True, "dropout": 0.1,
+              "long_len": args.finetune_long_len,
+              "global_len": args.finetune_global_len,
+              "global_len_mode": str(args.finetune_global_len),
+              "batch_size": args.batch_size,
+              "use_task": args.finetune_use_task[0],
+              "model": _model_spec(args, layers),
+          }
+
+
+# --------------------------------------------------------------------- runs
+def run_one(spec: Dict[str, Any], timeout_s: float,
+            max_rss_gib: Optional[float]) -> Dict[str, Any]:
+  """Runs one measurement in a fresh process; never raises for its failure.
+
+  Returns:
+    The worker's fields plus `status` ('ok', 'timeout', 'over_memory',
+    'killed' (a signal we did not send, e.g. the OOM killer) or 'error'),
+    `error` (a stderr tail) when not ok, `wall_s` and `max_polled_rss_gib`
+    (the largest child RSS the parent saw; a lower bound of the peak).
+  """
+  with tempfile.TemporaryDirectory(prefix="etc_bench_") as tmp:
+    result_path = os.path.join(tmp, "result.json")
+    cmd = [sys.executable, "-m", "tools.benchmark_worker",
+           "--spec", json.dumps(spec), "--result", result_path]
+    out_path = os.path.join(tmp, "stdout_stderr.txt")
+    repo_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [repo_root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    start = time.perf_counter()
+    status, max_rss = None, 0.0
+    with open(out_path, "wb") as log:
+      proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                              cwd=repo_root, env=env)
+      while proc.poll() is None:
+        rss = _child_rss_gib(proc.pid)
+        if rss is not None:
+          max_rss = max(max_rss, rss)
+        if max_rss_gib is not None and rss is not None and rss > max_rss_gib:
+          status = "over_memory"
+        elif time.perf_counter() - start > timeout_s:
+          status = "timeout"
+        if status:
+          proc.send_signal(signal.SIGKILL)
+          proc.wait()
+          break
+        time.sleep(_POLL_S)
+    wall = time.perf_counter() - start
+    with open(out_path, "rb") as f:
+      tail = f.read()[-3000:].decode("utf-8", "replace")
+    record: Dict[str, Any] = {}
+    if status is None:
+      if proc.returncode == 0 and os.path.exists(result_path):
+        with open(result_path, "r") as f:
+          record = json.load(f)
+        status = "ok"
+      elif proc.returncode is not None and proc.returncode < 0:
+        status = "killed"
+      else:
+        status = "error"
+    record.update(status=status, returncode=proc.returncode,
+                  wall_s=round(wall, 3), max_polled_rss_gib=max_rss)
+    if status != "ok":
+      why = {"timeout": f"killed after {timeout_s:g} s (--timeout_per_run)",
+             "over_memory": f"killed: RSS above {max_rss_gib:g} GiB "
+                            "(--max_rss_gib)",
+             "killed": f"died of signal {-(proc.returncode or 0)} (OOM "
+                       "killer?)"}.get(status, "worker failed")
+      lines = [l for l in tail.splitlines() if l.strip()]
+      record["error_summary"] = why + (f": {lines[-1].strip()}"
+                                       if status == "error" and lines else "")
+      record["error"] = why + "\n" + tail
+    return record
+
+
+def make_record(spec: Dict[str, Any], result: Dict[str, Any],
+                args: argparse.Namespace, machine: Dict[str, Any]
+                ) -> Dict[str, Any]:
+  """The JSONL record: spec, outcome and context of one measurement."""
+  record = {"schema_version": SCHEMA_VERSION,
+            "record_type": spec["kind"],
+            "timestamp": datetime.datetime.now(
+                datetime.timezone.utc).isoformat(timespec="seconds"),
+            "variant": variant_name(spec), "label": args.label}
+  record.update({k: v for k, v in spec.items()
+                 if not k.startswith(("fail_for", "sleep_for"))})
+  if spec.get("fail_for_test") or spec.get("sleep_for_test"):
+    record["injected_failure"] = True  # A test hook, not a real outcome.
+  record.update(result)
+  record["repeats"] = args.repeats
+  record["warmup"] = args.warmup
+  record["meets_record_protocol"] = (
+      args.repeats >= RECORD_MIN_REPEATS and
+      RECORD_LENGTHS[0] <= spec["long_len"] <= RECORD_LENGTHS[1])
+  record["load_avg_before"] = spec.get("_load_avg")
+  record.pop("_load_avg", None)
+  record["machine"] = machine
+  record["command"] = " ".join(
+      shlex.quote(a) for a in ["python", "-m", "tools.benchmark"] + args.argv)
+  return record
+
+
+# -------------------------------------------------------------------- table
+def _fmt(value: Optional[float], digits: int = 3) -> str:
+  return "-" if value is None else f"{value:.{digits}f}"
+
+
+TABLE_HEADER = (f"{'variant':<34} {'pass':<10} {'L':>6} {'G':>5} "
+                f"{'median_s':>9} {'min_s':>9} {'peak_GiB':>8} "
+                f"{'base_GiB':>8}  status")
+
+
+def table_row(r: Dict[str, Any]) -> str:
+  return (f"{r['variant']:<34} {r['pass']:<10} {r['long_len']:>6} "
+          f"{r['global_len']:>5} {_fmt(r.get('median_s')):>9} "
+          f"{_fmt(r.get('min_s')):>9} {_fmt(r.get('peak_rss_gib'), 2):>8} "
+          f"{_fmt(r.get('baseline_rss_gib'), 2):>8}  {r['status']}")
+
+
+def _load_avg() -> Optional[List[float]]:
+  try:
+    return [round(x, 2) for x in os.getloadavg()]
+  except OSError:
+    return None
+
+
+def main(argv: Optional[List[str]] = None) -> List[Dict[str, Any]]:
+  """Runs the sweep; returns the records (also printed / written)."""
+  argv = list(sys.argv[1:] if argv is None else argv)
+  args = build_parser().parse_args(argv)
+  args.argv = argv
+  if args.repeats < 1 or args.warmup < 1:
+    raise SystemExit("--repeats and --warmup must be >= 1")
+  max_rss = args.max_rss_gib
+  if max_rss is None and _mem_total_gib():
+    max_rss = 0.85 * _mem_total_gib()
+  machine = machine_info()
+  specs = list(encoder_specs(args) if args.mode == "encoder"
+               else finetune_specs(args))
+  print(f"# {len(specs)} measurements, each in its own process; "
+        f"median of {args.repeats} calls after {args.warmup} warm-up; "
+        f"fwd: training=False (no dropout); fwd_bwd / train_step: "
+        f"training=True (dropout 0.1); guard {_fmt(max_rss, 1)} GiB, "
+        f"timeout {args.timeout_per_run:g} s", flush=True)
+  if args.repeats < RECORD_MIN_REPEATS:
+    print(f"# note: --repeats={args.repeats} < {RECORD_MIN_REPEATS}: not a "
+          "record measurement", flush=True)
+  print(TABLE_HEADER, flush=True)
+  records = []
+  for spec in specs:
+    spec["seed"] = args.seed
+    for key in ("intra_op_threads", "inter_op_threads"):
+      if getattr(args, key):
+        spec[key] = getattr(args, key)
+    spec["warmup"], spec["repeats"] = args.warmup, args.repeats
+    if spec["long_len"] in args._fail_lengths:  # pylint: disable=protected-access
+      spec["fail_for_test"] = True
+    if spec["long_len"] in args._sleep_lengths:  # pylint: disable=protected-access
+      spec["sleep_for_test"] = 3600
+    spec["_load_avg"] = _load_avg()
+    worker_spec = {k: v for k, v in spec.items() if k != "_load_avg"}
+    result = run_one(worker_spec, args.timeout_per_run, max_rss)
+    record = make_record(spec, result, args, machine)
+    records.append(record)
+    print(table_row(record), flush=True)
+    if record["status"] != "ok":
+      print("  " + record["error_summary"], flush=True)
+    if args.output_jsonl:
+      with open(args.output_jsonl, "a") as f:
+        f.write(json.dumps(record, sort_keys=True) + "\n")
+  if args.mode == "finetune":
+    for r in records:
+      if r["status"] == "ok":
+        print(f"# finetune {r['variant']}: {r['examples_per_s']:.3f} "
+              f"examples/s (batch {r['batch_size']}, L={r['long_len']}, "
+              f"G={r['global_len']}); head: {r['finetune_head']}; "
+              f"optimizer: {r['optimizer']}", flush=True)
+  print(benchmark_plot.slope_summary(records, args.slope_target), flush=True)
+  if args.plot:
+    benchmark_plot.plot(records, args.plot)
+    print(f"# plot: {args.plot}", flush=True)
+  return records
+
+
+if __name__ == "__main__":
+  main()

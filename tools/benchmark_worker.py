@@ -1,0 +1,453 @@
+"""One benchmark measurement, run in a process of its own.
+
+    python -m tools.benchmark_worker --spec='{"kind": "encoder", ...}' \
+        --result=/tmp/result.json
+
+Started by `tools.benchmark` (one process per measurement, so that the peak
+resident memory belongs to that measurement alone). It imports TensorFlow,
+builds the model and inputs, runs the step inside `tf.function` (optionally
+`jit_compile`), warms up, times `repeats` calls one by one, and writes one JSON
+object to `--result`. Kinds of measurement:
+
+* `encoder`: `EtcModel` forward (`training=False`) or forward+backward
+  (`training=True`, config dropout, gradient of a scalar loss w.r.t. every
+  trainable variable), on random ids and `make_global_local_side_inputs`
+  side inputs.
+* `finetune`: a WikiHop training step (encoder + head + loss + optimizer
+  update) on WikiHop-shaped random features; throughput in examples/s.
+"""
+
+import argparse
+import json
+import math
+import os
+import resource
+import statistics
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+# Quiet TF before it is imported; the parent reads our stderr on failure only.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+GIB = float(1 << 30)
+
+
+# ------------------------------------------------------------------ memory
+def proc_status_kib(field: str) -> Optional[int]:
+  """A `kB` field of /proc/self/status (VmRSS, VmHWM), or None off Linux."""
+  try:
+    with open("/proc/self/status", "r") as f:
+      for line in f:
+        if line.startswith(field + ":"):
+          return int(line.split()[1])
+  except OSError:
+    pass
+  return None
+
+
+def rss_gib() -> Optional[float]:
+  kib = proc_status_kib("VmRSS")
+  return None if kib is None else kib * 1024 / GIB
+
+
+def peak_rss_gib() -> Optional[float]:
+  kib = proc_status_kib("VmHWM")
+  return None if kib is None else kib * 1024 / GIB
+
+
+def ru_maxrss_gib() -> float:
+  # ru_maxrss is in KiB on Linux.
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB
+
+
+# ------------------------------------------------------------------ inputs
+def global_local_inputs(long_len: int, global_len: int, batch: int,
+                        vocab_size: int, segment_vocab_size: int,
+                        tokens_per_sentence: int, pad_fraction: float,
+                        seed: int) -> Dict[str, Any]:
+  """Random token/segment ids and breakpoints/sentence ids (NumPy).
+
+  One example per row. Long token i belongs to sentence i //
+  `tokens_per_sentence` (clipped to G - 1); the last `pad_fraction` of the
+  long tokens (and the global tokens without a sentence) are padding.
+  """
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  rng = np.random.RandomState(seed)
+  real_long = max(1, long_len - int(round(long_len * pad_fraction)))
+  real_global = min(global_len, -(-real_long // tokens_per_sentence))
+  sentence_ids = np.minimum(np.arange(long_len) // tokens_per_sentence,
+                            global_len - 1)
+  long_bp = np.zeros([batch, long_len], np.int32)
+  long_bp[:, real_long - 1] = 1
+  global_bp = np.zeros([batch, global_len], np.int32)
+  global_bp[:, real_global - 1] = 1
+  token_ids = rng.randint(1, vocab_size, [batch, long_len]).astype(np.int32)
+  token_ids[:, real_long:] = 0
+  global_ids = rng.randint(1, vocab_size, [batch, global_len]).astype(np.int32)
+  global_ids[:, real_global:] = 0
+  return {
+      "token_ids": token_ids,
+      "global_token_ids": global_ids,
+      "segment_ids": rng.randint(0, segment_vocab_size,
+                                 [batch, long_len]).astype(np.int32),
+      "global_segment_ids": rng.randint(0, segment_vocab_size,
+                                        [batch, global_len]).astype(np.int32),
+      "long_breakpoints": long_bp,
+      "global_breakpoints": global_bp,
+      "sentence_ids": np.tile(sentence_ids[None].astype(np.int32),
+                              [batch, 1]),
+  }
+
+
+def wikihop_raw_features(long_len: int, global_len: int, batch: int,
+                         vocab_size: int, seed: int,
+                         num_candidates: int = 10, candidate_len: int = 3,
+                         query_len: int = 12, sentences_per_doc: int = 8,
+                         sentence_len: int = 16) -> Dict[str, Any]:
+  """WikiHop-shaped raw features (the `tasks/wikihop/features.py` layout).
+
+  global: [candidates][query wordpieces][paragraph token + sentence tokens
+  per document][padding]; long: [candidate wordpieces][query wordpieces]
+  [documents][padding]. Documents are added while both inputs have room
+  (about 31 documents, 4010 long and 301 global tokens at 4096/430). About 2%
+  of document tokens are linked to a random candidate (mentions).
+  """
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  rng = np.random.RandomState(seed)
+  L, G = long_len, global_len  # pylint: disable=invalid-name
+  f = {k: np.zeros([batch, L], np.int32) for k in (
+      "token_ids", "segment_ids", "long_paragraph_breakpoints")}
+  for k in ("long_paragraph_ids", "long_sentence_ids", "l2g_linked_ids"):
+    f[k] = np.full([batch, L], -1, np.int32)
+  for k in ("global_token_ids", "global_segment_ids",
+            "global_paragraph_breakpoints", "ignore_hard_g2l_mask",
+            "candidate_mask"):
+    f[k] = np.zeros([batch, G], np.int32)
+  li = gi = 0
+  for c in range(num_candidates):  # One long paragraph per candidate.
+    f["segment_ids"][:, li:li + candidate_len] = 4
+    f["long_sentence_ids"][:, li:li + candidate_len] = gi
+    f["long_paragraph_breakpoints"][:, li + candidate_len - 1] = 1
+    f["global_segment_ids"][:, gi] = 6
+    f["global_paragraph_breakpoints"][:, gi] = 1
+    f["ignore_hard_g2l_mask"][:, gi] = 1
+    f["candidate_mask"][:, gi] = 1
+    f["l2g_linked_ids"][:, li:li + candidate_len] = c
+    li += candidate_len
+    gi += 1
+  f["segment_ids"][:, li:li + query_len] = 3
+  f["long_sentence_ids"][:, li:li + query_len] = np.arange(gi, gi + query_len)
+  f["long_paragraph_breakpoints"][:, li + query_len - 1] = 1
+  f["global_segment_ids"][:, gi:gi + query_len] = 5
+  f["global_paragraph_breakpoints"][:, gi + query_len - 1] = 1
+  f["ignore_hard_g2l_mask"][:, gi:gi + query_len] = 1
+  li += query_len
+  gi += query_len
+  doc_long = sentences_per_doc * sentence_len
+  while li + doc_long <= L and gi + 1 + sentences_per_doc <= G:
+    paragraph = gi
+    f["global_segment_ids"][:, paragraph] = 7
+    gi += 1
+    f["segment_ids"][:, li:li + doc_long] = 1
+    f["long_paragraph_ids"][:, li:li + doc_long] = paragraph
+    for s in range(sentences_per_doc):
+      f["long_sentence_ids"][:, li:li + sentence_len] = gi
+      li += sentence_len
+      gi += 1
+    f["long_paragraph_breakpoints"][:, li - 1] = 1
+    f["global_paragraph_breakpoints"][:, gi - 1] = 1
+  real_long, real_global = li, gi
+  f["token_ids"][:, :real_long] = rng.randint(1, vocab_size,
+                                              [batch, real_long])
+  f["global_token_ids"][:, :real_global] = rng.randint(1, min(vocab_size, 100),
+                                                       [batch, real_global])
+  doc_start = num_candidates * candidate_len + query_len
+  mention = rng.rand(batch, real_long - doc_start) < 0.02
+  linked = rng.randint(0, num_candidates, mention.shape)
+  f["l2g_linked_ids"][:, doc_start:real_long] = np.where(mention, linked, -1)
+  f["label"] = rng.randint(0, num_candidates, [batch]).astype(np.int32)
+  f["real_long_tokens"] = real_long
+  f["real_global_tokens"] = real_global
+  return f
+
+
+# ------------------------------------------------------------------- timing
+def time_calls(step: Callable[[], Any], warmup: int,
+               repeats: int) -> Dict[str, Any]:
+  """Calls `step` (which must block until done) warm-up + repeat times."""
+  t0 = time.perf_counter()
+  step()
+  first = time.perf_counter() - t0
+  for _ in range(max(0, warmup - 1)):
+    step()
+  times: List[float] = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    step()
+    times.append(time.perf_counter() - t0)
+  return {"first_call_s": first, "times_s": times,
+          "median_s": statistics.median(times), "min_s": min(times),
+          "mean_s": statistics.fmean(times)}
+
+
+def _setup_tf(spec: Dict[str, Any]):
+  """Imports TF, sets threads and the precision policy; returns (tf, keras)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  if spec.get("intra_op_threads"):
+    tf.config.threading.set_intra_op_parallelism_threads(
+        spec["intra_op_threads"])
+  if spec.get("inter_op_threads"):
+    tf.config.threading.set_inter_op_parallelism_threads(
+        spec["inter_op_threads"])
+  tf.random.set_seed(spec.get("seed", 0))
+  tf_keras.mixed_precision.set_global_policy(spec["dtype"])
+  return tf, tf_keras
+
+
+def _config(spec: Dict[str, Any]):
+  from etc_realformer.config import EtcConfig  # pylint: disable=g-import-not-at-top
+  m = spec["model"]
+  return EtcConfig(
+      vocab_size=m["vocab_size"], hidden_size=m["hidden_size"],
+      num_hidden_layers=m["num_layers"],
+      num_attention_heads=m["num_heads"],
+      intermediate_size=m["intermediate_size"],
+      local_radius=m["local_radius"],
+      relative_pos_max_distance=m["relative_pos_max_distance"],
+      relative_vocab_size=m["relative_vocab_size"],
+      residual_attention=spec["residual"],
+      grad_checkpointing_period=spec["grad_checkpointing_period"],
+      att_implementation=spec.get("impl", "auto"))
+
+
+# ------------------------------------------------------------------ encoder
+def measure_encoder(spec: Dict[str, Any]) -> Dict[str, Any]:
+  """Times the encoder forward or forward+backward; see the module doc."""
+  out: Dict[str, Any] = {}
+  t0 = time.perf_counter()
+  tf, _ = _setup_tf(spec)
+  out["rss_after_import_gib"] = rss_gib()
+  from etc_realformer.features.side_inputs import make_global_local_side_inputs  # pylint: disable=g-import-not-at-top
+  from etc_realformer.networks.etc_model import EtcModel  # pylint: disable=g-import-not-at-top
+
+  cfg = _config(spec)
+  model = EtcModel(cfg)
+  model.build()
+  out["num_parameters"] = int(sum(v.shape.num_elements()
+                                  for v in model.trainable_variables))
+  # The baseline: TF imported + model built, before any input exists.
+  out["baseline_rss_gib"] = rss_gib()
+  out["import_and_build_s"] = time.perf_counter() - t0
+
+  raw = global_local_inputs(spec["long_len"], spec["global_len"],
+                            spec["batch_size"], cfg.vocab_size,
+                            cfg.segment_vocab_size,
+                            spec["tokens_per_sentence"],
+                            spec["pad_fraction"], spec.get("seed", 0))
+  side = make_global_local_side_inputs(
+      raw["long_breakpoints"], raw["global_breakpoints"],
+      raw["sentence_ids"], local_radius=cfg.local_radius,
+      relative_pos_max_distance=cfg.relative_pos_max_distance)
+  features = {k: tf.constant(raw[k]) for k in (
+      "token_ids", "global_token_ids", "segment_ids", "global_segment_ids")}
+  features.update({k: v for k, v in side.items() if v is not None})
+  out["rss_after_inputs_gib"] = rss_gib()
+
+  impl = spec["impl"]
+  variables = model.trainable_variables
+
+  if spec["pass"] == "fwd":
+    def fn(feats):
+      long_out, global_out = model(feats, training=False,
+                                   att_implementation=impl)
+      # A scalar output keeps the whole graph live without copying [B, L, H]
+      # back, and `.numpy()` on it waits for the device.
+      return (tf.reduce_sum(tf.cast(long_out, tf.float32)) +
+              tf.reduce_sum(tf.cast(global_out, tf.float32)))
+  else:
+    def fn(feats):
+      with tf.GradientTape() as tape:
+        long_out, global_out = model(feats, training=True,
+                                     att_implementation=impl)
+        loss = (tf.reduce_mean(tf.square(tf.cast(long_out, tf.float32))) +
+                tf.reduce_mean(tf.square(tf.cast(global_out, tf.float32))))
+      grads = tape.gradient(loss, variables)
+      missing = [v.name for v, g in zip(variables, grads) if g is None]
+      if missing:
+        raise ValueError(f"no gradient for {missing}")
+      # Returning the global norm keeps every gradient from being pruned.
+      return loss + tf.linalg.global_norm(grads)
+
+  step_fn = tf.function(fn, jit_compile=spec["xla"])
+
+  def step():
+    return float(step_fn(features).numpy())
+
+  out.update(time_calls(step, spec["warmup"], spec["repeats"]))
+  out["tokens_per_s"] = (spec["batch_size"] * spec["long_len"] /
+                         out["median_s"])
+  return out
+
+
+# ----------------------------------------------------------------- finetune
+def _fallback_wikihop_model(cfg, tf, tf_keras):
+  """Encoder + Dense(1) over global_output, softmax over candidates."""
+  from etc_realformer.features.side_inputs import make_multihop_side_inputs  # pylint: disable=g-import-not-at-top
+  from etc_realformer.networks.etc_model import EtcModel  # pylint: disable=g-import-not-at-top
+
+  class Model(tf_keras.Model):
+
+    def __init__(self):
+      super().__init__()
+      self.encoder = EtcModel(cfg)
+      self.logits_layer = tf_keras.layers.Dense(1)
+
+    def call(self, feats, training=None):
+      side = make_multihop_side_inputs(
+          feats["long_paragraph_breakpoints"], feats["long_paragraph_ids"],
+          feats["long_sentence_ids"], feats["global_paragraph_breakpoints"],
+          local_radius=cfg.local_radius,
+          relative_pos_max_distance=cfg.relative_pos_max_distance,
+          l2g_linked_ids=feats["l2g_linked_ids"])
+      inputs = dict(feats)
+      inputs.update({k: v for k, v in side.items() if v is not None})
+      _, global_out = self.encoder(inputs, training=training)
+      logits = tf.cast(tf.squeeze(self.logits_layer(global_out), -1),
+                       tf.float32)
+      logits = tf.where(tf.cast(feats["candidate_mask"], tf.bool), logits,
+                        -1e9)
+      return {"logits": logits}
+
+  def loss_fn(feats, outputs):
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=feats["label"], logits=outputs["logits"])
+
+  return Model(), loss_fn
+
+
+def measure_finetune(spec: Dict[str, Any]) -> Dict[str, Any]:
+  """Times WikiHop training steps (forward, loss, backward, optimizer)."""
+  out: Dict[str, Any] = {}
+  tf, tf_keras = _setup_tf(spec)
+  out["rss_after_import_gib"] = rss_gib()
+  cfg = _config(spec)
+
+  head = "fallback: Dense(1) over global_output + candidate softmax CE"
+  model = loss_fn = None
+  if spec.get("use_task", True):
+    try:
+      from tasks.wikihop.task import WikiHopTask  # pylint: disable=g-import-not-at-top
+      task = WikiHopTask(model_config=cfg, long_seq_len=spec["long_len"],
+                         global_seq_len=spec["global_len"])
+      model = task.build_model()
+      loss_fn = task.per_example_loss
+      head = "tasks.wikihop.task.WikiHopTask (build_model, per_example_loss)"
+    except Exception as e:  # pylint: disable=broad-except
+      out["task_error"] = f"{type(e).__name__}: {e}"[:500]
+  if model is None:
+    model, loss_fn = _fallback_wikihop_model(cfg, tf, tf_keras)
+  out["finetune_head"] = head
+
+  optimizer_name = "tf_keras.optimizers.AdamW (lr 5e-5, wd 0.01)"
+  try:
+    from etc_realformer.training.optimization import build_optimizer  # pylint: disable=g-import-not-at-top
+    optimizer = build_optimizer(train_steps=10000, optimizer_type="adamw",
+                                learning_rate=5e-5)
+    optimizer_name = ("etc_realformer.training.optimization.build_optimizer"
+                      "(adamw, lr 5e-5, clip 1.0)")
+  except Exception as e:  # pylint: disable=broad-except
+    out["optimizer_error"] = f"{type(e).__name__}: {e}"[:500]
+    optimizer = tf_keras.optimizers.AdamW(learning_rate=5e-5,
+                                          weight_decay=0.01)
+  if spec["dtype"] == "mixed_float16":
+    optimizer = tf_keras.mixed_precision.LossScaleOptimizer(optimizer)
+    optimizer_name += " + LossScaleOptimizer"
+  out["optimizer"] = optimizer_name
+
+  raw = wikihop_raw_features(spec["long_len"], spec["global_len"],
+                             spec["batch_size"], cfg.vocab_size,
+                             spec.get("seed", 0))
+  out["real_long_tokens"] = raw.pop("real_long_tokens")
+  out["real_global_tokens"] = raw.pop("real_global_tokens")
+  features = {k: tf.constant(v) for k, v in raw.items()}
+  t0 = time.perf_counter()
+  model(features, training=False)  # Creates the variables.
+  out["eager_build_call_s"] = time.perf_counter() - t0
+  out["num_parameters"] = int(sum(v.shape.num_elements()
+                                  for v in model.trainable_variables))
+  out["baseline_rss_gib"] = rss_gib()
+  scaled = spec["dtype"] == "mixed_float16"
+
+  def train_step(feats):
+    with tf.GradientTape() as tape:
+      outputs = model(feats, training=True)
+      loss = tf.reduce_mean(loss_fn(feats, outputs))
+      scaled_loss = optimizer.get_scaled_loss(loss) if scaled else loss
+    variables = model.trainable_variables
+    grads = tape.gradient(scaled_loss, variables)
+    if scaled:
+      grads = optimizer.get_unscaled_gradients(grads)
+    optimizer.apply_gradients(zip(grads, variables))
+    return loss
+
+  step_fn = tf.function(train_step, jit_compile=spec["xla"])
+
+  def step():
+    return float(step_fn(features).numpy())
+
+  out.update(time_calls(step, spec["warmup"], spec["repeats"]))
+  out["examples_per_s"] = spec["batch_size"] / out["median_s"]
+  return out
+
+
+# --------------------------------------------------------------------- main
+def run(spec: Dict[str, Any]) -> Dict[str, Any]:
+  """Runs one measurement; returns the fields the worker measured."""
+  if spec["kind"] == "encoder":
+    result = measure_encoder(spec)
+  elif spec["kind"] == "finetune":
+    result = measure_finetune(spec)
+  else:
+    raise ValueError(f"unknown measurement kind {spec['kind']!r}")
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  result["peak_rss_gib"] = peak_rss_gib()
+  result["ru_maxrss_gib"] = ru_maxrss_gib()
+  result["tf_version"] = tf.__version__
+  result["intra_op_threads"] = (
+      tf.config.threading.get_intra_op_parallelism_threads())
+  result["inter_op_threads"] = (
+      tf.config.threading.get_inter_op_parallelism_threads())
+  result["gpus"] = [d.name for d in tf.config.list_physical_devices("GPU")]
+  return result
+
+
+def _write(path: str, obj: Dict[str, Any]) -> None:
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    json.dump(obj, f)
+  os.replace(tmp, path)  # Atomic: the parent never reads half a file.
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--spec", required=True, help="measurement, as JSON")
+  parser.add_argument("--result", required=True, help="output JSON path")
+  args = parser.parse_args(argv)
+  spec = json.loads(args.spec)
+  if spec.get("fail_for_test"):
+    # Lets the test check that a crashing measurement is recorded.
+    raise RuntimeError("failure requested by the spec (fail_for_test)")
+  if spec.get("sleep_for_test"):
+    time.sleep(float(spec["sleep_for_test"]))
+  result = run(spec)
+  for key, value in list(result.items()):
+    if isinstance(value, float) and not math.isfinite(value):
+      result[key] = None
+  _write(args.result, result)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
