@@ -1,0 +1,136 @@
+"""Tests of `tools.benchmark` at a tiny size: records, plot, failures.
+
+These run the real command (`python -m tools.benchmark`, one worker process
+per measurement) and check what it writes; they assert nothing about timings.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tools import benchmark
+from tools import benchmark_plot
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ["--hidden_size=32", "--num_heads=2", "--intermediate_size=64",
+        "--local_radius=4", "--num_layers=1", "--repeats=2", "--warmup=1"]
+
+MEASUREMENT_FIELDS = (
+    "schema_version", "record_type", "timestamp", "variant", "impl",
+    "residual", "dtype", "xla", "grad_checkpointing_period", "pass",
+    "training", "dropout", "long_len", "global_len", "global_len_mode",
+    "batch_size", "model", "repeats", "warmup", "status", "times_s",
+    "median_s", "min_s", "mean_s", "first_call_s", "peak_rss_gib",
+    "ru_maxrss_gib", "baseline_rss_gib", "rss_after_import_gib",
+    "tokens_per_s", "num_parameters", "tf_version", "machine", "command",
+    "wall_s", "meets_record_protocol")
+
+
+def _run_cli(args, timeout=240):
+  """Runs the benchmark CLI the way a user does; returns its stdout."""
+  proc = subprocess.run(
+      [sys.executable, "-m", "tools.benchmark"] + args, cwd=REPO,
+      capture_output=True, text=True, timeout=timeout, check=False)
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  return proc.stdout
+
+
+def _read(path):
+  with open(path) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def test_sweep_writes_records_table_and_plot(tmp_path):
+  jsonl, png = tmp_path / "bench.jsonl", tmp_path / "bench.png"
+  stdout = _run_cli(TINY + ["--lengths=128,256", "--passes=fwd",
+                            f"--output_jsonl={jsonl}", f"--plot={png}",
+                            "--label=unit-test"])
+  records = _read(jsonl)
+  assert [r["long_len"] for r in records] == [128, 256]
+  for r in records:
+    missing = [k for k in MEASUREMENT_FIELDS if k not in r]
+    assert not missing, missing
+    assert r["status"] == "ok"
+    assert r["record_type"] == "encoder" and r["pass"] == "fwd"
+    assert r["training"] is False and r["dropout"] == 0.0
+    assert r["global_len"] == r["long_len"] // 16
+    assert r["variant"] == "sparse-res-f32-G=L/16"
+    assert len(r["times_s"]) == 2
+    assert min(r["times_s"]) == r["min_s"] <= r["median_s"]
+    assert r["peak_rss_gib"] >= r["baseline_rss_gib"] > 0
+    assert r["label"] == "unit-test"
+    assert r["meets_record_protocol"] is False  # 2 repeats, L < 1024.
+    assert r["model"]["hidden_size"] == 32
+  assert png.exists() and png.stat().st_size > 1000
+  assert "sparse-res-f32-G=L/16" in stdout
+  assert "128-256" in stdout  # The slope line.
+  # Appending: a second file-only pass (plot tool) reads the same records.
+  summary = benchmark_plot.slope_summary(records)
+  assert "128-256" in summary
+
+
+def test_failing_and_hanging_runs_are_recorded(tmp_path):
+  # The hooks fail / hang the worker before TensorFlow is imported: fast.
+  jsonl = tmp_path / "bench.jsonl"
+  stdout = _run_cli(TINY + ["--lengths=128,256", "--passes=fwd",
+                            "--_fail_lengths=128", "--_sleep_lengths=256",
+                            "--timeout_per_run=3",
+                            f"--output_jsonl={jsonl}",
+                            f"--plot={tmp_path / 'p.png'}"], timeout=60)
+  failed, hung = _read(jsonl)
+  assert failed["status"] == "error" and failed["injected_failure"]
+  assert "fail_for_test" in failed["error"]
+  assert "median_s" not in failed
+  assert hung["status"] == "timeout" and hung["injected_failure"]
+  assert 3 <= hung["wall_s"] < 30
+  assert "timeout" in stdout and "error" in stdout
+  assert (tmp_path / "p.png").exists()  # An empty plot, not a crash.
+
+
+def test_memory_guard_kills_and_records(tmp_path):
+  # Importing TensorFlow alone passes 0.05 GiB, so the guard fires early.
+  jsonl = tmp_path / "bench.jsonl"
+  stdout = _run_cli(TINY + ["--lengths=128", "--passes=fwd",
+                            "--max_rss_gib=0.05", f"--output_jsonl={jsonl}"],
+                    timeout=60)
+  (record,) = _read(jsonl)
+  assert record["status"] == "over_memory"
+  assert record["max_polled_rss_gib"] > 0.05
+  assert "--max_rss_gib" in record["error_summary"]
+  assert "over_memory" in stdout
+
+
+def test_slopes_and_target_check():
+  def rec(length, t, mode="256"):
+    return {"record_type": "encoder", "status": "ok", "variant": "v",
+            "pass": "fwd", "long_len": length, "median_s": t,
+            "peak_rss_gib": 1.0 + length / 4096, "baseline_rss_gib": 1.0,
+            "global_len_mode": mode}
+  records = [rec(2048, 1.0), rec(4096, 2.0), rec(16384, 8.0)]
+  s = benchmark_plot.slopes(records)
+  assert [(x["from_len"], x["to_len"]) for x in s] == [(2048, 4096),
+                                                       (4096, 16384)]
+  assert s[0]["time_slope"] == pytest.approx(1.0)
+  assert s[0]["act_mem_slope"] == pytest.approx(1.0)
+  assert "PASS" in benchmark_plot.slope_summary(records, 1.1)
+  steep = [rec(2048, 1.0), rec(16384, 8.0 ** 1.5)]
+  assert "FAIL" in benchmark_plot.slope_summary(steep, 1.1)
+  grows = [rec(2048, 1.0, "L/16"), rec(16384, 64.0, "L/16")]
+  assert "no target" in benchmark_plot.slope_summary(grows, 1.1)
+
+
+def test_flag_parsing_and_specs():
+  args = benchmark.build_parser().parse_args(
+      ["--lengths=1024,2048", "--impls=sparse,full", "--residual=on,off",
+       "--dtypes=float32,mixed_bfloat16", "--xla=off,on",
+       "--grad_checkpointing=0,1", "--global_len=256"])
+  specs = list(benchmark.encoder_specs(args))
+  assert len(specs) == 2 * 2 * 2 * 2 * 2 * 2 * 2  # Every axis crossed.
+  assert {s["global_len"] for s in specs} == {256}
+  names = {benchmark.variant_name(s) for s in specs}
+  assert "full-nores-bf16-xla-ckpt1-G=256" in names
+  with pytest.raises(SystemExit):
+    benchmark.build_parser().parse_args(["--dtypes=float64"])
