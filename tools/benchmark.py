@@ -190,9 +190,19 @@ def machine_info() -> Dict[str, Any]:
         text=True, timeout=10, check=False).stdout.strip() or None
   except (OSError, subprocess.SubprocessError):
     pass
+  dirty = None
+  try:
+    # Library edits not yet committed change what is measured: say so.
+    dirty = bool(subprocess.run(
+        ["git", "status", "--porcelain", "--", "etc_realformer", "tasks"],
+        capture_output=True, text=True, timeout=10,
+        check=False).stdout.strip())
+  except (OSError, subprocess.SubprocessError):
+    pass
   return {"hostname": socket.gethostname(), "nproc": os.cpu_count(),
           "cpu_model": cpu, "mem_total_gib": _mem_total_gib(),
-          "python": platform.python_version(), "git_commit": commit}
+          "python": platform.python_version(), "git_commit": commit,
+          "library_uncommitted_changes": dirty}
 
 
 def _child_rss_gib(pid: int) -> Optional[float]:
