@@ -78,8 +78,14 @@ class Linear(tf_keras.layers.Layer):
   def call(self, x: tf.Tensor) -> tf.Tensor:
     """<T>[..., in_dim] -> <T>[..., units]."""
     x = tf.cast(x, self.compute_dtype)
-    return tf.matmul(x, self.kernel) + self.bias if x.shape.rank == 2 else (
-        tf.einsum("...i,io->...o", x, self.kernel) + self.bias)
+    if x.shape.rank == 2:
+      return tf.matmul(x, self.kernel) + self.bias
+    # A 2-D matmul, not einsum("...i,io->...o"): the einsum gradient with
+    # respect to the kernel materializes an [in, out, ..., N] tensor on the
+    # oneDNN CPU kernels (9.7 GB at L=4096, hidden 768).
+    lead = tf.shape(x)[:-1]
+    y = tf.matmul(tf.reshape(x, [-1, x.shape[-1]]), self.kernel) + self.bias
+    return tf.reshape(y, tf.concat([lead, [self.units]], 0))
 
   def official_variables(self) -> Dict[str, tf.Variable]:
     return {"kernel": self.kernel, "bias": self.bias}
