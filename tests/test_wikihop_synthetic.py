@@ -64,7 +64,7 @@ def _facts(record):
   return facts
 
 
-@pytest.mark.parametrize("hops", [2, 3])
+@pytest.mark.parametrize("hops", [1, 2, 3])
 def test_answer_is_reached_only_by_following_the_chain(hops):
   recs = synthetic.make_split(100, seed=1, split="dev", hops=hops)
   for r in recs:

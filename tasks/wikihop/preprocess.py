@@ -54,14 +54,20 @@ def preprocess_file(input_path: str,
   for r in valid:
     by_id.setdefault(r.id, r)
 
-  ds = tf.data.Dataset.from_tensor_slices({
-      "query": tf.constant([r.query for r in valid], tf.string),
-      "candidates": tf.ragged.constant([r.candidates for r in valid],
-                                       tf.string),
-      "supports": tf.ragged.constant([r.supports for r in valid], tf.string),
-      "answer": tf.constant([r.answer for r in valid], tf.string),
-      "id": tf.constant([r.id for r in valid], tf.string),
-  }) if valid else None
+  def generate():
+    for r in valid:
+      yield dict(query=r.query, candidates=r.candidates, supports=r.supports,
+                 answer=r.answer, id=r.id)
+
+  # A generator (not one big constant) keeps memory flat on the 44k-record
+  # training file; the featurization itself runs in parallel map calls.
+  ds = tf.data.Dataset.from_generator(generate, output_signature=dict(
+      query=tf.TensorSpec([], tf.string),
+      candidates=tf.TensorSpec([None], tf.string),
+      supports=tf.TensorSpec([None], tf.string),
+      answer=tf.TensorSpec([], tf.string),
+      id=tf.TensorSpec([], tf.string),
+  )) if valid else None
   spec = featurizer.feature_spec()
 
   def featurize(r):

@@ -38,6 +38,18 @@ Why it cannot be shortcut:
   reading two (three) documents in sequence.
 Chance accuracy is 1/N <= 0.25.
 
+How deep a model must be. In ETC the global tokens carry no content at the
+input (their ids are the special candidate/question/sentence ids), so with a
+per-global-token output head a bridge needs three attention steps: (1) l2l
+puts the city next to the country mention into that mention's long token;
+(2) l2g from that token to the sentence tokens of the other documents finds
+the sentence with the same city and brings back its village; (3) the
+candidate's global token reads its linked mention and the query's global
+tokens and compares the two villages. A 2-layer ETC cannot compose this
+(in a short check one stayed at chance), so hops=2 needs >= 3 layers; hops=1
+(one fact per candidate, found only by matching the query village among
+distractor documents) is the variant within reach of a 2-layer model.
+
 Sizes fit the demo model (long 256, global 64): with 5 candidates and
 hops=2 an example has 10 short documents, ~120 wordpieces and <= 45 global
 tokens. Everything is deterministic given --seed (the name pools and the
@@ -66,6 +78,10 @@ POOL_SIZES = {"village": 150, "city": 150, "region": 100, "country": 60}
 
 # Fact templates per link (head type, tail type): same shape for every chain.
 TEMPLATES = {
+    ("village", "country"): (
+        "{head} is a village in the country of {tail}.",
+        "{head} is a small village in {tail}.",
+    ),
     ("village", "city"): (
         "{head} is a village in the city of {tail}.",
         "{head} is a small village near {tail}.",
@@ -117,11 +133,13 @@ POOLS = _make_pools()
 
 
 def chain_types(hops: int) -> Sequence[str]:
+  if hops == 1:
+    return ("village", "country")
   if hops == 2:
     return ("village", "city", "country")
   if hops == 3:
     return ("village", "city", "region", "country")
-  raise ValueError(f"hops must be 2 or 3, got {hops}")
+  raise ValueError(f"hops must be 1, 2 or 3, got {hops}")
 
 
 def vocabulary() -> List[str]:
@@ -204,7 +222,9 @@ def _define_flags():
   flags.DEFINE_integer("num_train", 2000, "Training examples.")
   flags.DEFINE_integer("num_dev", 300, "Dev examples.")
   flags.DEFINE_integer("seed", 0, "Random seed.")
-  flags.DEFINE_integer("hops", 2, "Facts per chain (2 or 3).")
+  flags.DEFINE_integer(
+      "hops", 2, "Facts per chain: 2 or 3 (multi-hop), or 1 (single-fact "
+      "lookup among distractor documents, for models too shallow for 2).")
   flags.mark_flags_as_required(["output_dir"])
 
 
