@@ -36,7 +36,6 @@ flags.DEFINE_string("checkpoint", None,
                     "latest in model_dir.")
 flags.DEFINE_string("predictions_dir", None,
                     "predict: output dir (default model_dir/predictions).")
-flags.mark_flag_as_required("model_dir")
 
 # Gin files may be given relative to the repository's gin/ folder.
 GIN_ROOT = os.path.join(os.path.dirname(os.path.dirname(
@@ -87,6 +86,9 @@ def entry(default_gin_files=()) -> None:
   """Console entry; task aliases pass their default gin files first."""
   if default_gin_files:
     sys.argv[1:1] = [f"--gin_file={f}" for f in default_gin_files]
+  # Required here, not at import, so that other binaries (the demo) can
+  # import this module and reuse its --gin_file/--gin_bindings flags.
+  flags.mark_flag_as_required("model_dir")
   app.run(main)
 
 

@@ -3,7 +3,7 @@
 qangaroo JSON + vocab.txt (written here) -> `tasks.wikihop.preprocess` ->
 `python -m tasks.wikihop --mode=train_and_eval` killed with SIGKILL after a
 checkpoint, then the same command again (resumes, loss goes down, evaluates)
--> `python -m tasks.run --mode=predict` ({id: answer} JSON) -> `--mode=export`
+-> predict ({id: answer} JSON, via `tasks.run.run`) -> `--mode=export`
 -> a fresh process loads the SavedModel and queries every signature.
 """
 
@@ -87,11 +87,11 @@ def tiny_gin(data_dir: str, path: str, **extra) -> str:
       "optimizer.learning_rate = 3e-3",
       "TrainerConfig.train_batch_size = 8",
       "TrainerConfig.eval_batch_size = 8",
-      "TrainerConfig.train_steps = 200",
+      "TrainerConfig.train_steps = 100",
       "TrainerConfig.steps_per_loop = 10",
       "TrainerConfig.checkpoint_interval = 20",
       "TrainerConfig.max_checkpoints_to_keep = 3",
-      "TrainerConfig.eval_interval = 200",
+      "TrainerConfig.eval_interval = 100",
   ] + [f"{k} = {v}" for k, v in extra.items()]
   with open(path, "w") as f:
     f.write("\n".join(lines) + "\n")
@@ -179,22 +179,29 @@ def test_kill_resume_train_eval_predict_export_serve(workdir):
   # Training continues right after the last checkpoint: at most the steps
   # since it were lost, none repeated from the start.
   assert steps[0][0] == resumed_from + 10, steps[:3]
-  assert steps[-1][0] == 200
+  assert steps[-1][0] == 100
   first_loss = progress(killed_output)[0][1]
   assert first_loss == pytest.approx(1.386, abs=0.05)  # ln(4 candidates)
   assert steps[-1][1] < 0.5 * first_loss, (first_loss, steps[-5:])
   with open(os.path.join(model_dir, "eval_results.json")) as f:
     results = json.load(f)
-  assert results["step"] == 200
+  assert results["step"] == 100
   assert 0.0 <= results["accuracy"] <= 1.0 and results["loss"] > 0
   # Checkpoints kept: at most max_checkpoints_to_keep.
   assert len(glob.glob(os.path.join(model_dir, "ckpt-*.index"))) <= 3
   assert glob.glob(os.path.join(model_dir, "summaries", "train", "events*"))
 
-  # 3. Predict: the official {id: answer} format, one answer per dev record.
-  output = run_binary(["tasks.run", f"--gin_file={workdir['gin']}",
-                       "--gin_bindings=task_class.cls = @WikiHopTask",
-                       "--mode=predict", f"--model_dir={model_dir}"])
+  # 3. Predict (in this process, through the runner's library entry, to
+  # save a process start): the official {id: answer} format.
+  import gin  # pylint: disable=g-import-not-at-top
+  from tasks import run  # pylint: disable=g-import-not-at-top
+  run.register_tasks()
+  gin.clear_config()
+  try:
+    run.parse_gin(["tasks/wikihop.gin", workdir["gin"]], [])
+    run.run("predict", model_dir)
+  finally:
+    gin.clear_config()
   with open(os.path.join(model_dir, "predictions", "predictions.json")) as f:
     predictions = json.load(f)
   with open(os.path.join(workdir["data"], "dev.json")) as f:
