@@ -65,7 +65,8 @@ def test_two_workers_train_in_lockstep(tmp_path):
         proc.kill()
   for proc, out in zip(procs, outputs):
     assert proc.returncode == 0, out[-4000:]
-    assert "MultiWorkerMirroredStrategy with 2 replicas" in out, out[-3000:]
+    # (MultiWorkerMirroredStrategy's class name.)
+    assert "Strategy CollectiveAllReduceStrategy with 2 replicas" in out, out[-3000:]
     steps = e2e.progress(out)
     assert [s for s, _ in steps] == [3, 6], out[-3000:]
   # Same loss on both workers: the replicas train one model.
