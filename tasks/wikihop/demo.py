@@ -38,8 +38,8 @@ _NUM_DEV = flags.DEFINE_integer("num_dev", 300, "Synthetic dev size.")
 _SEED = flags.DEFINE_integer("seed", 0, "Data and shuffle seed.")
 _TRAIN_STEPS = flags.DEFINE_integer("train_steps", 1200, "Optimizer steps.")
 
-LONG_SEQ_LEN = 256
-GLOBAL_SEQ_LEN = 64
+LONG_SEQ_LEN = 160
+GLOBAL_SEQ_LEN = 48
 
 
 def demo_gin(data_dir: str, train_steps: int, seed: int) -> str:
