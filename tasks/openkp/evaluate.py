@@ -1,0 +1,143 @@
+r"""The official OpenKP evaluation: P/R/F1 at 1, 3 and 5, averaged per document.
+
+  python -m tasks.openkp.evaluate --reference=OpenKPDev.jsonl \
+      --predictions=predictions.jsonl [--output=metrics.json]
+
+Both files are jsonl with `url` and `KeyPhrases` (a list of keyphrases, each
+a list of strings). As the official MS MARCO OpenKP `evaluate.py`:
+
+- a keyphrase is its strings lower-cased and joined by spaces (right
+  stripped); keyphrases whose first string is empty are dropped;
+- the reference is the set of its keyphrases; predictions are taken in order;
+- at depth k: true positives tp = predictions among the first k that are in
+  the reference; P@k = tp / k (not / the number predicted), R@k = tp / |ref|,
+  F1@k = 2PR / (P + R) (0 when P + R = 0);
+- each score is averaged over the reference documents.
+
+Beyond the official script (which would fail): a reference document without
+a prediction scores 0 (counted as `missing_predictions`), a reference
+document with no keyphrase is left out (counted as `empty_references`).
+"""
+
+import json
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+DEPTHS = (1, 3, 5)
+METRIC_NAMES: Tuple[str, ...] = tuple(
+    f"{m}@{k}" for m in ("precision", "recall", "f1") for k in DEPTHS)
+
+
+def normalize_keyphrase(items: Sequence[str]) -> str:
+  """The official normalization of one keyphrase (a list of strings)."""
+  return " ".join(item.lower() for item in items).rstrip()
+
+
+def normalize_keyphrases(keyphrases: Sequence[Any]) -> List[str]:
+  """Official `remove_empty`: normalized keyphrases, empty ones dropped.
+
+  A keyphrase given as a plain string is treated as a one-item list.
+  """
+  out = []
+  for kp in keyphrases:
+    items = [kp] if isinstance(kp, str) else list(kp)
+    if items and items[0]:
+      out.append(normalize_keyphrase(items))
+  return out
+
+
+def score_document(predicted: Sequence[str], reference: Sequence[str],
+                   max_depth: int = 5) -> Tuple[List[float], List[float],
+                                                List[float]]:
+  """P@k, R@k, F1@k for k = 1..max_depth of one document.
+
+  Args:
+    predicted: normalized predictions, best first.
+    reference: normalized gold keyphrases (non-empty).
+  """
+  reference_set = set(reference)
+  precision, recall, f1 = [], [], []
+  true_positive = 0
+  for i in range(max_depth):
+    if i < len(predicted) and predicted[i] in reference_set:
+      true_positive += 1
+    p = true_positive / (i + 1)
+    r = true_positive / len(reference_set)
+    precision.append(p)
+    recall.append(r)
+    f1.append(2 * p * r / (p + r) if p + r > 0 else 0.0)
+  return precision, recall, f1
+
+
+def evaluate(references: Mapping[str, Sequence[Any]],
+             predictions: Mapping[str, Sequence[Any]]) -> Dict[str, float]:
+  """Averaged official scores.
+
+  Args:
+    references: url -> gold KeyPhrases (released format).
+    predictions: url -> predicted KeyPhrases, best first.
+
+  Returns:
+    `METRIC_NAMES` -> average, plus `num_documents`, `missing_predictions`,
+    `empty_references`.
+  """
+  rows = []
+  missing = empty = 0
+  for url, gold in references.items():
+    reference = normalize_keyphrases(gold)
+    if not reference:
+      empty += 1
+      continue
+    if url not in predictions:
+      missing += 1
+    predicted = normalize_keyphrases(predictions.get(url, []))
+    p, r, f = score_document(predicted, reference, max(DEPTHS))
+    rows.append([p[k - 1] for k in DEPTHS] + [r[k - 1] for k in DEPTHS] +
+                [f[k - 1] for k in DEPTHS])
+  means = np.mean(rows, axis=0) if rows else np.zeros(len(METRIC_NAMES))
+  out = {name: float(v) for name, v in zip(METRIC_NAMES, means)}
+  out.update(num_documents=len(rows), missing_predictions=missing,
+             empty_references=empty)
+  return out
+
+
+def read_keyphrases(path: str) -> Dict[str, List[Any]]:
+  """url -> KeyPhrases from a jsonl file (first line wins for a url)."""
+  out: Dict[str, List[Any]] = {}
+  with tf.io.gfile.GFile(path, "r") as f:
+    for line in f:
+      if not line.strip():
+        continue
+      record = json.loads(line)
+      out.setdefault(record["url"], record.get("KeyPhrases") or [])
+  return out
+
+
+def evaluate_files(reference_path: str, predictions_path: str
+                   ) -> Dict[str, float]:
+  return evaluate(read_keyphrases(reference_path),
+                  read_keyphrases(predictions_path))
+
+
+def main(argv):
+  del argv
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  f = flags.FLAGS
+  results = evaluate_files(f.reference, f.predictions)
+  text = json.dumps(results, indent=2, sort_keys=True)
+  print(text)
+  if f.output:
+    with tf.io.gfile.GFile(f.output, "w") as out:
+      out.write(text + "\n")
+
+
+if __name__ == "__main__":
+  from absl import app  # pylint: disable=g-import-not-at-top
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  flags.DEFINE_string("reference", None, "Gold jsonl (OpenKPDev.jsonl).")
+  flags.DEFINE_string("predictions", None, "Predicted jsonl.")
+  flags.DEFINE_string("output", None, "Optional metrics JSON to write.")
+  flags.mark_flags_as_required(["reference", "predictions"])
+  app.run(main)

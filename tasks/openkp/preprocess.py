@@ -1,0 +1,172 @@
+r"""Caches OpenKP features: released jsonl -> TFRecords + stats + deduped jsonl.
+
+  python -m tasks.openkp.preprocess --input=OpenKPDev.jsonl --vocab=vocab.txt \
+      --output_dir=DIR [--strict] [--long_seq_len=4096 --global_seq_len=512]
+
+writes, for `OpenKPDev.jsonl`:
+
+- `DIR/OpenKPDev.tfrecord`: one `tf.train.Example` per kept document, with
+  the features of `features.feature_spec`;
+- `DIR/OpenKPDev.stats.json`: documents read, written, truncated (words,
+  wordpieces, elements, gold keyphrases lost) and skipped per reason, with
+  the skipped records named (file, url or line, field);
+- `DIR/OpenKPDev.dedup.jsonl`: the valid, de-duplicated documents in the
+  released format with the kept keyphrases (the scoring reference, as the
+  original's input_validate_and_dedup output).
+
+Bad records are skipped unless `--strict`, which fails on the first one.
+Documents whose gold keyphrases all fall past the truncation are skipped in
+training files (names holding "train"; they teach nothing) and kept in
+others, where they count against the metric as they should.
+"""
+
+import os
+from typing import Optional
+
+from absl import app
+from absl import flags
+from absl import logging
+import tensorflow as tf
+
+from tasks.common import records
+from tasks.common import tfrecords
+from tasks.openkp import data
+from tasks.openkp import features as features_lib
+
+
+def output_paths(input_path: str, output_dir: str):
+  """(tfrecord, stats, dedup jsonl) paths for an input file."""
+  stem = os.path.splitext(os.path.basename(input_path))[0]
+  return (os.path.join(output_dir, f"{stem}.tfrecord"),
+          os.path.join(output_dir, f"{stem}.stats.json"),
+          os.path.join(output_dir, f"{stem}.dedup.jsonl"))
+
+
+def preprocess_file(input_path: str,
+                    output_dir: str,
+                    featurizer: features_lib.OpenKPFeaturizer,
+                    strict: bool = False,
+                    labeled: Optional[bool] = None,
+                    skip_unlabeled: Optional[bool] = None
+                    ) -> records.RecordStats:
+  """Featurizes one OpenKP jsonl file into `output_dir`; returns its stats.
+
+  Args:
+    input_path: an OpenKP jsonl file.
+    output_dir: where the outputs go.
+    featurizer: the in-graph featurizer.
+    strict: fail on the first bad record.
+    labeled: whether KeyPhrases are required; None = from the file name.
+    skip_unlabeled: skip labelled documents left without a gold position
+      after truncation; None = only for training files.
+
+  Raises:
+    records.InputFileError: the input is missing, empty or malformed.
+    records.BadRecordError: in strict mode, the first bad record.
+  """
+  tf.io.gfile.makedirs(output_dir)
+  record_path, stats_path, dedup_path = output_paths(input_path, output_dir)
+  if labeled is None:
+    labeled = data.infer_labeled(input_path)
+  if skip_unlabeled is None:
+    skip_unlabeled = "train" in os.path.basename(input_path).lower()
+  stats = records.RecordStats(input_file=input_path, strict=strict)
+  # Validate everything first (pure Python; dedup needs the whole file), so
+  # that strict mode fails before any TF work.
+  valid = data.read_records(input_path, stats=stats, labeled=labeled)
+  data.write_jsonl(dedup_path, valid)
+  spec = featurizer.feature_spec()
+
+  def generate():
+    for r in valid:
+      yield (r.text, r.element_starts, r.element_features)
+
+  ds = tf.data.Dataset.from_generator(generate, output_signature=(
+      tf.TensorSpec([], tf.string), tf.TensorSpec([None], tf.int32),
+      tf.TensorSpec([None, features_lib.NUM_VDOM_FEATURES], tf.float32)))
+  options = tf.data.Options()
+  options.deterministic = True  # Outputs stay aligned with `valid`.
+  mapped = ds.map(featurizer.featurize_tf,
+                  num_parallel_calls=tf.data.AUTOTUNE).with_options(options)
+
+  def examples():
+    if not valid:
+      return
+    for record, (features, amounts) in zip(valid,
+                                           mapped.as_numpy_iterator()):
+      amounts = {k: int(v) for k, v in amounts.items()}
+      features_lib.add_record_fields(features, record, amounts)
+      if (labeled and skip_unlabeled and
+          not (features["label_start"] >= 0).any()):
+        stats.handle_bad_record(records.BadRecordError(
+            input_path, record.url, "KeyPhrases", data.KEYPHRASES_TRUNCATED,
+            f"no gold keyphrase within the first {features['num_words']} "
+            f"words / {featurizer.long_seq_len} wordpieces"))
+        continue
+      stats.add_truncation(amounts)
+      stats.examples_written += 1
+      yield tfrecords.to_tf_example(features, spec)
+
+  tmp_path = record_path + ".tmp"
+  try:
+    tfrecords.write_tfrecord(tmp_path, examples())
+  except BaseException:
+    if tf.io.gfile.exists(tmp_path):
+      tf.io.gfile.remove(tmp_path)
+    raise
+  tf.io.gfile.rename(tmp_path, record_path, overwrite=True)
+  stats.write_json(stats_path)
+  logging.info("%s: read %d, wrote %d to %s, truncated %d, skipped %d %s",
+               input_path, stats.examples_read, stats.examples_written,
+               record_path, stats.examples_truncated, stats.num_skipped,
+               dict(stats.skipped))
+  return stats
+
+
+def make_featurizer(vocab: Optional[str], spm_model: Optional[str],
+                    long_seq_len: int, global_seq_len: int,
+                    lower_case: bool = True
+                    ) -> features_lib.OpenKPFeaturizer:
+  return features_lib.OpenKPFeaturizer(
+      vocab_path=vocab, spm_model_path=spm_model, long_seq_len=long_seq_len,
+      global_seq_len=global_seq_len, lower_case=lower_case)
+
+
+def _define_flags():
+  """Flags only when run as a binary (the training binaries define flags of
+  the same names)."""
+  flags.DEFINE_multi_string(
+      "input", None, "OpenKP jsonl file(s): OpenKPTrain.jsonl, "
+      "OpenKPDev.jsonl, OpenKPEvalPublic.jsonl.")
+  flags.DEFINE_string("vocab", None, "WordPiece vocab.txt.")
+  flags.DEFINE_string("spm_model", None,
+                      "SentencePiece .model (instead of --vocab).")
+  flags.DEFINE_string("output_dir", None, "Output directory.")
+  flags.DEFINE_bool("strict", False,
+                    "Fail on the first bad record instead of skipping it.")
+  flags.DEFINE_integer("long_seq_len", 4096, "Long input length.")
+  flags.DEFINE_integer("global_seq_len", 512, "Global input length.")
+  flags.DEFINE_bool("lower_case", True, "Uncased vocabulary.")
+  flags.DEFINE_enum("labeled", "auto", ["auto", "true", "false"],
+                    "Whether KeyPhrases are required (auto: not for files "
+                    "named *Eval*).")
+  flags.mark_flags_as_required(["input", "output_dir"])
+
+
+def main(argv):
+  del argv
+  f = flags.FLAGS
+  featurizer = make_featurizer(f.vocab, f.spm_model, f.long_seq_len,
+                               f.global_seq_len, f.lower_case)
+  labeled = {"auto": None, "true": True, "false": False}[f.labeled]
+  for path in f.input:
+    stats = preprocess_file(path, f.output_dir, featurizer, strict=f.strict,
+                            labeled=labeled)
+    print(f"{path}: read {stats.examples_read}, written "
+          f"{stats.examples_written}, truncated {stats.examples_truncated}, "
+          f"skipped {stats.num_skipped} {dict(stats.skipped)}")
+
+
+if __name__ == "__main__":
+  _define_flags()
+  app.run(main)
