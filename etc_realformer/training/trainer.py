@@ -77,6 +77,9 @@ class EtcTrainer(orbit.StandardTrainer):
     variables = self.model.trainable_variables
     total = None
     for features in batches:
+      # Strings (ids, candidate texts) are for predictions only; XLA cannot
+      # take them as arguments.
+      features = {k: v for k, v in features.items() if v.dtype != tf.string}
       per_example, grads = self._compute(features)
       grads = [tf.convert_to_tensor(g) if g is not None else None
                for g in grads]
