@@ -1,0 +1,614 @@
+"""HotpotQA featurization: question + context strings -> ETC raw features.
+
+The model inputs are built with TensorFlow ops only (`HotpotFeaturizer`), so
+the same code runs in preprocessing (through `tf.data`) and in the raw-input
+serving signature. Labels need the gold answer and supporting facts and are
+added in Python by `add_labels` from the features and the record.
+
+Layout (as the original ETC HotpotQA preprocessing):
+
+  global: [CLS][one per question wordpiece]
+          [paragraph token, title token, one token per sentence] per
+          paragraph, padding
+  long:   [CLS][question wordpieces][title wordpieces, sentence wordpieces]
+          per paragraph, padding
+
+- `long_sentence_ids[i]`: global index of long token i's question-wordpiece,
+  title or sentence token; -1 for CLS and padding.
+- `long_paragraph_ids[i]`: global index of the paragraph token of a context
+  token's paragraph; -1 for CLS, question and padding.
+- `long_paragraph_breakpoints`: 1 at CLS, at the last question wordpiece and
+  at the last token of each paragraph; `global_paragraph_breakpoints`: 1 at
+  CLS, the last question token and the last token of each paragraph.
+- `ignore_hard_g2l_mask`: 1 on CLS only (it sees the whole long input under
+  hard g2l masking: the answer type is read from it).
+- `global_paragraph_ids` / `global_sentence_ids`: the paragraph index in the
+  record's context (paragraph, title and sentence tokens) and the sentence
+  index in the paragraph (sentence tokens); -1 otherwise. `global_kinds`
+  names each global token's role (see `KIND_*`).
+- `long_token_start` / `long_token_end`: byte offsets [start, end) of a
+  context wordpiece in its title / sentence string (UTF-8), so that a
+  predicted span maps back to the exact original substring; -1 elsewhere.
+- Token types: long CLS 1, question 3, title 2, sentence 1; every global
+  token 0 (the original's choices).
+
+Truncation is the original's greedy pass: the question wordpieces are kept
+while they fit, then paragraph tokens, titles and sentences are visited in
+order and each is kept if it still fits (a paragraph token needs one global
+token; a title or sentence one global token and its wordpieces), otherwise
+skipped -- a later, shorter sentence may still fit.
+"""
+
+import dataclasses
+from typing import Dict, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from tasks.common import tfrecords
+from tasks.common import tokenization
+from tasks.hotpotqa import data
+
+# Token type ids (segment ids), shared by long and global inputs.
+GLOBAL_TOKEN_TYPE_ID = 0
+SENTENCE_TOKEN_TYPE_ID = 1
+TITLE_TOKEN_TYPE_ID = 2
+QUESTION_TOKEN_TYPE_ID = 3
+
+# `global_kinds` values.
+KIND_PAD, KIND_CLS, KIND_QUESTION, KIND_PARAGRAPH, KIND_TITLE, KIND_SENTENCE = (
+    range(6))
+
+# `answer_bio_ids` values (the BIO variant of the span labels).
+BIO_BEGIN, BIO_INSIDE, BIO_OUTSIDE = 0, 1, 2
+
+
+@dataclasses.dataclass(frozen=True)
+class GlobalTokenIds:
+  """Vocabulary ids of the special global tokens (and the long CLS)."""
+  cls: int
+  sentence: int
+  question: int
+  paragraph: int
+
+  @classmethod
+  def for_vocabulary(cls, kind: str) -> "GlobalTokenIds":
+    """The original defaults for a tokenizer kind (wordpiece/sentencepiece)."""
+    if kind == tokenization.WORDPIECE:
+      return WORDPIECE_GLOBAL_TOKEN_IDS
+    if kind == tokenization.SENTENCEPIECE:
+      return SENTENCEPIECE_GLOBAL_TOKEN_IDS
+    raise ValueError(f"unknown tokenizer kind {kind!r}")
+
+  @classmethod
+  def for_tokenizer(cls, tokenizer: tokenization.Tokenizer
+                    ) -> "GlobalTokenIds":
+    """The vocabulary kind's defaults; for WordPiece, CLS is the vocab's own
+    "[CLS]" (101 in the BERT vocabularies, elsewhere in small test ones)."""
+    ids = cls.for_vocabulary(tokenizer.kind)
+    if (tokenizer.kind == tokenization.WORDPIECE and
+        "[CLS]" in tokenizer.vocab):
+      ids = dataclasses.replace(ids, cls=tokenizer.token_id("[CLS]"))
+    return ids
+
+
+# BERT vocab: [CLS], [unused0] (pre-training sentence token), [unused2],
+# [unused4].
+WORDPIECE_GLOBAL_TOKEN_IDS = GlobalTokenIds(
+    cls=101, sentence=1, question=3, paragraph=5)
+# ETC SentencePiece vocab: <unused_39>, </s>, <unused_40>, <unused_42>.
+SENTENCEPIECE_GLOBAL_TOKEN_IDS = GlobalTokenIds(
+    cls=40, sentence=1, question=41, paragraph=43)
+
+# The int32 features the model reads (encoder inputs, side-input sources and
+# what the head needs to locate spans); the inputs of `serving_default`.
+MODEL_FEATURES: Tuple[str, ...] = (
+    "token_ids", "segment_ids", "long_paragraph_breakpoints",
+    "long_paragraph_ids", "long_sentence_ids", "long_token_start",
+    "long_token_end", "global_token_ids", "global_segment_ids",
+    "global_paragraph_breakpoints", "global_paragraph_ids",
+    "global_sentence_ids", "global_kinds", "ignore_hard_g2l_mask")
+LABEL_FEATURES: Tuple[str, ...] = (
+    "supporting_facts", "answer_type", "answer_start", "answer_end",
+    "answer_bio_ids")
+# Truncation amounts returned with the features.
+TRUNCATION_STATS: Tuple[str, ...] = (
+    "question_tokens_dropped", "paragraphs_dropped", "titles_dropped",
+    "sentences_dropped", "context_tokens_dropped")
+
+
+def feature_spec(
+    long_seq_len: int = 4096, global_seq_len: int = 256
+) -> Dict[str, Tuple[tf.DType, Tuple[Optional[int], ...]]]:
+  """The HotpotQA features: name -> (dtype, shape), unbatched.
+
+  L = long_seq_len, G = global_seq_len. Model inputs: see the module
+  docstring. Labels (-1 / 0 when unknown, e.g. serving):
+
+  supporting_facts [G]: 1 on the paragraph, title and sentence tokens of the
+    supporting facts (paragraph and title: any fact in that paragraph).
+  answer_type []: 0 span, 1 yes, 2 no; -1 unknown.
+  answer_start, answer_end []: inclusive long positions of the answer's first
+    occurrence in a supporting title / sentence; 0, 0 (CLS) for yes/no; -1
+    when not located (kept only in non-training files).
+  answer_bio_ids [L]: 0 B / 1 I / 2 O over every located occurrence in
+    supporting text (the BIO variant); -1 everywhere when unknown.
+  example_id []: `_id`.
+  record_json []: the record as JSON (question, context and, when labelled,
+    answer / supporting facts): decoding recovers answer text from it and
+    scoring uses its gold.
+  """
+  long_ = (long_seq_len,)
+  global_ = (global_seq_len,)
+  spec = {name: (tf.int32, long_) for name in (
+      "token_ids", "segment_ids", "long_paragraph_breakpoints",
+      "long_paragraph_ids", "long_sentence_ids", "long_token_start",
+      "long_token_end")}
+  spec.update({name: (tf.int32, global_) for name in (
+      "global_token_ids", "global_segment_ids", "global_paragraph_breakpoints",
+      "global_paragraph_ids", "global_sentence_ids", "global_kinds",
+      "ignore_hard_g2l_mask")})
+  spec.update({
+      "supporting_facts": (tf.int32, global_),
+      "answer_type": (tf.int32, ()),
+      "answer_start": (tf.int32, ()),
+      "answer_end": (tf.int32, ()),
+      "answer_bio_ids": (tf.int32, long_),
+      "example_id": (tf.string, ()),
+      "record_json": (tf.string, ()),
+  })
+  return spec
+
+
+def make_dataset(file_patterns, long_seq_len: int,
+                 global_seq_len: int) -> tf.data.Dataset:
+  """Unbatched dataset of parsed HotpotQA features from cached TFRecords."""
+  return tfrecords.make_dataset(file_patterns,
+                                feature_spec(long_seq_len, global_seq_len))
+
+
+def _fit(values: tf.Tensor, length: int, pad_value: int) -> tf.Tensor:
+  """Crops or pads a 1-D tensor to a static length."""
+  values = values[:length]
+  padded = tf.pad(values, [[0, length - tf.size(values)]],
+                  constant_values=pad_value)
+  return tf.ensure_shape(padded, [length])
+
+
+def _last_of_run(ids: tf.Tensor) -> tf.Tensor:
+  """<int32>[N]: 1 where ids[i] != ids[i + 1] or i is the last position."""
+  next_ids = tf.concat([ids[1:], [-(2**31) + 1]], axis=0)
+  return tf.cast(tf.not_equal(ids, next_ids), tf.int32)
+
+
+def tokenize_with_offsets(
+    tokenizer: tokenization.Tokenizer, texts: tf.Tensor
+) -> Tuple[tf.RaggedTensor, tf.RaggedTensor, tf.RaggedTensor]:
+  """Token ids with byte offsets [start, end) into each input string.
+
+  `tasks.common.tokenization.Tokenizer` has no offsets method yet, so this
+  reaches the tensorflow-text tokenizer it wraps (same model, same
+  normalization as `tokenizer.tokenize`).
+
+  Args:
+    tokenizer: a WordPiece or SentencePiece wrapper.
+    texts: <string>[N].
+
+  Returns:
+    <int32>[N, (n)] ids, and <int32>[N, (n)] start and end byte offsets.
+  """
+  texts = tf.convert_to_tensor(texts, tf.string)
+  inner = tokenizer._tokenizer  # pylint: disable=protected-access
+  if tokenizer.kind == tokenization.SENTENCEPIECE and tokenizer.lower_case:
+    # Lower-casing keeps byte lengths for all but a few non-ASCII letters.
+    texts = tf.strings.lower(texts, encoding="utf-8")
+  ids, starts, ends = inner.tokenize_with_offsets(texts)
+  out = []
+  for t in (ids, starts, ends):
+    while t.shape.rank > 2:
+      t = t.merge_dims(-2, -1)
+    out.append(tf.cast(t, tf.int32))
+  return out[0], out[1], out[2]
+
+
+class HotpotFeaturizer(tf.Module):
+  """HotpotQA question + context -> ETC raw model features, in TF ops.
+
+  Example:
+    featurizer = HotpotFeaturizer(vocab_path="vocab.txt")
+    features = featurizer.featurize_tf(question, titles, sentences,
+                                       num_sentences)
+
+  A `tf.Module`: an exporter attaches it to the model and calls
+  `featurize_tf` inside a serving `tf.function`.
+  """
+
+  def __init__(self,
+               vocab_path: Optional[str] = None,
+               spm_model_path: Optional[str] = None,
+               *,
+               tokenizer: Optional[tokenization.Tokenizer] = None,
+               long_seq_len: int = 4096,
+               global_seq_len: int = 256,
+               global_token_ids: Optional[GlobalTokenIds] = None,
+               lower_case: bool = True):
+    """Builds a featurizer.
+
+    Args:
+      vocab_path: a BERT `vocab.txt` (WordPiece).
+      spm_model_path: a SentencePiece `.model` (instead of `vocab_path`).
+      tokenizer: a ready tokenizer (instead of both paths).
+      long_seq_len: L (original 4096).
+      global_seq_len: G (original 256).
+      global_token_ids: special ids; `GlobalTokenIds.for_tokenizer` if None.
+      lower_case: uncased vocabulary.
+    """
+    super().__init__(name="hotpotqa_featurizer")
+    if tokenizer is None:
+      tokenizer = tokenization.make_tokenizer(vocab_path, spm_model_path,
+                                              lower_case=lower_case)
+    if long_seq_len < 2 or global_seq_len < 2:
+      raise ValueError(f"sequence lengths must be >= 2, got long "
+                       f"{long_seq_len}, global {global_seq_len}")
+    self.tokenizer = tokenizer
+    self.long_seq_len = int(long_seq_len)
+    self.global_seq_len = int(global_seq_len)
+    self.global_token_ids = (global_token_ids or
+                             GlobalTokenIds.for_tokenizer(tokenizer))
+    self._record_fn = tf.function(
+        self._featurize,
+        input_signature=[
+            tf.TensorSpec([], tf.string),
+            tf.TensorSpec([None], tf.string),
+            tf.TensorSpec([None], tf.string),
+            tf.TensorSpec([None], tf.int32),
+            tf.TensorSpec([], tf.string),
+        ])
+
+  def feature_spec(self):
+    return feature_spec(self.long_seq_len, self.global_seq_len)
+
+  # --------------------------------------------------------------- public API
+  def featurize_tf(self, question: tf.Tensor, titles: tf.Tensor,
+                   sentences: tf.Tensor, num_sentences: tf.Tensor,
+                   example_id: Optional[tf.Tensor] = None
+                   ) -> Dict[str, tf.Tensor]:
+    """One record's model features (`MODEL_FEATURES` + `example_id`).
+
+    Args:
+      question: <string>[].
+      titles: <string>[P] paragraph titles.
+      sentences: <string>[S] all paragraphs' sentences, concatenated.
+      num_sentences: <int32>[P] sentences per paragraph (sums to S).
+      example_id: <string>[]; "" when None.
+
+    Returns:
+      Dict of fixed-shape tensors ([L], [G], []).
+    """
+    features, _ = self.featurize_with_stats_tf(question, titles, sentences,
+                                               num_sentences, example_id)
+    return features
+
+  def featurize_with_stats_tf(self, question, titles, sentences,
+                              num_sentences, example_id=None):
+    """`featurize_tf` plus the <int32>[] `TRUNCATION_STATS`."""
+    example_id = tf.constant("") if example_id is None else example_id
+    return self._featurize(
+        tf.convert_to_tensor(question, tf.string),
+        tf.convert_to_tensor(titles, tf.string),
+        tf.convert_to_tensor(sentences, tf.string),
+        tf.cast(num_sentences, tf.int32),
+        tf.convert_to_tensor(example_id, tf.string))
+
+  @property
+  def record_fn(self):
+    """The compiled (question, titles, sentences, num_sentences, example_id)
+    -> (features, stats) function, for `tf.data` pipelines."""
+    return self._record_fn
+
+  def featurize_record(self, record: data.HotpotRecord,
+                       is_training: bool = False
+                       ) -> Tuple[Dict[str, np.ndarray], Dict[str, int],
+                                  Optional[str]]:
+    """Eager helper: a record -> (all `feature_spec` features, truncation
+    stats, skip reason or None). See `add_labels`."""
+    features, stats = self._record_fn(*record_inputs(record))
+    features = {k: v.numpy() for k, v in features.items()}
+    reason = add_labels(features, record, is_training)
+    return features, {k: int(v.numpy()) for k, v in stats.items()}, reason
+
+  # ----------------------------------------------------------- implementation
+  def _featurize(self, question, titles, sentences, num_sentences,
+                 example_id):
+    L, G = self.long_seq_len, self.global_seq_len  # pylint: disable=invalid-name
+    ids = self.global_token_ids
+    i32 = tf.int32
+
+    # --- Question: each wordpiece is 1 long + 1 global token (prefix kept).
+    q_ids, _, _ = tokenize_with_offsets(self.tokenizer,
+                                        tf.reshape(question, [1]))
+    q_ids = q_ids.flat_values
+    num_q = tf.size(q_ids, out_type=i32)
+    q_keep = tf.minimum(num_q, tf.minimum(L, G) - 1)
+
+    # --- Context texts per paragraph: [title, sentence 0, sentence 1, ...].
+    num_paras = tf.size(titles, out_type=i32)
+    para_sents = tf.RaggedTensor.from_row_lengths(sentences, num_sentences)
+    texts = tf.concat([titles[:, tf.newaxis], para_sents], axis=1)  # [P, (T)]
+    text_para = tf.cast(texts.value_rowids(), i32)  # [T]
+    text_pos = (tf.range(tf.size(text_para, out_type=i32)) -
+                tf.gather(tf.cast(texts.row_starts(), i32), text_para))
+    text_ids, text_starts, text_ends = tokenize_with_offsets(
+        self.tokenizer, texts.flat_values)  # [T, (n)]
+    text_lens = tf.cast(text_ids.row_lengths(), i32)  # [T]
+
+    # --- Items in visiting order: per paragraph its paragraph token, then
+    # its texts. item_text = -1 for paragraph tokens.
+    num_texts = tf.size(text_para, out_type=i32)
+    items_per_para = 1 + tf.cast(texts.row_lengths(), i32)  # [P]
+    item_para = tf.repeat(tf.range(num_paras), items_per_para)
+    item_pos = (tf.range(tf.reduce_sum(items_per_para)) -
+                tf.repeat(tf.cumsum(items_per_para, exclusive=True),
+                          items_per_para))  # 0 = paragraph token
+    is_para_item = tf.equal(item_pos, 0)
+    item_text = tf.where(is_para_item, -1,
+                         tf.gather(tf.cast(texts.row_starts(), i32),
+                                   item_para) + item_pos - 1)
+    item_long = tf.where(is_para_item, 0,
+                         tf.gather(text_lens, tf.maximum(item_text, 0)))
+
+    # --- Greedy fit (sequential by nature: a skipped item frees nothing).
+    long_budget = L - 1 - q_keep
+    global_budget = G - 1 - q_keep
+
+    def visit(state, length):
+      long_used, global_used, _ = state
+      fits = tf.logical_and(long_used + length <= long_budget,
+                            global_used + 1 <= global_budget)
+      return (tf.where(fits, long_used + length, long_used),
+              tf.where(fits, global_used + 1, global_used), fits)
+
+    _, _, item_keep = tf.scan(
+        visit, item_long,
+        initializer=(tf.constant(0), tf.constant(0), tf.constant(False)))
+    item_keep = tf.ensure_shape(item_keep, [None])
+
+    # --- Global layout: CLS, question, kept items.
+    kept_items = tf.cast(tf.where(item_keep)[:, 0], i32)  # [K]
+    num_kept = tf.size(kept_items, out_type=i32)
+    item_global = tf.where(
+        item_keep, 1 + q_keep + tf.cumsum(tf.cast(item_keep, i32)) - 1, -1)
+    k_para = tf.gather(item_para, kept_items)
+    k_is_para = tf.gather(is_para_item, kept_items)
+    k_pos = tf.gather(item_pos, kept_items)
+    k_kind = tf.where(k_is_para, KIND_PARAGRAPH,
+                      tf.where(k_pos == 1, KIND_TITLE, KIND_SENTENCE))
+    q_range = tf.range(q_keep)
+    global_token_ids = tf.concat([
+        [ids.cls], tf.fill([q_keep], ids.question),
+        tf.where(k_is_para, ids.paragraph, ids.sentence)], axis=0)
+    global_kinds = tf.concat([
+        [KIND_CLS], tf.fill([q_keep], KIND_QUESTION), k_kind], axis=0)
+    global_paragraph_ids = tf.concat(
+        [tf.fill([1 + q_keep], -1), k_para], axis=0)
+    global_sentence_ids = tf.concat([
+        tf.fill([1 + q_keep], -1),
+        tf.where(k_kind == KIND_SENTENCE, k_pos - 2, -1)], axis=0)
+    global_breakpoints = tf.concat([
+        [1], tf.cast(q_range == q_keep - 1, i32), _last_of_run(k_para)],
+                                   axis=0)
+    ignore_hard_g2l = tf.concat([[1], tf.zeros([q_keep + num_kept], i32)],
+                                axis=0)
+
+    # Paragraph token's global index per paragraph (-1 if dropped).
+    para_global = tf.math.unsorted_segment_max(
+        tf.where(is_para_item, item_global, -1), item_para, num_paras)
+
+    # --- Long layout: CLS, question wordpieces, kept texts' wordpieces.
+    text_keep = tf.scatter_nd(
+        tf.maximum(item_text, 0)[:, tf.newaxis],
+        tf.cast(item_keep & ~is_para_item, i32), [num_texts]) > 0
+    text_global = tf.scatter_nd(
+        tf.maximum(item_text, 0)[:, tf.newaxis],
+        tf.where(is_para_item, 0, item_global + 1), [num_texts]) - 1
+    token_text = tf.cast(text_ids.value_rowids(), i32)
+    token_keep = tf.gather(text_keep, token_text)
+    ctx_ids = tf.boolean_mask(text_ids.flat_values, token_keep)
+    ctx_text = tf.boolean_mask(token_text, token_keep)
+    ctx_para = tf.gather(text_para, ctx_text)
+    ctx_is_title = tf.equal(tf.gather(text_pos, ctx_text), 0)
+    num_ctx = tf.size(ctx_ids, out_type=i32)
+
+    token_ids = tf.concat([[ids.cls], q_ids[:q_keep], ctx_ids], axis=0)
+    segment_ids = tf.concat([
+        [SENTENCE_TOKEN_TYPE_ID], tf.fill([q_keep], QUESTION_TOKEN_TYPE_ID),
+        tf.where(ctx_is_title, TITLE_TOKEN_TYPE_ID, SENTENCE_TOKEN_TYPE_ID)],
+                            axis=0)
+    long_breakpoints = tf.concat([
+        [1], tf.cast(q_range == q_keep - 1, i32), _last_of_run(ctx_para)],
+                                 axis=0)
+    long_sentence_ids = tf.concat(
+        [[-1], 1 + q_range, tf.gather(text_global, ctx_text)], axis=0)
+    long_paragraph_ids = tf.concat(
+        [tf.fill([1 + q_keep], -1), tf.gather(para_global, ctx_para)], axis=0)
+    long_token_start = tf.concat([
+        tf.fill([1 + q_keep], -1),
+        tf.boolean_mask(text_starts.flat_values, token_keep)], axis=0)
+    long_token_end = tf.concat([
+        tf.fill([1 + q_keep], -1),
+        tf.boolean_mask(text_ends.flat_values, token_keep)], axis=0)
+
+    features = {
+        "token_ids": _fit(token_ids, L, 0),
+        "segment_ids": _fit(segment_ids, L, 0),
+        "long_paragraph_breakpoints": _fit(long_breakpoints, L, 0),
+        "long_paragraph_ids": _fit(long_paragraph_ids, L, -1),
+        "long_sentence_ids": _fit(long_sentence_ids, L, -1),
+        "long_token_start": _fit(long_token_start, L, -1),
+        "long_token_end": _fit(long_token_end, L, -1),
+        "global_token_ids": _fit(global_token_ids, G, 0),
+        "global_segment_ids": tf.fill([G], GLOBAL_TOKEN_TYPE_ID),
+        "global_paragraph_breakpoints": _fit(global_breakpoints, G, 0),
+        "global_paragraph_ids": _fit(global_paragraph_ids, G, -1),
+        "global_sentence_ids": _fit(global_sentence_ids, G, -1),
+        "global_kinds": _fit(global_kinds, G, KIND_PAD),
+        "ignore_hard_g2l_mask": _fit(ignore_hard_g2l, G, 0),
+        "example_id": tf.reshape(example_id, []),
+    }
+    dropped_texts = ~text_keep
+    stats = {
+        "question_tokens_dropped": num_q - q_keep,
+        "paragraphs_dropped": tf.reduce_sum(tf.cast(para_global < 0, i32)),
+        "titles_dropped": tf.reduce_sum(
+            tf.cast(dropped_texts & (text_pos == 0), i32)),
+        "sentences_dropped": tf.reduce_sum(
+            tf.cast(dropped_texts & (text_pos > 0), i32)),
+        "context_tokens_dropped": tf.reduce_sum(text_lens) - num_ctx,
+    }
+    return features, stats
+
+
+def record_inputs(record: data.HotpotRecord) -> Tuple[tf.Tensor, ...]:
+  """The featurizer's inputs for a record (question, titles, sentences,
+  num_sentences, example_id)."""
+  flat = [s for para in record.sentences for s in para]
+  return (tf.constant(record.question), tf.constant(list(record.titles),
+                                                    tf.string),
+          tf.constant(flat, tf.string),
+          tf.constant([len(p) for p in record.sentences], tf.int32),
+          tf.constant(record.id))
+
+
+def text_of(record: data.HotpotRecord, paragraph: int, sentence: int) -> str:
+  """A title (sentence = -1) or sentence of the record's context."""
+  if sentence < 0:
+    return record.titles[paragraph]
+  return record.sentences[paragraph][sentence]
+
+
+def text_token_ranges(features: Mapping[str, np.ndarray]
+                      ) -> Dict[int, Tuple[int, int]]:
+  """Global index of each title / sentence token -> its long range [a, b)."""
+  sentence_ids = np.asarray(features["long_sentence_ids"])
+  kinds = np.asarray(features["global_kinds"])
+  ranges = {}
+  for g in np.flatnonzero((kinds == KIND_TITLE) | (kinds == KIND_SENTENCE)):
+    positions = np.flatnonzero(sentence_ids == g)
+    if positions.size:
+      ranges[int(g)] = (int(positions[0]), int(positions[-1]) + 1)
+  return ranges
+
+
+def find_answer_spans(features: Mapping[str, np.ndarray], text: str,
+                      answer: str, long_range: Tuple[int, int]
+                      ) -> Sequence[Tuple[int, int]]:
+  """Inclusive long spans of every occurrence of `answer` in `text`.
+
+  Occurrences are found on the original string (as bytes, so that they align
+  with the tokenizer's byte offsets); a span covers every wordpiece that
+  overlaps the occurrence (an answer inside a longer word gets that word).
+  """
+  haystack, needle = text.encode("utf-8"), answer.encode("utf-8")
+  if not needle:
+    return []
+  starts = np.asarray(features["long_token_start"])[long_range[0]:
+                                                   long_range[1]]
+  ends = np.asarray(features["long_token_end"])[long_range[0]:long_range[1]]
+  spans = []
+  at = haystack.find(needle)
+  while at >= 0:
+    stop = at + len(needle)
+    overlapping = np.flatnonzero((ends > at) & (starts < stop))
+    if overlapping.size:
+      spans.append((long_range[0] + int(overlapping[0]),
+                    long_range[0] + int(overlapping[-1])))
+    at = haystack.find(needle, stop)
+  return spans
+
+
+def add_labels(features: Dict[str, np.ndarray], record: data.HotpotRecord,
+               is_training: bool) -> Optional[str]:
+  """Adds `LABEL_FEATURES` and `record_json` to numpy features, in place.
+
+  Supporting-fact flags go on the paragraph and title tokens of every
+  paragraph named by a fact (by title) and on the facts' sentence tokens.
+  The answer span is the first (smallest end) occurrence of the answer in a
+  kept supporting title or sentence; "yes"/"no" answers point at CLS (0, 0).
+
+  Returns:
+    None, or (training only) the reason the example must be skipped:
+    `data.NO_SUPPORTING_FACTS`, `data.ANSWER_NOT_FOUND` (in no supporting
+    text) or `data.ANSWER_TRUNCATED` (only in text dropped to fit).
+  """
+  import json  # pylint: disable=g-import-not-at-top
+  long_len = features["token_ids"].shape[0]
+  global_len = features["global_token_ids"].shape[0]
+  features["record_json"] = np.array(
+      json.dumps(record.to_json(), ensure_ascii=False).encode("utf-8"))
+  sp = np.zeros([global_len], np.int32)
+  features["supporting_facts"] = sp
+  features["answer_type"] = np.array(-1, np.int32)
+  features["answer_start"] = np.array(-1, np.int32)
+  features["answer_end"] = np.array(-1, np.int32)
+  features["answer_bio_ids"] = np.full([long_len], -1, np.int32)
+  if not record.has_labels:
+    return None
+
+  facts = record.supporting_sentences()
+  kinds = features["global_kinds"]
+  para_ids = features["global_paragraph_ids"]
+  sent_ids = features["global_sentence_ids"]
+  ranges = text_token_ranges(features)
+  supporting_texts = []  # (paragraph, sentence) in long order
+  for g in range(global_len):
+    if kinds[g] not in (KIND_PARAGRAPH, KIND_TITLE, KIND_SENTENCE):
+      continue
+    para = int(para_ids[g])
+    fact_sents = facts.get(record.titles[para])
+    if fact_sents is None:
+      continue
+    if kinds[g] == KIND_SENTENCE and int(sent_ids[g]) not in fact_sents:
+      continue
+    sp[g] = 1
+    if kinds[g] != KIND_PARAGRAPH:
+      supporting_texts.append((g, para, int(sent_ids[g])))
+
+  answer_type = data.answer_type_of(record.answer)
+  features["answer_type"] = np.array(answer_type, np.int32)
+  spans = []
+  for g, para, sent in supporting_texts:
+    if g in ranges:
+      spans.extend(find_answer_spans(features, text_of(record, para, sent),
+                                     record.answer, ranges[g]))
+  spans.sort(key=lambda s: s[1])
+  if spans:
+    bio = np.full([long_len], BIO_OUTSIDE, np.int32)
+    for start, end in spans:
+      bio[start] = BIO_BEGIN
+      bio[start + 1:end + 1] = BIO_INSIDE
+    features["answer_bio_ids"] = bio
+  if answer_type != data.SPAN:
+    features["answer_start"] = np.array(0, np.int32)
+    features["answer_end"] = np.array(0, np.int32)
+    features["answer_bio_ids"] = np.full([long_len], BIO_OUTSIDE, np.int32)
+  elif spans:
+    features["answer_start"] = np.array(spans[0][0], np.int32)
+    features["answer_end"] = np.array(spans[0][1], np.int32)
+
+  if not is_training:
+    return None
+  if not sp.any():
+    return data.NO_SUPPORTING_FACTS
+  if answer_type == data.SPAN and not spans:
+    # Distinguish "nowhere in the supporting facts" from "cut off".
+    for title, sent_id in record.supporting_facts or ():
+      for para, t in enumerate(record.titles):
+        if t != title:
+          continue
+        texts = [t]
+        if 0 <= sent_id < len(record.sentences[para]):
+          texts.append(record.sentences[para][sent_id])
+        if any(record.answer in x for x in texts):
+          return data.ANSWER_TRUNCATED
+    return data.ANSWER_NOT_FOUND
+  return None
