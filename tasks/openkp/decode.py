@@ -67,6 +67,7 @@ def top_phrases(logits: tf.Tensor, words: tf.Tensor, num_words: tf.Tensor,
     starts <int32>[B, K] and lengths <int32>[B, K] (-1 when fewer).
   """
   logits = tf.cast(logits, tf.float32)
+  num_words = tf.cast(num_words, tf.int32)
   max_words = logits.shape[1]
   length = logits.shape[2] or tf.shape(logits)[2]
   batch = tf.shape(logits)[0]

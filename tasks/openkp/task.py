@@ -121,7 +121,8 @@ class VdomEmbedding(tf_keras.layers.Layer):
 
   def call(self, vdom: tf.Tensor) -> tf.Tensor:
     vdom = tf.cast(vdom, tf.float32)
-    indicator = lambda i: tf.cast(tf.round(vdom[..., i]), tf.int32)
+    # Thresholded, so that serving inputs outside {0, 1} stay in the table.
+    indicator = lambda i: tf.cast(vdom[..., i] > 0.5, tf.int32)
     cross = (indicator(_BLOCK) * 4 + indicator(_HEADING) * 2 +
              indicator(_BOLD))
     out = self.indicator_cross(cross)
