@@ -140,18 +140,22 @@ class RelativeTable(tf_keras.layers.Layer):
         initializer="zeros")
     super().build(input_shape)
 
-  def scores_per_id(self, queries: tf.Tensor) -> tf.Tensor:
-    """q.rel_emb[id] + rel_bias[id] for every id.
+  def scores_per_id(self, queries: tf.Tensor, bias_scale: float = 1.0
+                    ) -> tf.Tensor:
+    """q.rel_emb[id] + bias_scale * rel_bias[id] for every id.
 
     Args:
       queries: <T>[B, H, N, D].
+      bias_scale: multiplies the bias (callers that pre-scale the queries by
+        1/sqrt(d) pass the same factor here).
 
     Returns:
       <float32>[B, N, R, H]: the layout `tf.gather(..., batch_dims=2)` wants.
     """
     scores = tf.einsum("bhnd,rhd->bnrh", queries,
                        tf.cast(self.emb_table, queries.dtype))
-    return tf.cast(scores, tf.float32) + tf.cast(self.bias_table, tf.float32)
+    return tf.cast(scores, tf.float32) + bias_scale * tf.cast(
+        self.bias_table, tf.float32)
 
   def official_variables(self) -> Dict[str, tf.Variable]:
     return {"relative_emb_table": self.emb_table,
@@ -492,8 +496,14 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
     def f32(x):
       return tf.cast(x, tf.float32)
 
+    # Scaling the queries (an [N, D] tensor) instead of the scores (an
+    # [N, keys] tensor) saves a full pass over every score tensor; the bias
+    # takes the same factor, so every score is (q.k + q.e + b) / sqrt(d).
+    long_q = long_q * tf.cast(scale, long_q.dtype)
+    global_q = global_q * tf.cast(scale, global_q.dtype)
+
     # ---- long queries: l2l (band) + l2g
-    long_per_id = (self.long_relative.scores_per_id(long_q)
+    long_per_id = (self.long_relative.scores_per_id(long_q, scale)
                    if self.long_relative is not None else None)
     if side.sparse:
       block_len = r + 1
@@ -522,7 +532,7 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
         l2g_scores += relative_scores(long_per_id, side.l2g_ids)
 
     # ---- global queries: g2g + g2l
-    global_per_id = (self.global_relative.scores_per_id(global_q)
+    global_per_id = (self.global_relative.scores_per_id(global_q, scale)
                      if self.global_relative is not None else None)
     g2g_scores = f32(tf.matmul(global_q, g2g_k, transpose_b=True))
     if global_per_id is not None and side.g2g_ids is not None:
@@ -531,8 +541,8 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
     if global_per_id is not None and side.g2l_ids is not None:
       g2l_scores += relative_scores(global_per_id, side.g2l_ids)
 
-    scores = {"l2l": l2l_scores * scale, "l2g": l2g_scores * scale,
-              "g2g": g2g_scores * scale, "g2l": g2l_scores * scale}
+    scores = {"l2l": l2l_scores, "l2g": l2g_scores,
+              "g2g": g2g_scores, "g2l": g2l_scores}
 
     # ---- RealFormer: running sums per carried pattern.
     new_streams = {}
@@ -578,7 +588,7 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
       l2g_p = tf.reshape(l2g_p, [pshape[0], pshape[1], pshape[2] * pshape[3],
                                  pshape[4]])
       long_ctx += tf.matmul(l2g_p, l2g_v)
-      long_ctx = long_ctx[:, :, :long_len, :]
+      long_ctx = blocking.slice_last(long_ctx, 0, long_len, axis=2)
     else:
       long_ctx = (tf.matmul(dropped["l2l"], l2l_v) +
                   tf.matmul(dropped["l2g"], l2g_v))

@@ -35,6 +35,29 @@ def _leading_shape(x: tf.Tensor, num_trailing: int):
   return [_dim(x, i) for i in range(rank - num_trailing)]
 
 
+def slice_last(x: tf.Tensor, start: Dim, size: Dim, axis: int = -1
+               ) -> tf.Tensor:
+  """`x[..., start:start + size]` along `axis`, as a `tf.slice`.
+
+  Written with `tf.slice` rather than Python slicing: the gradient of a
+  StridedSlice (StridedSliceGrad) was among the slowest ops of the backward
+  pass on CPU, while Slice's gradient is a plain Pad.
+  """
+  rank = x.shape.rank
+  if axis < 0:
+    axis += rank
+  begin = [0] * rank
+  begin[axis] = start
+  sizes = [-1] * rank
+  sizes[axis] = size
+  out = tf.slice(x, begin, sizes)
+  # A tensor-valued size hides every static dim; restore the others.
+  dims = x.shape.as_list()
+  dims[axis] = size if isinstance(size, int) else None
+  out.set_shape(dims)
+  return out
+
+
 def skew_right(x: tf.Tensor, offset: int, width: int) -> tf.Tensor:
   """Shifts row q of the last two axes right by q + offset.
 
@@ -61,7 +84,7 @@ def skew_right(x: tf.Tensor, offset: int, width: int) -> tf.Tensor:
   padded = tf.pad(x, [[0, 0]] * (x.shape.rank - 1) +
                   [[offset, width + 1 - offset - w]])
   flat = tf.reshape(padded, lead + [n * (width + 1)])
-  flat = flat[..., :n * width]
+  flat = slice_last(flat, 0, n * width)
   return tf.reshape(flat, lead + [n, width])
 
 
@@ -85,7 +108,7 @@ def unskew_left(x: tf.Tensor, offset: int, width: int) -> tf.Tensor:
   # Re-cutting rows at t + 1 moves row q left by q.
   flat = tf.pad(flat, [[0, 0]] * len(lead) + [[0, n]])
   rows = tf.reshape(flat, lead + [n, t + 1])
-  return rows[..., offset:offset + width]
+  return slice_last(rows, offset, width)
 
 
 def num_blocks(seq_len: Dim, block_len: int) -> Dim:
@@ -133,14 +156,8 @@ def concat_3_blocks(blocked: tf.Tensor, axis: int = 1) -> tf.Tensor:
   padded = tf.pad(blocked, paddings)
   nb = _dim(blocked, axis)
 
-  def take(start):
-    begin = [0] * rank
-    begin[axis] = start
-    size = [-1] * rank
-    size[axis] = nb
-    return tf.slice(padded, begin, size)
-
-  return tf.concat([take(0), take(1), take(2)], axis=axis + 1)
+  return tf.concat([slice_last(padded, k, nb, axis) for k in range(3)],
+                   axis=axis + 1)
 
 
 def window_in_range_mask(seq_len: Dim, local_radius: int) -> tf.Tensor:
@@ -175,7 +192,7 @@ def blocked_to_window(blocked: tf.Tensor, seq_len: Dim,
   lead = _leading_shape(window, 3)
   nb, b = _dim(window, -3), _dim(window, -2)
   window = tf.reshape(window, lead + [nb * b, 2 * local_radius + 1])
-  return window[..., :seq_len, :]
+  return slice_last(window, 0, seq_len, axis=-2)
 
 
 def window_to_full(window: tf.Tensor, local_radius: int) -> tf.Tensor:
@@ -193,7 +210,7 @@ def window_to_full(window: tf.Tensor, local_radius: int) -> tf.Tensor:
   if seq_len is None:
     raise ValueError("window_to_full needs a static sequence length")
   wide = skew_right(window, offset=0, width=seq_len + 2 * local_radius)
-  return wide[..., local_radius:local_radius + seq_len]
+  return slice_last(wide, local_radius, seq_len)
 
 
 def full_to_window(full: tf.Tensor, local_radius: int) -> tf.Tensor:

@@ -1,0 +1,40 @@
+"""Seeded dropout: rate, scaling, determinism."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from etc_realformer.layers.dropout import stateless_dropout
+
+
+@pytest.mark.parametrize("rate", [0.1, 0.5])
+@pytest.mark.parametrize("shape", [[4, 1001], [3, 5, 7]])  # odd sizes too
+def test_rate_and_scale(rate, shape):
+  x = tf.ones(shape)
+  seed = tf.constant([3, 4])
+  y = stateless_dropout(x, rate, seed, site=7, training=True).numpy()
+  assert y.shape == tuple(shape)
+  kept = y != 0
+  assert abs(kept.mean() - (1 - rate)) < 4 * np.sqrt(rate * (1 - rate) /
+                                                       kept.size)
+  np.testing.assert_allclose(y[kept], 1.0 / (1.0 - rate), rtol=1e-4)
+  # Unbiased in expectation.
+  big = stateless_dropout(tf.ones([200000]), rate, seed, 1, True).numpy()
+  assert abs(big.mean() - 1.0) < 0.01
+
+
+def test_same_seed_same_mask_other_site_other_mask():
+  x = tf.random.normal([64, 64])
+  seed = tf.constant([1, 2])
+  a = stateless_dropout(x, 0.3, seed, 5, True)
+  b = stateless_dropout(x, 0.3, seed, 5, True)
+  c = stateless_dropout(x, 0.3, seed, 6, True)
+  assert np.array_equal(a.numpy(), b.numpy())
+  assert not np.array_equal(a.numpy(), c.numpy())
+
+
+def test_identity_when_not_training_and_bfloat16_kept():
+  x = tf.cast(tf.random.normal([8, 8]), tf.bfloat16)
+  assert stateless_dropout(x, 0.5, None, 0, False) is x
+  y = stateless_dropout(x, 0.5, tf.constant([1, 1]), 0, True)
+  assert y.dtype == tf.bfloat16
