@@ -116,9 +116,8 @@ def _original_heap_truncation(doc_sentence_lens, max_num_sentences,
   return counts
 
 
-def _kept_counts(f, num_docs, sentence_word):
-  """Kept sentences per doc, read back from the long tokens."""
-  del num_docs
+def _kept_counts(f):
+  """Kept sentences per kept doc, read back from the long tokens."""
   para = f["long_paragraph_ids"].numpy()
   sent = f["long_sentence_ids"].numpy()
   kept = {}
@@ -150,7 +149,7 @@ def test_truncation_order_matches_original_heap(vocab, seed):
   f, stats = featurizer.featurize_with_stats_tf("x", ["a"], docs)
   expected = _original_heap_truncation(lens, max_sents, budget)
   # Documents left with no sentence are dropped entirely (no paragraph).
-  assert _kept_counts(f, num_docs, None) == [c for c in expected if c]
+  assert _kept_counts(f) == [c for c in expected if c]
   assert int(stats["sentences_dropped"]) == sum(map(len, lens)) - sum(
       expected)
   assert int(stats["docs_dropped"]) == expected.count(0)

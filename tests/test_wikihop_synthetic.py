@@ -7,7 +7,6 @@ import re
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from tasks.common import tokenization
 from tasks.wikihop import data

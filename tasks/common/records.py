@@ -13,7 +13,7 @@ Every task reader follows the same contract:
 import collections
 import dataclasses
 import json
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 import tensorflow as tf
 
@@ -153,7 +153,3 @@ def record_id_of(record: Any, index: int, id_field: str = "id") -> str:
   if isinstance(record, dict) and isinstance(record.get(id_field), str):
     return record[id_field]
   return f"#{index}"
-
-
-def optional_str(value: Optional[str]) -> str:
-  return "" if value is None else value
