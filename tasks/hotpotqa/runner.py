@@ -1,4 +1,5 @@
-"""`python -m tasks.hotpotqa [--gin_file=...] --mode=... --model_dir=...`.
+"""The HotpotQA binary: `python -m tasks.hotpotqa [--gin_file=...] --mode=...
+--model_dir=...` (this module's `entry`).
 
 The shared runner (`tasks.run`) with `gin/tasks/hotpotqa.gin` applied first;
 further --gin_file/--gin_bindings override it. One addition: `--mode=eval`
@@ -83,6 +84,3 @@ def entry() -> None:
   flags.mark_flag_as_required("model_dir")
   app.run(main)
 
-
-if __name__ == "__main__":
-  entry()

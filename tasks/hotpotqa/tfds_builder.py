@@ -1,0 +1,119 @@
+"""TFDS builder for HotpotQA (distractor), from manually downloaded files.
+
+  import tensorflow_datasets as tfds
+  from tasks.hotpotqa import tfds_builder  # registers "hotpot_qa_distractor"
+  ds = tfds.load("hotpot_qa_distractor", split="validation",
+                 download_and_prepare_kwargs=dict(
+                     download_config=tfds.download.DownloadConfig(
+                         manual_dir="/path/to/hotpotqa")))
+
+Yields the raw records (id, question, answer, type, supporting facts as
+parallel title / sentence-id lists, context as titles plus sentences with
+per-paragraph counts: the inputs of `features.HotpotFeaturizer.featurize_tf`).
+Bad records are skipped and logged, as in `preprocess.py`; training-only
+filters (answer not locatable) belong to featurization, not to the dataset.
+"""
+
+import os
+
+from absl import logging
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from tasks.common import records
+from tasks.hotpotqa import data
+
+_DESCRIPTION = """\
+HotpotQA (Yang et al. 2018), distractor setting: multi-hop questions over ten
+Wikipedia paragraphs (two gold, eight distractors), with the sentences that
+support the answer annotated. Answers are spans, "yes" or "no".
+"""
+
+_CITATION = """\
+@inproceedings{yang2018hotpotqa,
+  title={HotpotQA: A Dataset for Diverse, Explainable Multi-hop Question
+         Answering},
+  author={Yang, Zhilin and Qi, Peng and Zhang, Saizheng and Bengio, Yoshua
+          and Cohen, William W. and Salakhutdinov, Ruslan and Manning,
+          Christopher D.},
+  booktitle={EMNLP}, year={2018}
+}
+"""
+
+_SUBDIRS = ("", "hotpotqa", "hotpot")
+_SPLIT_FILES = {"train": "hotpot_train_v1.1.json",
+                "validation": "hotpot_dev_distractor_v1.json"}
+
+
+def _find(manual_dir: str, filename: str) -> str:
+  for subdir in _SUBDIRS:
+    path = os.path.join(manual_dir, subdir, filename)
+    if tf.io.gfile.exists(path):
+      return path
+  raise records.InputFileError(
+      f"{filename} not found in manual_dir {manual_dir} (looked in "
+      f"{[os.path.join(manual_dir, s) for s in _SUBDIRS]}). "
+      f"{HotpotQaDistractor.MANUAL_DOWNLOAD_INSTRUCTIONS}")
+
+
+def to_tfds_example(record: data.HotpotRecord) -> dict:
+  """A validated record in the builder's feature layout."""
+  facts = record.supporting_facts or ()
+  return {
+      "id": record.id,
+      "question": record.question,
+      "answer": record.answer or "",
+      "type": record.type,
+      "supporting_facts": {"title": [t for t, _ in facts],
+                           "sent_id": [i for _, i in facts]},
+      "titles": list(record.titles),
+      "sentences": [s for para in record.sentences for s in para],
+      "num_sentences": [len(p) for p in record.sentences],
+  }
+
+
+class HotpotQaDistractor(tfds.core.GeneratorBasedBuilder):
+  """HotpotQA distractor from the released JSON files."""
+
+  VERSION = tfds.core.Version("1.1.0")
+  RELEASE_NOTES = {"1.1.0": "hotpot_train_v1.1 / hotpot_dev_distractor_v1."}
+  MANUAL_DOWNLOAD_INSTRUCTIONS = """\
+Download hotpot_train_v1.1.json and hotpot_dev_distractor_v1.json from
+https://hotpotqa.github.io/ and pass as manual_dir the folder holding them
+(or a folder holding hotpotqa/ with them).
+"""
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    text = tfds.features.Text()
+    return self.dataset_info_from_configs(
+        description=_DESCRIPTION,
+        features=tfds.features.FeaturesDict({
+            "id": text,
+            "question": text,
+            "answer": text,
+            "type": text,
+            "supporting_facts": tfds.features.Sequence({
+                "title": text,
+                "sent_id": tf.int32,
+            }),
+            "titles": tfds.features.Sequence(text),
+            "sentences": tfds.features.Sequence(text),
+            "num_sentences": tfds.features.Sequence(tf.int32),
+        }),
+        supervised_keys=None,
+        homepage="https://hotpotqa.github.io/",
+        citation=_CITATION,
+    )
+
+  def _split_generators(self, dl_manager: tfds.download.DownloadManager):
+    manual_dir = os.fspath(dl_manager.manual_dir)
+    return {split: self._generate_examples(_find(manual_dir, filename))
+            for split, filename in _SPLIT_FILES.items()}
+
+  def _generate_examples(self, path: str):
+    stats = records.RecordStats(input_file=path, strict=False)
+    for record in data.read_records(path, stats=stats):
+      yield record.id, to_tfds_example(record)
+    if stats.num_skipped:
+      logging.warning("%s: skipped %d bad records %s", path,
+                      stats.num_skipped, dict(stats.skipped))
