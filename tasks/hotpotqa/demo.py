@@ -36,7 +36,7 @@ _OUTPUT_DIR = flags.DEFINE_string("output_dir", "hotpot_demo",
 _NUM_TRAIN = flags.DEFINE_integer("num_train", 2000, "Synthetic train size.")
 _NUM_DEV = flags.DEFINE_integer("num_dev", 300, "Synthetic dev size.")
 _SEED = flags.DEFINE_integer("seed", 0, "Data and shuffle seed.")
-_TRAIN_STEPS = flags.DEFINE_integer("train_steps", 1000, "Optimizer steps.")
+_TRAIN_STEPS = flags.DEFINE_integer("train_steps", 2000, "Optimizer steps.")
 
 LONG_SEQ_LEN = 128
 GLOBAL_SEQ_LEN = 48
@@ -122,7 +122,7 @@ def ask(export_path: str, record: Dict) -> Dict:
 
 
 def run_demo(output_dir: str, num_train: int = 2000, num_dev: int = 300,
-             seed: int = 0, train_steps: int = 1000,
+             seed: int = 0, train_steps: int = 2000,
              gin_files: Optional[List[str]] = None,
              gin_bindings: Optional[List[str]] = None) -> Dict:
   """Runs the whole demo; returns the official dev metrics and timings."""

@@ -448,9 +448,11 @@ def raw_outputs(feats: Mapping[str, tf.Tensor],
       tf.where(g_sent < 0, g_para,
                num_paras + flat_sentence(g_para, tf.maximum(g_sent, 0))),
       num_paras + num_sents)
+  # Not a span: an empty cut of the "" sentinel (substr rejects positions
+  # past the end).
   span_text = tf.strings.strip(tf.strings.substr(
-      tf.gather(texts, text_index), tf.maximum(start, 0),
-      tf.maximum(end - start, 0), unit="BYTE"))
+      tf.gather(texts, text_index), tf.where(is_span, start, 0),
+      tf.where(is_span, end - start, 0), unit="BYTE"))
   answer = tf.where(
       tf.equal(answer_type, data.YES), tf.constant("yes"),
       tf.where(tf.equal(answer_type, data.NO), tf.constant("no"),
