@@ -23,7 +23,6 @@ import json
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
-import tensorflow as tf
 
 DEPTHS = (1, 3, 5)
 METRIC_NAMES: Tuple[str, ...] = tuple(
@@ -103,10 +102,18 @@ def evaluate(references: Mapping[str, Sequence[Any]],
   return out
 
 
+def _open(path: str, mode: str):
+  """Local files without TensorFlow (a fast CLI); URLs (gs://) with gfile."""
+  if "://" in path:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    return tf.io.gfile.GFile(path, mode)
+  return open(path, mode, encoding="utf-8")
+
+
 def read_keyphrases(path: str) -> Dict[str, List[Any]]:
   """url -> KeyPhrases from a jsonl file (first line wins for a url)."""
   out: Dict[str, List[Any]] = {}
-  with tf.io.gfile.GFile(path, "r") as f:
+  with _open(path, "r") as f:
     for line in f:
       if not line.strip():
         continue
@@ -129,7 +136,7 @@ def main(argv):
   text = json.dumps(results, indent=2, sort_keys=True)
   print(text)
   if f.output:
-    with tf.io.gfile.GFile(f.output, "w") as out:
+    with _open(f.output, "w") as out:
       out.write(text + "\n")
 
 

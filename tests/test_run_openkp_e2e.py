@@ -1,0 +1,218 @@
+"""End to end through the binaries, on small files in the released format.
+
+OpenKP{Train,Dev,EvalPublic}.jsonl (written here, with invalid VDOMs, missing
+keyphrases, a duplicate URL and non-ASCII text) + vocab.txt ->
+`tasks.openkp.preprocess` -> `python -m tasks.openkp --mode=train_and_eval`
+(loss goes down; in-graph P/R/F1) -> predict (jsonl, scored by the official
+metric, which must equal the in-graph eval metric) -> export -> a
+fresh process queries every signature, `serve_raw` with the raw text and VDOM
+string.
+"""
+
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests import test_openkp_data as data_testing
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LONG, GLOBAL = 64, 8
+
+
+def _env():
+  return dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2",
+              CUDA_VISIBLE_DEVICES="")
+
+
+def run_binary(args, timeout=240) -> str:
+  proc = subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=_env(),
+                        capture_output=True, text=True, timeout=timeout)
+  output = proc.stdout + proc.stderr
+  assert proc.returncode == 0, output[-4000:]
+  return output
+
+
+def add_bad_lines(path: str, rng: random.Random) -> None:
+  """Appends records the preprocessing must skip, and a duplicate URL."""
+  with open(path, encoding="utf-8") as f:
+    first = json.loads(f.readline())
+  bad_vdom = dict(data_testing.synthetic_record(rng, "http://bad/vdom"),
+                  VDOM='[{"text": "x", "start_idx": 0}]')
+  no_kp = data_testing.synthetic_record(rng, "http://bad/nokp")
+  del no_kp["KeyPhrases"]
+  gap = data_testing.synthetic_record(rng, "http://bad/gap")
+  vdom = json.loads(gap["VDOM"])
+  vdom[1]["start_idx"] += 1
+  gap["VDOM"] = json.dumps(vdom)
+  duplicate = dict(first, KeyPhrases=first.get("KeyPhrases", []) + [["zz"]])
+  with open(path, "a", encoding="utf-8") as f:
+    for r in (bad_vdom, no_kp, gap, duplicate):
+      f.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+
+def tiny_gin(data_dir: str, path: str) -> str:
+  lines = [
+      "include 'models/etc_tiny.gin'",
+      "etc_config.vocab_size = 100",
+      "etc_config.hidden_size = 32",
+      "etc_config.intermediate_size = 64",
+      "etc_config.num_hidden_layers = 1",
+      f"OpenKPTask.long_seq_len = {LONG}",
+      f"OpenKPTask.global_seq_len = {GLOBAL}",
+      f"OpenKPTask.train_input = '{data_dir}/OpenKPTrain.tfrecord'",
+      f"OpenKPTask.eval_input = '{data_dir}/OpenKPDev.tfrecord'",
+      f"OpenKPTask.predict_input = '{data_dir}/OpenKPDev.tfrecord'",
+      f"OpenKPTask.predict_reference = '{data_dir}/OpenKPDev.dedup.jsonl'",
+      f"OpenKPTask.vocab_file = '{data_dir}/vocab.txt'",
+      "OpenKPTask.seed = 1",
+      "optimizer.learning_rate = 3e-3",
+      "TrainerConfig.train_batch_size = 8",
+      "TrainerConfig.eval_batch_size = 8",
+      "TrainerConfig.train_steps = 40",
+      "TrainerConfig.steps_per_loop = 10",
+      "TrainerConfig.checkpoint_interval = 40",
+      "TrainerConfig.eval_interval = 40",
+  ]
+  with open(path, "w") as f:
+    f.write("\n".join(lines) + "\n")
+  return path
+
+
+def progress(output: str):
+  return [(int(s), float(l)) for s, l in re.findall(
+      r"^progress \| step (\d+)/\d+ \| loss ([\d.naninf]+)", output, re.M)]
+
+
+@pytest.mark.slow
+def test_preprocess_train_predict_score_export_serve(tmp_path):
+  data_dir = str(tmp_path / "data")
+  paths = data_testing.write_openkp_dir(data_dir, num_train=48, num_dev=8,
+                                        num_eval=4)
+  rng = random.Random(7)
+  add_bad_lines(paths["Train"], rng)
+  add_bad_lines(paths["Dev"], rng)
+
+  # 1. Preprocess the three files with the binary.
+  output = run_binary(
+      ["tasks.openkp.preprocess", f"--input={paths['Train']}",
+       f"--input={paths['Dev']}", f"--input={paths['EvalPublic']}",
+       f"--vocab={paths['vocab']}", f"--output_dir={data_dir}",
+       f"--long_seq_len={LONG}", f"--global_seq_len={GLOBAL}"])
+  for split, written in (("Train", 48), ("Dev", 8), ("EvalPublic", 4)):
+    with open(os.path.join(data_dir, f"OpenKP{split}.stats.json")) as f:
+      stats = json.load(f)
+    assert stats["examples_written"] == written, (split, stats)
+    if split != "EvalPublic":
+      assert stats["skipped"] == {"duplicate_url": 1, "invalid_vdom": 1,
+                                  "missing_field": 1,
+                                  "vdom_not_contiguous": 1}, stats
+      assert {s["id"] for s in stats["skipped_records"]} >= {
+          "http://bad/vdom", "http://bad/nokp", "http://bad/gap"}
+  assert "skipped 4" in output
+
+  # 2. Train and evaluate with the task alias.
+  gin_file = tiny_gin(data_dir, str(tmp_path / "tiny.gin"))
+  model_dir = str(tmp_path / "model")
+  output = run_binary(["tasks.openkp", f"--gin_file={gin_file}",
+                       "--mode=train_and_eval", f"--model_dir={model_dir}"])
+  steps = progress(output)
+  assert steps[-1][0] == 40
+  assert steps[-1][1] < 0.5 * steps[0][1], steps
+  with open(os.path.join(model_dir, "eval_results.json")) as f:
+    eval_results = json.load(f)
+  assert eval_results["step"] == 40
+  for name in ("precision_at_1", "recall_at_3", "f1_at_5"):
+    assert 0.0 <= eval_results[name] <= 1.0
+
+  # 3. Predict in this process (the runner's library entry): the jsonl and
+  # its official scores, equal to the in-graph eval metric.
+  import gin  # pylint: disable=g-import-not-at-top
+  from tasks import run  # pylint: disable=g-import-not-at-top
+  run.register_tasks()
+  gin.clear_config()
+  try:
+    run.parse_gin(["tasks/openkp.gin", gin_file], [])
+    run.run("predict", model_dir)
+    run.parse_gin([], [
+        f"OpenKPTask.predict_input = '{data_dir}/OpenKPEvalPublic.tfrecord'",
+        "OpenKPTask.predict_reference = None"])
+    run.run("predict", model_dir,
+            predictions_dir=str(tmp_path / "eval_predictions"))
+  finally:
+    gin.clear_config()
+  pred_dir = os.path.join(model_dir, "predictions")
+  with open(os.path.join(pred_dir, "predictions.jsonl")) as f:
+    predictions = [json.loads(line) for line in f]
+  with open(os.path.join(data_dir, "OpenKPDev.dedup.jsonl")) as f:
+    dev = [json.loads(line) for line in f]
+  assert [p["url"] for p in predictions] == [d["url"] for d in dev]
+  for p in predictions:
+    assert set(p) == {"url", "KeyPhrases"}
+    phrases = [kp[0] for kp in p["KeyPhrases"]]
+    assert len(phrases) == 5 and len(set(phrases)) == 5
+    assert all(kp == kp.lower() for kp in phrases)
+  with open(os.path.join(pred_dir, "metrics.json")) as f:
+    official = json.load(f)
+  assert official["num_documents"] == 8
+  for k in (1, 3, 5):
+    for m in ("precision", "recall", "f1"):
+      assert official[f"{m}@{k}"] == pytest.approx(
+          eval_results[f"{m}_at_{k}"], abs=1e-5), (m, k)
+  with open(tmp_path / "eval_predictions" / "predictions.jsonl") as f:
+    assert len(f.readlines()) == 4
+
+  # 4. Export (in this process too, to save a process start), then 5. serve
+  # from a fresh process without project code.
+  export_dir = str(tmp_path / "export")
+  gin.clear_config()
+  try:
+    run.parse_gin(["tasks/openkp.gin", gin_file], [])
+    run.run("export", model_dir, export_dir=export_dir)
+  finally:
+    gin.clear_config()
+  (version,) = os.listdir(export_dir)
+  saved = os.path.join(export_dir, version)
+  record = dev[0]  # non-ASCII text
+  assert "Zürich" in record["text"]
+  script = f"""
+import json
+import tensorflow as tf
+import tensorflow_text  # registers the ops of the in-graph featurizer
+loaded = tf.saved_model.load({saved!r})
+record = json.loads({json.dumps(json.dumps(record))})
+raw = loaded.signatures["serve_raw"](text=tf.constant(record["text"]),
+                                     vdom=tf.constant(record["VDOM"]))
+out = {{"signatures": sorted(loaded.signatures),
+       "raw": [p.decode() for p in raw["key_phrases"].numpy()],
+       "raw_scores": raw["scores"].numpy().tolist(),
+       "raw_lengths": raw["lengths"].numpy().tolist()}}
+examples = list(tf.data.TFRecordDataset(
+    {os.path.join(data_dir, 'OpenKPDev.tfrecord')!r}).take(2))
+ex = loaded.signatures["serve_examples"](examples=tf.stack(examples))
+out["examples"] = [[p.decode() for p in row]
+                   for row in ex["key_phrases"].numpy()]
+spec = loaded.signatures["serving_default"].structured_input_signature[1]
+feats = {{k: tf.zeros([2] + s.shape[1:].as_list(), s.dtype)
+         for k, s in spec.items()}}
+out["default_logits"] = loaded.signatures["serving_default"](
+    **feats)["logits"].shape.as_list()
+print("RESULT " + json.dumps(out))
+"""
+  proc = subprocess.run([sys.executable, "-c", script], env=_env(),
+                        capture_output=True, text=True, timeout=180,
+                        cwd=str(tmp_path))
+  assert proc.returncode == 0, proc.stderr[-4000:]
+  served = json.loads(proc.stdout.split("RESULT ", 1)[1])
+  assert served["signatures"] == ["serve_examples", "serve_raw",
+                                  "serving_default"]
+  expected = [kp[0] for kp in predictions[0]["KeyPhrases"]]
+  assert served["raw"] == expected
+  assert served["examples"][0] == expected
+  assert served["raw_scores"] == sorted(served["raw_scores"], reverse=True)
+  assert all(1 <= n <= 5 for n in served["raw_lengths"])
+  assert served["default_logits"] == [2, 5, LONG]
