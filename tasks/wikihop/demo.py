@@ -6,7 +6,9 @@ r"""The embedded demo: synthetic multi-hop WikiHop, end to end, on a CPU.
    answer needs a 2-document reasoning chain) and its vocab.txt;
 2. featurizes it to TFRecords (`tasks.wikihop.preprocess`, the in-graph
    featurizer);
-3. trains a tiny ETC-RealFormer (long 256, global 64, residual attention on)
+3. trains a tiny ETC-RealFormer from scratch (long 160, global 48 -- every
+   synthetic example fits without truncation --, hidden 64, 3 layers, 4
+   heads, local radius 8, residual attention on)
    with the shared runner, evaluating on dev at the end;
 4. exports a versioned SavedModel and answers one dev query through its
    raw-text signature `serve_raw` (tokenization and feature building in the
@@ -51,13 +53,17 @@ include 'strategies/cpu.gin'
 
 etc_config.vocab_size = {_vocab_size(data_dir)}
 etc_config.hidden_size = 64
-etc_config.num_hidden_layers = 2
+# Following a village -> city -> country chain needs >= 3 layers (gather
+# each sentence, match the query village, match the city across documents).
+etc_config.num_hidden_layers = 3
 etc_config.num_attention_heads = 4
 etc_config.intermediate_size = 128
 etc_config.local_radius = 8
 etc_config.hidden_dropout_prob = 0.0
 etc_config.attention_probs_dropout_prob = 0.0
-etc_config.use_hard_g2l_mask = False
+# Sentence global tokens summarise their own sentence only (candidate and
+# query tokens are exempt), as the released checkpoints were pre-trained.
+etc_config.use_hard_g2l_mask = True
 
 WikiHopTask.long_seq_len = {LONG_SEQ_LEN}
 WikiHopTask.global_seq_len = {GLOBAL_SEQ_LEN}
