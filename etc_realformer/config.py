@@ -77,6 +77,10 @@ class EtcConfig:
   # 'sparse' = blocked l2l attention (linear in the long length), 'full' =
   # dense [L, L] scores, 'auto' = full for static lengths <= 1024.
   att_implementation: str = "auto"
+  # Recompute the attention core (scores, softmaxes, dropout) in the backward
+  # pass instead of keeping its [L, 3b] / [L, G] / [G, L] tensors: a large
+  # memory saving at 4k-16k tokens for one more pass over the scores.
+  recompute_attention: bool = False
 
   # Keys found in a JSON file that this class does not know (kept, reported).
   unknown_keys: Dict[str, Any] = dataclasses.field(default_factory=dict)

@@ -444,7 +444,8 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
            running_mean: bool = False,
            training: bool = False,
            seed: Optional[tf.Tensor] = None,
-           return_probs: bool = False):
+           return_probs: bool = False,
+           recompute: bool = False):
     """Runs one layer of fused global-local attention.
 
     Args:
@@ -460,6 +461,9 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
       training: apply attention-probability dropout.
       seed: <int32>[2] per-call dropout seed.
       return_probs: also return the attention probabilities.
+      recompute: keep only the core's inputs for the backward pass and
+        recompute scores, softmaxes and dropout there (saves the [.., L, 3b]
+        and [.., L, G] score tensors, at the cost of one more core pass).
 
     Returns:
       (long_output <T>[B, L, hidden], global_output <T>[B, G, hidden],
@@ -469,8 +473,6 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
        g2l [B, H, G, L]).
     """
     streams = streams or {}
-    r = self.local_radius
-    long_len = side.long_len
     scale = 1.0 / math.sqrt(self.size_per_head)
 
     # Projections, each computed once even when shared between pieces.
@@ -502,42 +504,91 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
     long_q = long_q * tf.cast(scale, long_q.dtype)
     global_q = global_q * tf.cast(scale, global_q.dtype)
 
+    # Relative scores per id use the tables (variables), so they are made
+    # here, outside the (possibly recomputed) core.
+    tensors = dict(long_q=long_q, global_q=global_q, l2l_k=l2l_k, l2l_v=l2l_v,
+                   l2g_k=l2g_k, l2g_v=l2g_v, g2g_k=g2g_k, g2g_v=g2g_v,
+                   g2l_k=g2l_k, g2l_v=g2l_v)
+    if self.long_relative is not None:
+      tensors["long_per_id"] = self.long_relative.scores_per_id(long_q, scale)
+      tensors["global_per_id"] = self.global_relative.scores_per_id(
+          global_q, scale)
+
+    def attend(t, prev_streams, want_probs):
+      return self._attend(t, prev_streams, side, carried, num_summed,
+                          running_mean, training, seed, want_probs)
+
+    if recompute and not return_probs:
+      long_ctx, global_ctx, new_streams = _recomputed(
+          attend, tensors, dict(streams), carried)
+      returned_probs = None
+    else:
+      long_ctx, global_ctx, new_streams, returned_probs = attend(
+          tensors, streams, return_probs)
+
+    long_output = self.long_output_projection(_merge_heads(long_ctx))
+    global_output = self.global_output_projection(_merge_heads(global_ctx))
+    return long_output, global_output, new_streams, returned_probs
+
+  def _attend(self, t: Dict[str, tf.Tensor], streams: Mapping[str, tf.Tensor],
+              side: PreparedSideInputs, carried: Tuple[str, ...],
+              num_summed: int, running_mean: bool, training: bool,
+              seed: Optional[tf.Tensor], return_probs: bool):
+    """Scores -> streams -> fused softmaxes -> dropout -> weighted values.
+
+    A pure function of its tensors (no variables, seeded dropout), so it can
+    be recomputed in the backward pass.
+
+    Args:
+      t: queries [B, H, N, D] (pre-scaled), keys and values per piece, and
+        optionally `long_per_id` / `global_per_id` [B, N, R, H].
+      streams: previous running sums of the carried patterns.
+      (others as in `call`.)
+
+    Returns:
+      (long_ctx <T>[B, H, L, D], global_ctx <T>[B, H, G, D], new_streams,
+       probs or None).
+    """
+    r = self.local_radius
+    long_len = side.long_len
+    long_q, global_q = t["long_q"], t["global_q"]
+    long_per_id, global_per_id = t.get("long_per_id"), t.get("global_per_id")
+
+    def f32(x):
+      return tf.cast(x, tf.float32)
+
     # ---- long queries: l2l (band) + l2g
-    long_per_id = (self.long_relative.scores_per_id(long_q, scale)
-                   if self.long_relative is not None else None)
     if side.sparse:
       block_len = r + 1
       q_blocks = blocking.split_into_blocks(long_q, block_len, axis=2)
       k_blocks = blocking.concat_3_blocks(
-          blocking.split_into_blocks(l2l_k, block_len, axis=2), axis=2)
+          blocking.split_into_blocks(t["l2l_k"], block_len, axis=2), axis=2)
       v_blocks = blocking.concat_3_blocks(
-          blocking.split_into_blocks(l2l_v, block_len, axis=2), axis=2)
+          blocking.split_into_blocks(t["l2l_v"], block_len, axis=2), axis=2)
       # [B, H, nb, b, 3b]
       l2l_scores = f32(tf.matmul(q_blocks, k_blocks, transpose_b=True))
       if long_per_id is not None and side.l2l_ids is not None:
         l2l_scores += blocking.window_to_blocked(
             relative_scores(long_per_id, side.l2l_ids), r)
       # [B, H, L, G] -> [B, H, nb, b, G]
-      l2g_scores = f32(tf.matmul(long_q, l2g_k, transpose_b=True))
+      l2g_scores = f32(tf.matmul(long_q, t["l2g_k"], transpose_b=True))
       if long_per_id is not None and side.l2g_ids is not None:
         l2g_scores += relative_scores(long_per_id, side.l2g_ids)
       l2g_scores = blocking.split_into_blocks(l2g_scores, block_len, axis=2)
     else:
       # [B, H, L, L] and [B, H, L, G]
-      l2l_scores = f32(tf.matmul(long_q, l2l_k, transpose_b=True))
+      l2l_scores = f32(tf.matmul(long_q, t["l2l_k"], transpose_b=True))
       if long_per_id is not None and side.l2l_ids is not None:
         l2l_scores += relative_scores(long_per_id, side.l2l_ids)
-      l2g_scores = f32(tf.matmul(long_q, l2g_k, transpose_b=True))
+      l2g_scores = f32(tf.matmul(long_q, t["l2g_k"], transpose_b=True))
       if long_per_id is not None and side.l2g_ids is not None:
         l2g_scores += relative_scores(long_per_id, side.l2g_ids)
 
     # ---- global queries: g2g + g2l
-    global_per_id = (self.global_relative.scores_per_id(global_q, scale)
-                     if self.global_relative is not None else None)
-    g2g_scores = f32(tf.matmul(global_q, g2g_k, transpose_b=True))
+    g2g_scores = f32(tf.matmul(global_q, t["g2g_k"], transpose_b=True))
     if global_per_id is not None and side.g2g_ids is not None:
       g2g_scores += relative_scores(global_per_id, side.g2g_ids)
-    g2l_scores = f32(tf.matmul(global_q, g2l_k, transpose_b=True))
+    g2l_scores = f32(tf.matmul(global_q, t["g2l_k"], transpose_b=True))
     if global_per_id is not None and side.g2l_ids is not None:
       g2l_scores += relative_scores(global_per_id, side.g2l_ids)
 
@@ -587,17 +638,14 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
       pshape = tf.shape(l2g_p)
       l2g_p = tf.reshape(l2g_p, [pshape[0], pshape[1], pshape[2] * pshape[3],
                                  pshape[4]])
-      long_ctx += tf.matmul(l2g_p, l2g_v)
+      long_ctx += tf.matmul(l2g_p, t["l2g_v"])
       long_ctx = blocking.slice_last(long_ctx, 0, long_len, axis=2)
     else:
-      long_ctx = (tf.matmul(dropped["l2l"], l2l_v) +
-                  tf.matmul(dropped["l2g"], l2g_v))
-    global_ctx = (tf.matmul(dropped["g2g"], g2g_v) +
-                  tf.matmul(dropped["g2l"], g2l_v))
-
-    long_output = self.long_output_projection(_merge_heads(long_ctx))
-    global_output = self.global_output_projection(_merge_heads(global_ctx))
-    return long_output, global_output, new_streams, returned_probs
+      long_ctx = (tf.matmul(dropped["l2l"], t["l2l_v"]) +
+                  tf.matmul(dropped["l2g"], t["l2g_v"]))
+    global_ctx = (tf.matmul(dropped["g2g"], t["g2g_v"]) +
+                  tf.matmul(dropped["g2l"], t["g2l_v"]))
+    return long_ctx, global_ctx, new_streams, returned_probs
 
   def _canonical_probs(self, probs: Dict[str, tf.Tensor],
                        side: PreparedSideInputs) -> Dict[str, tf.Tensor]:
@@ -612,6 +660,23 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
       l2l = blocking.full_to_window(probs["l2l"], r)
       l2g = probs["l2g"]
     return {"l2l": l2l, "l2g": l2g, "g2g": probs["g2g"], "g2l": probs["g2l"]}
+
+
+def _recomputed(attend, tensors: Dict[str, tf.Tensor],
+                streams: Dict[str, tf.Tensor], carried: Tuple[str, ...]):
+  """Runs `attend` under `tf.recompute_grad` (tensors in, tensors out)."""
+  keys, stream_keys = sorted(tensors), sorted(streams)
+  out_keys = sorted(carried)
+
+  @tf.recompute_grad
+  def run(*args):
+    t = dict(zip(keys, args[:len(keys)]))
+    prev = dict(zip(stream_keys, args[len(keys):]))
+    long_ctx, global_ctx, new_streams, _ = attend(t, prev, False)
+    return (long_ctx, global_ctx) + tuple(new_streams[k] for k in out_keys)
+
+  outs = run(*[tensors[k] for k in keys], *[streams[k] for k in stream_keys])
+  return outs[0], outs[1], dict(zip(out_keys, outs[2:]))
 
 
 def _merge_heads(x: tf.Tensor) -> tf.Tensor:

@@ -95,7 +95,8 @@ class GlobalLocalTransformerBlock(tf_keras.layers.Layer):
     att_long, att_global, streams, probs = self.attention(
         att_long_in, att_global_in, side, streams=streams, carried=carried,
         num_summed=self.index + 1, running_mean=cfg.residual_running_mean,
-        training=training, seed=seed, return_probs=return_probs)
+        training=training, seed=seed, return_probs=return_probs,
+        recompute=cfg.recompute_attention and training)
     long_x = long_x + dropout(att_long, _SITE_ATT_LONG)
     global_x = global_x + dropout(att_global, _SITE_ATT_GLOBAL)
     if not pre_ln:
