@@ -1,0 +1,188 @@
+"""HotpotQA end to end on small files in the released format.
+
+synthetic released-format JSON + vocab.txt (written here) -> preprocess ->
+train a few steps in process (loss goes down) -> `python -m tasks.hotpotqa
+--mode=eval` (in-graph metrics, then the official metric with the threshold
+search) -> predict (official submission JSON) -> export -> a fresh process
+serves every signature.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tasks.hotpotqa import synthetic
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LONG, GLOBAL = 96, 40
+
+
+def _env():
+  return dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2",
+              CUDA_VISIBLE_DEVICES="")
+
+
+def tiny_gin(data_dir: str, path: str) -> str:
+  train = os.path.splitext(synthetic.TRAIN_FILE)[0]
+  dev = os.path.splitext(synthetic.DEV_FILE)[0]
+  lines = [
+      "include 'models/etc_tiny.gin'",
+      f"etc_config.vocab_size = {len(synthetic.vocabulary())}",
+      "etc_config.hidden_size = 32",
+      "etc_config.intermediate_size = 64",
+      "etc_config.num_hidden_layers = 1",
+      "etc_config.hidden_dropout_prob = 0.0",
+      "etc_config.attention_probs_dropout_prob = 0.0",
+      f"HotpotQATask.long_seq_len = {LONG}",
+      f"HotpotQATask.global_seq_len = {GLOBAL}",
+      "HotpotQATask.max_answer_length = 6",
+      f"HotpotQATask.train_input = '{data_dir}/{train}.tfrecord'",
+      f"HotpotQATask.eval_input = '{data_dir}/{dev}.tfrecord'",
+      f"HotpotQATask.predict_input = '{data_dir}/{dev}.tfrecord'",
+      f"HotpotQATask.vocab_file = '{data_dir}/vocab.txt'",
+      f"HotpotQATask.gold_file = '{data_dir}/{synthetic.DEV_FILE}'",
+      "HotpotQATask.sp_threshold_grid = (0.2, 0.4, 0.6)",
+      "HotpotQATask.seed = 1",
+      "optimizer.learning_rate = 3e-3",
+      "optimizer.warmup_fraction = 0.0",
+      "TrainerConfig.train_batch_size = 8",
+      "TrainerConfig.eval_batch_size = 8",
+      "TrainerConfig.train_steps = 40",
+      "TrainerConfig.steps_per_loop = 10",
+      "TrainerConfig.checkpoint_interval = 40",
+      "TrainerConfig.eval_interval = 40",
+  ]
+  with open(path, "w") as f:
+    f.write("\n".join(lines) + "\n")
+  return path
+
+
+@pytest.mark.slow
+def test_preprocess_train_eval_predict_export_serve(tmp_path, capsys):
+  import gin  # pylint: disable=g-import-not-at-top
+  from tasks import run  # pylint: disable=g-import-not-at-top
+  from tasks.hotpotqa import preprocess  # pylint: disable=g-import-not-at-top
+  from tasks.hotpotqa import runner  # pylint: disable=g-import-not-at-top
+
+  data_dir = str(tmp_path / "data")
+  paths = synthetic.write_dataset(data_dir, num_train=48, num_dev=6, seed=3)
+  featurizer = preprocess.make_featurizer(paths["vocab"], None, LONG, GLOBAL)
+  for split in ("train", "dev"):
+    stats = preprocess.preprocess_file(paths[split], data_dir, featurizer)
+    assert stats.examples_written == stats.examples_read > 0
+  gin_file = tiny_gin(data_dir, str(tmp_path / "tiny.gin"))
+  model_dir = str(tmp_path / "model")
+
+  # 1. Train in this process (saves a process start); the loss goes down.
+  runner.register()
+  gin.clear_config()
+  try:
+    run.parse_gin(["tasks/hotpotqa.gin", gin_file], [])
+    run.run("train", model_dir)
+    steps = [(int(s), float(l)) for s, l in re.findall(
+        r"^progress \| step (\d+)/\d+ \| loss ([\d.]+)",
+        capsys.readouterr().out, re.M)]
+    assert [s for s, _ in steps] == [10, 20, 30, 40]
+    assert steps[-1][1] < 0.8 * steps[0][1], steps
+
+    # 2. Predict: the official submission format, every dev id.
+    run.run("predict", model_dir)
+    # 3. Export a versioned SavedModel.
+    export_path = run.run("export", model_dir,
+                          export_dir=str(tmp_path / "export"))["export_path"]
+  finally:
+    gin.clear_config()
+  predictions_dir = os.path.join(model_dir, "predictions")
+  with open(os.path.join(predictions_dir, "predictions.json")) as f:
+    submission = json.load(f)
+  with open(paths["dev"]) as f:
+    dev = json.load(f)
+  assert set(submission) == {"answer", "sp"}
+  assert set(submission["answer"]) == set(submission["sp"]) == {
+      r["_id"] for r in dev}
+  by_id = {r["_id"]: r for r in dev}
+  for record_id, facts in submission["sp"].items():
+    titles = {t: len(s) for t, s in by_id[record_id]["context"]}
+    for title, sent_id in facts:
+      assert 0 <= sent_id < titles[title]
+  for record_id, answer in submission["answer"].items():
+    context = " ".join(t + " " + " ".join(s)
+                       for t, s in by_id[record_id]["context"])
+    assert answer in ("yes", "no", "") or answer in context
+  with open(os.path.join(predictions_dir, "threshold_search.json")) as f:
+    search = json.load(f)
+  assert set(search["by_threshold"]) == {"0.2", "0.4", "0.6"}
+  assert search["best"]["joint_f1"] == max(
+      m["joint_f1"] for m in search["by_threshold"].values())
+
+  # 4. The binary's eval: in-graph metrics, then the official metric.
+  proc = subprocess.run(
+      [sys.executable, "-m", "tasks.hotpotqa", f"--gin_file={gin_file}",
+       "--mode=eval", f"--model_dir={model_dir}"],
+      cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+  output = proc.stdout + proc.stderr
+  assert proc.returncode == 0, output[-4000:]
+  assert re.search(r"eval official \| best joint F1 [\d.]+ at threshold",
+                   output), output[-2000:]
+  with open(os.path.join(model_dir, "eval_results.json")) as f:
+    results = json.load(f)
+  assert "sentence_sp_f1" in results and "answer_type_accuracy" in results
+  assert results["official"]["best"]["joint_f1"] == pytest.approx(
+      search["best"]["joint_f1"])
+
+  # 5. A fresh process (no project code) serves every signature.
+  record = dev[0]
+  script = f"""
+import json
+import tensorflow as tf
+import tensorflow_text  # registers the tokenizer ops serve_raw uses
+loaded = tf.saved_model.load({export_path!r})
+record = json.loads({json.dumps(json.dumps(record))})
+out = {{"signatures": sorted(loaded.signatures)}}
+raw = loaded.signatures["serve_raw"](
+    question=tf.constant(record["question"]),
+    titles=tf.constant([t for t, _ in record["context"]]),
+    sentences=tf.constant([s for _, ss in record["context"] for s in ss]),
+    num_sentences=tf.constant([len(ss) for _, ss in record["context"]],
+                              tf.int32))
+out["raw"] = {{k: v.numpy().tolist() for k, v in raw.items()
+              if k != "answer"}}
+out["raw"]["answer"] = raw["answer"].numpy().decode()
+examples = [r for r in tf.data.TFRecordDataset(
+    {os.path.join(data_dir, "hotpot_dev_distractor_v1.tfrecord")!r}).take(2)]
+ex = loaded.signatures["serve_examples"](examples=tf.stack(examples))
+out["examples_sp_shape"] = ex["sp_probs"].shape.as_list()
+spec = loaded.signatures["serving_default"].structured_input_signature[1]
+feats = {{k: tf.zeros([2] + s.shape[1:].as_list(), s.dtype)
+         for k, s in spec.items()}}
+out["default_keys"] = sorted(loaded.signatures["serving_default"](**feats))
+print("RESULT " + json.dumps(out))
+"""
+  proc = subprocess.run([sys.executable, "-c", script], env=_env(),
+                        capture_output=True, text=True, timeout=180,
+                        cwd=str(tmp_path))
+  assert proc.returncode == 0, proc.stderr[-4000:]
+  served = json.loads(proc.stdout.split("RESULT ", 1)[1])
+  assert served["signatures"] == ["serve_examples", "serve_raw",
+                                  "serving_default"]
+  raw = served["raw"]
+  num_sentences = sum(len(s) for _, s in record["context"])
+  assert len(raw["sentence_sp_probabilities"]) == num_sentences
+  assert len(raw["title_sp_probabilities"]) == len(record["context"])
+  assert all(0.0 <= p <= 1.0 for p in raw["sentence_sp_probabilities"])
+  assert sum(raw["answer_type_probabilities"]) == pytest.approx(1.0,
+                                                                abs=1e-4)
+  # The raw path decodes as the batch predictions did (threshold 0.5).
+  assert raw["answer"] == submission["answer"][record["_id"]]
+  if raw["answer_type"] == 0 and raw["answer_paragraph"] >= 0:
+    title, sentences = record["context"][raw["answer_paragraph"]]
+    text = title if raw["answer_sentence"] < 0 else sentences[
+        raw["answer_sentence"]]
+    assert text.encode()[raw["answer_start_byte"]:raw[
+        "answer_end_byte"]].decode().strip() == raw["answer"]
+  assert served["examples_sp_shape"] == [2, GLOBAL]
+  assert "sp_probs" in served["default_keys"]
