@@ -170,3 +170,33 @@ def test_decoding_matches_python_and_takes_distinct_lowercased_phrases():
   assert sorted(second) == ["cat", "the", "the cat"]
   assert lengths.numpy()[1][3:].tolist() == [-1, -1]
   assert scores.numpy()[1][3:].tolist() == [0.0, 0.0]
+
+
+# XLA compiles of the bf16 graph take ~30 s on CPU: each switch on its own.
+@pytest.mark.parametrize("policy,xla", [("mixed_bfloat16", False),
+                                        ("float32", True)])
+def test_gradient_step_under_xla_and_mixed_precision(policy, xla):
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  tf_keras.mixed_precision.set_global_policy(policy)
+  try:
+    task = _task()
+    model = task.build_model()
+    feats = {k: tf.constant(v) for k, v in _features().items()
+             if np.asarray(v).dtype.kind not in "OSU"}
+
+    @tf.function(jit_compile=xla)
+    def step(f):
+      with tf.GradientTape() as tape:
+        outputs = model(f, training=True)
+        loss = tf.reduce_mean(task.per_example_loss(f, outputs))
+      grads = tape.gradient(loss, model.trainable_variables)
+      return loss, outputs["logits"], grads
+
+    model(feats, training=False)
+    loss, logits, grads = step(feats)
+    assert logits.dtype == tf.float32 and np.isfinite(loss.numpy())
+    vdom_grads = [g for g, v in zip(grads, model.trainable_variables)
+                  if "vdom_embedding" in v.name]
+    assert vdom_grads and all(g is not None for g in vdom_grads)
+  finally:
+    tf_keras.mixed_precision.set_global_policy("float32")

@@ -64,9 +64,10 @@ def font_ids(font_sizes: tf.Tensor) -> tf.Tensor:
   """<float>[...] font sizes -> <int32>[...] ids in [0, FONT_ID_VOCAB_SIZE)."""
   rounded = tf.round(tf.cast(font_sizes, tf.float32))  # half to even, as round
   cutoffs = tf.constant(FONT_SIZE_CUTOFFS, tf.float32)
-  flat = tf.reshape(rounded, [-1])
-  ids = tf.searchsorted(cutoffs, flat, side="left", out_type=tf.int32)
-  return tf.reshape(ids, tf.shape(font_sizes))
+  # Index of the first cutoff >= size = number of cutoffs below it (a
+  # comparison, not searchsorted, so that XLA compiles it).
+  return tf.reduce_sum(
+      tf.cast(cutoffs < rounded[..., tf.newaxis], tf.int32), axis=-1)
 
 
 def scale_to_unit(values: tf.Tensor, low: float, high: float) -> tf.Tensor:
