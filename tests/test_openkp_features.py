@@ -57,7 +57,8 @@ def test_layout_by_hand(vocab):
   assert list(f["keyphrases"]) == ["c kp2", "cafés"]
   assert f["url"] == "http://x"
   assert stats == dict(words_dropped=0, wordpieces_dropped=0,
-                       elements_dropped=0, keyphrases_truncated=0)
+                       elements_dropped=0, keyphrases_truncated=0,
+                       keyphrases_across_elements=0)
 
 
 def test_truncation_keeps_a_word_prefix_and_drops_cut_labels(vocab):
@@ -71,13 +72,24 @@ def test_truncation_keeps_a_word_prefix_and_drops_cut_labels(vocab):
   assert f["global_input_mask"].tolist() == [1] + [0] * 7
   assert f["label_start"].tolist() == [0, -1, -1]  # "a b"; "kp1" cut
   assert stats == dict(words_dropped=4, wordpieces_dropped=5,
-                       elements_dropped=2, keyphrases_truncated=1)
+                       elements_dropped=2, keyphrases_truncated=1,
+                       keyphrases_across_elements=0)
   # The global length limits elements (and so words) too.
   featurizer = F.OpenKPFeaturizer(vocab_path=vocab, long_seq_len=64,
                                   global_seq_len=2)
   f, stats = featurizer.featurize_record(record)
   assert f["num_words"] == 4 and f["global_input_mask"].tolist() == [1, 1]
   assert stats["elements_dropped"] == 1 and stats["words_dropped"] == 2
+
+
+def test_phrase_only_across_elements_gets_no_label(vocab):
+  record = _record([["a", "kp1"], ["kp2", "b"]], [["kp1", "kp2"], ["b"]])
+  featurizer = F.OpenKPFeaturizer(vocab_path=vocab, long_seq_len=8,
+                                  global_seq_len=2)
+  f, stats = featurizer.featurize_record(record)
+  assert f["label_start"].tolist() == [3, -1, -1]  # "b" only
+  assert list(f["keyphrases"]) == ["b", "kp1 kp2"]  # both still scored
+  assert stats["keyphrases_across_elements"] == 1
 
 
 def test_labels_skip_phrases_longer_than_five_words():

@@ -261,7 +261,8 @@ class OpenKPFeaturizer(tf.Module):
                        ) -> Tuple[Dict[str, np.ndarray], Dict[str, int]]:
     """Eager helper: a validated record -> all `feature_spec` features (with
     labels, url and gold keyphrases) and stats (with `keyphrases_truncated`:
-    gold positions lost to truncation or too long)."""
+    gold positions lost to truncation or too long, and
+    `keyphrases_across_elements`: gold phrases found only across elements)."""
     features, stats = self.featurize_tf(
         tf.constant(record.text), tf.constant(record.element_starts, tf.int32),
         tf.constant(record.element_features, tf.float32))
@@ -324,14 +325,17 @@ def add_record_fields(features: Dict[str, np.ndarray],
                       record: data.OpenKPRecord,
                       stats: Dict[str, int]) -> None:
   """Adds labels, url and gold keyphrases of a record to eager features."""
-  starts, lengths, lost = make_labels(data.keyphrase_positions(record),
-                                      int(features["num_words"]))
+  positions = data.keyphrase_positions(record)
+  starts, lengths, lost = make_labels(positions, int(features["num_words"]))
   features["label_start"] = starts
   features["label_length"] = lengths
   features["url"] = record.url
   gold = sorted({kp.lower() for kp in (record.keyphrases or ())})
   features["keyphrases"] = np.array(gold, dtype=object)
   stats["keyphrases_truncated"] = lost
+  # Gold phrases that occur only across a VDOM element boundary: no label
+  # (as the original), still counted by the metric.
+  stats["keyphrases_across_elements"] = len(gold) - len(positions)
 
 
 def parse_tf_example(serialized: tf.Tensor, long_seq_len: int,
