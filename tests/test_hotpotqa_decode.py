@@ -10,8 +10,6 @@ from tasks.hotpotqa import data
 from tasks.hotpotqa import decode
 from tasks.hotpotqa import features as F
 
-K = F  # global kinds: F.KIND_*
-
 
 def _brute_force(start, end, sent, kinds, max_len):
   """Best (score, start, end) per global token by enumerating spans."""

@@ -40,6 +40,7 @@ skipped -- a later, shorter sentence may still fit.
 """
 
 import dataclasses
+import json
 from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -540,7 +541,6 @@ def add_labels(features: Dict[str, np.ndarray], record: data.HotpotRecord,
     `data.NO_SUPPORTING_FACTS`, `data.ANSWER_NOT_FOUND` (in no supporting
     text) or `data.ANSWER_TRUNCATED` (only in text dropped to fit).
   """
-  import json  # pylint: disable=g-import-not-at-top
   long_len = features["token_ids"].shape[0]
   global_len = features["global_token_ids"].shape[0]
   features["record_json"] = np.array(
