@@ -29,7 +29,6 @@ import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import gin
-import numpy as np
 import tensorflow as tf
 import tf_keras
 
@@ -88,8 +87,10 @@ class VdomEmbedding(tf_keras.layers.Layer):
                        f"{extra_dense_layers}")
     self.hidden_size = hidden_size
     self.coord_ranges = dict(DEFAULT_COORD_RANGES, **(coord_ranges or {}))
-    init = lambda: tf_keras.initializers.TruncatedNormal(  # pylint: disable=g-long-lambda
-        stddev=initializer_range)
+
+    def init():
+      return tf_keras.initializers.TruncatedNormal(stddev=initializer_range)
+
     # 2**3 ids: block x heading x bold of the element.
     self.indicator_cross = tf_keras.layers.Embedding(
         8, hidden_size, embeddings_initializer=init(),
@@ -171,8 +172,10 @@ class OpenKPModel(base.EtcTaskModel):
       self.vdom_embedding = VdomEmbedding(
           hidden_size, initializer_range, coord_ranges,
           extra_dense_feature_layers, name="vdom_embedding")
-    norm = lambda name: tf_keras.layers.LayerNormalization(  # pylint: disable=g-long-lambda
-        epsilon=1e-12, name=name)
+
+    def norm(name):
+      return tf_keras.layers.LayerNormalization(epsilon=1e-12, name=name)
+
     self.word_norm = norm("word_norm")
     self.ngram_convs, self.ngram_norms, self.ngram_logits = [], [], []
     for n in range(1, max_phrase_words + 1):
