@@ -200,3 +200,12 @@ def test_gradient_step_under_xla_and_mixed_precision(policy, xla):
     assert vdom_grads and all(g is not None for g in vdom_grads)
   finally:
     tf_keras.mixed_precision.set_global_policy("float32")
+
+
+def test_decoding_a_document_without_words():
+  logits = np.full([1, 5, 8], T.NEG_INF, np.float32)
+  phrases, scores, starts, _ = decode.top_phrases(
+      tf.constant(logits), tf.zeros([1, 0], tf.string), tf.constant([0]))
+  assert phrases.numpy().tolist() == [[b""] * 5]
+  assert scores.numpy().tolist() == [[0.0] * 5]
+  assert starts.numpy().tolist() == [[-1] * 5]

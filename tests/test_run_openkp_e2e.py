@@ -121,6 +121,7 @@ def test_preprocess_train_predict_score_export_serve(tmp_path):
   output = run_binary(["tasks.openkp", f"--gin_file={gin_file}",
                        "--mode=train_and_eval", f"--model_dir={model_dir}"])
   steps = progress(output)
+  print("openkp e2e loss by step:", steps)  # shown with pytest -s
   assert steps[-1][0] == 40
   assert steps[-1][1] < 0.5 * steps[0][1], steps
   with open(os.path.join(model_dir, "eval_results.json")) as f:
@@ -159,6 +160,7 @@ def test_preprocess_train_predict_score_export_serve(tmp_path):
   with open(os.path.join(pred_dir, "metrics.json")) as f:
     official = json.load(f)
   assert official["num_documents"] == 8
+  print("openkp e2e dev scores:", official)
   for k in (1, 3, 5):
     for m in ("precision", "recall", "f1"):
       assert official[f"{m}@{k}"] == pytest.approx(

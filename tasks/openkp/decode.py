@@ -68,6 +68,8 @@ def top_phrases(logits: tf.Tensor, words: tf.Tensor, num_words: tf.Tensor,
   """
   logits = tf.cast(logits, tf.float32)
   num_words = tf.cast(num_words, tf.int32)
+  # One padding column, so that gathers work for a document without words.
+  words = tf.pad(words, [[0, 0], [0, 1]])
   max_words = logits.shape[1]
   length = logits.shape[2] or tf.shape(logits)[2]
   batch = tf.shape(logits)[0]
@@ -86,7 +88,7 @@ def top_phrases(logits: tf.Tensor, words: tf.Tensor, num_words: tf.Tensor,
   width = tf.shape(words)[1]
   parts = []
   for j in range(max_words):
-    index = tf.minimum(starts + j, tf.maximum(width - 1, 0))
+    index = tf.minimum(starts + j, width - 1)
     word = tf.gather(words_lower, index, batch_dims=1)
     word = word if j == 0 else tf.strings.join([" ", word])
     parts.append(tf.where(j < lengths, word, ""))
