@@ -213,6 +213,17 @@ def test_strict_fails_on_first_bad_record(tmp_path):
     data.read_records(path, strict=True)
 
 
+def test_preprocess_strict_fails_before_writing(tmp_path):
+  vocab = write_test_vocab(tmp_path / "vocab.txt", VOCAB_WORDS)
+  path = write_jsonl(str(tmp_path / "OpenKPDev.jsonl"),
+                     [GOOD, _bad_records()[3][0]])
+  featurizer = preprocess.make_featurizer(vocab, None, 16, 4)
+  with pytest.raises(records.BadRecordError, match="u-vdom-empty"):
+    preprocess.preprocess_file(path, str(tmp_path / "out"), featurizer,
+                               strict=True)
+  assert not (tmp_path / "out" / "OpenKPDev.tfrecord").exists()
+
+
 def test_unusable_files(tmp_path):
   with pytest.raises(records.InputFileError, match="cannot read"):
     data.read_records(str(tmp_path / "missing.jsonl"))

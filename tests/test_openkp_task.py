@@ -209,3 +209,24 @@ def test_decoding_a_document_without_words():
   assert phrases.numpy().tolist() == [[b""] * 5]
   assert scores.numpy().tolist() == [[0.0] * 5]
   assert starts.numpy().tolist() == [[-1] * 5]
+
+
+def test_gin_file_gives_the_original_settings():
+  import gin  # pylint: disable=g-import-not-at-top
+  from etc_realformer.training import experiment  # pylint: disable=g-import-not-at-top
+  from tasks import run  # pylint: disable=g-import-not-at-top
+  gin.clear_config()
+  try:
+    run.parse_gin(["tasks/openkp.gin"], ["etc_config.vocab_size = 100"])
+    task = run.task_class()()
+    assert isinstance(task, T.OpenKPTask)
+    assert (task.long_seq_len, task.global_seq_len) == (4096, 512)
+    assert task.use_visual_features_in_global
+    assert task.use_visual_features_in_long
+    assert task.additive_smoothing_mass == 1e-4
+    assert task.model_config.hidden_size == 768
+    assert task.model_config.residual_attention
+    config = experiment.TrainerConfig()
+    assert (config.train_batch_size, config.train_steps) == (64, 4178)
+  finally:
+    gin.clear_config()
