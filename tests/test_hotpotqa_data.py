@@ -145,6 +145,7 @@ def test_preprocess_truncation_stats(tmp_path, vocab):
   assert stats.truncation["sentences_dropped"] > 0
 
 
+@pytest.mark.slow  # two processes that import TensorFlow
 def test_cli(tmp_path, vocab):
   path = _write(tmp_path / "hotpot_train_v1.1.json",
                 [good(0), good(1, answer="Oslo")])

@@ -20,6 +20,18 @@ def vocab(tmp_path_factory):
                           WORDS)
 
 
+_FEATURIZERS = {}
+
+
+def _featurizer(vocab, long_seq_len, global_seq_len):
+  """One featurizer (and one trace of its function) per size and vocab."""
+  key = (vocab, long_seq_len, global_seq_len)
+  if key not in _FEATURIZERS:
+    _FEATURIZERS[key] = F.HotpotFeaturizer(
+        vocab, long_seq_len=long_seq_len, global_seq_len=global_seq_len)
+  return _FEATURIZERS[key]
+
+
 def _ids(vocab_path, text):
   with open(vocab_path) as f:
     v = [line.rstrip("\n") for line in f]
@@ -38,7 +50,7 @@ def _record(**kwargs):
 
 
 def test_hand_checked_layout_and_labels(vocab):
-  featurizer = F.HotpotFeaturizer(vocab, long_seq_len=30, global_seq_len=14)
+  featurizer = _featurizer(vocab, 30, 14)
   cls = _ids(vocab, "[CLS]")[0]
   assert featurizer.global_token_ids == F.GlobalTokenIds(
       cls=cls, sentence=1, question=3, paragraph=5)
@@ -96,7 +108,7 @@ def test_hand_checked_layout_and_labels(vocab):
 
 
 def test_offsets_recover_the_original_substring(vocab):
-  featurizer = F.HotpotFeaturizer(vocab, long_seq_len=40, global_seq_len=12)
+  featurizer = _featurizer(vocab, 40, 12)
   sentence = "The  Japanese CAFÉ is big."
   record = _record(titles=("Café",), sentences=((sentence,),),
                    answer="CAFÉ", supporting_facts=(("Café", 0),))
@@ -117,7 +129,7 @@ def test_offsets_recover_the_original_substring(vocab):
 
 
 def test_answer_in_title_and_first_supporting_occurrence(vocab):
-  featurizer = F.HotpotFeaturizer(vocab, long_seq_len=40, global_seq_len=16)
+  featurizer = _featurizer(vocab, 40, 16)
   # "Paris" first appears in a non-supporting sentence (Bob...): skipped.
   record = _record(
       sentences=(("Bob is Paris.", "John Doe was born in Paris."),
@@ -141,7 +153,7 @@ def test_answer_in_title_and_first_supporting_occurrence(vocab):
 
 
 def test_training_skip_reasons_and_dev_kept(vocab):
-  featurizer = F.HotpotFeaturizer(vocab, long_seq_len=40, global_seq_len=16)
+  featurizer = _featurizer(vocab, 40, 16)
   cases = {
       data.NO_SUPPORTING_FACTS: _record(supporting_facts=(("Nope", 0),)),
       data.ANSWER_NOT_FOUND: _record(answer="Rome"),
@@ -152,7 +164,7 @@ def test_training_skip_reasons_and_dev_kept(vocab):
     f, _, reason = featurizer.featurize_record(record, is_training=False)
     assert reason is None and int(f["answer_start"]) == -1
   # The answer's only supporting sentence is cut by truncation.
-  short = F.HotpotFeaturizer(vocab, long_seq_len=16, global_seq_len=16)
+  short = _featurizer(vocab, 16, 16)
   record = _record(sentences=(("a b c d e f a b c d e f a b Paris.",),
                               ("Bob is x.",)),
                    supporting_facts=(("John Doe", 0),))
@@ -169,7 +181,7 @@ def test_training_skip_reasons_and_dev_kept(vocab):
 
 def test_greedy_truncation_skips_then_keeps_a_shorter_sentence(vocab):
   # Budgets: long 20 = CLS + 4 question + 15 context pieces; global 12.
-  featurizer = F.HotpotFeaturizer(vocab, long_seq_len=20, global_seq_len=12)
+  featurizer = _featurizer(vocab, 20, 12)
   record = _record(
       titles=("A", "B"),
       sentences=(("short.", "a b c d e f a b c d e f.", "short."),
@@ -194,7 +206,7 @@ def test_greedy_truncation_skips_then_keeps_a_shorter_sentence(vocab):
 
 
 def test_long_question_is_cut_and_global_overflow_drops_paragraphs(vocab):
-  featurizer = F.HotpotFeaturizer(vocab, long_seq_len=8, global_seq_len=6)
+  featurizer = _featurizer(vocab, 8, 6)
   record = _record(question="who is x who is x who is x ?")
   f, stats, _ = featurizer.featurize_record(record)
   assert stats["question_tokens_dropped"] == 10 - 5
@@ -205,7 +217,7 @@ def test_long_question_is_cut_and_global_overflow_drops_paragraphs(vocab):
 
 def test_side_inputs_exempt_cls_from_hard_g2l(vocab):
   from etc_realformer import make_multihop_side_inputs  # pylint: disable=g-import-not-at-top
-  featurizer = F.HotpotFeaturizer(vocab, long_seq_len=30, global_seq_len=14)
+  featurizer = _featurizer(vocab, 30, 14)
   f = featurizer.featurize_tf(*F.record_inputs(_record())[:4])
   side = make_multihop_side_inputs(
       long_paragraph_breakpoints=f["long_paragraph_breakpoints"][None],
@@ -221,7 +233,7 @@ def test_side_inputs_exempt_cls_from_hard_g2l(vocab):
 
 
 def test_in_graph_featurizer_matches_eager_and_batches(vocab):
-  featurizer = F.HotpotFeaturizer(vocab, long_seq_len=30, global_seq_len=14)
+  featurizer = _featurizer(vocab, 30, 14)
   record = _record()
   eager, _, _ = featurizer.featurize_record(record)
 
