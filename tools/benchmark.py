@@ -33,6 +33,7 @@ which also re-plots a JSONL file on its own). This file imports no TensorFlow.
 
 import argparse
 import datetime
+import itertools
 import json
 import os
 import platform
@@ -121,6 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
   a("--xla", type=_on_off, default=[False], help="jit_compile: on, off")
   a("--grad_checkpointing", type=_csv_ints, default=[0],
     help="EtcConfig.grad_checkpointing_period values (0 = off)")
+  a("--recompute_attention", type=_on_off, default=[False],
+    help="EtcConfig.recompute_attention: on, off or both")
   a("--passes", type=_choices(PASSES), default=list(PASSES))
   # Model.
   a("--num_layers", type=int, default=2)
@@ -242,6 +245,8 @@ def variant_name(spec: Dict[str, Any]) -> str:
     parts.append("xla")
   if spec["grad_checkpointing_period"]:
     parts.append(f"ckpt{spec['grad_checkpointing_period']}")
+  if spec.get("recompute_attention"):
+    parts.append("recatt")
   if spec["kind"] == "encoder":
     parts.append(f"G={spec['global_len_mode']}")
   return "-".join(parts)
@@ -255,13 +260,15 @@ def encoder_specs(args: argparse.Namespace) -> Iterator[Dict[str, Any]]:
     for residual in args.residual:
       for dtype in args.dtypes:
         for xla in args.xla:
-          for period in args.grad_checkpointing:
+          for period, recompute in itertools.product(
+              args.grad_checkpointing, args.recompute_attention):
             for pass_ in args.passes:
               for long_len in args.lengths:
                 yield {
                     "kind": "encoder", "impl": impl, "residual": residual,
                     "dtype": dtype, "xla": xla,
-                    "grad_checkpointing_period": period, "pass": pass_,
+                    "grad_checkpointing_period": period,
+                    "recompute_attention": recompute, "pass": pass_,
                     "training": pass_ == "fwd_bwd",
                     "dropout": 0.1 if pass_ == "fwd_bwd" else 0.0,
                     "long_len": long_len,

@@ -219,6 +219,7 @@ def _config(spec: Dict[str, Any]):
       relative_vocab_size=m["relative_vocab_size"],
       residual_attention=spec["residual"],
       grad_checkpointing_period=spec["grad_checkpointing_period"],
+      recompute_attention=spec.get("recompute_attention", False),
       att_implementation=spec.get("impl", "auto"))
 
 
