@@ -10,7 +10,7 @@ reproduces the original ETC exactly.
 import copy
 import dataclasses
 import json
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from absl import logging
 import tensorflow as tf
@@ -218,10 +218,3 @@ class EtcConfig:
     new.__post_init__()
     return new
 
-
-def validate_patterns(patterns: Sequence[str]) -> Tuple[str, ...]:
-  patterns = tuple(patterns)
-  bad = set(patterns) - set(PATTERNS)
-  if bad:
-    raise ValueError(f"unknown attention patterns {sorted(bad)}")
-  return patterns

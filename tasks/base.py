@@ -31,21 +31,38 @@ import tensorflow as tf
 import tf_keras
 
 from etc_realformer.config import EtcConfig
+from etc_realformer.features.side_inputs import SIDE_INPUT_KEYS
+from etc_realformer.features.side_inputs import make_multihop_side_inputs
 from tasks.common import tfrecords
 
-# The eight side inputs the encoder takes (mirrors
-# `etc_realformer.features.side_inputs.SIDE_INPUT_KEYS`, repeated here so that
-# this module imports without the encoder package).
-SIDE_INPUT_KEYS: Tuple[str, ...] = (
-    "l2l_att_mask", "g2g_att_mask", "l2g_att_mask", "g2l_att_mask",
-    "l2l_relative_att_ids", "g2g_relative_att_ids", "l2g_relative_att_ids",
-    "g2l_relative_att_ids")
 
 Features = Dict[str, tf.Tensor]
 # name -> (dtype, unbatched shape); `(None,)` = variable length.
 FeatureSpec = Mapping[str, Tuple[tf.DType, Tuple[Optional[int], ...]]]
 
 MODES = ("train", "eval", "predict")
+
+
+def multihop_side_inputs(config: EtcConfig, features: Features
+                         ) -> Dict[str, Optional[tf.Tensor]]:
+  """Paragraph-aware side inputs for the multi-hop tasks (WikiHop, HotpotQA).
+
+  Reads the raw features both featurizers emit (`long_paragraph_breakpoints`,
+  `long_paragraph_ids`, `long_sentence_ids`, `global_paragraph_breakpoints`,
+  `ignore_hard_g2l_mask`, and `l2g_linked_ids` when present) and the masking
+  options of `config`.
+  """
+  return make_multihop_side_inputs(
+      long_paragraph_breakpoints=features["long_paragraph_breakpoints"],
+      long_paragraph_ids=features["long_paragraph_ids"],
+      long_sentence_ids=features["long_sentence_ids"],
+      global_paragraph_breakpoints=features["global_paragraph_breakpoints"],
+      local_radius=config.local_radius,
+      relative_pos_max_distance=config.relative_pos_max_distance,
+      use_hard_g2l_mask=config.use_hard_g2l_mask,
+      ignore_hard_g2l_mask=features["ignore_hard_g2l_mask"],
+      use_hard_l2g_mask=config.use_hard_l2g_mask,
+      l2g_linked_ids=features.get("l2g_linked_ids"))
 
 
 @gin.configurable

@@ -231,13 +231,13 @@ def prepare_side_inputs(side: Mapping[str, Optional[tf.Tensor]],
   r = local_radius
   window = 2 * r + 1
 
-  def get(name, shape):
+  def get(name):
     value = side.get(name)
     if value is None:
       return None
     return tf.convert_to_tensor(value)
 
-  l2l_mask = get("l2l_att_mask", None)
+  l2l_mask = get("l2l_att_mask")
   if l2l_mask is None:
     l2l_mask = tf.ones([batch_size, long_len, window], tf.int32)
   # Keys outside the sequence never count, whatever the caller's mask says.
@@ -245,7 +245,7 @@ def prepare_side_inputs(side: Mapping[str, Optional[tf.Tensor]],
   l2l_mask = tf.cast(l2l_mask, tf.float32) * tf.cast(in_range, tf.float32)
 
   def full_mask(name, rows, cols):
-    value = get(name, None)
+    value = get(name)
     if value is None:
       return tf.ones([batch_size, rows, cols], tf.float32)
     return tf.cast(value, tf.float32)
@@ -261,7 +261,7 @@ def prepare_side_inputs(side: Mapping[str, Optional[tf.Tensor]],
       tf.logical_or(tf.reduce_any(g2g_mask > 0, -1),
                     tf.reduce_any(g2l_mask > 0, -1)), tf.float32)  # [B, G]
 
-  l2l_ids = get("l2l_relative_att_ids", None)
+  l2l_ids = get("l2l_relative_att_ids")
   if sparse:
     block_len = r + 1
     l2l_adder = _adder(blocking.window_to_blocked(l2l_mask, r))
@@ -285,9 +285,9 @@ def prepare_side_inputs(side: Mapping[str, Optional[tf.Tensor]],
       long_valid=long_valid,
       global_valid=global_valid[:, tf.newaxis, :, tf.newaxis],
       l2l_ids=l2l_ids,
-      l2g_ids=get("l2g_relative_att_ids", None),
-      g2g_ids=get("g2g_relative_att_ids", None),
-      g2l_ids=get("g2l_relative_att_ids", None))
+      l2g_ids=get("l2g_relative_att_ids"),
+      g2g_ids=get("g2g_relative_att_ids"),
+      g2l_ids=get("g2l_relative_att_ids"))
 
 
 def fused_softmax(logits_a: tf.Tensor, logits_b: tf.Tensor,

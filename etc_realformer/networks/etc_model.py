@@ -20,15 +20,12 @@ import tensorflow as tf
 import tf_keras
 
 from etc_realformer.config import EtcConfig, PATTERNS
+from etc_realformer.features.side_inputs import SIDE_INPUT_KEYS
 from etc_realformer.layers.attention import prepare_side_inputs
 from etc_realformer.layers.dropout import new_call_seed, stateless_dropout
 from etc_realformer.layers.embedding import EtcEmbeddings
 from etc_realformer.layers.transformer import GlobalLocalTransformerBlock
 
-SIDE_INPUT_KEYS = ("l2l_att_mask", "g2g_att_mask", "l2g_att_mask",
-                   "g2l_att_mask", "l2l_relative_att_ids",
-                   "g2g_relative_att_ids", "l2g_relative_att_ids",
-                   "g2l_relative_att_ids")
 # Length at or below which 'auto' picks the dense path (as the original).
 AUTO_FULL_MAX_LEN = 1024
 _SITE_EMB_LONG, _SITE_EMB_GLOBAL = 0, 1

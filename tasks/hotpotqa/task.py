@@ -180,18 +180,7 @@ class HotpotQATask(base.Task):
     return tuple(features_lib.MODEL_FEATURES)
 
   def side_inputs(self, features):
-    from etc_realformer import make_multihop_side_inputs  # pylint: disable=g-import-not-at-top
-    cfg = self.model_config
-    return make_multihop_side_inputs(
-        long_paragraph_breakpoints=features["long_paragraph_breakpoints"],
-        long_paragraph_ids=features["long_paragraph_ids"],
-        long_sentence_ids=features["long_sentence_ids"],
-        global_paragraph_breakpoints=features["global_paragraph_breakpoints"],
-        local_radius=cfg.local_radius,
-        relative_pos_max_distance=cfg.relative_pos_max_distance,
-        use_hard_g2l_mask=cfg.use_hard_g2l_mask,
-        ignore_hard_g2l_mask=features["ignore_hard_g2l_mask"],
-        use_hard_l2g_mask=cfg.use_hard_l2g_mask)
+    return base.multihop_side_inputs(self.model_config, features)
 
   # ----------------------------------------------------------------- model
   def build_model(self) -> HotpotQAModel:
