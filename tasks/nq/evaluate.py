@@ -1,0 +1,221 @@
+r"""The official Natural Questions scorer (PyPI `natural-questions` 1.0.6,
+`natural_questions.nq_eval`), called as a library.
+
+  python -m tasks.nq.evaluate --gold_path='nq-dev-0?.jsonl.gz' \
+      --predictions_path=predictions.json [--long_non_null_threshold=2]
+
+Gold: the five-way annotated files in the original download format (gzipped
+JSON lines; a glob or comma-separated globs; `gs://` paths through
+`tf.io.gfile`). Predictions: the official JSON `{"predictions": [...]}` (see
+`tasks/nq/decode.py`).
+
+The scoring is the official code's (`eval_utils.read_annotation_from_one_split`,
+`read_prediction_json`, `nq_eval.score_answers`,
+`get_metrics_with_answer_stats`, `compute_final_f1`); this module only
+
+* reads the gold files one after the other in this process (the official
+  `read_annotation` forks a process pool, which is unsafe once TensorFlow's
+  threads run);
+* makes the absl flags the scorer reads while scoring
+  (`long_non_null_threshold`, `short_non_null_threshold`, both 2: gold has a
+  long / short answer when at least 2 annotators gave one) usable from a
+  process that never parsed flags (pytest, a notebook, the trainer): they
+  are then marked parsed, i.e. take their defaults;
+* scores a gold example without a prediction as a null prediction (the
+  official script refuses the whole file instead; `allow_missing=False`
+  restores that) and reports how many there were.
+
+Reported (`score`): long / short best-threshold F1, precision, recall and
+threshold (the official search: every prediction scored at or above the
+threshold counts, the rest count as null), the R@P table, and the F1 / P / R
+ignoring scores (`compute_final_f1`).
+"""
+
+import glob as glob_lib
+import json
+import sys
+from typing import Any, Dict, List, Optional
+
+from absl import flags
+
+NULL_SPAN = (-1, -1, -1, -1)
+
+
+def _official():
+  """The official modules; their absl flags made readable (see the doc)."""
+  # pylint: disable=g-import-not-at-top
+  from natural_questions import eval_utils
+  from natural_questions import nq_eval
+  # pylint: enable=g-import-not-at-top
+  if not flags.FLAGS.is_parsed():
+    flags.FLAGS.mark_as_parsed()
+  return eval_utils, nq_eval
+
+
+def gold_files(gold_path: str) -> List[str]:
+  """Files matched by a glob or comma-separated globs (sorted, unique)."""
+  files = []
+  for pattern in gold_path.split(","):
+    pattern = pattern.strip()
+    if not pattern:
+      continue
+    if "://" in pattern:
+      import tensorflow as tf  # pylint: disable=g-import-not-at-top
+      matched = tf.io.gfile.glob(pattern)
+    else:
+      matched = glob_lib.glob(pattern)
+    if not matched:
+      raise FileNotFoundError(f"NQ gold: no file matches {pattern!r}")
+    files.extend(sorted(matched))
+  return sorted(set(files))
+
+
+def read_gold(gold_path: str) -> Dict[int, list]:
+  """example_id -> the annotations (`eval_utils.NQLabel`s) of every file."""
+  eval_utils, _ = _official()
+  gold = {}
+  for path in gold_files(gold_path):
+    if "://" in path:
+      import tensorflow as tf  # pylint: disable=g-import-not-at-top
+      with tf.io.gfile.GFile(path, "rb") as f:
+        gold.update(eval_utils.read_annotation_from_one_split(f))
+    else:
+      with open(path, "rb") as f:
+        gold.update(eval_utils.read_annotation_from_one_split(f))
+  return gold
+
+
+def gold_answer_counts(gold: Dict[int, list]) -> Dict[str, int]:
+  """How many gold examples count as answered (the official 2-of-5 rule)."""
+  eval_utils, _ = _official()
+  return {
+      "gold_with_long_answer": sum(
+          bool(eval_utils.gold_has_long_answer(labels))
+          for labels in gold.values()),
+      "gold_with_short_answer": sum(
+          bool(eval_utils.gold_has_short_answer(labels))
+          for labels in gold.values()),
+  }
+
+
+def score_dicts(gold: Dict[int, list], predictions: Dict[int, Any],
+                allow_missing: bool = True) -> Dict[str, Any]:
+  """Official metrics from parsed gold and predictions (`NQLabel` dicts)."""
+  eval_utils, nq_eval = _official()
+  extra = set(predictions) - set(gold)
+  if extra:
+    raise ValueError(f"{len(extra)} predicted example ids are not in the "
+                     f"gold, e.g. {sorted(extra)[:3]}")
+  missing = set(gold) - set(predictions)
+  if missing and not allow_missing:
+    raise ValueError(f"{len(missing)} gold example ids have no prediction, "
+                     f"e.g. {sorted(missing)[:3]}")
+  predictions = dict(predictions)
+  for example_id in missing:
+    predictions[example_id] = eval_utils.NQLabel(
+        example_id=example_id,
+        long_answer_span=eval_utils.Span(*NULL_SPAN),
+        short_answer_span_list=[], yes_no_answer="none",
+        long_score=float("-inf"), short_score=float("-inf"))
+  long_stats, short_stats = nq_eval.score_answers(gold, predictions)
+  metrics = nq_eval.get_metrics_with_answer_stats(long_stats, short_stats)
+  ignoring_scores = nq_eval.compute_final_f1(long_stats, short_stats)
+  report = {
+      "long_f1": metrics["long-best-threshold-f1"],
+      "long_precision": metrics["long-best-threshold-precision"],
+      "long_recall": metrics["long-best-threshold-recall"],
+      "long_threshold": metrics["long-best-threshold"],
+      "short_f1": metrics["short-best-threshold-f1"],
+      "short_precision": metrics["short-best-threshold-precision"],
+      "short_recall": metrics["short-best-threshold-recall"],
+      "short_threshold": metrics["short-best-threshold"],
+      "num_gold": len(gold),
+      "num_predicted": len(predictions) - len(missing),
+      "num_missing": len(missing),
+      **gold_answer_counts(gold),
+      "official": dict(metrics),
+      "ignoring_scores": dict(ignoring_scores),
+  }
+  return _finite(report)
+
+
+def score(gold_path: str, predictions_path: str,
+          allow_missing: bool = True) -> Dict[str, Any]:
+  """Official NQ metrics of a predictions JSON file against gold files.
+
+  Args:
+    gold_path: gold `nq-dev-*.jsonl.gz` glob(s), comma-separated allowed.
+    predictions_path: the official predictions JSON.
+    allow_missing: score gold examples without a prediction as null ones
+      (False: fail, as the official script).
+
+  Returns:
+    long_f1 / long_precision / long_recall / long_threshold, the same for
+    short, num_gold, num_predicted, num_missing, gold_with_long_answer,
+    gold_with_short_answer, "official" (the scorer's whole metric dict) and
+    "ignoring_scores" (its F1 / P / R without a threshold).
+  """
+  eval_utils, _ = _official()
+  if "://" in predictions_path:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tempfile  # pylint: disable=g-import-not-at-top
+    with tempfile.NamedTemporaryFile("wb", suffix=".json") as local:
+      local.write(tf.io.gfile.GFile(predictions_path, "rb").read())
+      local.flush()
+      predictions = eval_utils.read_prediction_json(local.name)
+  else:
+    predictions = eval_utils.read_prediction_json(predictions_path)
+  return score_dicts(read_gold(gold_path), predictions,
+                     allow_missing=allow_missing)
+
+
+def score_predictions(gold_path: str, predictions: Dict[str, Any],
+                      allow_missing: bool = True) -> Dict[str, Any]:
+  """`score` for an in-memory predictions dict (written to a temp file so
+  the official reader parses it)."""
+  import tempfile  # pylint: disable=g-import-not-at-top
+  with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+    json.dump(predictions, f)
+    f.flush()
+    return score(gold_path, f.name, allow_missing=allow_missing)
+
+
+def _finite(value):
+  """-inf / inf / nan (thresholds of null predictions) -> None, for JSON."""
+  if isinstance(value, float) and (value != value or value in (
+      float("inf"), float("-inf"))):
+    return None
+  if isinstance(value, dict):
+    return {k: _finite(v) for k, v in value.items()}
+  return value
+
+
+def summary_line(report: Dict[str, Any]) -> str:
+  return (f"nq official | long F1/P/R {report['long_f1']:.4f}/"
+          f"{report['long_precision']:.4f}/{report['long_recall']:.4f} | "
+          f"short F1/P/R {report['short_f1']:.4f}/"
+          f"{report['short_precision']:.4f}/{report['short_recall']:.4f} | "
+          f"{report['num_gold']} gold, {report['num_missing']} missing")
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+  """CLI: the official flags (`--gold_path`, `--predictions_path`, the
+  non-null thresholds) and `--allow_missing`."""
+  # pylint: disable=g-import-not-at-top
+  from natural_questions import nq_eval  # noqa: F401  (defines the flags)
+  # pylint: enable=g-import-not-at-top
+  flags.DEFINE_bool("allow_missing", True,
+                    "Score gold examples without a prediction as null.")
+  argv = flags.FLAGS(argv if argv is not None else sys.argv)
+  if len(argv) > 1:
+    raise SystemExit(f"unexpected arguments: {argv[1:]}")
+  if not flags.FLAGS.gold_path or not flags.FLAGS.predictions_path:
+    raise SystemExit("--gold_path and --predictions_path are required")
+  report = score(flags.FLAGS.gold_path, flags.FLAGS.predictions_path,
+                 allow_missing=flags.FLAGS.allow_missing)
+  print(summary_line(report))
+  print(json.dumps(report, indent=1, sort_keys=True))
+
+
+if __name__ == "__main__":
+  main()
