@@ -221,3 +221,477 @@ class NqTokenIds:
           "the HTML start/end tokens; pass NqTokenIds(...) explicitly")
     return cls(cls=ids[0], sep=ids[1], html_start=ids[2], html_end=ids[3],
                global_cls=ids[0])
+
+
+# Tags whose elements are NQ long-answer candidates (used only when a caller
+# has no `long_answer_candidates`, e.g. serving a raw document).
+CANDIDATE_TAGS: Tuple[str, ...] = ("p", "table", "tr", "ul", "ol", "dl", "li",
+                                   "dd", "dt")
+
+
+def split_document_text(document_text: tf.Tensor
+                        ) -> Tuple[tf.Tensor, tf.Tensor]:
+  """The simplified format's `document_text` -> (tokens [N], is_html [N]).
+
+  Splits on single spaces (as `natural_questions.text_utils.get_nq_tokens`);
+  a token is HTML when it looks like a tag (`<P>`, `</Td>`, `<Td_colspan=..>`).
+  """
+  tokens = tf.strings.split(tf.reshape(document_text, []), " ")
+  is_html = tf.strings.regex_full_match(tokens, r"</?[A-Za-z][^<>]*>")
+  return tokens, is_html
+
+
+def html_candidates(doc_tokens: tf.Tensor, doc_token_is_html: tf.Tensor
+                    ) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+  """Top-level candidates found from the HTML tags, in TF ops.
+
+  A top-level candidate is an outermost `CANDIDATE_TAGS` element: from an
+  opening tag at nesting depth 0 to its matching closing tag (or the end of
+  the document when unclosed). A document with no such element is one
+  candidate spanning all its tokens. Only for inputs without the released
+  `long_answer_candidates` (a raw document at serving time); released files
+  always use their own candidates.
+
+  Returns:
+    <int32>[C] start tokens, <int32>[C] end tokens (exclusive), <bool>[C]
+    top-level flags (all True).
+  """
+  i32 = tf.int32
+  n = tf.size(doc_tokens, out_type=i32)
+  name = tf.strings.lower(tf.strings.regex_replace(
+      doc_tokens, r"^</?([A-Za-z0-9]+).*$", r"\1"))
+  is_tag = tf.zeros_like(doc_token_is_html)
+  for tag in CANDIDATE_TAGS:
+    is_tag |= tf.equal(name, tag)
+  is_tag &= doc_token_is_html
+  closing = tf.strings.regex_full_match(doc_tokens, "</.*")
+  opens = tf.cast(is_tag & ~closing, i32)
+  closes = tf.cast(is_tag & closing, i32)
+  depth_after = tf.cumsum(opens - closes)
+  depth_before = depth_after - opens + closes
+  starts = tf.cast(tf.where((opens > 0) & (depth_before <= 0))[:, 0], i32)
+  close_at = tf.cast(tf.where((closes > 0) & (depth_after <= 0))[:, 0], i32)
+  idx = tf.searchsorted(close_at, starts, side="right")
+  padded = tf.concat([close_at + 1, [n]], axis=0)
+  ends = tf.gather(padded, tf.minimum(idx, tf.size(close_at)))
+  none = tf.equal(tf.size(starts), 0)
+  starts = tf.cond(none, lambda: tf.zeros([1], i32), lambda: starts)
+  ends = tf.cond(none, lambda: tf.reshape(n, [1]), lambda: ends)
+  return starts, ends, tf.ones_like(starts, tf.bool)
+
+
+# Featurizer statistics (int32 scalars per example).
+FEATURIZER_STATS: Tuple[str, ...] = (
+    "windows", "question_tokens_dropped", "document_wordpieces",
+    "tokens_outside_top_level_candidates", "candidates_without_global_token",
+    "windows_global_full")
+
+
+class NqFeaturizer(tf.Module):
+  """One NQ document -> all its ETC windows, with TF ops only.
+
+  Example:
+    featurizer = NqFeaturizer(vocab_path="vocab.txt", long_seq_len=4096,
+                              global_seq_len=230, stride=2048)
+    windows = featurizer.featurize(question, doc_tokens, doc_token_is_html,
+                                   candidate_starts, candidate_ends,
+                                   candidate_top_level)
+    windows["token_ids"]  # <int32>[W, 4096]
+
+  A `tf.Module`: an exporter attaches it to the model and calls `featurize`
+  (or `featurize_text`) inside a serving `tf.function`. Preprocessing runs the
+  same compiled function (`record_fn`) through `tf.data`.
+  """
+
+  def __init__(self,
+               vocab_path: Optional[str] = None,
+               spm_model_path: Optional[str] = None,
+               *,
+               tokenizer: Optional[tokenization.Tokenizer] = None,
+               long_seq_len: int = DEFAULT_LONG_SEQ_LEN,
+               global_seq_len: int = DEFAULT_GLOBAL_SEQ_LEN,
+               stride: int = DEFAULT_STRIDE,
+               max_question_len: int = DEFAULT_MAX_QUESTION_LEN,
+               token_ids: Optional[NqTokenIds] = None,
+               lower_case: bool = True):
+    """Builds a featurizer.
+
+    Args:
+      vocab_path: a BERT `vocab.txt` (WordPiece).
+      spm_model_path: a SentencePiece `.model` (instead of `vocab_path`).
+      tokenizer: a ready tokenizer (instead of both paths).
+      long_seq_len: L (original 4096).
+      global_seq_len: G (original 230).
+      stride: window stride in wordpieces (original 2048).
+      max_question_len: question wordpieces kept (original 32).
+      token_ids: special ids; `NqTokenIds.for_tokenizer` if None.
+      lower_case: uncased vocabulary.
+
+    Raises:
+      ValueError: lengths that leave no room for the document or for the
+        question's global tokens, or a vocabulary without the special tokens.
+    """
+    super().__init__(name="nq_featurizer")
+    if tokenizer is None:
+      tokenizer = tokenization.make_tokenizer(vocab_path, spm_model_path,
+                                              lower_case=lower_case)
+    if max_question_len < 1:
+      raise ValueError(f"max_question_len must be >= 1, got "
+                       f"{max_question_len}")
+    if long_seq_len < max_question_len + 4:
+      raise ValueError(
+          f"long_seq_len {long_seq_len} leaves no document wordpiece after "
+          f"[CLS] + {max_question_len} question wordpieces + 2 [SEP]")
+    if global_seq_len < max_question_len + 3:
+      raise ValueError(
+          f"global_seq_len {global_seq_len} must hold [CLS], "
+          f"{max_question_len} + 1 question tokens and a sentence token")
+    if not 1 <= stride <= long_seq_len - max_question_len - 3:
+      raise ValueError(
+          f"stride {stride} must be in [1, long_seq_len - max_question_len "
+          f"- 3 = {long_seq_len - max_question_len - 3}] (no gaps)")
+    self.tokenizer = tokenizer
+    self.long_seq_len = int(long_seq_len)
+    self.global_seq_len = int(global_seq_len)
+    self.stride = int(stride)
+    self.max_question_len = int(max_question_len)
+    self.token_ids = token_ids or NqTokenIds.for_tokenizer(tokenizer)
+    self._record_fn = tf.function(self._featurize, input_signature=[
+        tf.TensorSpec([], tf.string, name="question"),
+        tf.TensorSpec([None], tf.string, name="doc_tokens"),
+        tf.TensorSpec([None], tf.bool, name="doc_token_is_html"),
+        tf.TensorSpec([None], tf.int32, name="candidate_starts"),
+        tf.TensorSpec([None], tf.int32, name="candidate_ends"),
+        tf.TensorSpec([None], tf.bool, name="candidate_top_level"),
+        tf.TensorSpec([None], tf.int64, name="doc_token_start_bytes"),
+        tf.TensorSpec([None], tf.int64, name="doc_token_end_bytes"),
+        tf.TensorSpec([None], tf.int64, name="candidate_start_bytes"),
+        tf.TensorSpec([None], tf.int64, name="candidate_end_bytes"),
+        tf.TensorSpec([], tf.int64, name="example_id"),
+        tf.TensorSpec([], tf.int32, name="answer_type"),
+        tf.TensorSpec([2], tf.int32, name="long_span"),
+        tf.TensorSpec([2], tf.int32, name="short_span"),
+    ])
+
+  def feature_spec(self):
+    return feature_spec(self.long_seq_len, self.global_seq_len)
+
+  @property
+  def record_fn(self):
+    """The compiled function behind `featurize`: 14 positional tensors (see
+    `record_inputs`) -> (features [W, ...], `FEATURIZER_STATS` scalars)."""
+    return self._record_fn
+
+  # --------------------------------------------------------------- public API
+  def featurize(self, question, doc_tokens, doc_token_is_html,
+                candidate_starts=None, candidate_ends=None,
+                candidate_top_level=None, *, doc_token_start_bytes=None,
+                doc_token_end_bytes=None, candidate_start_bytes=None,
+                candidate_end_bytes=None, example_id=None, answer_type=None,
+                long_span=None, short_span=None) -> Dict[str, tf.Tensor]:
+    """All windows of one document: dict of [W, L] / [W, G] / [W] tensors.
+
+    Args:
+      question: <string>[] the question.
+      doc_tokens: <string>[N] document tokens (`document_tokens[*].token` or
+        the space-split `document_text`).
+      doc_token_is_html: <bool>[N] HTML tag tokens.
+      candidate_starts, candidate_ends: <int32>[C] candidate token spans
+        [start, end); None = `html_candidates` (serving a raw document).
+      candidate_top_level: <bool>[C]; only top-level candidates' tokens are
+        featurized. None = all top-level.
+      doc_token_start_bytes, doc_token_end_bytes: <int64>[N]; None = -1.
+      candidate_start_bytes, candidate_end_bytes: <int64>[C]; None = -1.
+      example_id: <int64>[]; None = 0.
+      answer_type: <int32>[] example-level type (`labels_of`); None = -1
+        (unlabelled: window labels are -1 / 0).
+      long_span, short_span: <int32>[2] [start, end) token spans; None =
+        (-1, -1).
+
+    Returns:
+      The `feature_spec` features with a leading window dimension W.
+    """
+    features, _ = self.featurize_with_stats(
+        question, doc_tokens, doc_token_is_html, candidate_starts,
+        candidate_ends, candidate_top_level,
+        doc_token_start_bytes=doc_token_start_bytes,
+        doc_token_end_bytes=doc_token_end_bytes,
+        candidate_start_bytes=candidate_start_bytes,
+        candidate_end_bytes=candidate_end_bytes, example_id=example_id,
+        answer_type=answer_type, long_span=long_span, short_span=short_span)
+    return features
+
+  def featurize_with_stats(self, question, doc_tokens, doc_token_is_html,
+                           candidate_starts=None, candidate_ends=None,
+                           candidate_top_level=None, **kwargs):
+    """`featurize` plus the int32 `FEATURIZER_STATS` of the document."""
+    doc_tokens = tf.convert_to_tensor(doc_tokens, tf.string)
+    doc_token_is_html = tf.convert_to_tensor(doc_token_is_html, tf.bool)
+    if candidate_starts is None:
+      candidate_starts, candidate_ends, candidate_top_level = html_candidates(
+          doc_tokens, doc_token_is_html)
+    candidate_starts = tf.cast(candidate_starts, tf.int32)
+    candidate_ends = tf.cast(candidate_ends, tf.int32)
+    if candidate_top_level is None:
+      candidate_top_level = tf.ones_like(candidate_starts, tf.bool)
+    n = tf.shape(doc_tokens)[:1]
+    c = tf.shape(candidate_starts)[:1]
+
+    def value(name, default, shape, dtype):
+      v = kwargs.get(name)
+      if v is None:
+        return tf.fill(shape, tf.constant(default, dtype))
+      return tf.cast(tf.convert_to_tensor(v), dtype)
+
+    return self._record_fn(
+        tf.reshape(tf.convert_to_tensor(question, tf.string), []),
+        doc_tokens, doc_token_is_html, candidate_starts, candidate_ends,
+        tf.convert_to_tensor(candidate_top_level, tf.bool),
+        value("doc_token_start_bytes", -1, n, tf.int64),
+        value("doc_token_end_bytes", -1, n, tf.int64),
+        value("candidate_start_bytes", -1, c, tf.int64),
+        value("candidate_end_bytes", -1, c, tf.int64),
+        tf.reshape(value("example_id", 0, [], tf.int64), []),
+        tf.reshape(value("answer_type", -1, [], tf.int32), []),
+        tf.reshape(value("long_span", -1, [2], tf.int32), [2]),
+        tf.reshape(value("short_span", -1, [2], tf.int32), [2]))
+
+  def featurize_text(self, question, document_text, **kwargs):
+    """`featurize` for a simplified-format `document_text` (split on " ")."""
+    tokens, is_html = split_document_text(document_text)
+    return self.featurize(question, tokens, is_html, **kwargs)
+
+  def featurize_record(self, record, predict_la_when_no_sa: bool = False
+                       ) -> Tuple[Dict[str, "np.ndarray"], Dict[str, int]]:
+    """Eager helper: a `data.NqRecord` -> (numpy features [W, ...], stats)."""
+    features, stats = self._record_fn(
+        *record_inputs(record, predict_la_when_no_sa))
+    return ({k: v.numpy() for k, v in features.items()},
+            {k: int(v.numpy()) for k, v in stats.items()})
+
+  # ----------------------------------------------------------- implementation
+  def _featurize(self, question, doc_tokens, doc_is_html, cand_start,
+                 cand_end, cand_top, tok_start_byte, tok_end_byte,
+                 cand_start_byte, cand_end_byte, example_id, answer_type,
+                 long_span, short_span):
+    L, G = self.long_seq_len, self.global_seq_len  # pylint: disable=invalid-name
+    ids = self.token_ids
+    i32 = tf.int32
+    num_tokens = tf.size(doc_tokens, out_type=i32)
+
+    # --- Question wordpieces, truncated.
+    q_all = self.tokenizer.tokenize(tf.reshape(question, [1])).flat_values
+    num_q = tf.size(q_all, out_type=i32)
+    q = tf.minimum(num_q, self.max_question_len)
+    q_ids = tf.cast(q_all[:q], i32)
+    pre = q + 2  # [CLS] question [SEP]
+
+    # --- Each document token's top-level candidate (-1: dropped).
+    top_idx = tf.cast(tf.where(cand_top)[:, 0], i32)
+    top_start = tf.clip_by_value(tf.gather(cand_start, top_idx), 0,
+                                 num_tokens)
+    top_end = tf.clip_by_value(tf.gather(cand_end, top_idx), top_start,
+                               num_tokens)
+    spans = tf.ragged.range(top_start, top_end)
+    token_cand = tf.tensor_scatter_nd_max(
+        tf.fill([num_tokens], -1), spans.flat_values[:, tf.newaxis],
+        tf.repeat(top_idx, tf.cast(spans.row_lengths(), i32)))
+    kept = tf.cast(tf.where(token_cand >= 0)[:, 0], i32)  # doc order
+
+    # --- Wordpieces of the kept tokens; an HTML tag is one special id.
+    kept_html = tf.gather(doc_is_html, kept)
+    kept_text = tf.where(kept_html, "", tf.gather(doc_tokens, kept))
+    pieces = self.tokenizer.tokenize(kept_text)
+    closing = tf.strings.regex_full_match(tf.gather(doc_tokens, kept), "</.*")
+    special = tf.RaggedTensor.from_row_lengths(
+        tf.boolean_mask(tf.where(closing, ids.html_end, ids.html_start),
+                        kept_html),
+        tf.cast(kept_html, pieces.row_splits.dtype))
+    pieces = tf.concat([tf.cast(pieces, i32), special], axis=1)
+    doc_ids = pieces.flat_values  # [n]
+    doc_pos = tf.repeat(kept, tf.cast(pieces.row_lengths(), i32))  # [n]
+    doc_cand = tf.gather(token_cand, doc_pos)
+    n = tf.size(doc_ids, out_type=i32)
+
+    # --- Windows (the original's range(0, max(n - doc_len, 0) + stride,
+    # stride)).
+    doc_len = L - pre - 1
+    overflow = tf.maximum(n - doc_len, 0)
+    num_windows = (overflow + self.stride - 1) // self.stride + 1
+    starts = tf.range(num_windows) * self.stride  # [W]
+    win_len = tf.clip_by_value(n - starts, 0, doc_len)  # [W]
+
+    p = tf.range(L)[tf.newaxis, :]  # [1, L]
+    in_doc = (p >= pre) & (p < pre + win_len[:, tf.newaxis])  # [W, L]
+    final_sep = tf.equal(p, pre + win_len[:, tf.newaxis])
+    real = p <= pre + win_len[:, tf.newaxis]
+    doc_index = tf.clip_by_value(starts[:, tf.newaxis] + p - pre, 0, n)
+
+    def from_doc(values, default):
+      padded = tf.concat([values, tf.fill([1], tf.cast(default,
+                                                       values.dtype))], 0)
+      return tf.where(in_doc, tf.gather(padded, doc_index),
+                      tf.cast(default, values.dtype))
+
+    preamble = tf.concat([[ids.cls], q_ids, [ids.sep]], axis=0)
+    pre_ids = tf.gather(preamble, tf.minimum(p, pre - 1))
+    token_ids = tf.where(p < pre, pre_ids,
+                         tf.where(in_doc, from_doc(doc_ids, 0),
+                                  tf.where(final_sep, ids.sep, 0)))
+    doc_token_map = from_doc(doc_pos, -1)
+    long_cand = from_doc(doc_cand, -1)
+    has_pos = doc_token_map >= 0
+    safe_pos = tf.maximum(doc_token_map, 0)
+
+    def token_bytes(values):
+      padded = tf.concat([values, [-1]], 0)  # N = 0 safe
+      return tf.where(has_pos, tf.gather(padded, safe_pos),
+                      tf.constant(-1, tf.int64))
+
+    # --- Global tokens: [CLS], q + 1 question tokens, one per candidate run,
+    # one for the final [SEP]; full -> later runs share the last token.
+    prev_cand = tf.concat([tf.fill([num_windows, 1], -1), long_cand[:, :-1]],
+                          axis=1)
+    run_start = (p >= pre) & real & tf.not_equal(long_cand, prev_cand)
+    run_idx = tf.cumsum(tf.cast(run_start, i32), axis=1) - 1
+    slot = pre + run_idx
+    sentence_ids = tf.where(p < pre, p, tf.minimum(slot, G - 1))
+    num_runs = tf.reduce_sum(tf.cast(run_start, i32), axis=1)  # [W]
+    num_global = tf.minimum(pre + num_runs, G)  # [W]
+    cand_runs = tf.reduce_sum(tf.cast(run_start & (long_cand >= 0), i32),
+                              axis=1)
+
+    own_slot = (p >= pre) & real & (slot < G)
+    w_idx = tf.range(num_windows)[:, tf.newaxis]
+    dump = num_windows * G
+    segment = tf.where(own_slot, w_idx * G + slot, dump)
+    num_segments = dump + 1
+    pos_b = tf.broadcast_to(p, tf.shape(segment))
+
+    def per_slot(values, reduce_fn):
+      out = reduce_fn(values, segment, num_segments)[:dump]
+      return tf.reshape(out, [num_windows, G])
+
+    slot_used = per_slot(tf.ones_like(segment), tf.math.unsorted_segment_max)
+    slot_used = slot_used > 0
+    slot_cand = tf.where(slot_used, per_slot(
+        long_cand, tf.math.unsorted_segment_max), -1)
+    is_cand_slot = slot_used & (slot_cand >= 0)
+    first_pos = tf.where(is_cand_slot, per_slot(
+        pos_b, tf.math.unsorted_segment_min), -1)
+    last_pos = tf.where(is_cand_slot, per_slot(
+        pos_b, tf.math.unsorted_segment_max), -1)
+    safe_cand = tf.maximum(slot_cand, 0)
+
+    def cand_value(values, default):
+      padded = tf.concat([values, tf.fill([1], tf.cast(default,
+                                                       values.dtype))], 0)
+      return tf.where(is_cand_slot, tf.gather(padded, safe_cand),
+                      tf.cast(default, values.dtype))
+
+    gp = tf.range(G)[tf.newaxis, :]
+    global_token_ids = tf.where(
+        tf.equal(gp, 0), ids.global_cls,
+        tf.where(gp < pre, ids.global_question,
+                 tf.where(slot_used, tf.where(is_cand_slot,
+                                              ids.global_sentence,
+                                              ids.global_trailing), 0)))
+    global_token_ids = tf.where(gp < num_global[:, tf.newaxis],
+                                global_token_ids, 0)
+    global_breakpoints = tf.cast(
+        tf.equal(gp, num_global[:, tf.newaxis] - 1), i32)
+
+    # --- Labels: a span counts in a window only when its first and last
+    # wordpieces (over the whole document) are both inside.
+    wp = tf.range(n)
+
+    def span_positions(span):
+      in_span = (doc_pos >= span[0]) & (doc_pos < span[1])
+      first = tf.reduce_min(tf.where(in_span, wp, n))
+      last = tf.reduce_max(tf.where(in_span, wp, -1))
+      inside = ((span[0] >= 0) & (first <= last) & (first >= starts) &
+                (last < starts + win_len))  # [W]
+      return (tf.where(inside, pre + first - starts, 0),
+              tf.where(inside, pre + last - starts, 0), inside)
+
+    long_start, long_end, long_in = span_positions(long_span)
+    short_start, short_end, short_in = span_positions(short_span)
+    window_type = tf.fill([num_windows], answer_type)
+    window_type = tf.where(
+        ((window_type == SHORT) & ~short_in) |
+        ((window_type == LONG) & ~long_in), NULL, window_type)
+
+    zeros_l = tf.zeros([num_windows, L], i32)
+    features = {
+        "token_ids": token_ids,
+        "segment_ids": zeros_l,
+        "long_breakpoints": tf.cast(final_sep, i32),
+        "sentence_ids": sentence_ids,
+        "doc_token_map": doc_token_map,
+        "long_candidate_index": long_cand,
+        "long_start_byte": token_bytes(tok_start_byte),
+        "long_end_byte": token_bytes(tok_end_byte),
+        "global_token_ids": global_token_ids,
+        "global_segment_ids": tf.zeros([num_windows, G], i32),
+        "global_breakpoints": global_breakpoints,
+        "global_candidate_index": slot_cand,
+        "global_candidate_long_start": first_pos,
+        "global_candidate_long_end": last_pos,
+        "global_candidate_doc_start": cand_value(cand_start, -1),
+        "global_candidate_doc_end": cand_value(cand_end, -1),
+        "global_candidate_start_byte": cand_value(cand_start_byte, -1),
+        "global_candidate_end_byte": cand_value(cand_end_byte, -1),
+        "example_id": tf.fill([num_windows], example_id),
+        "window_index": tf.range(num_windows),
+        "num_windows": tf.fill([num_windows], num_windows),
+        "answer_type": window_type,
+        "long_start": long_start,
+        "long_end": long_end,
+        "short_start": short_start,
+        "short_end": short_end,
+    }
+    spec = self.feature_spec()
+    for name, value in features.items():
+      value.set_shape([None, *spec[name][1]])
+    lost = tf.maximum(cand_runs - (G - pre), 0)
+    stats = {
+        "windows": num_windows,
+        "question_tokens_dropped": num_q - q,
+        "document_wordpieces": n,
+        "tokens_outside_top_level_candidates": num_tokens - tf.size(
+            kept, out_type=i32),
+        "candidates_without_global_token": tf.reduce_sum(lost),
+        "windows_global_full": tf.reduce_sum(tf.cast(lost > 0, i32)),
+    }
+    return features, stats
+
+
+def record_inputs(record, predict_la_when_no_sa: bool = False
+                  ) -> Tuple[tf.Tensor, ...]:
+  """The 14 `NqFeaturizer.record_fn` inputs for a `data.NqRecord`."""
+  from tasks.nq import data  # pylint: disable=g-import-not-at-top
+  labels = data.labels_of(record, predict_la_when_no_sa)
+  cands = record.candidates
+  return (
+      tf.constant(record.question, tf.string),
+      tf.constant(list(record.tokens), tf.string, shape=[record.num_tokens]),
+      tf.constant(list(record.token_is_html), tf.bool,
+                  shape=[record.num_tokens]),
+      tf.constant([c.span.start_token for c in cands], tf.int32,
+                  shape=[len(cands)]),
+      tf.constant([c.span.end_token for c in cands], tf.int32,
+                  shape=[len(cands)]),
+      tf.constant([c.top_level for c in cands], tf.bool, shape=[len(cands)]),
+      tf.constant(list(record.token_start_byte), tf.int64,
+                  shape=[record.num_tokens]),
+      tf.constant(list(record.token_end_byte), tf.int64,
+                  shape=[record.num_tokens]),
+      tf.constant([c.span.start_byte for c in cands], tf.int64,
+                  shape=[len(cands)]),
+      tf.constant([c.span.end_byte for c in cands], tf.int64,
+                  shape=[len(cands)]),
+      tf.constant(record.example_id, tf.int64),
+      tf.constant(labels.answer_type, tf.int32),
+      tf.constant(labels.long_span, tf.int32),
+      tf.constant(labels.short_span, tf.int32),
+  )

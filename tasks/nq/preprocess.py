@@ -1,0 +1,297 @@
+r"""Caches NQ windows: released jsonl(.gz) files -> TFRecords + stats JSON.
+
+  python -m tasks.nq.preprocess --input='nq/dev/nq-dev-??.jsonl.gz' \
+      --vocab=vocab.txt --output_dir=DIR [--is_training] [--strict] \
+      [--long_seq_len=4096 --global_seq_len=230 --stride=2048 \
+       --max_question_len=32] [--include_unknown_rate=1.0 \
+       --include_unknown_rate_for_unanswerable=...] [--seed=0]
+
+For every input file (a glob or comma-separated list; full or simplified
+format, gzipped or not) writes `DIR/<stem>.tfrecord` (one `tf.train.Example`
+per kept window, the features of `features.feature_spec`) and
+`DIR/<stem>.stats.json`; `DIR/nq_stats.json` sums them. Stats: examples
+read / written / skipped per reason with the list of skipped records (file,
+example id or line, field, reason), windows written (per answer type),
+windows downsampled, question wordpieces dropped, candidates left without a
+global token. Bad lines and records are skipped unless `--strict`, which
+fails on the first one (the partial output file is removed).
+
+`--is_training` (default: on when the file name contains "train") requires
+annotations and downsamples windows whose answer type is null: each is kept
+with probability `--include_unknown_rate` (default 1.0 = keep all, the
+original's default), or `--include_unknown_rate_for_unanswerable` (default
+min(1, 4 x the former), the original's) when the example itself has no
+answer. The draw is seeded per file (`--seed` and the file name), so a rerun
+gives the same windows. Dev files keep every window.
+
+The features come from `NqFeaturizer`'s in-graph code (the ops a serving
+signature runs), one document at a time.
+"""
+
+import dataclasses
+import json
+import os
+import random
+from typing import Any, Dict, List, Optional, Sequence
+
+from absl import app
+from absl import flags
+from absl import logging
+import tensorflow as tf
+
+from tasks.common import records
+from tasks.common import tfrecords
+from tasks.nq import data
+from tasks.nq import features as features_lib
+
+
+@dataclasses.dataclass
+class NqStats(records.RecordStats):
+  """`RecordStats` plus window counts (one input file, or a sum)."""
+  is_training: bool = False
+  windows_written: int = 0
+  windows_by_answer_type: Dict[str, int] = dataclasses.field(
+      default_factory=lambda: {t: 0 for t in features_lib.ANSWER_TYPES})
+  windows_downsampled: int = 0
+  settings: Dict[str, Any] = dataclasses.field(default_factory=dict)
+
+  def add(self, other: "NqStats") -> None:
+    """Adds another file's counts (for the summary)."""
+    self.examples_read += other.examples_read
+    self.examples_written += other.examples_written
+    self.examples_truncated += other.examples_truncated
+    for key, value in other.truncation.items():
+      self.truncation[key] += value
+    for key, value in other.skipped.items():
+      self.skipped[key] += value
+    self.skipped_records.extend(other.skipped_records)
+    self.windows_written += other.windows_written
+    for key, value in other.windows_by_answer_type.items():
+      self.windows_by_answer_type[key] += value
+    self.windows_downsampled += other.windows_downsampled
+
+  def to_dict(self) -> Dict[str, Any]:
+    out = super().to_dict()
+    skipped = out.pop("skipped_records")
+    out.update(is_training=self.is_training,
+               windows_written=self.windows_written,
+               windows_by_answer_type=dict(self.windows_by_answer_type),
+               windows_downsampled=self.windows_downsampled,
+               settings=dict(self.settings),
+               skipped_records=skipped)
+    return out
+
+
+def output_paths(input_path: str, output_dir: str):
+  """(tfrecord path, stats path), e.g. nq-dev-00.jsonl.gz -> nq-dev-00.*."""
+  stem = os.path.basename(input_path)
+  for suffix in (".gz", ".jsonl", ".json"):
+    if stem.endswith(suffix):
+      stem = stem[:-len(suffix)]
+  return (os.path.join(output_dir, f"{stem}.tfrecord"),
+          os.path.join(output_dir, f"{stem}.stats.json"))
+
+
+def default_is_training(input_path: str) -> bool:
+  return "train" in os.path.basename(input_path).lower()
+
+
+def unanswerable_rate(include_unknown_rate: float,
+                      include_unknown_rate_for_unanswerable: Optional[float]
+                      ) -> float:
+  if include_unknown_rate_for_unanswerable is None:
+    return min(1.0, 4.0 * include_unknown_rate)
+  return include_unknown_rate_for_unanswerable
+
+
+def preprocess_file(input_path: str,
+                    output_dir: str,
+                    featurizer: features_lib.NqFeaturizer,
+                    is_training: Optional[bool] = None,
+                    strict: bool = False,
+                    include_unknown_rate: float = 1.0,
+                    include_unknown_rate_for_unanswerable: Optional[float]
+                    = None,
+                    seed: int = 0,
+                    predict_la_when_no_sa: bool = False) -> NqStats:
+  """Featurizes one NQ file into `output_dir`; returns its stats.
+
+  Raises:
+    records.InputFileError: the input is unreadable, corrupt or empty.
+    records.BadRecordError: in strict mode, the first bad line or record.
+  """
+  if is_training is None:
+    is_training = default_is_training(input_path)
+  for name, rate in (("include_unknown_rate", include_unknown_rate),
+                     ("include_unknown_rate_for_unanswerable",
+                      include_unknown_rate_for_unanswerable)):
+    if rate is not None and not 0.0 <= rate <= 1.0:
+      raise ValueError(f"{name} must be in [0, 1], got {rate}")
+  rate_answerable = include_unknown_rate
+  rate_unanswerable = unanswerable_rate(include_unknown_rate,
+                                        include_unknown_rate_for_unanswerable)
+  tf.io.gfile.makedirs(output_dir)
+  record_path, stats_path = output_paths(input_path, output_dir)
+  stats = NqStats(input_file=input_path, strict=strict,
+                  is_training=is_training)
+  stats.settings = dict(
+      long_seq_len=featurizer.long_seq_len,
+      global_seq_len=featurizer.global_seq_len, stride=featurizer.stride,
+      max_question_len=featurizer.max_question_len,
+      include_unknown_rate=rate_answerable if is_training else 1.0,
+      include_unknown_rate_for_unanswerable=(
+          rate_unanswerable if is_training else 1.0),
+      seed=seed, predict_la_when_no_sa=predict_la_when_no_sa)
+  rng = random.Random(f"{seed}:{os.path.basename(input_path)}")
+  spec = featurizer.feature_spec()
+
+  def examples():
+    for record in data.read_records(input_path, stats=stats,
+                                    require_labels=is_training):
+      windows, amounts = featurizer.featurize_record(record,
+                                                     predict_la_when_no_sa)
+      example_type = data.labels_of(record, predict_la_when_no_sa).answer_type
+      rate = (rate_unanswerable if example_type == features_lib.NULL
+              else rate_answerable)
+      stats.add_truncation({
+          "question_tokens_dropped": amounts["question_tokens_dropped"],
+          "candidates_without_global_token":
+              amounts["candidates_without_global_token"]})
+      stats.truncation["windows_global_full"] += amounts[
+          "windows_global_full"]
+      stats.truncation["tokens_outside_top_level_candidates"] += amounts[
+          "tokens_outside_top_level_candidates"]
+      stats.examples_written += 1
+      for w in range(amounts["windows"]):
+        window = {k: v[w] for k, v in windows.items()}
+        answer_type = int(window["answer_type"])
+        if (is_training and answer_type == features_lib.NULL and
+            rng.random() >= rate):
+          stats.windows_downsampled += 1
+          continue
+        stats.windows_written += 1
+        if answer_type >= 0:
+          stats.windows_by_answer_type[
+              features_lib.ANSWER_TYPES[answer_type]] += 1
+        yield tfrecords.to_tf_example(window, spec)
+
+  tmp_path = record_path + ".tmp"
+  try:
+    tfrecords.write_tfrecord(tmp_path, examples())
+  except BaseException:
+    if tf.io.gfile.exists(tmp_path):
+      tf.io.gfile.remove(tmp_path)
+    raise
+  tf.io.gfile.rename(tmp_path, record_path, overwrite=True)
+  stats.write_json(stats_path)
+  logging.info("%s: read %d, wrote %d examples / %d windows to %s, "
+               "downsampled %d, skipped %d %s", input_path,
+               stats.examples_read, stats.examples_written,
+               stats.windows_written, record_path, stats.windows_downsampled,
+               stats.num_skipped, dict(stats.skipped))
+  return stats
+
+
+def preprocess(inputs: Sequence[str] | str, output_dir: str,
+               featurizer: features_lib.NqFeaturizer, **kwargs
+               ) -> NqStats:
+  """`preprocess_file` for every file matching `inputs`; writes and returns
+  the summed stats (`DIR/nq_stats.json`, with each file's in `files`)."""
+  paths = data.expand_inputs(inputs)
+  total = NqStats(input_file=",".join(paths),
+                  strict=bool(kwargs.get("strict", False)))
+  per_file: List[Dict[str, Any]] = []
+  for path in paths:
+    stats = preprocess_file(path, output_dir, featurizer, **kwargs)
+    total.is_training = stats.is_training
+    total.settings = stats.settings
+    total.add(stats)
+    per_file.append(dict(input_file=path,
+                         examples_written=stats.examples_written,
+                         windows_written=stats.windows_written,
+                         examples_skipped=stats.num_skipped))
+  summary = total.to_dict()
+  summary["files"] = per_file
+  with tf.io.gfile.GFile(os.path.join(output_dir, "nq_stats.json"),
+                         "w") as f:
+    json.dump(summary, f, indent=2)
+    f.write("\n")
+  return total
+
+
+def make_featurizer(vocab: Optional[str], spm_model: Optional[str],
+                    long_seq_len: int = 4096, global_seq_len: int = 230,
+                    stride: int = 2048, max_question_len: int = 32,
+                    lower_case: bool = True,
+                    token_ids: Optional[List[str]] = None
+                    ) -> features_lib.NqFeaturizer:
+  ids = None
+  if token_ids:
+    if len(token_ids) != 5:
+      raise ValueError("--token_ids needs 5 ids: cls,sep,html_start,html_end,"
+                       f"global_cls; got {token_ids}")
+    ids = features_lib.NqTokenIds(*[int(i) for i in token_ids])
+  return features_lib.NqFeaturizer(
+      vocab_path=vocab, spm_model_path=spm_model, long_seq_len=long_seq_len,
+      global_seq_len=global_seq_len, stride=stride,
+      max_question_len=max_question_len, token_ids=ids,
+      lower_case=lower_case)
+
+
+def _define_flags():
+  """Flags only when run as a binary (training binaries define the same
+  names)."""
+  flags.DEFINE_string("input", None,
+                      "NQ jsonl(.gz) files: a glob or comma-separated list.")
+  flags.DEFINE_string("vocab", None, "WordPiece vocab.txt.")
+  flags.DEFINE_string("spm_model", None,
+                      "SentencePiece .model (instead of --vocab).")
+  flags.DEFINE_string("output_dir", None, "Output directory.")
+  flags.DEFINE_bool("strict", False,
+                    "Fail on the first bad record instead of skipping it.")
+  flags.DEFINE_bool("is_training", None,
+                    "Training file: require annotations and downsample null "
+                    "windows (default: file name contains 'train').")
+  flags.DEFINE_integer("long_seq_len", 4096, "Long input length (window).")
+  flags.DEFINE_integer("global_seq_len", 230, "Global input length.")
+  flags.DEFINE_integer("stride", 2048, "Window stride in wordpieces.")
+  flags.DEFINE_integer("max_question_len", 32, "Question wordpieces kept.")
+  flags.DEFINE_float("include_unknown_rate", 1.0,
+                     "Training: probability of keeping a null window.")
+  flags.DEFINE_float("include_unknown_rate_for_unanswerable", None,
+                     "Training: the same for examples without any answer "
+                     "(default min(1, 4 x include_unknown_rate)).")
+  flags.DEFINE_integer("seed", 0, "Downsampling seed.")
+  flags.DEFINE_bool("predict_la_when_no_sa", False,
+                    "Short-answer labels = the long answer when there is no "
+                    "short answer (an option of the original).")
+  flags.DEFINE_bool("lower_case", True, "Uncased vocabulary.")
+  flags.DEFINE_list(
+      "token_ids", None,
+      "cls,sep,html_start,html_end,global_cls ids; default: looked up by "
+      "name ([CLS],[SEP],[unused102],[unused103] / <unused_63>,<unused_2>,"
+      "<unused_35>,<unused_36>).")
+  flags.mark_flags_as_required(["input", "output_dir"])
+
+
+def main(argv):
+  del argv
+  f = flags.FLAGS
+  featurizer = make_featurizer(f.vocab, f.spm_model, f.long_seq_len,
+                               f.global_seq_len, f.stride, f.max_question_len,
+                               f.lower_case, f.token_ids)
+  stats = preprocess(
+      f.input, f.output_dir, featurizer, is_training=f.is_training,
+      strict=f.strict, include_unknown_rate=f.include_unknown_rate,
+      include_unknown_rate_for_unanswerable=(
+          f.include_unknown_rate_for_unanswerable),
+      seed=f.seed, predict_la_when_no_sa=f.predict_la_when_no_sa)
+  print(f"{f.input}: read {stats.examples_read}, written "
+        f"{stats.examples_written} examples / {stats.windows_written} "
+        f"windows, downsampled {stats.windows_downsampled}, skipped "
+        f"{stats.num_skipped} {dict(stats.skipped)}")
+
+
+if __name__ == "__main__":
+  _define_flags()
+  app.run(main)
