@@ -34,6 +34,7 @@ ignoring scores (`compute_final_f1`).
 import glob as glob_lib
 import json
 import sys
+import tempfile
 from typing import Any, Dict, List, Optional
 
 from absl import flags
@@ -158,7 +159,6 @@ def score(gold_path: str, predictions_path: str,
   eval_utils, _ = _official()
   if "://" in predictions_path:
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    import tempfile  # pylint: disable=g-import-not-at-top
     with tempfile.NamedTemporaryFile("wb", suffix=".json") as local:
       local.write(tf.io.gfile.GFile(predictions_path, "rb").read())
       local.flush()
@@ -169,15 +169,21 @@ def score(gold_path: str, predictions_path: str,
                      allow_missing=allow_missing)
 
 
+def parse_predictions(submission: Dict[str, Any]) -> Dict[int, Any]:
+  """The official reader's view (`read_prediction_json`) of an in-memory
+  predictions object (it only reads files: a temporary one)."""
+  eval_utils, _ = _official()
+  with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+    json.dump(submission, f)
+    f.flush()
+    return eval_utils.read_prediction_json(f.name)
+
+
 def score_predictions(gold_path: str, predictions: Dict[str, Any],
                       allow_missing: bool = True) -> Dict[str, Any]:
-  """`score` for an in-memory predictions dict (written to a temp file so
-  the official reader parses it)."""
-  import tempfile  # pylint: disable=g-import-not-at-top
-  with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
-    json.dump(predictions, f)
-    f.flush()
-    return score(gold_path, f.name, allow_missing=allow_missing)
+  """`score` for an in-memory predictions object."""
+  return score_dicts(read_gold(gold_path), parse_predictions(predictions),
+                     allow_missing=allow_missing)
 
 
 def _finite(value):
