@@ -1,0 +1,367 @@
+"""Natural Questions: the model heads, loss, metrics, predictions, export.
+
+Model: ETC-RealFormer encoder over each window (`tasks/nq/features.py`), then
+- four position heads over the long tokens, one Dense(4) on the long output
+  (as the original): long-answer start / end and short-answer start / end
+  logits, masked to the document's positions and [CLS] (position 0, "no
+  answer"), as the original's `mask_long_output`;
+- a 5-way answer type (null / yes / no / long / short, `features.ANSWER_TYPES`)
+  from position 0: the global [CLS] token by default
+  (`answer_type_source='global'`); `'long'` reads the long [CLS] token, as the
+  original did.
+Loss: the mean of the five cross-entropies (four position labels, 0 = [CLS]
+when the window does not hold the span; the answer type), as the original;
+an unlabelled window (answer_type -1) adds 0.
+
+Decoding (in the graph, per window, see `decode.py`): the best whole
+candidate and the best short span inside it, scores relative to [CLS].
+`predict` aggregates the windows of each `example_id` into the official
+predictions JSON and, with `gold_file` set (the five-way annotated
+`nq-dev-*.jsonl.gz`), scores it with the official scorer (`evaluate.py`).
+
+Export: `serving_default` / `serve_examples` (per window), and with a
+vocabulary `serve_raw` (question + document tokens + HTML flags, candidates
+optional) and `serve_text` (question + simplified-format document text): the
+in-graph featurizer cuts the windows, the model runs on all of them and the
+document's answer is decoded in the graph.
+"""
+
+import json
+import os
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from absl import logging
+import gin
+import tensorflow as tf
+import tf_keras
+
+from tasks import base
+from tasks.nq import decode
+from tasks.nq import features as features_lib
+
+PREDICTIONS_FILE = "predictions.json"
+SCORES_FILE = "nq_eval.json"
+GLOBAL, LONG = "global", "long"
+POSITION_HEADS = ("long_start", "long_end", "short_start", "short_end")
+
+
+class NqModel(base.EtcTaskModel):
+  """Encoder + the four position heads, the answer type head, decoding."""
+
+  def __init__(self, encoder, side_inputs_fn, initializer_range: float = 0.02,
+               answer_type_source: str = GLOBAL,
+               max_short_answer_length: int = 32,
+               score_mode: str = decode.DIFFERENCE, **kwargs):
+    super().__init__(encoder, side_inputs_fn, **kwargs)
+    if answer_type_source not in (GLOBAL, LONG):
+      raise ValueError(f"answer_type_source must be {GLOBAL!r} or {LONG!r}, "
+                       f"got {answer_type_source!r}")
+    if score_mode not in decode.SCORE_MODES:
+      raise ValueError(f"score_mode must be one of {decode.SCORE_MODES}, got "
+                       f"{score_mode!r}")
+    self.answer_type_source = answer_type_source
+    self.max_short_answer_length = int(max_short_answer_length)
+    self.score_mode = score_mode
+    def dense(units, name):
+      return tf_keras.layers.Dense(
+          units, kernel_initializer=tf_keras.initializers.TruncatedNormal(
+              stddev=initializer_range), name=name)
+
+    self.position_layer = dense(4, "positions")
+    self.answer_type_layer = dense(len(features_lib.ANSWER_TYPES),
+                                   "answer_type")
+
+  def head(self, features, long_output, global_output, training=None):
+    """float32 outputs: `<head>_logits` [B, L] for the four POSITION_HEADS,
+    answer_type_logits / _probs [B, 5], answer_type [B]; outside training
+    also the per-window decoding (`decode.WINDOW_OUTPUTS`, [B] each)."""
+    f32 = tf.float32
+    logits = tf.cast(self.position_layer(long_output), f32)  # [B, L, 4]
+    dmap = features["doc_token_map"]
+    outputs = {f"{name}_logits": decode.mask_long_logits(logits[..., i], dmap)
+               for i, name in enumerate(POSITION_HEADS)}
+    cls = (global_output if self.answer_type_source == GLOBAL
+           else long_output)[:, 0]
+    type_logits = tf.cast(self.answer_type_layer(cls), f32)
+    outputs.update(
+        answer_type_logits=type_logits,
+        answer_type_probs=tf.nn.softmax(type_logits, axis=-1),
+        answer_type=tf.argmax(type_logits, axis=-1, output_type=tf.int32))
+    if not training:
+      outputs.update(decode.window_answers(
+          *(outputs[f"{name}_logits"] for name in POSITION_HEADS), features,
+          max_short_answer_length=self.max_short_answer_length,
+          score_mode=self.score_mode))
+    return outputs
+
+
+@gin.configurable
+class NaturalQuestionsTask(base.Task):
+  """Natural Questions (see `tasks/nq/features.py` for the windows)."""
+
+  name = "nq"
+
+  def __init__(self,
+               vocab_file: Optional[str] = None,
+               spm_model_file: Optional[str] = None,
+               lower_case: bool = True,
+               long_seq_len: int = features_lib.DEFAULT_LONG_SEQ_LEN,
+               global_seq_len: int = features_lib.DEFAULT_GLOBAL_SEQ_LEN,
+               stride: int = features_lib.DEFAULT_STRIDE,
+               max_question_len: int = features_lib.DEFAULT_MAX_QUESTION_LEN,
+               answer_type_source: str = GLOBAL,
+               max_short_answer_length: int = 32,
+               score_mode: str = decode.DIFFERENCE,
+               gold_file: Optional[str] = None,
+               **kwargs):
+    """NQ settings.
+
+    Args:
+      vocab_file: the WordPiece vocab.txt of preprocessing; needed for the
+        raw-input signatures.
+      spm_model_file: a SentencePiece model instead of `vocab_file`.
+      lower_case: as in preprocessing.
+      long_seq_len, global_seq_len, stride, max_question_len: as in
+        preprocessing (original 4096, 230, 2048, 32).
+      answer_type_source: 'global' ([CLS] global token) or 'long' (the long
+        [CLS], as the original).
+      max_short_answer_length: longest short answer, in wordpieces.
+      score_mode: 'difference' (logit - [CLS] logit) or 'ratio' (logit /
+        [CLS] logit, the original's); see `decode.py`.
+      gold_file: the five-way annotated gold (`nq-dev-??.jsonl.gz` glob,
+        original download format) of the predicted split: `predict` then
+        also scores with the official scorer.
+      **kwargs: `base.Task` arguments (input patterns, model_config, ...).
+    """
+    super().__init__(long_seq_len=long_seq_len,
+                     global_seq_len=global_seq_len, **kwargs)
+    if answer_type_source not in (GLOBAL, LONG):
+      raise ValueError(f"answer_type_source must be {GLOBAL!r} or {LONG!r}")
+    if score_mode not in decode.SCORE_MODES:
+      raise ValueError(f"score_mode must be one of {decode.SCORE_MODES}")
+    self.vocab_file = vocab_file
+    self.spm_model_file = spm_model_file
+    self.lower_case = lower_case
+    self.stride = stride
+    self.max_question_len = max_question_len
+    self.answer_type_source = answer_type_source
+    self.max_short_answer_length = max_short_answer_length
+    self.score_mode = score_mode
+    self.gold_file = gold_file
+    self._featurizer = None
+
+  # ------------------------------------------------------------------ data
+  def feature_spec(self):
+    return features_lib.feature_spec(self.long_seq_len, self.global_seq_len)
+
+  def model_features(self) -> Tuple[str, ...]:
+    """The encoder's inputs and what decoding reads (no labels)."""
+    return tuple(features_lib.MODEL_FEATURES) + tuple(
+        k for k in decode.DECODE_FEATURES
+        if k not in features_lib.MODEL_FEATURES)
+
+  def side_inputs(self, features):
+    return features_lib.nq_side_inputs(self.model_config, features)
+
+  # ----------------------------------------------------------------- model
+  def build_model(self) -> NqModel:
+    return NqModel(
+        self.build_encoder(), self.side_inputs,
+        initializer_range=self.model_config.initializer_range,
+        answer_type_source=self.answer_type_source,
+        max_short_answer_length=self.max_short_answer_length,
+        score_mode=self.score_mode, name="nq_model")
+
+  # -------------------------------------------------------- loss & metrics
+  def loss_terms(self, features, outputs) -> Dict[str, tf.Tensor]:
+    """float32 [B] cross-entropies of the five heads (0 when unlabelled)."""
+    answer_type = tf.cast(features["answer_type"], tf.int32)
+    labelled = answer_type >= 0
+    terms = {}
+    for name in POSITION_HEADS:
+      label = tf.maximum(tf.cast(features[name], tf.int32), 0)
+      terms[f"{name}_loss"] = tf.nn.sparse_softmax_cross_entropy_with_logits(
+          labels=label, logits=outputs[f"{name}_logits"])
+    terms["answer_type_loss"] = tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=tf.maximum(answer_type, 0),
+        logits=outputs["answer_type_logits"])
+    return {k: tf.where(labelled, v, 0.0) for k, v in terms.items()}
+
+  def per_example_loss(self, features, outputs) -> tf.Tensor:
+    return tf.add_n(list(self.loss_terms(features, outputs).values())) / 5.0
+
+  def build_metrics(self) -> List[tf_keras.metrics.Metric]:
+    """Cheap in-graph proxies (the official F1 needs whole documents)."""
+    names = (["answer_type_accuracy"] +
+             [f"{name}_accuracy" for name in POSITION_HEADS] +
+             ["long_span_accuracy", "short_span_accuracy"] +
+             [f"{name}_loss" for name in POSITION_HEADS] +
+             ["answer_type_loss"])
+    return [tf_keras.metrics.Mean(n, dtype=tf.float32) for n in names]
+
+  def update_metrics(self, metrics, features, outputs) -> None:
+    """Per labelled window: answer type accuracy; each head's argmax =
+    label; long / short span accuracy (both ends right, over the windows
+    whose label is a span, not [CLS]); the loss terms."""
+    f32 = tf.float32
+    by_name = {m.name: m for m in metrics}
+    answer_type = tf.cast(features["answer_type"], tf.int32)
+    labelled = answer_type >= 0
+    weight = tf.cast(labelled, f32)
+    by_name["answer_type_accuracy"].update_state(
+        tf.cast(tf.equal(outputs["answer_type"], answer_type), f32),
+        sample_weight=weight)
+    right = {}
+    for name in POSITION_HEADS:
+      pred = tf.argmax(outputs[f"{name}_logits"], axis=-1,
+                       output_type=tf.int32)
+      right[name] = tf.equal(pred, tf.cast(features[name], tf.int32))
+      by_name[f"{name}_accuracy"].update_state(tf.cast(right[name], f32),
+                                               sample_weight=weight)
+    for kind in ("long", "short"):
+      has_span = labelled & (tf.cast(features[f"{kind}_start"], tf.int32) > 0)
+      by_name[f"{kind}_span_accuracy"].update_state(
+          tf.cast(right[f"{kind}_start"] & right[f"{kind}_end"], f32),
+          sample_weight=tf.cast(has_span, f32))
+    for name, value in self.loss_terms(features, outputs).items():
+      by_name[name].update_state(value, sample_weight=weight)
+
+  # ------------------------------------------------------------ predictions
+  def prediction_outputs(self, features, outputs):
+    """Per window: ids, the answer-type logits and the window decoding."""
+    kept = {"example_id": features["example_id"],
+            "window_index": features["window_index"],
+            "answer_type_logits": outputs["answer_type_logits"]}
+    kept.update({k: outputs[k] for k in decode.WINDOW_OUTPUTS})
+    return kept
+
+  def write_predictions(self, predictions: Mapping[str, Any],
+                        output_dir: str) -> str:
+    """Writes the official predictions JSON (one per document); with
+    `gold_file`, also every gold id (null when it has no window) and the
+    official scores in `nq_eval.json`. Returns the predictions' path."""
+    from tasks.nq import evaluate  # pylint: disable=g-import-not-at-top
+    gold = evaluate.read_gold(self.gold_file) if self.gold_file else {}
+    submission = decode.predictions_json(decode.unbatch(predictions),
+                                         example_ids=sorted(gold))
+    path = os.path.join(output_dir, PREDICTIONS_FILE)
+    _write_json(path, submission)
+    if not gold:
+      return path
+    known = {p["example_id"] for p in submission["predictions"]}
+    unknown = known - set(gold)
+    if unknown:
+      raise ValueError(f"{len(unknown)} predicted example ids are not in "
+                       f"NaturalQuestionsTask.gold_file {self.gold_file!r}")
+    report = evaluate.score_dicts(
+        gold, evaluate.parse_predictions(submission), allow_missing=False)
+    _write_json(os.path.join(output_dir, SCORES_FILE), report)
+    line = evaluate.summary_line(report)
+    logging.info(line)
+    print(line, flush=True)
+    return path
+
+  # ----------------------------------------------------------------- export
+  def serving_outputs(self, features, outputs):
+    del features
+    return {k: outputs[k] for k in (
+        "answer_type_logits", "answer_type_probs", "answer_type",
+        *decode.WINDOW_OUTPUTS)}
+
+  @property
+  def featurizer(self) -> "features_lib.NqFeaturizer":
+    """The in-graph featurizer (same settings as preprocessing)."""
+    if self._featurizer is None:
+      if not (self.vocab_file or self.spm_model_file):
+        raise ValueError("NaturalQuestionsTask.vocab_file (or spm_model_file)"
+                         " is needed for the raw-input signatures")
+      self._featurizer = features_lib.NqFeaturizer(
+          vocab_path=self.vocab_file, spm_model_path=self.spm_model_file,
+          long_seq_len=self.long_seq_len, global_seq_len=self.global_seq_len,
+          stride=self.stride, max_question_len=self.max_question_len,
+          lower_case=self.lower_case)
+    return self._featurizer
+
+  def serving_signatures(self, model):
+    signatures = super().serving_signatures(model)
+    if not (self.vocab_file or self.spm_model_file):
+      return signatures  # No vocabulary: no raw-input signatures.
+    featurizer = self.featurizer
+    names = self.model_features()
+
+    def answer(windows, doc_tokens, doc_token_is_html):
+      out = model({k: windows[k] for k in names}, training=False)
+      doc = decode.document_answer(
+          {k: out[k] for k in decode.WINDOW_OUTPUTS},
+          out["answer_type_logits"])
+      doc["num_windows"] = tf.shape(windows["token_ids"])[0]
+      doc["long_answer_text"] = span_text(
+          doc_tokens, doc_token_is_html, doc["long_start_token"],
+          doc["long_end_token"])
+      doc["short_answer_text"] = span_text(
+          doc_tokens, doc_token_is_html, doc["short_start_token"],
+          doc["short_end_token"])
+      return doc
+
+    @tf.function(input_signature=[
+        tf.TensorSpec([], tf.string, name="question"),
+        tf.TensorSpec([None], tf.string, name="doc_tokens"),
+        tf.TensorSpec([None], tf.bool, name="doc_token_is_html"),
+        tf.TensorSpec([None], tf.int32, name="candidate_starts"),
+        tf.TensorSpec([None], tf.int32, name="candidate_ends"),
+        tf.TensorSpec([None], tf.bool, name="candidate_top_level")])
+    def serve_raw(question, doc_tokens, doc_token_is_html, candidate_starts,
+                  candidate_ends, candidate_top_level):
+      """One document: the question, its tokens (`document_tokens[*].token`)
+      and HTML flags, and its long-answer candidates ([start, end) token
+      spans and top-level flags; all three empty = found from the HTML
+      tags) -> the document's answer (`decode.document_answer`: token and
+      byte spans, scores, yes_no_answer, answer type), num_windows, and the
+      answers' text (their non-HTML tokens joined by spaces)."""
+      html_starts, html_ends, html_top = features_lib.html_candidates(
+          doc_tokens, doc_token_is_html)
+      given = tf.size(candidate_starts) > 0
+      starts = tf.cond(given, lambda: candidate_starts, lambda: html_starts)
+      ends = tf.cond(given, lambda: candidate_ends, lambda: html_ends)
+      top = tf.cond(given, lambda: candidate_top_level, lambda: html_top)
+      windows = featurizer.featurize(question, doc_tokens, doc_token_is_html,
+                                     starts, ends, top)
+      return answer(windows, doc_tokens, doc_token_is_html)
+
+    @tf.function(input_signature=[
+        tf.TensorSpec([], tf.string, name="question"),
+        tf.TensorSpec([], tf.string, name="document_text")])
+    def serve_text(question, document_text):
+      """One document as the simplified format's `document_text` (tokens
+      separated by single spaces; candidates from the HTML tags) -> as
+      `serve_raw`; token indices are into the space-split text."""
+      tokens, is_html = features_lib.split_document_text(document_text)
+      starts, ends, top = features_lib.html_candidates(tokens, is_html)
+      windows = featurizer.featurize(question, tokens, is_html, starts, ends,
+                                     top)
+      return answer(windows, tokens, is_html)
+
+    signatures["serve_raw"] = serve_raw.get_concrete_function()
+    signatures["serve_text"] = serve_text.get_concrete_function()
+    return signatures
+
+  def export_assets(self) -> Dict[str, Any]:
+    if not (self.vocab_file or self.spm_model_file):
+      return {}
+    return {"featurizer": self.featurizer}
+
+
+def span_text(doc_tokens: tf.Tensor, is_html: tf.Tensor, start: tf.Tensor,
+              end: tf.Tensor) -> tf.Tensor:
+  """The non-HTML tokens of [start, end) joined by spaces ("" when -1)."""
+  start = tf.maximum(start, 0)
+  end = tf.maximum(end, start)
+  tokens = doc_tokens[start:end]
+  keep = tf.logical_not(is_html[start:end])
+  return tf.strings.reduce_join(tf.boolean_mask(tokens, keep), separator=" ")
+
+
+def _write_json(path: str, value: Any) -> None:
+  with tf.io.gfile.GFile(path, "w") as f:
+    json.dump(value, f, indent=1)
+    f.write("\n")

@@ -1,0 +1,260 @@
+"""NQ task: heads and loss shapes, masking, metrics, training, predictions,
+gin settings (random windows laid out as `tasks/nq/features.py` says)."""
+
+import gzip
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+from etc_realformer.config import EtcConfig
+from tasks.nq import decode
+from tasks.nq import features as F
+from tasks.nq import task as T
+
+L, G, Q, V = 32, 12, 3, 50
+
+
+def _config(**kwargs):
+  return EtcConfig(vocab_size=V, hidden_size=16, num_hidden_layers=1,
+                   num_attention_heads=2, intermediate_size=32,
+                   local_radius=4, relative_pos_max_distance=2,
+                   relative_vocab_size=8, hidden_dropout_prob=0.0,
+                   attention_probs_dropout_prob=0.0, residual_attention=True,
+                   **kwargs)
+
+
+def _task(**kwargs):
+  return T.NaturalQuestionsTask(model_config=_config(), long_seq_len=L,
+                                global_seq_len=G, **kwargs)
+
+
+def random_windows(batch=4, seed=0):
+  """Windows: [CLS] q q q [SEP] doc... [SEP] pad; candidates of 5 tokens.
+
+  Window b holds document tokens 10 b .. 10 b + n - 1 (n = 20 - b), one
+  wordpiece each; candidate c is tokens [5 c, 5 c + 5). Labels: window 0
+  long = candidate 1, short = its tokens 6..7; window 1 yes (long =
+  candidate 3); window 2 null; window 3 unlabelled.
+  """
+  rng = np.random.RandomState(seed)
+  spec = F.feature_spec(L, G)
+  out = {k: np.zeros([batch, *shape], dtype.as_numpy_dtype)
+         for k, (dtype, shape) in spec.items()}
+  for k in ("doc_token_map", "long_candidate_index", "long_start_byte",
+            "long_end_byte", "global_candidate_index",
+            "global_candidate_long_start", "global_candidate_long_end",
+            "global_candidate_doc_start", "global_candidate_doc_end",
+            "global_candidate_start_byte", "global_candidate_end_byte"):
+    out[k][:] = -1
+  first = Q + 2
+  for b in range(batch):
+    n = 20 - b
+    last = first + n  # the final [SEP]
+    out["token_ids"][b, :last + 1] = rng.randint(5, V, size=last + 1)
+    out["long_breakpoints"][b, last] = 1
+    tokens = np.arange(10 * b, 10 * b + n)
+    out["doc_token_map"][b, first:last] = tokens
+    out["long_start_byte"][b, first:last] = 4 * tokens
+    out["long_end_byte"][b, first:last] = 4 * tokens + 3
+    out["long_candidate_index"][b, first:last] = tokens // 5
+    # Globals: CLS, Q + 1 question tokens, one per candidate run, trailing.
+    sentence = np.zeros([L], np.int32)
+    sentence[1:first] = np.arange(1, first)
+    cands = sorted(set(tokens // 5))
+    g0 = first
+    for i, c in enumerate(cands):
+      pos = np.flatnonzero(out["long_candidate_index"][b] == c)
+      g = g0 + i
+      sentence[pos] = g
+      out["global_candidate_index"][b, g] = c
+      out["global_candidate_long_start"][b, g] = pos[0]
+      out["global_candidate_long_end"][b, g] = pos[-1]
+      out["global_candidate_doc_start"][b, g] = 5 * c
+      out["global_candidate_doc_end"][b, g] = 5 * c + 5
+      out["global_candidate_start_byte"][b, g] = 20 * c
+      out["global_candidate_end_byte"][b, g] = 20 * c + 19
+    trailing = g0 + len(cands)
+    sentence[last:] = trailing
+    out["sentence_ids"][b] = sentence
+    out["global_token_ids"][b, :trailing + 1] = rng.randint(
+        1, V, size=trailing + 1)
+    out["global_breakpoints"][b, trailing] = 1
+    out["example_id"][b] = 100 + b // 2
+    out["window_index"][b] = b % 2
+    out["num_windows"][b] = 2
+
+  def pos(b, token):
+    return first + token - 10 * b
+
+  out["answer_type"][:] = [F.SHORT, F.YES, F.NULL, -1][:batch]
+  out["long_start"][0], out["long_end"][0] = pos(0, 5), pos(0, 9)
+  out["short_start"][0], out["short_end"][0] = pos(0, 6), pos(0, 7)
+  if batch > 1:
+    out["long_start"][1], out["long_end"][1] = pos(1, 15), pos(1, 19)
+  return {k: tf.constant(v) for k, v in out.items()}
+
+
+@pytest.fixture(scope="module")
+def setup():
+  task = _task()
+  model = task.build_model()
+  batch = random_windows()
+  outputs = model(batch, training=False)
+  return task, model, batch, outputs
+
+
+def test_heads_shapes_finite_and_masked(setup):
+  task, _, batch, outputs = setup
+  for name in T.POSITION_HEADS:
+    logits = outputs[f"{name}_logits"].numpy()
+    assert logits.shape == (4, L)
+    in_doc = batch["doc_token_map"].numpy() >= 0
+    in_doc[:, 0] = True  # [CLS]: "no answer"
+    assert np.isfinite(logits).all()
+    assert (logits[~in_doc] == decode.NEG_INF).all()
+    assert (logits[in_doc] > decode.NEG_INF / 2).all()
+  assert outputs["answer_type_logits"].shape == [4, 5]
+  np.testing.assert_allclose(
+      outputs["answer_type_probs"].numpy().sum(-1), 1.0, rtol=1e-5)
+  for name in decode.WINDOW_OUTPUTS:
+    assert outputs[name].shape == [4], name
+  # Every window holds whole candidates: a long answer inside the document.
+  assert (outputs["long_candidate"].numpy() >= 0).all()
+  assert (outputs["short_start"].numpy() >= outputs["long_start"].numpy()
+          ).all()
+  assert (outputs["short_end"].numpy() <= outputs["long_end"].numpy()).all()
+  assert set(task.model_features()) >= set(F.MODEL_FEATURES)
+  assert not set(task.model_features()) & set(F.LABEL_FEATURES)
+
+
+def test_loss_is_the_mean_of_five_cross_entropies(setup):
+  task, _, batch, outputs = setup
+  terms = {k: v.numpy() for k, v in task.loss_terms(batch, outputs).items()}
+  assert sorted(terms) == sorted(
+      [f"{n}_loss" for n in T.POSITION_HEADS] + ["answer_type_loss"])
+  loss = task.per_example_loss(batch, outputs).numpy()
+  assert loss.shape == (4,) and np.isfinite(loss).all()
+  np.testing.assert_allclose(loss, sum(terms.values()) / 5, rtol=1e-6)
+  assert (loss[:3] > 0).all() and loss[3] == 0.0  # window 3 unlabelled
+  # By hand: window 0's long-start term.
+  logits = outputs["long_start_logits"].numpy()[0]
+  label = int(batch["long_start"][0])
+  expected = -(logits[label] - np.log(np.exp(logits - logits.max()).sum())
+               - logits.max())
+  assert terms["long_start_loss"][0] == pytest.approx(expected, rel=1e-5)
+
+
+def test_metrics_in_range(setup):
+  task, _, batch, outputs = setup
+  metrics = task.build_metrics()
+  task.update_metrics(metrics, batch, outputs)
+  results = {m.name: float(m.result()) for m in metrics}
+  for name in ("answer_type_accuracy", "long_start_accuracy",
+               "long_span_accuracy", "short_span_accuracy"):
+    assert 0.0 <= results[name] <= 1.0
+  assert results["answer_type_loss"] > 0
+
+
+def test_training_steps_reduce_the_loss():
+  task = _task()
+  model = task.build_model()
+  batch = random_windows()
+  optimizer = tf_keras.optimizers.Adam(3e-3)
+
+  @tf.function
+  def step():
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_mean(task.per_example_loss(
+          batch, model(batch, training=True)))
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
+
+  losses = [float(step()) for _ in range(30)]
+  assert losses[-1] < 0.5 * losses[0], losses
+  # Training skips the decoding; inference has it.
+  assert "long_score" not in model(batch, training=True)
+
+
+def test_answer_type_source_and_bad_settings():
+  task = _task(answer_type_source="long")
+  model = task.build_model()
+  batch = random_windows(batch=2)
+  assert model(batch, training=False)["answer_type_logits"].shape == [2, 5]
+  with pytest.raises(ValueError, match="answer_type_source"):
+    _task(answer_type_source="cls")
+  with pytest.raises(ValueError, match="score_mode"):
+    _task(score_mode="max")
+
+
+def _gold_file(path, example_ids):
+  with gzip.open(path, "wt") as f:
+    for example_id in example_ids:
+      null = {"start_byte": -1, "end_byte": -1, "start_token": -1,
+              "end_token": -1}
+      record = {"example_id": example_id, "annotations": [
+          {"long_answer": {"start_byte": 20, "end_byte": 39,
+                           "start_token": 5, "end_token": 10},
+           "short_answers": [], "yes_no_answer": "NONE"}] * 2 + [
+               {"long_answer": null, "short_answers": [],
+                "yes_no_answer": "NONE"}] * 3}
+      f.write(json.dumps(record) + "\n")
+
+
+def test_write_predictions_official_format_and_scores(setup, tmp_path,
+                                                      capsys):
+  _, model, batch, _ = setup
+  gold = str(tmp_path / "nq-dev-00.jsonl.gz")
+  _gold_file(gold, [100, 101, 102])  # 102: no window, predicted null
+  task = _task(gold_file=gold)
+  outputs = model(batch, training=False)
+  predictions = {k: v.numpy() for k, v in
+                 task.prediction_outputs(batch, outputs).items()}
+  path = task.write_predictions(predictions, str(tmp_path))
+  with open(path) as f:
+    submission = json.load(f)
+  by_id = {p["example_id"]: p for p in submission["predictions"]}
+  assert sorted(by_id) == [100, 101, 102]
+  for p in submission["predictions"]:
+    assert set(p) == {"example_id", "long_answer", "long_answer_score",
+                      "short_answers", "short_answers_score", "yes_no_answer"}
+    assert p["yes_no_answer"] in ("NONE", "YES", "NO")
+  assert by_id[102]["long_answer"]["start_token"] == -1
+  assert by_id[100]["long_answer"]["start_token"] in (0, 5, 10, 15)
+  with open(tmp_path / T.SCORES_FILE) as f:
+    report = json.load(f)
+  assert report["num_gold"] == 3 and report["num_missing"] == 0
+  assert report["gold_with_long_answer"] == 3
+  assert 0.0 <= report["long_f1"] <= 1.0
+  assert "nq official | long F1/P/R" in capsys.readouterr().out
+  # Without gold: only the predictions.
+  os.remove(path)
+  path = _task().write_predictions(predictions, str(tmp_path))
+  with open(path) as f:
+    assert len(json.load(f)["predictions"]) == 2
+
+
+def test_gin_file_gives_the_original_settings():
+  import gin  # pylint: disable=g-import-not-at-top
+  from etc_realformer.training import experiment  # pylint: disable=g-import-not-at-top
+  from tasks import run  # pylint: disable=g-import-not-at-top
+  gin.clear_config()
+  try:
+    run.register_tasks()
+    run.parse_gin(["tasks/nq.gin"], ["etc_config.vocab_size = 100"])
+    task = run.task_class()()
+    assert isinstance(task, T.NaturalQuestionsTask)
+    assert (task.long_seq_len, task.global_seq_len) == (4096, 230)
+    assert (task.stride, task.max_question_len) == (2048, 32)
+    assert task.max_short_answer_length == 32
+    assert task.model_config.hidden_size == 768
+    assert task.model_config.residual_attention
+    assert task.model_config.use_hard_g2l_mask
+    config = experiment.TrainerConfig()
+    assert config.train_batch_size == 64
+  finally:
+    gin.clear_config()
