@@ -55,9 +55,9 @@ def register_tasks() -> None:
   # build_strategy, set_precision, run_experiment).
   import etc_realformer.training.experiment  # noqa: F401
   import tasks.hotpotqa.task  # noqa: F401
+  import tasks.nq.task  # noqa: F401
   import tasks.openkp.task  # noqa: F401
   import tasks.wikihop.task  # noqa: F401
-  # Natural Questions: import its task module here when it lands.
 
 
 def parse_gin(gin_files, gin_bindings) -> None:
