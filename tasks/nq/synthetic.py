@@ -260,9 +260,10 @@ def make_example(rng: random.Random, example_id: int, num_annotations: int,
       long_answer = dict(span(-1, -1), candidate_index=-1)
       return dict(long_answer=long_answer, short_answers=[],
                   yes_no_answer="NONE")
-    index = answer["long"]
     if wrong_long:  # a stray annotator on an unanswerable question
       index = rng.randrange(len(candidates))
+    else:
+      index = answer["long"]
     c = candidates[index]
     long_answer = dict(span(c["start_token"], c["end_token"]),
                        candidate_index=index)
