@@ -7,9 +7,6 @@ five-way dev gold) -> `python -m tasks.nq --mode=eval` (in-graph metrics,
 then the official scorer) -> export -> a fresh process serves every
 signature; `serve_raw` decodes a dev document as the batch predictions did.
 Run with `pytest -s` to see the loss curve and the scores.
-
-SEED: `synthetic.write_dataset` fails for some seeds at the time of writing
-(a KeyError on a dev null example with an answering stray annotator); 5 works.
 """
 
 import json
