@@ -124,3 +124,15 @@ def test_cli(files, tmp_path):
     summary = json.load(f)
   assert len(summary["files"]) == 2 and summary["examples_skipped"] == 2
   assert (tmp_path / "simplified-nq-train.tfrecord").exists()
+
+
+def test_tfds_natural_questions_is_refused_before_writing(featurizer,
+                                                          tmp_path):
+  pytest.importorskip("tensorflow_datasets")
+  from tasks.nq import tfds_data
+  with pytest.raises(tfds_data.TfdsFieldsMissingError,
+                     match="long_answer_candidates.top_level"):
+    preprocess.preprocess_tfds("natural_questions:train",
+                               str(tmp_path / "out"), featurizer,
+                               data_dir=str(tmp_path / "tfds"))
+  assert not (tmp_path / "out").exists()

@@ -24,6 +24,11 @@ min(1, 4 x the former), the original's) when the example itself has no
 answer. The draw is seeded per file (`--seed` and the file name), so a rerun
 gives the same windows. Dev files keep every window.
 
+`--tfds=NAME:SPLIT` reads a TFDS dataset instead, once its features are
+checked: the TFDS `natural_questions` builder lacks the long-answer
+candidates and byte offsets, so it fails at once with the list of missing
+fields and what to download (`tasks/nq/tfds_data.py`).
+
 The features come from `NqFeaturizer`'s in-graph code (the ops a serving
 signature runs), one document at a time.
 """
@@ -113,8 +118,12 @@ def preprocess_file(input_path: str,
                     include_unknown_rate_for_unanswerable: Optional[float]
                     = None,
                     seed: int = 0,
-                    predict_la_when_no_sa: bool = False) -> NqStats:
+                    predict_la_when_no_sa: bool = False,
+                    read_fn=None) -> NqStats:
   """Featurizes one NQ file into `output_dir`; returns its stats.
+
+  `read_fn(stats, require_labels)` replaces the file reader (e.g. records
+  from TFDS); `input_path` then only names the outputs and the stats.
 
   Raises:
     records.InputFileError: the input is unreadable, corrupt or empty.
@@ -122,6 +131,10 @@ def preprocess_file(input_path: str,
   """
   if is_training is None:
     is_training = default_is_training(input_path)
+  if read_fn is None:
+    def read_fn(stats, require_labels):
+      return data.read_records(input_path, stats=stats,
+                               require_labels=require_labels)
   for name, rate in (("include_unknown_rate", include_unknown_rate),
                      ("include_unknown_rate_for_unanswerable",
                       include_unknown_rate_for_unanswerable)):
@@ -146,8 +159,7 @@ def preprocess_file(input_path: str,
   spec = featurizer.feature_spec()
 
   def examples():
-    for record in data.read_records(input_path, stats=stats,
-                                    require_labels=is_training):
+    for record in read_fn(stats, is_training):
       windows, amounts = featurizer.featurize_record(record,
                                                      predict_la_when_no_sa)
       example_type = data.labels_of(record, predict_la_when_no_sa).answer_type
@@ -219,6 +231,33 @@ def preprocess(inputs: Sequence[str] | str, output_dir: str,
   return total
 
 
+def preprocess_tfds(name_and_split: str, output_dir: str,
+                    featurizer: features_lib.NqFeaturizer,
+                    data_dir: Optional[str] = None, **kwargs) -> NqStats:
+  """`preprocess_file` over a TFDS split ("NAME:SPLIT") whose features have
+  every field of `tfds_data.REQUIRED_FIELDS`.
+
+  Raises:
+    tfds_data.TfdsFieldsMissingError: they do not (the TFDS
+      natural_questions builder), before anything is downloaded or written.
+  """
+  from tasks.nq import tfds_data  # pylint: disable=g-import-not-at-top
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  name, _, split = name_and_split.partition(":")
+  if not split:
+    raise ValueError(f"--tfds needs NAME:SPLIT, got {name_and_split!r}")
+  builder = tfds_data.check_tfds_builder(name, data_dir=data_dir)
+  label = f"{name}-{split}"
+
+  def read_fn(stats, require_labels):
+    examples = tfds.as_numpy(builder.as_dataset(split=split))
+    return tfds_data.records_from_tfds(examples, label, stats=stats,
+                                       require_labels=require_labels)
+
+  return preprocess_file(label, output_dir, featurizer, read_fn=read_fn,
+                         **kwargs)
+
+
 def make_featurizer(vocab: Optional[str], spm_model: Optional[str],
                     long_seq_len: int = 4096, global_seq_len: int = 230,
                     stride: int = 2048, max_question_len: int = 32,
@@ -243,6 +282,12 @@ def _define_flags():
   names)."""
   flags.DEFINE_string("input", None,
                       "NQ jsonl(.gz) files: a glob or comma-separated list.")
+  flags.DEFINE_string(
+      "tfds", None,
+      "NAME:SPLIT of a TFDS dataset instead of --input. Its features are "
+      "checked first: the TFDS natural_questions builder lacks the long-"
+      "answer candidates and byte offsets, and fails with what to download.")
+  flags.DEFINE_string("tfds_data_dir", None, "TFDS data_dir.")
   flags.DEFINE_string("vocab", None, "WordPiece vocab.txt.")
   flags.DEFINE_string("spm_model", None,
                       "SentencePiece .model (instead of --vocab).")
@@ -271,7 +316,7 @@ def _define_flags():
       "cls,sep,html_start,html_end,global_cls ids; default: looked up by "
       "name ([CLS],[SEP],[unused102],[unused103] / <unused_63>,<unused_2>,"
       "<unused_35>,<unused_36>).")
-  flags.mark_flags_as_required(["input", "output_dir"])
+  flags.mark_flags_as_required(["output_dir"])
 
 
 def main(argv):
@@ -280,13 +325,20 @@ def main(argv):
   featurizer = make_featurizer(f.vocab, f.spm_model, f.long_seq_len,
                                f.global_seq_len, f.stride, f.max_question_len,
                                f.lower_case, f.token_ids)
-  stats = preprocess(
-      f.input, f.output_dir, featurizer, is_training=f.is_training,
-      strict=f.strict, include_unknown_rate=f.include_unknown_rate,
+  if bool(f.input) == bool(f.tfds):
+    raise app.UsageError("give exactly one of --input and --tfds")
+  kwargs = dict(
+      is_training=f.is_training, strict=f.strict,
+      include_unknown_rate=f.include_unknown_rate,
       include_unknown_rate_for_unanswerable=(
           f.include_unknown_rate_for_unanswerable),
       seed=f.seed, predict_la_when_no_sa=f.predict_la_when_no_sa)
-  print(f"{f.input}: read {stats.examples_read}, written "
+  if f.tfds:
+    stats = preprocess_tfds(f.tfds, f.output_dir, featurizer,
+                            data_dir=f.tfds_data_dir, **kwargs)
+  else:
+    stats = preprocess(f.input, f.output_dir, featurizer, **kwargs)
+  print(f"{f.input or f.tfds}: read {stats.examples_read}, written "
         f"{stats.examples_written} examples / {stats.windows_written} "
         f"windows, downsampled {stats.windows_downsampled}, skipped "
         f"{stats.num_skipped} {dict(stats.skipped)}")
