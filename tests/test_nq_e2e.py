@@ -230,3 +230,91 @@ print("RESULT " + json.dumps(out))
       "long_start_token"]
   assert served["examples_long_score_shape"] == [3]
   assert "long_score" in served["default_keys"]
+
+
+def test_oracle_logits_decode_to_the_labelled_answers(tmp_path):
+  """Logits peaked at the featurizer's window labels decode, through
+  `window_answers` and the document aggregation, to the first annotation's
+  answers (the labels' source), and the official scorer agrees."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tasks.nq import data  # pylint: disable=g-import-not-at-top
+  from tasks.nq import decode  # pylint: disable=g-import-not-at-top
+  from tasks.nq import evaluate  # pylint: disable=g-import-not-at-top
+  from tasks.nq import features as F  # pylint: disable=g-import-not-at-top
+  from tasks.nq import preprocess  # pylint: disable=g-import-not-at-top
+
+  paths = synthetic.write_dataset(str(tmp_path), num_train=1, num_dev=24,
+                                  seed=SEED)
+  featurizer = preprocess.make_featurizer(paths["vocab"], None, LONG, GLOBAL,
+                                          STRIDE, QUESTION)
+  dev = list(data.read_all(paths["dev"]))
+  windows = []
+  for record in dev:
+    feats, _ = featurizer.featurize_record(record)
+    heads = []
+    for name in ("long_start", "long_end", "short_start", "short_end"):
+      logits = np.full(feats["doc_token_map"].shape, -5.0, np.float32)
+      logits[np.arange(len(logits)), feats[name]] = 5.0
+      heads.append(tf.constant(logits))
+    out = decode.window_answers(*heads, feats, max_short_answer_length=8)
+    out = {k: v.numpy() for k, v in out.items()}
+    out["answer_type_logits"] = np.eye(5, dtype=np.float32)[
+        np.maximum(feats["answer_type"], 0)]
+    out["example_id"] = feats["example_id"]
+    out["window_index"] = feats["window_index"]
+    windows.extend(decode.unbatch(out))
+  submission = decode.predictions_json(windows)
+  by_id = {p["example_id"]: p for p in submission["predictions"]}
+  checked = nested = 0
+  for record in dev:
+    p = by_id[record.example_id]
+    labels = data.labels_of(record)
+    a = record.annotations[0]
+    top_level = {(c.span.start_token, c.span.end_token)
+                 for c in record.candidates if c.top_level}
+    if labels.long_span[0] >= 0 and tuple(labels.long_span) not in top_level:
+      nested += 1  # a nested candidate: not decodable (no global token)
+      continue
+    checked += 1
+    la = p["long_answer"]
+    predicted_long = ((la["start_token"], la["end_token"])
+                      if p["long_answer_score"] > 0 else (-1, -1))
+    assert predicted_long == tuple(labels.long_span), record.example_id
+    if predicted_long[0] >= 0:
+      assert (la["start_byte"], la["end_byte"]) == (
+          a.long_answer.start_byte, a.long_answer.end_byte)
+    assert p["yes_no_answer"] == (a.yes_no_answer if predicted_long[0] >= 0
+                                  else "NONE")
+    shorts = [(s["start_token"], s["end_token"]) for s in p["short_answers"]
+              if p["short_answers_score"] > 0]
+    expected = ([tuple(labels.short_span)]
+                if labels.answer_type == F.SHORT else [])
+    assert shorts == expected, record.example_id
+  assert checked >= 15
+  # The official scorer on these predictions (nulls below score 0) against
+  # the five-way gold: by hand, a predicted long answer is right when >= 2
+  # annotators gave a long answer and one of them is this span.
+  for p in submission["predictions"]:
+    if p["long_answer_score"] <= 0:
+      p["long_answer"] = dict(decode.NULL_SPAN)
+    if p["short_answers_score"] <= 0:
+      p["short_answers"] = []
+  predicted = right = gold = 0
+  for record in dev:
+    la = by_id[record.example_id]["long_answer"]
+    spans = [(a.long_answer.start_token, a.long_answer.end_token)
+             for a in record.annotations if not a.long_answer.is_null]
+    gold += len(spans) >= 2
+    if la["start_token"] >= 0:
+      predicted += 1
+      right += len(spans) >= 2 and (la["start_token"],
+                                    la["end_token"]) in spans
+  report = evaluate.score_predictions(paths["dev"], submission)
+  print(f"\nnq oracle labels ({nested} nested long answers skipped): "
+        f"{evaluate.summary_line(report)}")
+  assert report["gold_with_long_answer"] == gold
+  assert report["ignoring_scores"]["long-answer-precision"] == pytest.approx(
+      right / predicted)
+  assert report["ignoring_scores"]["long-answer-recall"] == pytest.approx(
+      right / gold)
