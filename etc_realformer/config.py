@@ -81,6 +81,13 @@ class EtcConfig:
   # pass instead of keeping its [L, 3b] / [L, G] / [G, L] tensors: a large
   # memory saving at 4k-16k tokens for one more pass over the scores.
   recompute_attention: bool = False
+  # Sparse path, static lengths: compute the attention core in
+  # ceil(L / attention_chunk_len) chunks of queries (whole blocks of long
+  # queries; rows of global queries), each recomputed alone in the backward
+  # pass, so that only one chunk's scores, probabilities and dropout masks
+  # exist at a time (peak memory of the long inputs). 0 = off (one piece).
+  # Same outputs and gradients as off; dropout masks are the same too.
+  attention_chunk_len: int = 1024
 
   # Keys found in a JSON file that this class does not know (kept, reported).
   unknown_keys: Dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -134,6 +141,10 @@ class EtcConfig:
     if self.hidden_act not in ("gelu", "relu", "tanh", "linear",
                                "gelu_exact"):
       fail("hidden_act", f"unsupported activation {self.hidden_act!r}")
+    if not isinstance(self.attention_chunk_len, int) or (
+        self.attention_chunk_len < 0):
+      fail("attention_chunk_len", "must be a non-negative integer, got "
+           f"{self.attention_chunk_len!r}")
     if self.grad_checkpointing_period < 0:
       fail("grad_checkpointing_period", "must not be negative")
     unknown = set(self.residual_patterns) - set(PATTERNS)

@@ -29,18 +29,21 @@ and the dense layouts; zero is layout-independent and finite in every dtype.
 """
 
 import math
-from typing import Dict, Mapping, NamedTuple, Optional, Tuple
+from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 import tf_keras
 
 from etc_realformer.config import PATTERNS
 from etc_realformer.layers import blocking
+from etc_realformer.layers.dropout import fold_seed
 from etc_realformer.layers.dropout import stateless_dropout
 
 # Added to the logits of masked keys, as in the original ETC (not -inf: a fully
 # masked row must stay finite; -10000 is representable in float16).
 MASK_ADDER = -10000.0
+
+Dim = blocking.Dim
 
 
 def fresh_initializer(initializer):
@@ -314,6 +317,87 @@ def fused_softmax(logits_a: tf.Tensor, logits_b: tf.Tensor,
   return exp_a * scale, exp_b * scale
 
 
+# Philox (the V2 stateless random ops' algorithm id 1): 4 x 32 bits per counter
+# step, i.e. 8 of the 16-bit numbers one keep decision uses.
+_PHILOX = 1
+_HALVES_PER_STEP = 8
+
+
+def _row_keep_mask(seed: tf.Tensor, site: int, rate: float, row_start: Dim,
+                   num_rows: Dim, row_shape: tf.Tensor) -> tf.Tensor:
+  """Rows [row_start, row_start + num_rows) of one seeded keep mask.
+
+  The whole mask is a single Philox stream laid out rows first,
+  [num_rows_total, *row_shape]; a piece of it is drawn alone by starting the
+  counter at the piece's offset, so a chunked computation sees exactly the
+  bits of the unchunked one (`tf.random.stateless_uniform` has no offset).
+
+  Args:
+    seed: <int32>[2] per-call seed.
+    site: the dropout site (folded into the seed).
+    rate: drop probability.
+    row_start, num_rows: the rows wanted.
+    row_shape: <int32>[k], the shape of one row.
+
+  Returns:
+    <bool>[num_rows, *row_shape], True with probability 1 - rate (to 1/65536).
+  """
+  folded = fold_seed(seed, site)
+  key = tf.reshape(tf.bitcast(tf.bitcast(folded, tf.int64), tf.uint64), [1])
+  per_row = tf.reduce_prod(tf.cast(row_shape, tf.int64))
+  start = tf.cast(row_start, tf.int64) * per_row
+  count = tf.cast(num_rows, tf.int64) * per_row
+  step = start // _HALVES_PER_STEP
+  skip = start - step * _HALVES_PER_STEP
+  counter = tf.bitcast(tf.stack([step, tf.constant(0, tf.int64)]), tf.uint64)
+  bits = tf.raw_ops.StatelessRandomUniformFullIntV2(
+      shape=tf.reshape((skip + count + 1) // 2, [1]), key=key,
+      counter=counter, alg=_PHILOX, dtype=tf.uint32)
+  halves = tf.reshape(tf.bitcast(bits, tf.uint16), [-1])
+  halves = tf.slice(halves, tf.reshape(skip, [1]), tf.reshape(count, [1]))
+  keep = halves >= tf.constant(int(round(rate * 65536)), tf.uint16)
+  return tf.reshape(keep, tf.concat(
+      [tf.reshape(tf.cast(num_rows, tf.int32), [1]),
+       tf.cast(row_shape, tf.int32)], 0))
+
+
+def row_dropout(probs: tf.Tensor, rate: float, seed: Optional[tf.Tensor],
+                site: int, training: bool, row_start: Dim = 0,
+                row_axis: int = 2) -> tf.Tensor:
+  """Attention-probability dropout whose mask is cut along `row_axis`.
+
+  The mask of the rows [row_start, row_start + n) of a probability tensor is
+  the same whether the tensor is computed whole or in chunks of rows (query
+  blocks on the long side, global queries on the global side). Same keep
+  probability and scaling as `stateless_dropout`.
+
+  Args:
+    probs: <float32>[..., n, ...] with the n rows at `row_axis`.
+    rate, seed, site, training: as `stateless_dropout`.
+    row_start: the index of this tensor's first row in the whole tensor.
+    row_axis: the row axis (non-negative).
+
+  Returns:
+    <float32> like `probs`.
+  """
+  if not training or rate == 0.0:
+    return probs
+  if seed is None:
+    raise ValueError("row_dropout needs a seed when training")
+  shape = tf.shape(probs)
+  rank = probs.shape.rank
+  rest = [i for i in range(rank) if i != row_axis]
+  row_shape = tf.gather(shape, rest)
+  keep = _row_keep_mask(seed, site, rate, row_start, shape[row_axis],
+                        row_shape)
+  # [n, *rest] -> the layout of `probs`.
+  perm = list(range(1, row_axis + 1)) + [0] + list(range(row_axis + 1, rank))
+  keep = tf.transpose(keep, perm)
+  keep_prob = 1.0 - int(round(rate * 65536)) / 65536.0
+  return tf.where(keep, probs * tf.cast(1.0 / keep_prob, probs.dtype),
+                  tf.zeros_like(probs))
+
+
 class FusedGlobalLocalAttention(tf_keras.layers.Layer):
   """ETC attention for one layer, with optional RealFormer score streams.
 
@@ -445,7 +529,9 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
            training: bool = False,
            seed: Optional[tf.Tensor] = None,
            return_probs: bool = False,
-           recompute: bool = False):
+           recompute: bool = False,
+           chunk_len: int = 0,
+           emit_streams: bool = True):
     """Runs one layer of fused global-local attention.
 
     Args:
@@ -464,6 +550,13 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
       recompute: keep only the core's inputs for the backward pass and
         recompute scores, softmaxes and dropout there (saves the [.., L, 3b]
         and [.., L, G] score tensors, at the cost of one more core pass).
+      chunk_len: on the sparse path with static lengths, cut the queries into
+        ceil(L / chunk_len) chunks (long: whole blocks; global: rows), each
+        computed alone and recomputed alone in the backward pass (see
+        `_attend_chunked`); 0, or a single chunk, keeps the whole core.
+        Ignored with `return_probs`.
+      emit_streams: return the new running sums (False for the last layer,
+        whose streams nobody reads: they are then never built whole).
 
     Returns:
       (long_output <T>[B, L, hidden], global_output <T>[B, G, hidden],
@@ -518,13 +611,25 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
       return self._attend(t, prev_streams, side, carried, num_summed,
                           running_mean, training, seed, want_probs)
 
-    if recompute and not return_probs:
+    num_chunks = 0
+    if (side.sparse and chunk_len and not return_probs and
+        isinstance(side.long_len, int) and global_q.shape[2] is not None):
+      num_chunks = -(-side.long_len // chunk_len)
+    if num_chunks > 1:
+      long_ctx, global_ctx, new_streams = self._attend_chunked(
+          tensors, streams, side, carried, num_summed, running_mean,
+          training, seed, emit_streams, num_chunks)
+      returned_probs = None
+    elif recompute and not return_probs:
       long_ctx, global_ctx, new_streams = _recomputed(
-          attend, tensors, dict(streams), carried)
+          attend, tensors, dict(streams),
+          carried if emit_streams else ())
       returned_probs = None
     else:
       long_ctx, global_ctx, new_streams, returned_probs = attend(
           tensors, streams, return_probs)
+    if not emit_streams:
+      new_streams = {}
 
     long_output = self.long_output_projection(_merge_heads(long_ctx))
     global_output = self.global_output_projection(_merge_heads(global_ctx))
@@ -624,9 +729,12 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
     dtype = long_q.dtype
     dropped = {}
     for k, pattern in enumerate(PATTERNS):
+      # The sparse path draws its masks by rows (query blocks, global
+      # queries) so that the chunked path can draw the same ones piecewise.
+      drop = row_dropout if side.sparse else stateless_dropout
       dropped[pattern] = tf.cast(
-          stateless_dropout(probs[pattern], self.att_dropout_prob, seed,
-                            self.dropout_site + k, training), dtype)
+          drop(probs[pattern], self.att_dropout_prob, seed,
+               self.dropout_site + k, training), dtype)
 
     # ---- weighted values
     if side.sparse:
@@ -646,6 +754,197 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
     global_ctx = (tf.matmul(dropped["g2g"], t["g2g_v"]) +
                   tf.matmul(dropped["g2l"], t["g2l_v"]))
     return long_ctx, global_ctx, new_streams, returned_probs
+
+  def _attend_chunked(self, t: Dict[str, tf.Tensor],
+                      streams: Mapping[str, tf.Tensor],
+                      side: PreparedSideInputs, carried: Tuple[str, ...],
+                      num_summed: int, running_mean: bool, training: bool,
+                      seed: Optional[tf.Tensor], emit_streams: bool,
+                      num_chunks: int):
+    """The sparse `_attend`, cut into chunks of queries (no probabilities).
+
+    Long queries are cut into chunks of whole blocks (l2l and l2g of a chunk
+    need only the chunk's blocks, their neighbour blocks of keys and the
+    global keys); global queries into chunks of rows (g2g and g2l need all
+    keys). Each side runs under `chunked_recompute`, so only one chunk's
+    [.., c, 3b] / [.., c, G] / [.., g, L] scores, probabilities and masks
+    exist at a time, in the forward and in the backward pass. Dropout masks
+    are drawn by rows (`row_dropout`), the same bits as the unchunked sparse
+    path. Outputs equal `_attend`'s.
+
+    Returns:
+      (long_ctx <T>[B, H, L, D], global_ctx <T>[B, H, G, D], new_streams).
+    """
+    r = self.local_radius
+    b = r + 1
+    long_len = side.long_len
+    rate = self.att_dropout_prob
+    site = self.dropout_site
+    long_per_id, global_per_id = t.get("long_per_id"), t.get("global_per_id")
+
+    def f32(x):
+      return tf.cast(x, tf.float32)
+
+    def with_stream(pattern, score, pieces):
+      """(new stream or None, logits) for one pattern's chunk."""
+      new = None
+      if pattern in carried:
+        if "s_" + pattern in pieces:
+          score = score + pieces["s_" + pattern]
+        new = score
+        if running_mean and num_summed > 1:
+          score = score / float(num_summed)
+      return new, score
+
+    def rows(x, start, size, axis):
+      return blocking.slice_last(x, start, size, axis)
+
+    # ---------------------------------------------------------- long side
+    q_blocks = blocking.split_into_blocks(t["long_q"], b, axis=2)
+    nb = q_blocks.shape[2]
+
+    def pad_blocks(x):
+      blocks = blocking.split_into_blocks(x, b, axis=2)
+      return tf.pad(blocks, [[0, 0], [0, 0], [1, 1], [0, 0], [0, 0]])
+
+    long_in = {"q": ChunkInput(q_blocks),
+               "kp": ChunkInput(pad_blocks(t["l2l_k"]), "halo", 2, 1),
+               "vp": ChunkInput(pad_blocks(t["l2l_v"]), "halo", 2, 1),
+               "l2g_k": ChunkInput(t["l2g_k"], "shared"),
+               "l2g_v": ChunkInput(t["l2g_v"], "shared")}
+    use_l2l_rel = long_per_id is not None and side.l2l_ids is not None
+    use_l2g_rel = long_per_id is not None and side.l2g_ids is not None
+    if use_l2l_rel or use_l2g_rel:
+      # [B, L, R, H] -> [B, nb, b, R, H]
+      long_in["per_id"] = ChunkInput(
+          blocking.split_into_blocks(long_per_id, b, axis=1), axis=1)
+    for pattern in ("l2l", "l2g"):
+      if pattern in carried and pattern in streams:
+        long_in["s_" + pattern] = ChunkInput(streams[pattern])
+    l2l_ids = (blocking.split_into_blocks(side.l2l_ids, b, axis=1)
+               if use_l2l_rel else None)  # [B, nb, b, 2r+1]
+    l2g_ids = (blocking.split_into_blocks(side.l2g_ids, b, axis=1)
+               if use_l2g_rel else None)  # [B, nb, b, G]
+
+    def long_chunk(start, size, x):
+      q = x["q"]  # [B, H, n, b, D]
+      shape = tf.shape(q)
+      batch, heads = shape[0], shape[1]
+      c = size * b
+      k3 = tf.concat([rows(x["kp"], k, size, 2) for k in range(3)], axis=3)
+      v3 = tf.concat([rows(x["vp"], k, size, 2) for k in range(3)], axis=3)
+      l2l = f32(tf.matmul(q, k3, transpose_b=True))  # [B, H, n, b, 3b]
+      q_flat = tf.reshape(q, [batch, heads, c, q.shape[-1]])
+      l2g = f32(tf.matmul(q_flat, x["l2g_k"], transpose_b=True))  # [B,H,c,G]
+      if "per_id" in x:
+        per_id = x["per_id"]
+        per_id = tf.reshape(per_id, tf.concat(
+            [[batch, c], tf.shape(per_id)[3:]], 0))
+        if use_l2l_rel:
+          ids = tf.reshape(x["l2l_ids"], [batch, c, 2 * r + 1])
+          rel = tf.reshape(relative_scores(per_id, ids),
+                           [batch, heads, size, b, 2 * r + 1])
+          l2l += blocking.skew_right(rel, offset=1, width=3 * b)
+        if use_l2g_rel:
+          ids = tf.reshape(x["l2g_ids"], [batch, c, -1])
+          l2g += relative_scores(per_id, ids)
+      l2g = tf.reshape(l2g, [batch, heads, size, b, -1])
+      out = {}
+      new_l2l, l2l = with_stream("l2l", l2l, x)
+      new_l2g, l2g = with_stream("l2g", l2g, x)
+      if emit_streams:
+        for name, value in (("l2l", new_l2l), ("l2g", new_l2g)):
+          if value is not None:
+            out[name] = value
+      p_l2l, p_l2g = fused_softmax(
+          l2l + x["l2l_adder"], l2g + x["l2g_adder"], x["valid"])
+      dtype = q.dtype
+      p_l2l = tf.cast(row_dropout(p_l2l, rate, x.get("seed"), site + 0,
+                                  training, start), dtype)
+      p_l2g = tf.cast(row_dropout(p_l2g, rate, x.get("seed"), site + 1,
+                                  training, start), dtype)
+      ctx = tf.matmul(p_l2l, v3)  # [B, H, n, b, D]
+      ctx += tf.reshape(
+          tf.matmul(tf.reshape(p_l2g, [batch, heads, c, -1]), x["l2g_v"]),
+          tf.shape(ctx))
+      out["ctx"] = ctx
+      return out
+
+    long_consts = {"l2l_adder": ChunkInput(side.l2l_adder),
+                   "l2g_adder": ChunkInput(side.l2g_adder),
+                   "valid": ChunkInput(side.long_valid)}
+    if use_l2l_rel:
+      long_consts["l2l_ids"] = ChunkInput(l2l_ids, axis=1)
+    if use_l2g_rel:
+      long_consts["l2g_ids"] = ChunkInput(l2g_ids, axis=1)
+    if seed is not None:
+      long_consts["seed"] = ChunkInput(seed, "shared")
+    long_out = chunked_recompute(
+        long_chunk, long_in, chunk_bounds(nb, num_chunks),
+        {"ctx": 2, "l2l": 2, "l2g": 2}, long_consts)
+    long_ctx = long_out["ctx"]
+    shape = tf.shape(long_ctx)
+    long_ctx = tf.reshape(long_ctx, [shape[0], shape[1], shape[2] * shape[3],
+                                     shape[4]])
+    long_ctx = blocking.slice_last(long_ctx, 0, long_len, axis=2)
+
+    # -------------------------------------------------------- global side
+    global_q = t["global_q"]
+    global_len = global_q.shape[2]
+    global_in = {"q": ChunkInput(global_q),
+                 "g2g_k": ChunkInput(t["g2g_k"], "shared"),
+                 "g2g_v": ChunkInput(t["g2g_v"], "shared"),
+                 "g2l_k": ChunkInput(t["g2l_k"], "shared"),
+                 "g2l_v": ChunkInput(t["g2l_v"], "shared")}
+    use_g2g_rel = global_per_id is not None and side.g2g_ids is not None
+    use_g2l_rel = global_per_id is not None and side.g2l_ids is not None
+    if use_g2g_rel or use_g2l_rel:
+      global_in["per_id"] = ChunkInput(global_per_id, axis=1)
+    for pattern in ("g2g", "g2l"):
+      if pattern in carried and pattern in streams:
+        global_in["s_" + pattern] = ChunkInput(streams[pattern])
+
+    def global_chunk(start, size, x):
+      q = x["q"]  # [B, H, g, D]
+      g2g = f32(tf.matmul(q, x["g2g_k"], transpose_b=True))
+      g2l = f32(tf.matmul(q, x["g2l_k"], transpose_b=True))
+      if use_g2g_rel:
+        g2g += relative_scores(x["per_id"], x["g2g_ids"])
+      if use_g2l_rel:
+        g2l += relative_scores(x["per_id"], x["g2l_ids"])
+      out = {}
+      new_g2g, g2g = with_stream("g2g", g2g, x)
+      new_g2l, g2l = with_stream("g2l", g2l, x)
+      if emit_streams:
+        for name, value in (("g2g", new_g2g), ("g2l", new_g2l)):
+          if value is not None:
+            out[name] = value
+      p_g2g, p_g2l = fused_softmax(
+          g2g + x["g2g_adder"], g2l + x["g2l_adder"], x["valid"])
+      dtype = q.dtype
+      p_g2g = tf.cast(row_dropout(p_g2g, rate, x.get("seed"), site + 2,
+                                  training, start), dtype)
+      p_g2l = tf.cast(row_dropout(p_g2l, rate, x.get("seed"), site + 3,
+                                  training, start), dtype)
+      out["ctx"] = (tf.matmul(p_g2g, x["g2g_v"]) +
+                    tf.matmul(p_g2l, x["g2l_v"]))
+      return out
+
+    global_consts = {"g2g_adder": ChunkInput(side.g2g_adder),
+                     "g2l_adder": ChunkInput(side.g2l_adder),
+                     "valid": ChunkInput(side.global_valid)}
+    if use_g2g_rel:
+      global_consts["g2g_ids"] = ChunkInput(side.g2g_ids, axis=1)
+    if use_g2l_rel:
+      global_consts["g2l_ids"] = ChunkInput(side.g2l_ids, axis=1)
+    if seed is not None:
+      global_consts["seed"] = ChunkInput(seed, "shared")
+    global_out = chunked_recompute(
+        global_chunk, global_in, chunk_bounds(global_len, num_chunks),
+        {"ctx": 2, "g2g": 2, "g2l": 2}, global_consts)
+    new_streams = {p: v for p, v in {**long_out, **global_out}.items()
+                   if p != "ctx"}
+    return long_ctx, global_out["ctx"], new_streams
 
   def _canonical_probs(self, probs: Dict[str, tf.Tensor],
                        side: PreparedSideInputs) -> Dict[str, tf.Tensor]:
@@ -677,6 +976,151 @@ def _recomputed(attend, tensors: Dict[str, tf.Tensor],
 
   outs = run(*[tensors[k] for k in keys], *[streams[k] for k in stream_keys])
   return outs[0], outs[1], dict(zip(out_keys, outs[2:]))
+
+
+class ChunkInput(NamedTuple):
+  """How one input of a chunked computation is cut.
+
+  kind:
+    'rows': disjoint pieces along `axis` (chunk `[start, start + size)`);
+    'halo': the chunk's rows plus `halo` more on each side (the input is
+      already padded by `halo` at both ends); gradients overlap and add;
+    'shared': every chunk sees the whole tensor; gradients add.
+  """
+  value: tf.Tensor
+  kind: str = "rows"
+  axis: int = 2
+  halo: int = 0
+
+
+def _take(spec: ChunkInput, x: tf.Tensor, start: int, size: int) -> tf.Tensor:
+  if spec.kind == "shared":
+    # A tensor of its own, so that an input given under two names gets each
+    # name's gradient once.
+    return tf.identity(x)
+  if spec.kind == "rows":
+    return blocking.slice_last(x, start, size, spec.axis)
+  return blocking.slice_last(x, start, size + 2 * spec.halo, spec.axis)
+
+
+def chunked_recompute(fn: Callable[[int, int, Dict[str, tf.Tensor]],
+                                   Dict[str, tf.Tensor]],
+                      inputs: Mapping[str, ChunkInput],
+                      chunks: List[Tuple[int, int]],
+                      out_axes: Mapping[str, int],
+                      consts: Optional[Mapping[str, ChunkInput]] = None
+                      ) -> Dict[str, tf.Tensor]:
+  """Runs `fn` chunk by chunk; the backward pass recomputes one chunk at a time.
+
+  `fn(start, size, pieces)` computes the outputs of rows
+  `[start, start + size)` from the pieces of `inputs` and `consts` (see
+  `ChunkInput`; `consts` get no gradient); each output is concatenated over
+  the chunks along `out_axes[name]`. `fn` must be a pure function of its
+  pieces (no variables, no captured tensors that depend on the chunk; seeded
+  randomness only).
+
+  Only the inputs are kept for the backward pass. There each chunk's
+  forward is recomputed under a tape and differentiated alone, the chunks one
+  after the other, so at most one chunk's intermediate tensors (scores,
+  probabilities, masks, their gradients) are alive at any time, in the
+  forward pass as in the backward pass. The cost is one more forward pass of
+  `fn`.
+
+  The order is forced by gating every chunk's pieces (identities with control
+  inputs on the previous chunk's results): a control input on anything
+  else, e.g. the constants of a slice, may be folded away by the graph
+  optimizers, and then the executor runs all chunks at once.
+
+  Returns:
+    dict name -> the concatenated output.
+  """
+  consts = dict(consts or {})
+  names = sorted(inputs)
+  specs = [inputs[n] for n in names]
+  const_names = sorted(consts)
+  const_values = [consts[n].value for n in const_names]
+  out_names: List[str] = []
+
+  def cut(k: int, values, deps) -> Dict[str, tf.Tensor]:
+    start, size = chunks[k]
+    pieces = {}
+    with tf.control_dependencies(deps):
+      for n, spec, v in zip(names, specs, values):
+        pieces[n] = _take(spec, tf.identity(v), start, size)
+      for n, v in zip(const_names, const_values):
+        pieces[n] = tf.stop_gradient(
+            _take(consts[n], tf.identity(v), start, size))
+    return pieces
+
+  @tf.custom_gradient
+  def run(*values):
+    outs, deps = [], []
+    for k in range(len(chunks)):
+      out = fn(*chunks[k], cut(k, values, deps))
+      outs.append(out)
+      deps = list(out.values())
+    out_names.extend(sorted(outs[0]))
+    result = [outs[0][n] if len(outs) == 1 else
+              tf.concat([o[n] for o in outs], axis=out_axes[n])
+              for n in out_names]
+
+    def grad(*dys):
+      dys = dict(zip(out_names, dys))
+      parts = {n: [] for n, spec in zip(names, specs) if spec.kind == "rows"}
+      sums: Dict[str, tf.Tensor] = {}
+      # The recomputation must wait for the upstream gradients (else it is
+      # merged with the forward pass, or runs all chunks at once).
+      deps = [d for d in dys.values() if d is not None]
+      for k, (start, size) in enumerate(chunks):
+        pieces = cut(k, values, deps)
+        piece_list = [pieces[n] for n in names]
+        with tf.GradientTape() as tape:
+          tape.watch(piece_list)
+          out = fn(start, size, pieces)
+        targets, out_grads = [], []
+        with tf.control_dependencies(deps):
+          for n in out_names:
+            if dys[n] is None:
+              continue
+            targets.append(out[n])
+            out_grads.append(blocking.slice_last(
+                tf.identity(dys[n]), start, size, out_axes[n]))
+        grads = tape.gradient(
+            targets, piece_list, output_gradients=out_grads,
+            unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        deps = []
+        for n, spec, v, g in zip(names, specs, values, grads):
+          if spec.kind == "rows":
+            parts[n].append(g)
+            deps.append(g)
+            continue
+          g = tf.cast(g, tf.float32)
+          if spec.kind == "halo":
+            paddings = [[0, 0]] * v.shape.rank
+            total = blocking._dim(v, spec.axis)  # pylint: disable=protected-access
+            paddings[spec.axis] = [start, total - start - size - 2 * spec.halo]
+            g = tf.pad(g, paddings)
+          sums[n] = g if n not in sums else sums[n] + g
+          deps.append(sums[n])
+      out = []
+      for n, spec, v in zip(names, specs, values):
+        if spec.kind == "rows":
+          p = parts[n]
+          out.append(p[0] if len(p) == 1 else tf.concat(p, axis=spec.axis))
+        else:
+          out.append(tf.cast(sums[n], v.dtype))
+      return out
+
+    return result, grad
+
+  result = run(*[spec.value for spec in specs])
+  return dict(zip(out_names, result))
+
+
+def chunk_bounds(total: int, num_chunks: int) -> List[Tuple[int, int]]:
+  """(start, size) of `num_chunks` (or fewer) near-equal pieces of `total`."""
+  size = -(-total // max(1, num_chunks))
+  return [(s, min(size, total - s)) for s in range(0, total, size)]
 
 
 def _merge_heads(x: tf.Tensor) -> tf.Tensor:

@@ -228,9 +228,11 @@ class EtcModel(tf_keras.layers.Layer):
             chunk, long_x, global_x, streams, side, training, seed)
       else:
         for block in chunk:
+          # The last layer's streams are never read: not built.
           long_x, global_x, streams, probs = block(
               long_x, global_x, side, streams=streams, training=training,
-              seed=seed, return_probs=return_attention_probs)
+              seed=seed, return_probs=return_attention_probs,
+              emit_streams=block is not self.blocks[-1])
           if return_attention_probs:
             all_probs.append(probs)
       start = end
@@ -259,26 +261,25 @@ def _recomputed_chunk(chunk, long_x, global_x, streams, side, training, seed):
   Dropout inside is seeded by `seed` (drawn outside), so the recomputation
   sees exactly the forward pass's masks.
   """
-  stream_keys = tuple(sorted(streams))
+  # Streams are tensors, or lists of chunks on the chunked attention path.
+  in_structure = streams
+  out_structure = []
 
   @tf.recompute_grad
   def run(long_in, global_in, *stream_values):
-    current = dict(zip(stream_keys, stream_values))
+    current = tf.nest.pack_sequence_as(in_structure, list(stream_values))
     lx, gx = long_in, global_in
     for block in chunk:
       lx, gx, current, _ = block(lx, gx, side, streams=current,
                                  training=training, seed=seed)
-    keys = tuple(sorted(current))
-    return (lx, gx) + tuple(current[k] for k in keys)
+    if not out_structure:
+      out_structure.append(current)
+    return (lx, gx) + tuple(tf.nest.flatten(current))
 
-  # The set of carried patterns is fixed by the config, so the output keys are
-  # known before running.
-  cfg = chunk[0].config
-  out_keys = tuple(sorted(p for p in cfg.residual_patterns
-                          if cfg.residual_attention))
-  outputs = run(long_x, global_x, *[streams[k] for k in stream_keys])
+  outputs = run(long_x, global_x, *tf.nest.flatten(streams))
   long_x, global_x = outputs[0], outputs[1]
-  return long_x, global_x, dict(zip(out_keys, outputs[2:]))
+  return long_x, global_x, tf.nest.pack_sequence_as(out_structure[0],
+                                                    list(outputs[2:]))
 
 
 _ALL_KEYS = frozenset(("token_ids", "global_token_ids", "segment_ids",
