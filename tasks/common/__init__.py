@@ -6,4 +6,6 @@
   (skip, count and name; or fail on the first with `strict=True`) and the
   stats JSON written next to every cache.
 - `tfrecords`: `tf.train.Example` writing/parsing driven by one feature spec.
+- `preprocessing`: what every task's preprocess CLI shares (output paths,
+  the all-or-nothing cache write, log and summary lines, common flags).
 """

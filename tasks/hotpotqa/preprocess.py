@@ -23,14 +23,13 @@ The model features come from `HotpotFeaturizer`'s in-graph code, run through
 added in Python (`features.add_labels`).
 """
 
-import os
 from typing import Dict, List, Optional
 
 from absl import app
 from absl import flags
-from absl import logging
 import tensorflow as tf
 
+from tasks.common import preprocessing
 from tasks.common import records
 from tasks.common import tfrecords
 from tasks.hotpotqa import data
@@ -39,13 +38,10 @@ from tasks.hotpotqa import features as features_lib
 
 def output_paths(input_path: str, output_dir: str):
   """(tfrecord path, stats path) for an input file, e.g. dev.json."""
-  stem = os.path.splitext(os.path.basename(input_path))[0]
-  return (os.path.join(output_dir, f"{stem}.tfrecord"),
-          os.path.join(output_dir, f"{stem}.stats.json"))
+  return preprocessing.output_paths(input_path, output_dir)
 
 
-def default_is_training(input_path: str) -> bool:
-  return "train" in os.path.basename(input_path).lower()
+default_is_training = preprocessing.default_is_training
 
 
 def preprocess_file(input_path: str,
@@ -92,10 +88,8 @@ def preprocess_file(input_path: str,
         sentences=tf.TensorSpec([None], tf.string),
         num_sentences=tf.TensorSpec([None], tf.int32),
         id=tf.TensorSpec([], tf.string)))
-    options = tf.data.Options()
-    options.deterministic = True
-    mapped = ds.map(featurize, num_parallel_calls=tf.data.AUTOTUNE)
-    for features, amounts in mapped.with_options(options).as_numpy_iterator():
+    mapped = preprocessing.ordered_map(ds, featurize)
+    for features, amounts in mapped.as_numpy_iterator():
       record = by_id[features["example_id"].decode("utf-8")]
       reason = features_lib.add_labels(features, record, is_training)
       if reason is not None:
@@ -110,19 +104,8 @@ def preprocess_file(input_path: str,
       stats.examples_written += 1
       yield tfrecords.to_tf_example(features, spec)
 
-  tmp_path = record_path + ".tmp"
-  try:
-    tfrecords.write_tfrecord(tmp_path, examples())
-  except BaseException:
-    if tf.io.gfile.exists(tmp_path):
-      tf.io.gfile.remove(tmp_path)
-    raise
-  tf.io.gfile.rename(tmp_path, record_path, overwrite=True)
-  stats.write_json(stats_path)
-  logging.info("%s: read %d, wrote %d to %s, truncated %d, skipped %d %s",
-               input_path, stats.examples_read, stats.examples_written,
-               record_path, stats.examples_truncated, stats.num_skipped,
-               dict(stats.skipped))
+  preprocessing.write_cache(record_path, stats_path, examples(), stats)
+  preprocessing.log_written(input_path, record_path, stats)
   return stats
 
 
@@ -131,12 +114,9 @@ def make_featurizer(vocab: Optional[str], spm_model: Optional[str],
                     lower_case: bool = True,
                     global_token_ids: Optional[List[str]] = None
                     ) -> features_lib.HotpotFeaturizer:
-  ids = None
-  if global_token_ids:
-    if len(global_token_ids) != 4:
-      raise ValueError("--global_token_ids needs 4 ids: cls,sentence,"
-                       f"question,paragraph; got {global_token_ids}")
-    ids = features_lib.GlobalTokenIds(*[int(i) for i in global_token_ids])
+  ids = preprocessing.parse_token_ids(
+      global_token_ids, features_lib.GlobalTokenIds, "global_token_ids",
+      "cls,sentence,question,paragraph")
   return features_lib.HotpotFeaturizer(
       vocab_path=vocab, spm_model_path=spm_model, long_seq_len=long_seq_len,
       global_seq_len=global_seq_len, global_token_ids=ids,
@@ -147,18 +127,10 @@ def _define_flags():
   """Flags only when run as a binary (the training binaries define flags of
   the same names)."""
   flags.DEFINE_string("input", None, "A HotpotQA JSON file.")
-  flags.DEFINE_string("vocab", None, "WordPiece vocab.txt.")
-  flags.DEFINE_string("spm_model", None,
-                      "SentencePiece .model (instead of --vocab).")
-  flags.DEFINE_string("output_dir", None, "Output directory.")
-  flags.DEFINE_bool("strict", False,
-                    "Fail on the first bad record instead of skipping it.")
+  preprocessing.define_featurizer_flags(global_seq_len=256)
   flags.DEFINE_bool("is_training", None,
                     "Apply the training filter (default: file name contains "
                     "'train').")
-  flags.DEFINE_integer("long_seq_len", 4096, "Long input length.")
-  flags.DEFINE_integer("global_seq_len", 256, "Global input length.")
-  flags.DEFINE_bool("lower_case", True, "Uncased vocabulary.")
   flags.DEFINE_list(
       "global_token_ids", None,
       "cls,sentence,question,paragraph global token ids; default: the "
@@ -175,9 +147,7 @@ def main(argv):
                                f.global_token_ids)
   stats = preprocess_file(f.input, f.output_dir, featurizer,
                           is_training=f.is_training, strict=f.strict)
-  print(f"{f.input}: read {stats.examples_read}, written "
-        f"{stats.examples_written}, truncated {stats.examples_truncated}, "
-        f"skipped {stats.num_skipped} {dict(stats.skipped)}")
+  print(preprocessing.summary_line(f.input, stats))
 
 
 if __name__ == "__main__":

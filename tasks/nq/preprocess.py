@@ -44,6 +44,7 @@ from absl import flags
 from absl import logging
 import tensorflow as tf
 
+from tasks.common import preprocessing
 from tasks.common import records
 from tasks.common import tfrecords
 from tasks.nq import data
@@ -93,12 +94,10 @@ def output_paths(input_path: str, output_dir: str):
   for suffix in (".gz", ".jsonl", ".json"):
     if stem.endswith(suffix):
       stem = stem[:-len(suffix)]
-  return (os.path.join(output_dir, f"{stem}.tfrecord"),
-          os.path.join(output_dir, f"{stem}.stats.json"))
+  return preprocessing.output_paths(input_path, output_dir, stem=stem)
 
 
-def default_is_training(input_path: str) -> bool:
-  return "train" in os.path.basename(input_path).lower()
+default_is_training = preprocessing.default_is_training
 
 
 def unanswerable_rate(include_unknown_rate: float,
@@ -187,15 +186,7 @@ def preprocess_file(input_path: str,
               features_lib.ANSWER_TYPES[answer_type]] += 1
         yield tfrecords.to_tf_example(window, spec)
 
-  tmp_path = record_path + ".tmp"
-  try:
-    tfrecords.write_tfrecord(tmp_path, examples())
-  except BaseException:
-    if tf.io.gfile.exists(tmp_path):
-      tf.io.gfile.remove(tmp_path)
-    raise
-  tf.io.gfile.rename(tmp_path, record_path, overwrite=True)
-  stats.write_json(stats_path)
+  preprocessing.write_cache(record_path, stats_path, examples(), stats)
   logging.info("%s: read %d, wrote %d examples / %d windows to %s, "
                "downsampled %d, skipped %d %s", input_path,
                stats.examples_read, stats.examples_written,
@@ -264,12 +255,9 @@ def make_featurizer(vocab: Optional[str], spm_model: Optional[str],
                     lower_case: bool = True,
                     token_ids: Optional[List[str]] = None
                     ) -> features_lib.NqFeaturizer:
-  ids = None
-  if token_ids:
-    if len(token_ids) != 5:
-      raise ValueError("--token_ids needs 5 ids: cls,sep,html_start,html_end,"
-                       f"global_cls; got {token_ids}")
-    ids = features_lib.NqTokenIds(*[int(i) for i in token_ids])
+  ids = preprocessing.parse_token_ids(
+      token_ids, features_lib.NqTokenIds, "token_ids",
+      "cls,sep,html_start,html_end,global_cls")
   return features_lib.NqFeaturizer(
       vocab_path=vocab, spm_model_path=spm_model, long_seq_len=long_seq_len,
       global_seq_len=global_seq_len, stride=stride,
@@ -288,17 +276,11 @@ def _define_flags():
       "checked first: the TFDS natural_questions builder lacks the long-"
       "answer candidates and byte offsets, and fails with what to download.")
   flags.DEFINE_string("tfds_data_dir", None, "TFDS data_dir.")
-  flags.DEFINE_string("vocab", None, "WordPiece vocab.txt.")
-  flags.DEFINE_string("spm_model", None,
-                      "SentencePiece .model (instead of --vocab).")
-  flags.DEFINE_string("output_dir", None, "Output directory.")
-  flags.DEFINE_bool("strict", False,
-                    "Fail on the first bad record instead of skipping it.")
+  preprocessing.define_featurizer_flags(
+      global_seq_len=230, long_seq_len_help="Long input length (window).")
   flags.DEFINE_bool("is_training", None,
                     "Training file: require annotations and downsample null "
                     "windows (default: file name contains 'train').")
-  flags.DEFINE_integer("long_seq_len", 4096, "Long input length (window).")
-  flags.DEFINE_integer("global_seq_len", 230, "Global input length.")
   flags.DEFINE_integer("stride", 2048, "Window stride in wordpieces.")
   flags.DEFINE_integer("max_question_len", 32, "Question wordpieces kept.")
   flags.DEFINE_float("include_unknown_rate", 1.0,
@@ -310,7 +292,6 @@ def _define_flags():
   flags.DEFINE_bool("predict_la_when_no_sa", False,
                     "Short-answer labels = the long answer when there is no "
                     "short answer (an option of the original).")
-  flags.DEFINE_bool("lower_case", True, "Uncased vocabulary.")
   flags.DEFINE_list(
       "token_ids", None,
       "cls,sep,html_start,html_end,global_cls ids; default: looked up by "

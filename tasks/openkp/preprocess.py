@@ -20,14 +20,13 @@ training files (names holding "train"; they teach nothing) and kept in
 others, where they count against the metric as they should.
 """
 
-import os
 from typing import Optional
 
 from absl import app
 from absl import flags
-from absl import logging
 import tensorflow as tf
 
+from tasks.common import preprocessing
 from tasks.common import records
 from tasks.common import tfrecords
 from tasks.openkp import data
@@ -36,10 +35,8 @@ from tasks.openkp import features as features_lib
 
 def output_paths(input_path: str, output_dir: str):
   """(tfrecord, stats, dedup jsonl) paths for an input file."""
-  stem = os.path.splitext(os.path.basename(input_path))[0]
-  return (os.path.join(output_dir, f"{stem}.tfrecord"),
-          os.path.join(output_dir, f"{stem}.stats.json"),
-          os.path.join(output_dir, f"{stem}.dedup.jsonl"))
+  return preprocessing.output_paths(
+      input_path, output_dir, ("tfrecord", "stats.json", "dedup.jsonl"))
 
 
 def preprocess_file(input_path: str,
@@ -69,7 +66,7 @@ def preprocess_file(input_path: str,
   if labeled is None:
     labeled = data.infer_labeled(input_path)
   if skip_unlabeled is None:
-    skip_unlabeled = "train" in os.path.basename(input_path).lower()
+    skip_unlabeled = preprocessing.default_is_training(input_path)
   stats = records.RecordStats(input_file=input_path, strict=strict)
   # Validate everything first (pure Python; dedup needs the whole file), so
   # that strict mode fails before any TF work.
@@ -84,10 +81,8 @@ def preprocess_file(input_path: str,
   ds = tf.data.Dataset.from_generator(generate, output_signature=(
       tf.TensorSpec([], tf.string), tf.TensorSpec([None], tf.int32),
       tf.TensorSpec([None, features_lib.NUM_VDOM_FEATURES], tf.float32)))
-  options = tf.data.Options()
-  options.deterministic = True  # Outputs stay aligned with `valid`.
-  mapped = ds.map(featurizer.featurize_tf,
-                  num_parallel_calls=tf.data.AUTOTUNE).with_options(options)
+  # Outputs stay aligned with `valid`.
+  mapped = preprocessing.ordered_map(ds, featurizer.featurize_tf)
 
   def examples():
     if not valid:
@@ -107,19 +102,8 @@ def preprocess_file(input_path: str,
       stats.examples_written += 1
       yield tfrecords.to_tf_example(features, spec)
 
-  tmp_path = record_path + ".tmp"
-  try:
-    tfrecords.write_tfrecord(tmp_path, examples())
-  except BaseException:
-    if tf.io.gfile.exists(tmp_path):
-      tf.io.gfile.remove(tmp_path)
-    raise
-  tf.io.gfile.rename(tmp_path, record_path, overwrite=True)
-  stats.write_json(stats_path)
-  logging.info("%s: read %d, wrote %d to %s, truncated %d, skipped %d %s",
-               input_path, stats.examples_read, stats.examples_written,
-               record_path, stats.examples_truncated, stats.num_skipped,
-               dict(stats.skipped))
+  preprocessing.write_cache(record_path, stats_path, examples(), stats)
+  preprocessing.log_written(input_path, record_path, stats)
   return stats
 
 
@@ -138,15 +122,7 @@ def _define_flags():
   flags.DEFINE_multi_string(
       "input", None, "OpenKP jsonl file(s): OpenKPTrain.jsonl, "
       "OpenKPDev.jsonl, OpenKPEvalPublic.jsonl.")
-  flags.DEFINE_string("vocab", None, "WordPiece vocab.txt.")
-  flags.DEFINE_string("spm_model", None,
-                      "SentencePiece .model (instead of --vocab).")
-  flags.DEFINE_string("output_dir", None, "Output directory.")
-  flags.DEFINE_bool("strict", False,
-                    "Fail on the first bad record instead of skipping it.")
-  flags.DEFINE_integer("long_seq_len", 4096, "Long input length.")
-  flags.DEFINE_integer("global_seq_len", 512, "Global input length.")
-  flags.DEFINE_bool("lower_case", True, "Uncased vocabulary.")
+  preprocessing.define_featurizer_flags(global_seq_len=512)
   flags.DEFINE_enum("labeled", "auto", ["auto", "true", "false"],
                     "Whether KeyPhrases are required (auto: not for files "
                     "named *Eval*).")
@@ -162,9 +138,7 @@ def main(argv):
   for path in f.input:
     stats = preprocess_file(path, f.output_dir, featurizer, strict=f.strict,
                             labeled=labeled)
-    print(f"{path}: read {stats.examples_read}, written "
-          f"{stats.examples_written}, truncated {stats.examples_truncated}, "
-          f"skipped {stats.num_skipped} {dict(stats.skipped)}")
+    print(preprocessing.summary_line(path, stats))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,129 @@
+"""The parts every task's `preprocess` CLI shares (raw file -> cache).
+
+Each task's `preprocess.py` keeps its own reading, featurization and
+labelling; what is the same in all of them lives here so that the output
+files, the all-or-nothing write, the messages and the common flags stay
+identical across tasks:
+
+- `output_paths`: `DIR/<stem>.tfrecord`, `DIR/<stem>.stats.json`, ...;
+- `default_is_training`: the "file name holds 'train'" default;
+- `ordered_map`: a deterministic parallel `tf.data` map (outputs stay
+  aligned with the records read);
+- `write_cache`: the TFRecord written through a `.tmp` file (removed on any
+  error, e.g. the first bad record under `--strict`) and the stats JSON;
+- `log_written` / `summary_line`: the log line and the printed summary;
+- `parse_token_ids`: a `--*token_ids` flag value -> the featurizer's ids;
+- `define_featurizer_flags`: the flags every preprocessing binary has.
+"""
+
+import os
+from typing import Any, Callable, Iterable, List, Optional, Sequence
+
+from absl import flags
+from absl import logging
+import tensorflow as tf
+
+from tasks.common import records
+from tasks.common import tfrecords
+
+# The flags `define_featurizer_flags` defines belong to (are key flags of,
+# listed by `--help` of) the binary that calls it, not this module.
+flags.disclaim_key_flags()
+
+
+def output_paths(input_path: str, output_dir: str,
+                 suffixes: Sequence[str] = ("tfrecord", "stats.json"),
+                 stem: Optional[str] = None) -> tuple:
+  """`DIR/<stem>.<suffix>` for each suffix; `stem` defaults to the input's
+  file name without its extension (dev.json -> dev)."""
+  if stem is None:
+    stem = os.path.splitext(os.path.basename(input_path))[0]
+  return tuple(os.path.join(output_dir, f"{stem}.{s}") for s in suffixes)
+
+
+def default_is_training(input_path: str) -> bool:
+  """Training files are those whose name holds "train" (any case)."""
+  return "train" in os.path.basename(input_path).lower()
+
+
+def ordered_map(ds: tf.data.Dataset, fn: Callable) -> tf.data.Dataset:
+  """`ds.map(fn)` in parallel, with outputs in input order."""
+  options = tf.data.Options()
+  options.deterministic = True
+  return ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE).with_options(
+      options)
+
+
+def write_cache(record_path: str, stats_path: str,
+                examples: Iterable[tf.train.Example],
+                stats: records.RecordStats) -> None:
+  """Writes `examples` to `record_path`, then `stats` to `stats_path`.
+
+  The records go to `record_path + ".tmp"`, renamed only once all are
+  written: an error on the way (a bad record in strict mode, an interrupt)
+  removes the partial file and leaves no cache behind.
+  """
+  tmp_path = record_path + ".tmp"
+  try:
+    tfrecords.write_tfrecord(tmp_path, examples)
+  except BaseException:
+    if tf.io.gfile.exists(tmp_path):
+      tf.io.gfile.remove(tmp_path)
+    raise
+  tf.io.gfile.rename(tmp_path, record_path, overwrite=True)
+  stats.write_json(stats_path)
+
+
+def log_written(input_path: str, record_path: str,
+                stats: records.RecordStats) -> None:
+  logging.info("%s: read %d, wrote %d to %s, truncated %d, skipped %d %s",
+               input_path, stats.examples_read, stats.examples_written,
+               record_path, stats.examples_truncated, stats.num_skipped,
+               dict(stats.skipped))
+
+
+def summary_line(input_path: str, stats: records.RecordStats) -> str:
+  """What a preprocessing binary prints for one input file."""
+  return (f"{input_path}: read {stats.examples_read}, written "
+          f"{stats.examples_written}, truncated {stats.examples_truncated}, "
+          f"skipped {stats.num_skipped} {dict(stats.skipped)}")
+
+
+def parse_token_ids(values: Optional[List[str]], ids_type: Callable,
+                    flag: str, names: str) -> Optional[Any]:
+  """`ids_type(*ints)` from a list flag's strings; None when not given.
+
+  Args:
+    values: the flag's value (e.g. ["1", "3", "4", "5"]) or None / [].
+    ids_type: the featurizer's ids namedtuple.
+    flag: the flag's name, for the error.
+    names: the ids' names, comma-separated, for the error.
+
+  Raises:
+    ValueError: not one id per name.
+  """
+  if not values:
+    return None
+  count = len(names.split(","))
+  if len(values) != count:
+    raise ValueError(f"--{flag} needs {count} ids: {names}; got {values}")
+  return ids_type(*[int(i) for i in values])
+
+
+def define_featurizer_flags(global_seq_len: int,
+                            long_seq_len_help: str = "Long input length."
+                            ) -> None:
+  """The flags of every preprocessing binary (besides `--input`): vocab,
+  spm_model, output_dir, strict, long_seq_len (4096), global_seq_len,
+  lower_case. Call only when run as a binary: the training binaries define
+  flags of the same names."""
+  flags.DEFINE_string("vocab", None, "WordPiece vocab.txt.")
+  flags.DEFINE_string("spm_model", None,
+                      "SentencePiece .model (instead of --vocab).")
+  flags.DEFINE_string("output_dir", None, "Output directory.")
+  flags.DEFINE_bool("strict", False,
+                    "Fail on the first bad record instead of skipping it.")
+  flags.DEFINE_integer("long_seq_len", 4096, long_seq_len_help)
+  flags.DEFINE_integer("global_seq_len", global_seq_len,
+                       "Global input length.")
+  flags.DEFINE_bool("lower_case", True, "Uncased vocabulary.")
