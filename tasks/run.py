@@ -12,6 +12,7 @@ written to `model_dir/operative_config.gin` (train) or
 resumes from the last checkpoint in `model_dir`.
 """
 
+import json
 import os
 import sys
 
@@ -74,6 +75,36 @@ def run(mode: str, model_dir: str, **kwargs):
   return experiment.run_experiment(task, mode, model_dir, **kwargs)
 
 
+# The two steps of a task binary's official `--mode=eval` (tasks.nq.runner,
+# tasks.hotpotqa.runner): predict the eval input, whose prediction writer
+# scores it, then file the task's score under "official".
+
+
+def predict_eval_input(task, model_dir: str, checkpoint=None,
+                       output_dir=None) -> str:
+  """Predicts `task`'s eval input into `output_dir` (default
+  `model_dir/eval_predictions`); returns that directory."""
+  from etc_realformer.training import experiment  # pylint: disable=g-import-not-at-top
+  # The spine predicts `predict_input`; point it at the eval files.
+  task.input_patterns["predict"] = task.input_patterns["eval"]
+  output_dir = output_dir or os.path.join(model_dir, "eval_predictions")
+  experiment.run_experiment(task, "predict", model_dir, checkpoint=checkpoint,
+                            predictions_dir=output_dir)
+  return output_dir
+
+
+def add_official_results(model_dir: str, official) -> None:
+  """Adds `official` to `model_dir/eval_results.json` under "official"."""
+  results_path = os.path.join(model_dir, "eval_results.json")
+  results = {}
+  if os.path.exists(results_path):
+    with open(results_path, encoding="utf-8") as f:
+      results = json.load(f)
+  results["official"] = official
+  with open(results_path, "w", encoding="utf-8") as f:
+    json.dump(results, f, indent=2)
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -84,14 +115,15 @@ def main(argv):
       checkpoint=FLAGS.checkpoint, predictions_dir=FLAGS.predictions_dir)
 
 
-def entry(default_gin_files=()) -> None:
-  """Console entry; task aliases pass their default gin files first."""
+def entry(default_gin_files=(), main_fn=main) -> None:
+  """Console entry; task aliases pass their default gin files first (and
+  task binaries that add to a mode, their own `main_fn`)."""
   if default_gin_files:
     sys.argv[1:1] = [f"--gin_file={f}" for f in default_gin_files]
   # Required here, not at import, so that other binaries (the demo) can
   # import this module and reuse its --gin_file/--gin_bindings flags.
   flags.mark_flag_as_required("model_dir")
-  app.run(main)
+  app.run(main_fn)
 
 
 if __name__ == "__main__":
