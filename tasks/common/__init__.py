@@ -8,4 +8,5 @@
 - `tfrecords`: `tf.train.Example` writing/parsing driven by one feature spec.
 - `preprocessing`: what every task's preprocess CLI shares (output paths,
   the all-or-nothing cache write, log and summary lines, common flags).
+- `synthetic`: the name pools and flags of the synthetic-data generators.
 """

@@ -42,6 +42,7 @@ from typing import Any, Dict, List, Sequence
 from absl import app
 from absl import flags
 
+from tasks.common import synthetic as common_synthetic
 from tasks.common import tokenization
 from tasks.hotpotqa import evaluate
 
@@ -51,9 +52,6 @@ DEV_FILE = "hotpot_dev_distractor_v1.json"
 # Name pools come from syllables with their own fixed seed, so the vocabulary
 # is the same for every data seed.
 _POOL_SEED = 4321
-_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v",
-           "z")
-_VOWELS = ("a", "e", "i", "o", "u")
 POOL_SIZES = {"person": 120, "city": 60}
 JOBS = ("baker", "farmer", "teacher", "painter", "doctor", "pilot", "singer",
         "writer", "tailor", "sailor", "miner", "judge")
@@ -71,24 +69,7 @@ SPECIAL_TOKENS = (("[PAD]",) + tuple(f"[unused{i}]" for i in range(99)) +
 PUNCTUATION = (".", ",", "?", "'", "-")
 
 
-def _make_pools() -> Dict[str, List[str]]:
-  """Disjoint pools of pronounceable one-word names."""
-  rng = random.Random(_POOL_SEED)
-  used = set()
-  pools = {}
-  for kind, size in POOL_SIZES.items():
-    names = []
-    while len(names) < size:
-      name = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS)
-                     for _ in range(rng.choice((2, 3))))
-      if name not in used:
-        used.add(name)
-        names.append(name)
-    pools[kind] = names
-  return pools
-
-
-POOLS = _make_pools()
+POOLS = common_synthetic.name_pools(_POOL_SEED, POOL_SIZES)
 
 
 def vocabulary() -> List[str]:
@@ -214,12 +195,8 @@ def chance_joint_f1(gold: Sequence[Dict[str, Any]], seed: int = 0) -> float:
 
 def _define_flags():
   """Flags only when run as a binary."""
-  flags.DEFINE_string("output_dir", None, "Where to write.")
-  flags.DEFINE_integer("num_train", 2000, "Training examples.")
-  flags.DEFINE_integer("num_dev", 300, "Dev examples.")
-  flags.DEFINE_integer("seed", 0, "Random seed.")
+  common_synthetic.define_dataset_flags(num_train=2000, num_dev=300)
   flags.DEFINE_integer("num_paragraphs", 4, "Paragraphs (people) per record.")
-  flags.mark_flags_as_required(["output_dir"])
 
 
 def main(argv):

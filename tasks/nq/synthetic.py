@@ -48,6 +48,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from absl import app
 from absl import flags
 
+from tasks.common import synthetic as common_synthetic
 from tasks.common import tokenization
 
 TRAIN_FILE = "nq-train-00.jsonl.gz"
@@ -59,9 +60,6 @@ KINDS = (SHORT, YES_NO, LONG, NULL)
 KIND_WEIGHTS = (0.45, 0.15, 0.15, 0.25)
 
 _POOL_SEED = 2718
-_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v",
-           "z")
-_VOWELS = ("a", "e", "i", "o", "u")
 POOL_SIZES = {"entity": 150, "value": 80}
 ATTRIBUTES = ("river", "mayor", "color", "animal", "sport", "dish", "song",
               "flower", "king", "mountain", "festival", "bird")
@@ -82,24 +80,10 @@ QUESTION_WORDS = ("what", "is", "the", "of", "tell", "me", "about", "a",
 TAG_WORDS = ("h1", "p", "table", "tr", "td", "ul", "li")
 
 
-def _make_pools() -> Dict[str, List[str]]:
-  rng = random.Random(_POOL_SEED)
-  used = set(ATTRIBUTES + KIND_WORDS + FILLER_WORDS + QUESTION_WORDS +
-             TAG_WORDS)
-  pools = {}
-  for kind, size in POOL_SIZES.items():
-    names = []
-    while len(names) < size:
-      name = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS)
-                     for _ in range(rng.choice((2, 3))))
-      if name not in used:
-        used.add(name)
-        names.append(name)
-    pools[kind] = names
-  return pools
-
-
-POOLS = _make_pools()
+POOLS = common_synthetic.name_pools(
+    _POOL_SEED, POOL_SIZES,
+    used=(ATTRIBUTES + KIND_WORDS + FILLER_WORDS + QUESTION_WORDS +
+          TAG_WORDS))
 
 
 def vocabulary() -> List[str]:
@@ -380,12 +364,8 @@ def write_dataset(output_dir: str, num_train: int = 200, num_dev: int = 50,
 
 
 def _define_flags():
-  flags.DEFINE_string("output_dir", None, "Where to write.")
-  flags.DEFINE_integer("num_train", 200, "Training examples.")
-  flags.DEFINE_integer("num_dev", 50, "Dev examples.")
-  flags.DEFINE_integer("seed", 0, "Random seed.")
+  common_synthetic.define_dataset_flags(num_train=200, num_dev=50)
   flags.DEFINE_integer("num_filler", 6, "Filler paragraphs per document.")
-  flags.mark_flags_as_required(["output_dir"])
 
 
 def main(argv):

@@ -64,14 +64,12 @@ from typing import Dict, List, Sequence
 from absl import app
 from absl import flags
 
+from tasks.common import synthetic as common_synthetic
 from tasks.common import tokenization
 
 # Name pools are built from syllables with their own fixed seed, so the
 # vocabulary is the same for every data seed.
 _POOL_SEED = 1234
-_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v",
-           "z")
-_VOWELS = ("a", "e", "i", "o", "u")
 
 ENTITY_TYPES = ("village", "city", "region", "country")
 POOL_SIZES = {"village": 150, "city": 150, "region": 100, "country": 60}
@@ -111,25 +109,7 @@ SPECIAL_TOKENS = ("[PAD]",) + tuple(f"[unused{i}]" for i in range(10)) + (
 PUNCTUATION = (".", ",", "_", "'", "-")
 
 
-def _make_pools() -> Dict[str, List[str]]:
-  """Disjoint pools of pronounceable single-word names, one per type."""
-  rng = random.Random(_POOL_SEED)
-  used = set()
-  pools = {}
-  for entity_type in ENTITY_TYPES:
-    names = []
-    while len(names) < POOL_SIZES[entity_type]:
-      syllables = rng.choice((2, 3))
-      name = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS)
-                     for _ in range(syllables))
-      if name not in used:
-        used.add(name)
-        names.append(name)
-    pools[entity_type] = names
-  return pools
-
-
-POOLS = _make_pools()
+POOLS = common_synthetic.name_pools(_POOL_SEED, POOL_SIZES)
 
 
 def chain_types(hops: int) -> Sequence[str]:
@@ -218,14 +198,10 @@ def write_dataset(output_dir: str, num_train: int = 2000, num_dev: int = 300,
 def _define_flags():
   """Flags only when run as a binary: importing must not define them (the
   training binaries define flags of the same names)."""
-  flags.DEFINE_string("output_dir", None, "Where to write.")
-  flags.DEFINE_integer("num_train", 2000, "Training examples.")
-  flags.DEFINE_integer("num_dev", 300, "Dev examples.")
-  flags.DEFINE_integer("seed", 0, "Random seed.")
+  common_synthetic.define_dataset_flags(num_train=2000, num_dev=300)
   flags.DEFINE_integer(
       "hops", 2, "Facts per chain: 2 or 3 (multi-hop), or 1 (single-fact "
       "lookup among distractor documents, for models too shallow for 2).")
-  flags.mark_flags_as_required(["output_dir"])
 
 
 def main(argv):
