@@ -16,7 +16,8 @@ A task (WikiHop, HotpotQA, NQ, OpenKP) subclasses `Task` and provides:
   submission format).
 * export: `serving_outputs(features, outputs)` and `serving_signatures(model)`;
   the base gives `serving_default` (feature tensors) and `serve_examples`
-  (serialized tf.Examples); tasks add raw-input signatures.
+  (serialized tf.Examples); tasks add raw-input signatures, which run the
+  preprocessing featurizer in the graph (`RawInputTask`).
 
 The runner (`tasks/run.py` -> `etc_realformer.training.experiment`) only uses
 these methods, so a new task needs no change to it: subclass, make it
@@ -334,3 +335,55 @@ class Task(abc.ABC):
   def export_assets(self) -> Dict[str, Any]:
     """Trackable objects (lookup tables, tokenizers) the signatures use."""
     return {}
+
+
+class RawInputTask(Task):
+  """A Task whose export adds raw-input signatures (all four tasks).
+
+  Those signatures run the task's in-graph featurizer, built like
+  preprocessing's from the task's `vocab_file` / `spm_model_file` /
+  `lower_case` (set by the subclass). Without a vocabulary the export has
+  only the base signatures. Subclasses provide `build_featurizer()` and
+  `raw_serving_signatures(model, featurizer, names)`.
+  """
+
+  _featurizer = None
+  # How the error of `featurizer` names what needs the vocabulary.
+  raw_signatures_name = "raw-input signature"
+
+  @property
+  def has_vocabulary(self) -> bool:
+    return bool(self.vocab_file or self.spm_model_file)
+
+  @property
+  def featurizer(self):
+    """The in-graph featurizer (same settings as preprocessing)."""
+    if self._featurizer is None:
+      if not self.has_vocabulary:
+        raise ValueError(f"{type(self).__name__}.vocab_file (or "
+                         f"spm_model_file) is needed for the "
+                         f"{self.raw_signatures_name}")
+      self._featurizer = self.build_featurizer()
+    return self._featurizer
+
+  @abc.abstractmethod
+  def build_featurizer(self):
+    """A new featurizer with this task's settings."""
+
+  @abc.abstractmethod
+  def raw_serving_signatures(
+      self, model: EtcTaskModel, featurizer, names: Tuple[str, ...]
+  ) -> Dict[str, tf.types.experimental.ConcreteFunction]:
+    """The raw-input signatures; `names` = `model_features()`."""
+
+  def serving_signatures(self, model):
+    signatures = super().serving_signatures(model)
+    if self.has_vocabulary:  # No vocabulary: no raw-input signature.
+      signatures.update(self.raw_serving_signatures(
+          model, self.featurizer, self.model_features()))
+    return signatures
+
+  def export_assets(self) -> Dict[str, Any]:
+    if not self.has_vocabulary:
+      return {}
+    return {"featurizer": self.featurizer}

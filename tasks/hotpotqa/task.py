@@ -123,7 +123,7 @@ class HotpotQAModel(base.EtcTaskModel):
 
 
 @gin.configurable
-class HotpotQATask(base.Task):
+class HotpotQATask(base.RawInputTask):
   """HotpotQA distractor setting (see `tasks/hotpotqa/features.py`)."""
 
   name = "hotpotqa"
@@ -170,7 +170,6 @@ class HotpotQATask(base.Task):
     self.sp_threshold = sp_threshold
     self.sp_threshold_grid = tuple(sp_threshold_grid)
     self.gold_file = gold_file
-    self._featurizer = None
 
   # ------------------------------------------------------------------ data
   def feature_spec(self):
@@ -345,25 +344,14 @@ class HotpotQATask(base.Task):
         "span_start", "span_end", "span_start_byte", "span_end_byte",
         "answer_global")}
 
-  @property
-  def featurizer(self) -> features_lib.HotpotFeaturizer:
-    """The in-graph featurizer (same settings as preprocessing)."""
-    if self._featurizer is None:
-      if not (self.vocab_file or self.spm_model_file):
-        raise ValueError("HotpotQATask.vocab_file (or spm_model_file) is "
-                         "needed for the raw-input signature")
-      self._featurizer = features_lib.HotpotFeaturizer(
-          vocab_path=self.vocab_file, spm_model_path=self.spm_model_file,
-          long_seq_len=self.long_seq_len, global_seq_len=self.global_seq_len,
-          lower_case=self.lower_case)
-    return self._featurizer
+  def build_featurizer(self) -> features_lib.HotpotFeaturizer:
+    return features_lib.HotpotFeaturizer(
+        vocab_path=self.vocab_file, spm_model_path=self.spm_model_file,
+        long_seq_len=self.long_seq_len, global_seq_len=self.global_seq_len,
+        lower_case=self.lower_case)
 
-  def serving_signatures(self, model):
-    signatures = super().serving_signatures(model)
-    if not (self.vocab_file or self.spm_model_file):
-      return signatures  # No vocabulary: no raw-input signature.
-    featurizer = self.featurizer
-    names = self.model_features()
+  def raw_serving_signatures(self, model, featurizer, names):
+    signatures = {}
 
     @tf.function(input_signature=[
         tf.TensorSpec([], tf.string, name="question"),
@@ -394,11 +382,6 @@ class HotpotQATask(base.Task):
 
     signatures["serve_raw"] = serve_raw.get_concrete_function()
     return signatures
-
-  def export_assets(self) -> Dict[str, Any]:
-    if not (self.vocab_file or self.spm_model_file):
-      return {}
-    return {"featurizer": self.featurizer}
 
 
 def raw_outputs(feats: Mapping[str, tf.Tensor],

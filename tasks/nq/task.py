@@ -96,10 +96,11 @@ class NqModel(base.EtcTaskModel):
 
 
 @gin.configurable
-class NaturalQuestionsTask(base.Task):
+class NaturalQuestionsTask(base.RawInputTask):
   """Natural Questions (see `tasks/nq/features.py` for the windows)."""
 
   name = "nq"
+  raw_signatures_name = "raw-input signatures"
 
   def __init__(self,
                vocab_file: Optional[str] = None,
@@ -148,7 +149,6 @@ class NaturalQuestionsTask(base.Task):
     self.max_short_answer_length = max_short_answer_length
     self.score_mode = score_mode
     self.gold_file = gold_file
-    self._featurizer = None
 
   # ------------------------------------------------------------------ data
   def feature_spec(self):
@@ -268,26 +268,15 @@ class NaturalQuestionsTask(base.Task):
         "answer_type_logits", "answer_type_probs", "answer_type",
         *decode.WINDOW_OUTPUTS)}
 
-  @property
-  def featurizer(self) -> "features_lib.NqFeaturizer":
-    """The in-graph featurizer (same settings as preprocessing)."""
-    if self._featurizer is None:
-      if not (self.vocab_file or self.spm_model_file):
-        raise ValueError("NaturalQuestionsTask.vocab_file (or spm_model_file)"
-                         " is needed for the raw-input signatures")
-      self._featurizer = features_lib.NqFeaturizer(
-          vocab_path=self.vocab_file, spm_model_path=self.spm_model_file,
-          long_seq_len=self.long_seq_len, global_seq_len=self.global_seq_len,
-          stride=self.stride, max_question_len=self.max_question_len,
-          lower_case=self.lower_case)
-    return self._featurizer
+  def build_featurizer(self) -> "features_lib.NqFeaturizer":
+    return features_lib.NqFeaturizer(
+        vocab_path=self.vocab_file, spm_model_path=self.spm_model_file,
+        long_seq_len=self.long_seq_len, global_seq_len=self.global_seq_len,
+        stride=self.stride, max_question_len=self.max_question_len,
+        lower_case=self.lower_case)
 
-  def serving_signatures(self, model):
-    signatures = super().serving_signatures(model)
-    if not (self.vocab_file or self.spm_model_file):
-      return signatures  # No vocabulary: no raw-input signatures.
-    featurizer = self.featurizer
-    names = self.model_features()
+  def raw_serving_signatures(self, model, featurizer, names):
+    signatures = {}
 
     def answer(windows, doc_tokens, doc_token_is_html):
       out = model({k: windows[k] for k in names}, training=False)
@@ -344,11 +333,6 @@ class NaturalQuestionsTask(base.Task):
     signatures["serve_raw"] = serve_raw.get_concrete_function()
     signatures["serve_text"] = serve_text.get_concrete_function()
     return signatures
-
-  def export_assets(self) -> Dict[str, Any]:
-    if not (self.vocab_file or self.spm_model_file):
-      return {}
-    return {"featurizer": self.featurizer}
 
 
 def span_text(doc_tokens: tf.Tensor, is_html: tf.Tensor, start: tf.Tensor,

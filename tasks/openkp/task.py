@@ -290,7 +290,7 @@ def keyphrase_scores(phrases: tf.Tensor, gold: tf.Tensor
 
 
 @gin.configurable
-class OpenKPTask(base.Task):
+class OpenKPTask(base.RawInputTask):
   """MS MARCO OpenKP keyphrase extraction (see `tasks/openkp/features.py`)."""
 
   name = "openkp"
@@ -344,7 +344,6 @@ class OpenKPTask(base.Task):
     self.additive_smoothing_mass = additive_smoothing_mass
     self.num_candidates = num_candidates
     self.predict_reference = predict_reference
-    self._featurizer = None
 
   # ------------------------------------------------------------------ data
   def feature_spec(self):
@@ -448,25 +447,14 @@ class OpenKPTask(base.Task):
                  lengths=lengths)
     return out
 
-  @property
-  def featurizer(self) -> openkp_features.OpenKPFeaturizer:
-    """The in-graph featurizer (same settings as preprocessing)."""
-    if self._featurizer is None:
-      if not (self.vocab_file or self.spm_model_file):
-        raise ValueError("OpenKPTask.vocab_file (or spm_model_file) is "
-                         "needed for the raw-input signature")
-      self._featurizer = openkp_features.OpenKPFeaturizer(
-          vocab_path=self.vocab_file, spm_model_path=self.spm_model_file,
-          long_seq_len=self.long_seq_len, global_seq_len=self.global_seq_len,
-          lower_case=self.lower_case)
-    return self._featurizer
+  def build_featurizer(self) -> openkp_features.OpenKPFeaturizer:
+    return openkp_features.OpenKPFeaturizer(
+        vocab_path=self.vocab_file, spm_model_path=self.spm_model_file,
+        long_seq_len=self.long_seq_len, global_seq_len=self.global_seq_len,
+        lower_case=self.lower_case)
 
-  def serving_signatures(self, model):
-    signatures = super().serving_signatures(model)
-    if not (self.vocab_file or self.spm_model_file):
-      return signatures  # No vocabulary: no raw-input signature.
-    featurizer = self.featurizer
-    names = self.model_features()
+  def raw_serving_signatures(self, model, featurizer, names):
+    signatures = {}
 
     # Raw input = the released fields as they are: `text` and the `VDOM`
     # JSON string. The VDOM is read in the graph by regex
@@ -490,8 +478,3 @@ class OpenKPTask(base.Task):
 
     signatures["serve_raw"] = serve_raw.get_concrete_function()
     return signatures
-
-  def export_assets(self) -> Dict[str, Any]:
-    if not (self.vocab_file or self.spm_model_file):
-      return {}
-    return {"featurizer": self.featurizer}

@@ -11,7 +11,7 @@ format, a JSON object `{id: answer}`.
 
 import json
 import os
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, List, Mapping, Optional, Tuple
 
 import gin
 import numpy as np
@@ -50,10 +50,11 @@ class WikiHopModel(base.EtcTaskModel):
 
 
 @gin.configurable
-class WikiHopTask(base.Task):
+class WikiHopTask(base.RawInputTask):
   """qangaroo WikiHop multiple-choice QA (see `tasks/wikihop/features.py`)."""
 
   name = "wikihop"
+  raw_signatures_name = "raw-text signature"
 
   def __init__(self,
                vocab_file: Optional[str] = None,
@@ -80,7 +81,6 @@ class WikiHopTask(base.Task):
     self.spm_model_file = spm_model_file
     self.lower_case = lower_case
     self.max_num_sentences = max_num_sentences
-    self._featurizer = None
 
   # ------------------------------------------------------------------ data
   def feature_spec(self):
@@ -142,26 +142,15 @@ class WikiHopTask(base.Task):
             "probabilities": outputs["probabilities"],
             "prediction": outputs["prediction"]}
 
-  @property
-  def featurizer(self) -> wikihop_features.WikiHopFeaturizer:
-    """The in-graph featurizer (same settings as preprocessing)."""
-    if self._featurizer is None:
-      if not (self.vocab_file or self.spm_model_file):
-        raise ValueError("WikiHopTask.vocab_file (or spm_model_file) is "
-                         "needed for the raw-text signature")
-      self._featurizer = wikihop_features.WikiHopFeaturizer(
-          vocab_path=self.vocab_file, spm_model_path=self.spm_model_file,
-          long_seq_len=self.long_seq_len, global_seq_len=self.global_seq_len,
-          max_num_sentences=self.max_num_sentences,
-          lower_case=self.lower_case)
-    return self._featurizer
+  def build_featurizer(self) -> wikihop_features.WikiHopFeaturizer:
+    return wikihop_features.WikiHopFeaturizer(
+        vocab_path=self.vocab_file, spm_model_path=self.spm_model_file,
+        long_seq_len=self.long_seq_len, global_seq_len=self.global_seq_len,
+        max_num_sentences=self.max_num_sentences,
+        lower_case=self.lower_case)
 
-  def serving_signatures(self, model):
-    signatures = super().serving_signatures(model)
-    if not (self.vocab_file or self.spm_model_file):
-      return signatures  # No vocabulary: no raw-text signature.
-    featurizer = self.featurizer
-    names = self.model_features()
+  def raw_serving_signatures(self, model, featurizer, names):
+    signatures = {}
 
     @tf.function(input_signature=[
         tf.TensorSpec([], tf.string, name="query"),
@@ -180,8 +169,3 @@ class WikiHopTask(base.Task):
 
     signatures["serve_raw"] = serve_raw.get_concrete_function()
     return signatures
-
-  def export_assets(self) -> Dict[str, Any]:
-    if not (self.vocab_file or self.spm_model_file):
-      return {}
-    return {"featurizer": self.featurizer}
