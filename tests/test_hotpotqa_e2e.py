@@ -10,20 +10,14 @@ serves every signature.
 import json
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 
+import e2e_testing
 from tasks.hotpotqa import synthetic
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LONG, GLOBAL = 96, 40
 
-
-def _env():
-  return dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2",
-              CUDA_VISIBLE_DEVICES="")
 
 
 def tiny_gin(data_dir: str, path: str) -> str:
@@ -49,16 +43,8 @@ def tiny_gin(data_dir: str, path: str) -> str:
       "HotpotQATask.seed = 1",
       "optimizer.learning_rate = 3e-3",
       "optimizer.warmup_fraction = 0.0",
-      "TrainerConfig.train_batch_size = 8",
-      "TrainerConfig.eval_batch_size = 8",
-      "TrainerConfig.train_steps = 40",
-      "TrainerConfig.steps_per_loop = 10",
-      "TrainerConfig.checkpoint_interval = 40",
-      "TrainerConfig.eval_interval = 40",
-  ]
-  with open(path, "w") as f:
-    f.write("\n".join(lines) + "\n")
-  return path
+  ] + e2e_testing.trainer_gin_lines(40)
+  return e2e_testing.write_gin(path, lines)
 
 
 @pytest.mark.slow
@@ -120,12 +106,9 @@ def test_preprocess_train_eval_predict_export_serve(tmp_path, capsys):
       m["joint_f1"] for m in search["by_threshold"].values())
 
   # 4. The binary's eval: in-graph metrics, then the official metric.
-  proc = subprocess.run(
-      [sys.executable, "-m", "tasks.hotpotqa", f"--gin_file={gin_file}",
-       "--mode=eval", f"--model_dir={model_dir}"],
-      cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
-  output = proc.stdout + proc.stderr
-  assert proc.returncode == 0, output[-4000:]
+  output = e2e_testing.run_binary(
+      ["tasks.hotpotqa", f"--gin_file={gin_file}", "--mode=eval",
+       f"--model_dir={model_dir}"], timeout=300)
   assert re.search(r"eval official \| best joint F1 [\d.]+ at threshold",
                    output), output[-2000:]
   with open(os.path.join(model_dir, "eval_results.json")) as f:
@@ -162,11 +145,7 @@ feats = {{k: tf.zeros([2] + s.shape[1:].as_list(), s.dtype)
 out["default_keys"] = sorted(loaded.signatures["serving_default"](**feats))
 print("RESULT " + json.dumps(out))
 """
-  proc = subprocess.run([sys.executable, "-c", script], env=_env(),
-                        capture_output=True, text=True, timeout=180,
-                        cwd=str(tmp_path))
-  assert proc.returncode == 0, proc.stderr[-4000:]
-  served = json.loads(proc.stdout.split("RESULT ", 1)[1])
+  served = e2e_testing.run_script(script, cwd=str(tmp_path))
   assert served["signatures"] == ["serve_examples", "serve_raw",
                                   "serving_default"]
   raw = served["raw"]

@@ -13,28 +13,14 @@ import json
 import os
 import random
 import re
-import subprocess
-import sys
 
 import pytest
 
+import e2e_testing
 from tests import test_openkp_data as data_testing
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LONG, GLOBAL = 64, 8
 
-
-def _env():
-  return dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2",
-              CUDA_VISIBLE_DEVICES="")
-
-
-def run_binary(args, timeout=240) -> str:
-  proc = subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=_env(),
-                        capture_output=True, text=True, timeout=timeout)
-  output = proc.stdout + proc.stderr
-  assert proc.returncode == 0, output[-4000:]
-  return output
 
 
 def add_bad_lines(path: str, rng: random.Random) -> None:
@@ -71,16 +57,8 @@ def tiny_gin(data_dir: str, path: str) -> str:
       f"OpenKPTask.vocab_file = '{data_dir}/vocab.txt'",
       "OpenKPTask.seed = 1",
       "optimizer.learning_rate = 3e-3",
-      "TrainerConfig.train_batch_size = 8",
-      "TrainerConfig.eval_batch_size = 8",
-      "TrainerConfig.train_steps = 40",
-      "TrainerConfig.steps_per_loop = 10",
-      "TrainerConfig.checkpoint_interval = 40",
-      "TrainerConfig.eval_interval = 40",
-  ]
-  with open(path, "w") as f:
-    f.write("\n".join(lines) + "\n")
-  return path
+  ] + e2e_testing.trainer_gin_lines(40)
+  return e2e_testing.write_gin(path, lines)
 
 
 def progress(output: str):
@@ -98,7 +76,7 @@ def test_preprocess_train_predict_score_export_serve(tmp_path):
   add_bad_lines(paths["Dev"], rng)
 
   # 1. Preprocess the three files with the binary.
-  output = run_binary(
+  output = e2e_testing.run_binary(
       ["tasks.openkp.preprocess", f"--input={paths['Train']}",
        f"--input={paths['Dev']}", f"--input={paths['EvalPublic']}",
        f"--vocab={paths['vocab']}", f"--output_dir={data_dir}",
@@ -118,7 +96,7 @@ def test_preprocess_train_predict_score_export_serve(tmp_path):
   # 2. Train and evaluate with the task alias.
   gin_file = tiny_gin(data_dir, str(tmp_path / "tiny.gin"))
   model_dir = str(tmp_path / "model")
-  output = run_binary(["tasks.openkp", f"--gin_file={gin_file}",
+  output = e2e_testing.run_binary(["tasks.openkp", f"--gin_file={gin_file}",
                        "--mode=train_and_eval", f"--model_dir={model_dir}"])
   steps = progress(output)
   print("openkp e2e loss by step:", steps)  # shown with pytest -s
@@ -205,11 +183,7 @@ out["default_logits"] = loaded.signatures["serving_default"](
     **feats)["logits"].shape.as_list()
 print("RESULT " + json.dumps(out))
 """
-  proc = subprocess.run([sys.executable, "-c", script], env=_env(),
-                        capture_output=True, text=True, timeout=180,
-                        cwd=str(tmp_path))
-  assert proc.returncode == 0, proc.stderr[-4000:]
-  served = json.loads(proc.stdout.split("RESULT ", 1)[1])
+  served = e2e_testing.run_script(script, cwd=str(tmp_path))
   assert served["signatures"] == ["serve_examples", "serve_raw",
                                   "serving_default"]
   expected = [kp[0] for kp in predictions[0]["KeyPhrases"]]
