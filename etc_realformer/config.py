@@ -85,8 +85,11 @@ class EtcConfig:
   # ceil(L / attention_chunk_len) chunks of queries (whole blocks of long
   # queries; rows of global queries), each recomputed alone in the backward
   # pass, so that only one chunk's scores, probabilities and dropout masks
-  # exist at a time (peak memory of the long inputs). 0 = off (one piece).
-  # Same outputs and gradients as off; dropout masks are the same too.
+  # exist at a time. 0 = off (one piece); lengths <= attention_chunk_len are
+  # one piece anyway. Same outputs, gradients and dropout masks as off. The
+  # default was measured (docs/benchmarks.md, "Memory"): at L = 8192 it
+  # cuts the fwd+bwd peak by about a third; 512 was no better and made
+  # the graph larger, 2048 kept more per chunk.
   attention_chunk_len: int = 1024
 
   # Keys found in a JSON file that this class does not know (kept, reported).
