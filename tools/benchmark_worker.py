@@ -209,6 +209,9 @@ def _setup_tf(spec: Dict[str, Any]):
 def _config(spec: Dict[str, Any]):
   from etc_realformer.config import EtcConfig  # pylint: disable=g-import-not-at-top
   m = spec["model"]
+  # -1 (or absent): the EtcConfig default.
+  chunk = spec.get("attention_chunk_len", -1)
+  extra = {"attention_chunk_len": chunk} if chunk >= 0 else {}
   return EtcConfig(
       vocab_size=m["vocab_size"], hidden_size=m["hidden_size"],
       num_hidden_layers=m["num_layers"],
@@ -220,7 +223,7 @@ def _config(spec: Dict[str, Any]):
       residual_attention=spec["residual"],
       grad_checkpointing_period=spec["grad_checkpointing_period"],
       recompute_attention=spec.get("recompute_attention", False),
-      att_implementation=spec.get("impl", "auto"))
+      att_implementation=spec.get("impl", "auto"), **extra)
 
 
 # ------------------------------------------------------------------ encoder
