@@ -21,7 +21,6 @@ export/). The same training with the binary: `python -m tasks.hotpotqa
 
 import json
 import os
-import time
 from typing import Dict, List, Optional
 
 from absl import app
@@ -30,13 +29,10 @@ from absl import logging
 
 # Defines --gin_file / --gin_bindings: applied after the demo's config.
 from tasks import run
+from tasks.common import demo as demo_lib
 
-_OUTPUT_DIR = flags.DEFINE_string("output_dir", "hotpot_demo",
-                                  "Where data, model and export go.")
-_NUM_TRAIN = flags.DEFINE_integer("num_train", 2000, "Synthetic train size.")
-_NUM_DEV = flags.DEFINE_integer("num_dev", 300, "Synthetic dev size.")
-_SEED = flags.DEFINE_integer("seed", 0, "Data and shuffle seed.")
-_TRAIN_STEPS = flags.DEFINE_integer("train_steps", 2000, "Optimizer steps.")
+DEMO_FLAGS = demo_lib.define_flags(output_dir="hotpot_demo",
+                                   train_steps=2000)
 
 LONG_SEQ_LEN = 128
 GLOBAL_SEQ_LEN = 48
@@ -96,11 +92,8 @@ def make_data(data_dir: str, num_train: int, num_dev: int, seed: int) -> None:
                                   num_dev=num_dev, seed=seed)
   featurizer = preprocess.make_featurizer(paths["vocab"], None, LONG_SEQ_LEN,
                                           GLOBAL_SEQ_LEN)
-  for split in ("train", "dev"):
-    stats = preprocess.preprocess_file(paths[split], data_dir, featurizer)
-    print(f"demo | {split}: {stats.examples_written} examples "
-          f"({stats.examples_truncated} truncated, {stats.num_skipped} "
-          "skipped)", flush=True)
+  demo_lib.featurize_splits({split: paths[split] for split in ("train", "dev")},
+                            data_dir, featurizer, preprocess.preprocess_file)
 
 
 def ask(export_path: str, record: Dict) -> Dict:
@@ -126,33 +119,29 @@ def run_demo(output_dir: str, num_train: int = 2000, num_dev: int = 300,
              gin_files: Optional[List[str]] = None,
              gin_bindings: Optional[List[str]] = None) -> Dict:
   """Runs the whole demo; returns the official dev metrics and timings."""
-  start = time.time()
-  import gin  # pylint: disable=g-import-not-at-top
-  from tasks.hotpotqa import runner as hotpot_runner  # pylint: disable=g-import-not-at-top
-  from tasks.hotpotqa import synthetic  # pylint: disable=g-import-not-at-top
-  from tasks.hotpotqa import task as task_lib  # pylint: disable=g-import-not-at-top
-  output_dir = os.path.abspath(output_dir)
-  data_dir = os.path.join(output_dir, "data")
-  model_dir = os.path.join(output_dir, "model")
-  export_dir = os.path.join(output_dir, "export")
+  # pylint: disable=g-import-not-at-top
+  from tasks.hotpotqa import runner as hotpot_runner
+  from tasks.hotpotqa import synthetic
+  from tasks.hotpotqa import task as task_lib
+  # pylint: enable=g-import-not-at-top
+  clock = demo_lib.Stopwatch()
+  dirs = demo_lib.DemoDirs.under(output_dir)
+  data_dir, model_dir = dirs.data, dirs.model
   make_data(data_dir, num_train, num_dev, seed)
-  data_s = time.time() - start
+  clock.lap("data")
 
-  gin_path = os.path.join(output_dir, "demo.gin")
-  with open(gin_path, "w") as f:
-    f.write(demo_gin(data_dir, train_steps, seed))
   hotpot_runner.register()
-  gin.clear_config()
-  run.parse_gin([gin_path, *(gin_files or [])], gin_bindings or [])
+  demo_lib.configure_gin(dirs, demo_gin(data_dir, train_steps, seed),
+                         gin_files, gin_bindings)
   train_results = run.run("train_and_eval", model_dir)
-  train_s = time.time() - start - data_s
+  clock.lap("train_and_eval")
   predictions_dir = os.path.join(model_dir, "predictions")
   run.run("predict", model_dir, predictions_dir=predictions_dir)
   with open(os.path.join(predictions_dir, task_lib.THRESHOLD_SEARCH_FILE),
             encoding="utf-8") as f:
     report = json.load(f)
   export_path = run.run("export", model_dir,
-                        export_dir=export_dir)["export_path"]
+                        export_dir=dirs.export)["export_path"]
 
   with open(os.path.join(data_dir, synthetic.DEV_FILE),
             encoding="utf-8") as f:
@@ -168,20 +157,19 @@ def run_demo(output_dir: str, num_train: int = 2000, num_dev: int = 300,
       "question": gold[0]["question"],
       "gold": gold[0]["answer"],
       "served": served,
-      "seconds": {"data": round(data_s, 1),
-                  "train_and_eval": round(train_s, 1),
-                  "total": round(time.time() - start, 1)},
+      "seconds": clock.summary(),
   }
-  with open(os.path.join(output_dir, "demo_results.json"), "w") as f:
+  with open(os.path.join(dirs.output, "demo_results.json"), "w") as f:
     json.dump(summary, f, indent=2)
   return summary
 
 
 def main(argv):
   del argv
-  s = run_demo(_OUTPUT_DIR.value, num_train=_NUM_TRAIN.value,
-               num_dev=_NUM_DEV.value, seed=_SEED.value,
-               train_steps=_TRAIN_STEPS.value,
+  f = DEMO_FLAGS
+  s = run_demo(f.output_dir.value, num_train=f.num_train.value,
+               num_dev=f.num_dev.value, seed=f.seed.value,
+               train_steps=f.train_steps.value,
                gin_files=flags.FLAGS.gin_file,
                gin_bindings=flags.FLAGS.gin_bindings)
   logging.info("demo results: %s", s)

@@ -23,7 +23,6 @@ summaries and operative_config.gin, export/). The same run with the binary:
 
 import json
 import os
-import time
 from typing import Dict, List, Optional
 
 from absl import app
@@ -32,13 +31,9 @@ from absl import logging
 
 # Defines --gin_file / --gin_bindings: applied after the demo's config.
 from tasks import run
+from tasks.common import demo as demo_lib
 
-_OUTPUT_DIR = flags.DEFINE_string("output_dir", "demo_out",
-                                  "Where data, model and export go.")
-_NUM_TRAIN = flags.DEFINE_integer("num_train", 2000, "Synthetic train size.")
-_NUM_DEV = flags.DEFINE_integer("num_dev", 300, "Synthetic dev size.")
-_SEED = flags.DEFINE_integer("seed", 0, "Data and shuffle seed.")
-_TRAIN_STEPS = flags.DEFINE_integer("train_steps", 1200, "Optimizer steps.")
+DEMO_FLAGS = demo_lib.define_flags(output_dir="demo_out", train_steps=1200)
 
 LONG_SEQ_LEN = 160
 GLOBAL_SEQ_LEN = 48
@@ -99,12 +94,10 @@ def make_data(data_dir: str, num_train: int, num_dev: int, seed: int) -> None:
   featurizer = preprocess.make_featurizer(
       os.path.join(data_dir, "vocab.txt"), None, LONG_SEQ_LEN,
       GLOBAL_SEQ_LEN)
-  for split in ("train", "dev"):
-    stats = preprocess.preprocess_file(
-        os.path.join(data_dir, f"{split}.json"), data_dir, featurizer)
-    print(f"demo | {split}: {stats.examples_written} examples "
-          f"({stats.examples_truncated} truncated, {stats.num_skipped} "
-          "skipped)", flush=True)
+  demo_lib.featurize_splits(
+      {split: os.path.join(data_dir, f"{split}.json")
+       for split in ("train", "dev")},
+      data_dir, featurizer, preprocess.preprocess_file)
 
 
 def ask(export_path: str, record: Dict) -> Dict:
@@ -126,30 +119,22 @@ def run_demo(output_dir: str, num_train: int = 2000, num_dev: int = 300,
              gin_files: Optional[List[str]] = None,
              gin_bindings: Optional[List[str]] = None) -> Dict:
   """Runs the whole demo; returns dev accuracy, timings and the answer."""
-  start = time.time()
-  import gin  # pylint: disable=g-import-not-at-top
-  output_dir = os.path.abspath(output_dir)
-  data_dir = os.path.join(output_dir, "data")
-  model_dir = os.path.join(output_dir, "model")
-  export_dir = os.path.join(output_dir, "export")
-  make_data(data_dir, num_train, num_dev, seed)
-  data_s = time.time() - start
+  clock = demo_lib.Stopwatch()
+  dirs = demo_lib.DemoDirs.under(output_dir)
+  make_data(dirs.data, num_train, num_dev, seed)
+  clock.lap("data")
 
-  gin_path = os.path.join(output_dir, "demo.gin")
-  with open(gin_path, "w") as f:
-    f.write(demo_gin(data_dir, train_steps, seed))
   run.register_tasks()
-  gin.clear_config()
-  run.parse_gin([gin_path, *(gin_files or [])], gin_bindings or [])
-  results = run.run("train_and_eval", model_dir)
-  train_s = time.time() - start - data_s
-  export_path = run.run("export", model_dir,
-                        export_dir=export_dir)["export_path"]
+  demo_lib.configure_gin(dirs, demo_gin(dirs.data, train_steps, seed),
+                         gin_files, gin_bindings)
+  results = run.run("train_and_eval", dirs.model)
+  clock.lap("train_and_eval")
+  export_path = run.run("export", dirs.model,
+                        export_dir=dirs.export)["export_path"]
 
-  with open(os.path.join(data_dir, "dev.json"), encoding="utf-8") as f:
+  with open(os.path.join(dirs.data, "dev.json"), encoding="utf-8") as f:
     record = json.load(f)[0]
   answer = ask(export_path, record)
-  total_s = time.time() - start
   summary = {
       "dev_accuracy": results["accuracy"],
       "dev_loss": results["loss"],
@@ -158,19 +143,19 @@ def run_demo(output_dir: str, num_train: int = 2000, num_dev: int = 300,
       "query": record["query"],
       "gold": record["answer"],
       **answer,
-      "seconds": {"data": round(data_s, 1), "train_and_eval": round(train_s, 1),
-                  "total": round(total_s, 1)},
+      "seconds": clock.summary(),
   }
-  with open(os.path.join(output_dir, "demo_results.json"), "w") as f:
+  with open(os.path.join(dirs.output, "demo_results.json"), "w") as f:
     json.dump(summary, f, indent=2)
   return summary
 
 
 def main(argv):
   del argv
-  s = run_demo(_OUTPUT_DIR.value, num_train=_NUM_TRAIN.value,
-               num_dev=_NUM_DEV.value, seed=_SEED.value,
-               train_steps=_TRAIN_STEPS.value,
+  f = DEMO_FLAGS
+  s = run_demo(f.output_dir.value, num_train=f.num_train.value,
+               num_dev=f.num_dev.value, seed=f.seed.value,
+               train_steps=f.train_steps.value,
                gin_files=flags.FLAGS.gin_file,
                gin_bindings=flags.FLAGS.gin_bindings)
   logging.info("demo results: %s", s)
