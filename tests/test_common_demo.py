@@ -60,3 +60,9 @@ def test_stopwatch_laps_and_total():
   summary = clock.summary()
   assert list(summary) == ["data", "train_and_eval", "total"]
   assert summary["total"] >= summary["data"] >= 0.0
+
+
+def test_trainer_gin_parses_and_binds_the_steps():
+  text = demo_lib.trainer_gin(123)
+  assert "TrainerConfig.train_steps = 123" in text
+  assert "TrainerConfig.eval_interval = 123" in text

@@ -36,6 +36,7 @@ from typing import Dict
 from absl import app
 from absl import flags
 import numpy as np
+import tensorflow as tf
 
 # Define --gin_file / --gin_bindings (extra bindings apply after the demo's)
 # and the demo's --num_train (used by --make_data).
@@ -75,7 +76,7 @@ def make_data(data_dir: str, num_train: int, hops: int) -> None:
                                data_dir, featurizer)
 
 
-def diagnostic_batch(tf, batch: Dict, kind: str) -> Dict:
+def diagnostic_batch(batch: Dict, kind: str) -> Dict:
   """The batch with the control's label or input (see the docstring)."""
   if kind == "none":
     return batch
@@ -114,7 +115,6 @@ def diagnostic_batch(tf, batch: Dict, kind: str) -> Dict:
 def main(argv):
   del argv
   import gin  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tf_keras  # pylint: disable=g-import-not-at-top
 
   data_dir = os.path.abspath(FLAGS.data_dir)
@@ -146,7 +146,7 @@ def main(argv):
 
   @tf.function(jit_compile=True)
   def step(batch):
-    batch = diagnostic_batch(tf, batch, FLAGS.diagnostic)
+    batch = diagnostic_batch(batch, FLAGS.diagnostic)
     with tf.GradientTape() as tape:
       loss = tf.reduce_mean(task.per_example_loss(
           batch, model(batch, training=True)))
@@ -157,7 +157,7 @@ def main(argv):
 
   @tf.function(jit_compile=True)
   def accuracy(batch):
-    batch = diagnostic_batch(tf, batch, FLAGS.diagnostic)
+    batch = diagnostic_batch(batch, FLAGS.diagnostic)
     prediction = model(batch, training=False)["prediction"]
     return tf.reduce_mean(tf.cast(tf.equal(prediction, batch["label"]),
                                   tf.float32))

@@ -91,6 +91,21 @@ def configure_gin(dirs: DemoDirs, gin_text: str,
   run.parse_gin([dirs.gin, *(gin_files or [])], gin_bindings or [])
 
 
+def trainer_gin(train_steps: int) -> str:
+  """The demos' optimizer and trainer settings (tiny model, CPU): gin text."""
+  return f"""\
+optimizer.learning_rate = 2e-3
+optimizer.warmup_fraction = 0.05
+optimizer.weight_decay_rate = 0.01
+TrainerConfig.train_batch_size = 16
+TrainerConfig.eval_batch_size = 64
+TrainerConfig.train_steps = {train_steps}
+TrainerConfig.steps_per_loop = 100
+TrainerConfig.checkpoint_interval = 500
+TrainerConfig.eval_interval = {train_steps}
+"""
+
+
 class Stopwatch:
   """Wall time of the demo's phases, for its summary."""
 

@@ -68,16 +68,7 @@ WikiHopTask.predict_input = '{data_dir}/dev.tfrecord'
 WikiHopTask.vocab_file = '{data_dir}/vocab.txt'
 WikiHopTask.seed = {seed}
 
-optimizer.learning_rate = 2e-3
-optimizer.warmup_fraction = 0.05
-optimizer.weight_decay_rate = 0.01
-TrainerConfig.train_batch_size = 16
-TrainerConfig.eval_batch_size = 64
-TrainerConfig.train_steps = {train_steps}
-TrainerConfig.steps_per_loop = 100
-TrainerConfig.checkpoint_interval = 500
-TrainerConfig.eval_interval = {train_steps}
-"""
+""" + demo_lib.trainer_gin(train_steps)
 
 
 def _vocab_size(data_dir: str) -> int:
