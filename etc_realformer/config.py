@@ -93,6 +93,20 @@ class EtcConfig:
   # at full speed; at 16384 (G = 256) the fwd+bwd peak drops from 8.0 to
   # 6.4 GiB. Memory-bound runs at 8192 do better with 2048 (4.4 vs 5.0 GiB).
   attention_chunk_len: int = 4096
+  # Residual attention: carry each layer's score inputs (pre-scaled queries,
+  # keys, relative scores per id: [L, hidden]-sized) instead of the running
+  # score sums ([L, 3b], [L, G], [G, L] per head), and recompute the earlier
+  # layers' raw scores where a layer reads the sums, chunk by chunk on the
+  # sparse path (at least one chunk, so the backward pass recomputes the
+  # core). No stream tensor is then kept between layers or for the backward
+  # pass; the price is that layer n recomputes n - 1 layers' score products
+  # (O(layers^2) in all): for shallow or memory-bound long-input models.
+  # Same function and gradients as off. Measured (docs/benchmarks.md,
+  # "Residual streams recomputed"; base width, 2 layers, fwd+bwd): L = 8192
+  # with chunk 2048, 4.5 -> 3.7-3.9 GiB at the same speed; L = 16384 with
+  # G = 1024, 6.9 GiB (10.0 before). Not for short inputs: at L = 4096 (one
+  # chunk) the forward-only peak goes up (1.6 -> 2.0 GiB).
+  recompute_residual_streams: bool = False
 
   # Keys found in a JSON file that this class does not know (kept, reported).
   unknown_keys: Dict[str, Any] = dataclasses.field(default_factory=dict)

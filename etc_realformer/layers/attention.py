@@ -45,6 +45,12 @@ MASK_ADDER = -10000.0
 
 Dim = blocking.Dim
 
+# With `stream_sources`, the streams dict holds one entry under this key: the
+# earlier layers' score inputs (`_SOURCE_KEYS` of each layer's tensors).
+SOURCES = "sources"
+_SOURCE_KEYS = ("long_q", "global_q", "l2l_k", "l2g_k", "g2g_k", "g2l_k",
+                "long_per_id", "global_per_id")
+
 
 def fresh_initializer(initializer):
   """A new instance of `initializer`.
@@ -531,7 +537,8 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
            return_probs: bool = False,
            recompute: bool = False,
            chunk_len: int = 0,
-           emit_streams: bool = True):
+           emit_streams: bool = True,
+           stream_sources: bool = False):
     """Runs one layer of fused global-local attention.
 
     Args:
@@ -557,6 +564,12 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
         Ignored with `return_probs`.
       emit_streams: return the new running sums (False for the last layer,
         whose streams nobody reads: they are then never built whole).
+      stream_sources: carry the streams as their sources instead of as sums
+        (`EtcConfig.recompute_residual_streams`): `streams` is then
+        `{"sources": [one dict per earlier layer]}` (pre-scaled queries, keys
+        and relative scores per id), this layer appends its own, and the sums
+        are recomputed where they are read: chunk by chunk on the sparse
+        path with static lengths, whole otherwise.
 
     Returns:
       (long_output <T>[B, L, hidden], global_output <T>[B, G, hidden],
@@ -611,29 +624,114 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
       return self._attend(t, prev_streams, side, carried, num_summed,
                           running_mean, training, seed, want_probs)
 
+    prev_sources = ()
+    if stream_sources and carried:
+      prev_sources = tuple(streams.get(SOURCES, ()))
+      own_source = {k: v for k, v in tensors.items() if k in _SOURCE_KEYS}
+    sources = prev_sources
+    chunkable = (side.sparse and not return_probs and
+                 isinstance(side.long_len, int) and
+                 global_q.shape[2] is not None)
     num_chunks = 0
-    if (side.sparse and chunk_len and not return_probs and
-        isinstance(side.long_len, int) and global_q.shape[2] is not None):
+    if chunkable and chunk_len:
       num_chunks = -(-side.long_len // chunk_len)
-    if num_chunks > 1:
+    if chunkable and sources:
+      # Recomputed streams are only worth it chunk by chunk.
+      num_chunks = max(num_chunks, 1)
+    elif sources:
+      # No chunked path here (full layout, probabilities, dynamic lengths):
+      # the sums are built whole from the sources.
+      streams = self._summed_streams(sources, side, carried)
+      sources = ()
+    if num_chunks > 1 or (num_chunks and sources):
       long_ctx, global_ctx, new_streams = self._attend_chunked(
           tensors, streams, side, carried, num_summed, running_mean,
-          training, seed, emit_streams, num_chunks)
+          training, seed, emit_streams and not stream_sources, num_chunks,
+          sources)
       returned_probs = None
     elif recompute and not return_probs:
       long_ctx, global_ctx, new_streams = _recomputed(
           attend, tensors, dict(streams),
-          carried if emit_streams else ())
+          carried if emit_streams and not stream_sources else ())
       returned_probs = None
     else:
       long_ctx, global_ctx, new_streams, returned_probs = attend(
           tensors, streams, return_probs)
     if not emit_streams:
       new_streams = {}
+    elif stream_sources and carried:
+      new_streams = {SOURCES: list(prev_sources) + [own_source]}
 
     long_output = self.long_output_projection(_merge_heads(long_ctx))
     global_output = self.global_output_projection(_merge_heads(global_ctx))
     return long_output, global_output, new_streams, returned_probs
+
+  def _raw_scores(self, t: Mapping[str, tf.Tensor], side: PreparedSideInputs,
+                  patterns: Tuple[str, ...] = PATTERNS
+                  ) -> Dict[str, tf.Tensor]:
+    """One layer's scaled raw scores per pattern (before streams and masks).
+
+    Args:
+      t: `long_q`, `global_q` (pre-scaled), the keys and optionally
+        `long_per_id` / `global_per_id` (see `_attend`).
+      side: fixes the layout: sparse l2l/l2g are blocked ([B, H, nb, b, 3b],
+        [B, H, nb, b, G]), full ones [B, H, L, L], [B, H, L, G]; g2g
+        [B, H, G, G] and g2l [B, H, G, L] either way.
+      patterns: the patterns wanted.
+
+    Returns:
+      dict pattern -> <float32> scores.
+    """
+    r = self.local_radius
+    long_per_id, global_per_id = t.get("long_per_id"), t.get("global_per_id")
+    out = {}
+
+    def f32(x):
+      return tf.cast(x, tf.float32)
+
+    if "l2l" in patterns:
+      if side.sparse:
+        q_blocks = blocking.split_into_blocks(t["long_q"], r + 1, axis=2)
+        k_blocks = blocking.concat_3_blocks(
+            blocking.split_into_blocks(t["l2l_k"], r + 1, axis=2), axis=2)
+        # [B, H, nb, b, 3b]
+        out["l2l"] = f32(tf.matmul(q_blocks, k_blocks, transpose_b=True))
+        if long_per_id is not None and side.l2l_ids is not None:
+          out["l2l"] += blocking.window_to_blocked(
+              relative_scores(long_per_id, side.l2l_ids), r)
+      else:
+        # [B, H, L, L]
+        out["l2l"] = f32(tf.matmul(t["long_q"], t["l2l_k"], transpose_b=True))
+        if long_per_id is not None and side.l2l_ids is not None:
+          out["l2l"] += relative_scores(long_per_id, side.l2l_ids)
+    if "l2g" in patterns:
+      # [B, H, L, G], blocked to [B, H, nb, b, G] on the sparse path.
+      l2g = f32(tf.matmul(t["long_q"], t["l2g_k"], transpose_b=True))
+      if long_per_id is not None and side.l2g_ids is not None:
+        l2g += relative_scores(long_per_id, side.l2g_ids)
+      out["l2g"] = (blocking.split_into_blocks(l2g, r + 1, axis=2)
+                    if side.sparse else l2g)
+    for pattern, ids in (("g2g", side.g2g_ids), ("g2l", side.g2l_ids)):
+      if pattern in patterns:
+        score = f32(tf.matmul(t["global_q"], t[pattern + "_k"],
+                              transpose_b=True))
+        if global_per_id is not None and ids is not None:
+          score += relative_scores(global_per_id, ids)
+        out[pattern] = score
+    return out
+
+  def _summed_streams(self, sources: Tuple[Mapping[str, tf.Tensor], ...],
+                      side: PreparedSideInputs, carried: Tuple[str, ...]
+                      ) -> Dict[str, tf.Tensor]:
+    """The running sums of `carried` over the layers of `sources`, built
+    whole, in the order the materialized streams are added."""
+    acc = {}
+    for i, src in enumerate(sources):
+      scores = self._raw_scores(src, side, carried)
+      for pattern in carried:
+        acc[pattern] = (scores[pattern] if i == 0
+                        else scores[pattern] + acc[pattern])
+    return acc
 
   def _attend(self, t: Dict[str, tf.Tensor], streams: Mapping[str, tf.Tensor],
               side: PreparedSideInputs, carried: Tuple[str, ...],
@@ -656,49 +754,11 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
     """
     r = self.local_radius
     long_len = side.long_len
-    long_q, global_q = t["long_q"], t["global_q"]
-    long_per_id, global_per_id = t.get("long_per_id"), t.get("global_per_id")
-
-    def f32(x):
-      return tf.cast(x, tf.float32)
-
-    # ---- long queries: l2l (band) + l2g
+    long_q = t["long_q"]
+    scores = self._raw_scores(t, side)
     if side.sparse:
-      block_len = r + 1
-      q_blocks = blocking.split_into_blocks(long_q, block_len, axis=2)
-      k_blocks = blocking.concat_3_blocks(
-          blocking.split_into_blocks(t["l2l_k"], block_len, axis=2), axis=2)
       v_blocks = blocking.concat_3_blocks(
-          blocking.split_into_blocks(t["l2l_v"], block_len, axis=2), axis=2)
-      # [B, H, nb, b, 3b]
-      l2l_scores = f32(tf.matmul(q_blocks, k_blocks, transpose_b=True))
-      if long_per_id is not None and side.l2l_ids is not None:
-        l2l_scores += blocking.window_to_blocked(
-            relative_scores(long_per_id, side.l2l_ids), r)
-      # [B, H, L, G] -> [B, H, nb, b, G]
-      l2g_scores = f32(tf.matmul(long_q, t["l2g_k"], transpose_b=True))
-      if long_per_id is not None and side.l2g_ids is not None:
-        l2g_scores += relative_scores(long_per_id, side.l2g_ids)
-      l2g_scores = blocking.split_into_blocks(l2g_scores, block_len, axis=2)
-    else:
-      # [B, H, L, L] and [B, H, L, G]
-      l2l_scores = f32(tf.matmul(long_q, t["l2l_k"], transpose_b=True))
-      if long_per_id is not None and side.l2l_ids is not None:
-        l2l_scores += relative_scores(long_per_id, side.l2l_ids)
-      l2g_scores = f32(tf.matmul(long_q, t["l2g_k"], transpose_b=True))
-      if long_per_id is not None and side.l2g_ids is not None:
-        l2g_scores += relative_scores(long_per_id, side.l2g_ids)
-
-    # ---- global queries: g2g + g2l
-    g2g_scores = f32(tf.matmul(global_q, t["g2g_k"], transpose_b=True))
-    if global_per_id is not None and side.g2g_ids is not None:
-      g2g_scores += relative_scores(global_per_id, side.g2g_ids)
-    g2l_scores = f32(tf.matmul(global_q, t["g2l_k"], transpose_b=True))
-    if global_per_id is not None and side.g2l_ids is not None:
-      g2l_scores += relative_scores(global_per_id, side.g2l_ids)
-
-    scores = {"l2l": l2l_scores, "l2g": l2g_scores,
-              "g2g": g2g_scores, "g2l": g2l_scores}
+          blocking.split_into_blocks(t["l2l_v"], r + 1, axis=2), axis=2)
 
     # ---- RealFormer: running sums per carried pattern.
     new_streams = {}
@@ -760,7 +820,8 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
                       side: PreparedSideInputs, carried: Tuple[str, ...],
                       num_summed: int, running_mean: bool, training: bool,
                       seed: Optional[tf.Tensor], emit_streams: bool,
-                      num_chunks: int):
+                      num_chunks: int,
+                      sources: Tuple[Mapping[str, tf.Tensor], ...] = ()):
     """The sparse `_attend`, cut into chunks of queries (no probabilities).
 
     Long queries are cut into chunks of whole blocks (l2l and l2g of a chunk
@@ -771,6 +832,13 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
     exist at a time, in the forward and in the backward pass. Dropout masks
     are drawn by rows (`row_dropout`), the same bits as the unchunked sparse
     path. Outputs equal `_attend`'s.
+
+    With `sources` (the earlier layers' score inputs, see
+    `EtcConfig.recompute_residual_streams`) the carried streams are not
+    inputs: each chunk recomputes the earlier layers' raw scores of its rows
+    and sums them in the order the materialized streams would have been, so
+    no stream tensor exists whole, and the gradients reach the earlier
+    layers' queries, keys and relative scores through the recomputation.
 
     Returns:
       (long_ctx <T>[B, H, L, D], global_ctx <T>[B, H, G, D], new_streams).
@@ -807,37 +875,51 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
       blocks = blocking.split_into_blocks(x, b, axis=2)
       return tf.pad(blocks, [[0, 0], [0, 0], [1, 1], [0, 0], [0, 0]])
 
-    long_in = {"q": ChunkInput(q_blocks),
-               "kp": ChunkInput(pad_blocks(t["l2l_k"]), "halo", 2, 1),
-               "vp": ChunkInput(pad_blocks(t["l2l_v"]), "halo", 2, 1),
-               "l2g_k": ChunkInput(t["l2g_k"], "shared"),
-               "l2g_v": ChunkInput(t["l2g_v"], "shared")}
     use_l2l_rel = long_per_id is not None and side.l2l_ids is not None
     use_l2g_rel = long_per_id is not None and side.l2g_ids is not None
-    if use_l2l_rel or use_l2g_rel:
-      # [B, L, R, H] -> [B, nb, b, R, H]
-      long_in["per_id"] = ChunkInput(
-          blocking.split_into_blocks(long_per_id, b, axis=1), axis=1)
-    for pattern in ("l2l", "l2g"):
-      if pattern in carried and pattern in streams:
-        long_in["s_" + pattern] = ChunkInput(streams[pattern])
+
+    def long_score_inputs(src, prefix):
+      """The chunk inputs one layer's l2l/l2g raw scores need."""
+      out = {prefix + "q": ChunkInput(
+          blocking.split_into_blocks(src["long_q"], b, axis=2)),
+             prefix + "kp": ChunkInput(pad_blocks(src["l2l_k"]), "halo", 2, 1),
+             prefix + "l2g_k": ChunkInput(src["l2g_k"], "shared")}
+      if use_l2l_rel or use_l2g_rel:
+        # [B, L, R, H] -> [B, nb, b, R, H]
+        out[prefix + "per_id"] = ChunkInput(
+            blocking.split_into_blocks(src["long_per_id"], b, axis=1), axis=1)
+      return out
+
+    long_in = long_score_inputs(t, "")
+    long_in.update(vp=ChunkInput(pad_blocks(t["l2l_v"]), "halo", 2, 1),
+                   l2g_v=ChunkInput(t["l2g_v"], "shared"))
+    long_carried = tuple(p for p in ("l2l", "l2g") if p in carried)
+    if sources and long_carried:
+      for i, src in enumerate(sources):
+        long_in.update(long_score_inputs(src, f"p{i}_"))
+    else:
+      for pattern in long_carried:
+        if pattern in streams:
+          long_in["s_" + pattern] = ChunkInput(streams[pattern])
     l2l_ids = (blocking.split_into_blocks(side.l2l_ids, b, axis=1)
                if use_l2l_rel else None)  # [B, nb, b, 2r+1]
     l2g_ids = (blocking.split_into_blocks(side.l2g_ids, b, axis=1)
                if use_l2g_rel else None)  # [B, nb, b, G]
 
-    def long_chunk(start, size, x):
-      q = x["q"]  # [B, H, n, b, D]
+    def long_scores(size, x, prefix):
+      """l2l [B, H, n, b, 3b] and l2g [B, H, n, b, G] raw scores of the
+      layer whose chunk inputs are named `prefix` + ..."""
+      q = x[prefix + "q"]  # [B, H, n, b, D]
       shape = tf.shape(q)
       batch, heads = shape[0], shape[1]
       c = size * b
-      k3 = tf.concat([rows(x["kp"], k, size, 2) for k in range(3)], axis=3)
-      v3 = tf.concat([rows(x["vp"], k, size, 2) for k in range(3)], axis=3)
-      l2l = f32(tf.matmul(q, k3, transpose_b=True))  # [B, H, n, b, 3b]
+      kp = x[prefix + "kp"]
+      k3 = tf.concat([rows(kp, k, size, 2) for k in range(3)], axis=3)
+      l2l = f32(tf.matmul(q, k3, transpose_b=True))
       q_flat = tf.reshape(q, [batch, heads, c, q.shape[-1]])
-      l2g = f32(tf.matmul(q_flat, x["l2g_k"], transpose_b=True))  # [B,H,c,G]
-      if "per_id" in x:
-        per_id = x["per_id"]
+      l2g = f32(tf.matmul(q_flat, x[prefix + "l2g_k"], transpose_b=True))
+      if prefix + "per_id" in x:
+        per_id = x[prefix + "per_id"]
         per_id = tf.reshape(per_id, tf.concat(
             [[batch, c], tf.shape(per_id)[3:]], 0))
         if use_l2l_rel:
@@ -848,7 +930,30 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
         if use_l2g_rel:
           ids = tf.reshape(x["l2g_ids"], [batch, c, -1])
           l2g += relative_scores(per_id, ids)
-      l2g = tf.reshape(l2g, [batch, heads, size, b, -1])
+      return {"l2l": l2l, "l2g": tf.reshape(l2g, [batch, heads, size, b, -1])}
+
+    def recomputed_streams(score_fn, patterns):
+      """{"s_" + pattern: the earlier layers' running sum}, added in the
+      order the materialized streams are (layer i's scores + sum before)."""
+      acc = {}
+      for i in range(len(sources)):
+        scores = score_fn(f"p{i}_")
+        for pattern in patterns:
+          acc[pattern] = (scores[pattern] if i == 0
+                          else scores[pattern] + acc[pattern])
+      return {"s_" + p: v for p, v in acc.items()}
+
+    def long_chunk(start, size, x):
+      q = x["q"]  # [B, H, n, b, D]
+      shape = tf.shape(q)
+      batch, heads = shape[0], shape[1]
+      c = size * b
+      v3 = tf.concat([rows(x["vp"], k, size, 2) for k in range(3)], axis=3)
+      own = long_scores(size, x, "")
+      l2l, l2g = own["l2l"], own["l2g"]
+      if sources and long_carried:
+        x = {**x, **recomputed_streams(
+            lambda prefix: long_scores(size, x, prefix), long_carried)}
       out = {}
       new_l2l, l2l = with_stream("l2l", l2l, x)
       new_l2g, l2g = with_stream("l2g", l2g, x)
@@ -891,27 +996,48 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
     # -------------------------------------------------------- global side
     global_q = t["global_q"]
     global_len = global_q.shape[2]
-    global_in = {"q": ChunkInput(global_q),
-                 "g2g_k": ChunkInput(t["g2g_k"], "shared"),
-                 "g2g_v": ChunkInput(t["g2g_v"], "shared"),
-                 "g2l_k": ChunkInput(t["g2l_k"], "shared"),
-                 "g2l_v": ChunkInput(t["g2l_v"], "shared")}
     use_g2g_rel = global_per_id is not None and side.g2g_ids is not None
     use_g2l_rel = global_per_id is not None and side.g2l_ids is not None
-    if use_g2g_rel or use_g2l_rel:
-      global_in["per_id"] = ChunkInput(global_per_id, axis=1)
-    for pattern in ("g2g", "g2l"):
-      if pattern in carried and pattern in streams:
-        global_in["s_" + pattern] = ChunkInput(streams[pattern])
+
+    def global_score_inputs(src, prefix):
+      """The chunk inputs one layer's g2g/g2l raw scores need."""
+      out = {prefix + "q": ChunkInput(src["global_q"]),
+             prefix + "g2g_k": ChunkInput(src["g2g_k"], "shared"),
+             prefix + "g2l_k": ChunkInput(src["g2l_k"], "shared")}
+      if use_g2g_rel or use_g2l_rel:
+        out[prefix + "per_id"] = ChunkInput(src["global_per_id"], axis=1)
+      return out
+
+    global_in = global_score_inputs(t, "")
+    global_in.update(g2g_v=ChunkInput(t["g2g_v"], "shared"),
+                     g2l_v=ChunkInput(t["g2l_v"], "shared"))
+    global_carried = tuple(p for p in ("g2g", "g2l") if p in carried)
+    if sources and global_carried:
+      for i, src in enumerate(sources):
+        global_in.update(global_score_inputs(src, f"p{i}_"))
+    else:
+      for pattern in global_carried:
+        if pattern in streams:
+          global_in["s_" + pattern] = ChunkInput(streams[pattern])
+
+    def global_scores(x, prefix):
+      """g2g [B, H, g, G] and g2l [B, H, g, L] raw scores of the layer whose
+      chunk inputs are named `prefix` + ..."""
+      q = x[prefix + "q"]  # [B, H, g, D]
+      g2g = f32(tf.matmul(q, x[prefix + "g2g_k"], transpose_b=True))
+      g2l = f32(tf.matmul(q, x[prefix + "g2l_k"], transpose_b=True))
+      if use_g2g_rel:
+        g2g += relative_scores(x[prefix + "per_id"], x["g2g_ids"])
+      if use_g2l_rel:
+        g2l += relative_scores(x[prefix + "per_id"], x["g2l_ids"])
+      return {"g2g": g2g, "g2l": g2l}
 
     def global_chunk(start, size, x):
-      q = x["q"]  # [B, H, g, D]
-      g2g = f32(tf.matmul(q, x["g2g_k"], transpose_b=True))
-      g2l = f32(tf.matmul(q, x["g2l_k"], transpose_b=True))
-      if use_g2g_rel:
-        g2g += relative_scores(x["per_id"], x["g2g_ids"])
-      if use_g2l_rel:
-        g2l += relative_scores(x["per_id"], x["g2l_ids"])
+      own = global_scores(x, "")
+      g2g, g2l = own["g2g"], own["g2l"]
+      if sources and global_carried:
+        x = {**x, **recomputed_streams(
+            lambda prefix: global_scores(x, prefix), global_carried)}
       out = {}
       new_g2g, g2g = with_stream("g2g", g2g, x)
       new_g2l, g2l = with_stream("g2l", g2l, x)
@@ -921,7 +1047,7 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
             out[name] = value
       p_g2g, p_g2l = fused_softmax(
           g2g + x["g2g_adder"], g2l + x["g2l_adder"], x["valid"])
-      dtype = q.dtype
+      dtype = x["q"].dtype
       p_g2g = tf.cast(row_dropout(p_g2g, rate, x.get("seed"), site + 2,
                                   training, start), dtype)
       p_g2l = tf.cast(row_dropout(p_g2l, rate, x.get("seed"), site + 3,
