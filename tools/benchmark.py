@@ -124,6 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     help="EtcConfig.grad_checkpointing_period values (0 = off)")
   a("--recompute_attention", type=_on_off, default=[False],
     help="EtcConfig.recompute_attention: on, off or both")
+  a("--recompute_residual_streams", type=_on_off, default=[False],
+    help="EtcConfig.recompute_residual_streams: on, off or both")
   a("--attention_chunk_len", type=_csv_ints, default=[-1],
     help="EtcConfig.attention_chunk_len values (queries per chunk of the "
     "sparse attention core; 0 = unchunked; -1 = the config default)")
@@ -250,6 +252,8 @@ def variant_name(spec: Dict[str, Any]) -> str:
     parts.append(f"ckpt{spec['grad_checkpointing_period']}")
   if spec.get("recompute_attention"):
     parts.append("recatt")
+  if spec.get("recompute_residual_streams"):
+    parts.append("recstreams")
   if spec.get("attention_chunk_len", -1) >= 0:
     parts.append(f"chunk{spec['attention_chunk_len']}")
   if spec["kind"] == "encoder":
@@ -265,9 +269,9 @@ def encoder_specs(args: argparse.Namespace) -> Iterator[Dict[str, Any]]:
     for residual in args.residual:
       for dtype in args.dtypes:
         for xla in args.xla:
-          for period, recompute, chunk in itertools.product(
+          for period, recompute, chunk, streams in itertools.product(
               args.grad_checkpointing, args.recompute_attention,
-              args.attention_chunk_len):
+              args.attention_chunk_len, args.recompute_residual_streams):
             for pass_ in args.passes:
               for long_len in args.lengths:
                 yield {
@@ -275,7 +279,8 @@ def encoder_specs(args: argparse.Namespace) -> Iterator[Dict[str, Any]]:
                     "dtype": dtype, "xla": xla,
                     "grad_checkpointing_period": period,
                     "recompute_attention": recompute,
-                    "attention_chunk_len": chunk, "pass": pass_,
+                    "attention_chunk_len": chunk,
+                    "recompute_residual_streams": streams, "pass": pass_,
                     "training": pass_ == "fwd_bwd",
                     "dropout": 0.1 if pass_ == "fwd_bwd" else 0.0,
                     "long_len": long_len,

@@ -223,7 +223,26 @@ def _config(spec: Dict[str, Any]):
       residual_attention=spec["residual"],
       grad_checkpointing_period=spec["grad_checkpointing_period"],
       recompute_attention=spec.get("recompute_attention", False),
+      recompute_residual_streams=spec.get("recompute_residual_streams",
+                                          False),
       att_implementation=spec.get("impl", "auto"), **extra)
+
+
+def reset_allocator_peak(tf) -> None:
+  try:
+    tf.config.experimental.reset_memory_stats("CPU:0")
+  except (ValueError, RuntimeError, AttributeError):
+    pass
+
+
+def allocator_peak(tf) -> Dict[str, float]:
+  """TensorFlow's CPU allocator peak since the last reset (tensors only:
+  no graph, runtime or malloc slack), when this TF build reports it."""
+  try:
+    info = tf.config.experimental.get_memory_info("CPU:0")
+  except (ValueError, RuntimeError, AttributeError):
+    return {}
+  return {"allocator_peak_gib": info["peak"] / 2**30}
 
 
 # ------------------------------------------------------------------ encoder
@@ -289,7 +308,9 @@ def measure_encoder(spec: Dict[str, Any]) -> Dict[str, Any]:
   def step():
     return float(step_fn(features).numpy())
 
+  reset_allocator_peak(tf)
   out.update(time_calls(step, spec["warmup"], spec["repeats"]))
+  out.update(allocator_peak(tf))
   out["tokens_per_s"] = (spec["batch_size"] * spec["long_len"] /
                          out["median_s"])
   return out
