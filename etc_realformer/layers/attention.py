@@ -867,6 +867,18 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
     def rows(x, start, size, axis):
       return blocking.slice_last(x, start, size, axis)
 
+    def add_carried(inputs, score_inputs, patterns):
+      """Adds what the carried `patterns` of one side need: the earlier
+      layers' score inputs (named p<i>_...) with `sources`, else the stored
+      sums (s_<pattern>)."""
+      if sources and patterns:
+        for i, src in enumerate(sources):
+          inputs.update(score_inputs(src, f"p{i}_"))
+        return
+      for pattern in patterns:
+        if pattern in streams:
+          inputs["s_" + pattern] = ChunkInput(streams[pattern])
+
     # ---------------------------------------------------------- long side
     q_blocks = blocking.split_into_blocks(t["long_q"], b, axis=2)
     nb = q_blocks.shape[2]
@@ -894,13 +906,7 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
     long_in.update(vp=ChunkInput(pad_blocks(t["l2l_v"]), "halo", 2, 1),
                    l2g_v=ChunkInput(t["l2g_v"], "shared"))
     long_carried = tuple(p for p in ("l2l", "l2g") if p in carried)
-    if sources and long_carried:
-      for i, src in enumerate(sources):
-        long_in.update(long_score_inputs(src, f"p{i}_"))
-    else:
-      for pattern in long_carried:
-        if pattern in streams:
-          long_in["s_" + pattern] = ChunkInput(streams[pattern])
+    add_carried(long_in, long_score_inputs, long_carried)
     l2l_ids = (blocking.split_into_blocks(side.l2l_ids, b, axis=1)
                if use_l2l_rel else None)  # [B, nb, b, 2r+1]
     l2g_ids = (blocking.split_into_blocks(side.l2g_ids, b, axis=1)
@@ -1012,13 +1018,7 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
     global_in.update(g2g_v=ChunkInput(t["g2g_v"], "shared"),
                      g2l_v=ChunkInput(t["g2l_v"], "shared"))
     global_carried = tuple(p for p in ("g2g", "g2l") if p in carried)
-    if sources and global_carried:
-      for i, src in enumerate(sources):
-        global_in.update(global_score_inputs(src, f"p{i}_"))
-    else:
-      for pattern in global_carried:
-        if pattern in streams:
-          global_in["s_" + pattern] = ChunkInput(streams[pattern])
+    add_carried(global_in, global_score_inputs, global_carried)
 
     def global_scores(x, prefix):
       """g2g [B, H, g, G] and g2l [B, H, g, L] raw scores of the layer whose
