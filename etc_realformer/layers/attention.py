@@ -867,6 +867,27 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
     def rows(x, start, size, axis):
       return blocking.slice_last(x, start, size, axis)
 
+    def side_probs(start, x, scores_fn, patterns, side_carried, first_site):
+      """One side's two patterns for one chunk: raw scores (+ the stored or
+      recomputed streams) -> one fused softmax -> row dropout.
+
+      Returns ([probabilities of the two patterns] in the compute dtype,
+      {pattern: new stream} when `emit_streams`).
+      """
+      own = scores_fn("")
+      if sources and side_carried:
+        x = {**x, **recomputed_streams(scores_fn, side_carried)}
+      out, logits = {}, []
+      for pattern in patterns:
+        new, logit = with_stream(pattern, own[pattern], x)
+        if emit_streams and new is not None:
+          out[pattern] = new
+        logits.append(logit + x[pattern + "_adder"])
+      probs = fused_softmax(logits[0], logits[1], x["valid"])
+      return [tf.cast(row_dropout(p, rate, x.get("seed"), first_site + k,
+                                  training, start), x["q"].dtype)
+              for k, p in enumerate(probs)], out
+
     def add_carried(inputs, score_inputs, patterns):
       """Adds what the carried `patterns` of one side need: the earlier
       layers' score inputs (named p<i>_...) with `sources`, else the stored
@@ -955,25 +976,9 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
       batch, heads = shape[0], shape[1]
       c = size * b
       v3 = tf.concat([rows(x["vp"], k, size, 2) for k in range(3)], axis=3)
-      own = long_scores(size, x, "")
-      l2l, l2g = own["l2l"], own["l2g"]
-      if sources and long_carried:
-        x = {**x, **recomputed_streams(
-            lambda prefix: long_scores(size, x, prefix), long_carried)}
-      out = {}
-      new_l2l, l2l = with_stream("l2l", l2l, x)
-      new_l2g, l2g = with_stream("l2g", l2g, x)
-      if emit_streams:
-        for name, value in (("l2l", new_l2l), ("l2g", new_l2g)):
-          if value is not None:
-            out[name] = value
-      p_l2l, p_l2g = fused_softmax(
-          l2l + x["l2l_adder"], l2g + x["l2g_adder"], x["valid"])
-      dtype = q.dtype
-      p_l2l = tf.cast(row_dropout(p_l2l, rate, x.get("seed"), site + 0,
-                                  training, start), dtype)
-      p_l2g = tf.cast(row_dropout(p_l2g, rate, x.get("seed"), site + 1,
-                                  training, start), dtype)
+      (p_l2l, p_l2g), out = side_probs(
+          start, x, lambda prefix: long_scores(size, x, prefix),
+          ("l2l", "l2g"), long_carried, site)
       ctx = tf.matmul(p_l2l, v3)  # [B, H, n, b, D]
       ctx += tf.reshape(
           tf.matmul(tf.reshape(p_l2g, [batch, heads, c, -1]), x["l2g_v"]),
@@ -1033,25 +1038,9 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
       return {"g2g": g2g, "g2l": g2l}
 
     def global_chunk(start, size, x):
-      own = global_scores(x, "")
-      g2g, g2l = own["g2g"], own["g2l"]
-      if sources and global_carried:
-        x = {**x, **recomputed_streams(
-            lambda prefix: global_scores(x, prefix), global_carried)}
-      out = {}
-      new_g2g, g2g = with_stream("g2g", g2g, x)
-      new_g2l, g2l = with_stream("g2l", g2l, x)
-      if emit_streams:
-        for name, value in (("g2g", new_g2g), ("g2l", new_g2l)):
-          if value is not None:
-            out[name] = value
-      p_g2g, p_g2l = fused_softmax(
-          g2g + x["g2g_adder"], g2l + x["g2l_adder"], x["valid"])
-      dtype = x["q"].dtype
-      p_g2g = tf.cast(row_dropout(p_g2g, rate, x.get("seed"), site + 2,
-                                  training, start), dtype)
-      p_g2l = tf.cast(row_dropout(p_g2l, rate, x.get("seed"), site + 3,
-                                  training, start), dtype)
+      (p_g2g, p_g2l), out = side_probs(
+          start, x, lambda prefix: global_scores(x, prefix),
+          ("g2g", "g2l"), global_carried, site + 2)
       out["ctx"] = (tf.matmul(p_g2g, x["g2g_v"]) +
                     tf.matmul(p_g2l, x["g2l_v"]))
       return out
