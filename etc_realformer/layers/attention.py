@@ -725,13 +725,9 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
                       ) -> Dict[str, tf.Tensor]:
     """The running sums of `carried` over the layers of `sources`, built
     whole, in the order the materialized streams are added."""
-    acc = {}
-    for i, src in enumerate(sources):
-      scores = self._raw_scores(src, side, carried)
-      for pattern in carried:
-        acc[pattern] = (scores[pattern] if i == 0
-                        else scores[pattern] + acc[pattern])
-    return acc
+    return _sum_in_stream_order(
+        [lambda src=src: self._raw_scores(src, side, carried)
+         for src in sources], carried)
 
   def _attend(self, t: Dict[str, tf.Tensor], streams: Mapping[str, tf.Tensor],
               side: PreparedSideInputs, carried: Tuple[str, ...],
@@ -960,14 +956,10 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
       return {"l2l": l2l, "l2g": tf.reshape(l2g, [batch, heads, size, b, -1])}
 
     def recomputed_streams(score_fn, patterns):
-      """{"s_" + pattern: the earlier layers' running sum}, added in the
-      order the materialized streams are (layer i's scores + sum before)."""
-      acc = {}
-      for i in range(len(sources)):
-        scores = score_fn(f"p{i}_")
-        for pattern in patterns:
-          acc[pattern] = (scores[pattern] if i == 0
-                          else scores[pattern] + acc[pattern])
+      """{"s_" + pattern: the earlier layers' running sum} for one chunk."""
+      acc = _sum_in_stream_order(
+          [lambda i=i: score_fn(f"p{i}_") for i in range(len(sources))],
+          patterns)
       return {"s_" + p: v for p, v in acc.items()}
 
     def long_chunk(start, size, x):
@@ -1074,6 +1066,20 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
       l2l = blocking.full_to_window(probs["l2l"], r)
       l2g = probs["l2g"]
     return {"l2l": l2l, "l2g": l2g, "g2g": probs["g2g"], "g2l": probs["g2l"]}
+
+
+def _sum_in_stream_order(layer_scores: List[Callable[[], Dict[str, tf.Tensor]]],
+                         patterns: Tuple[str, ...]) -> Dict[str, tf.Tensor]:
+  """Sums per pattern the scores of layers 0..n-1 (each computed on demand)
+  as the stored streams are built, layer i's scores + the sum before, so
+  recomputed streams round exactly like stored ones."""
+  acc = {}
+  for i, scores_fn in enumerate(layer_scores):
+    scores = scores_fn()
+    for pattern in patterns:
+      acc[pattern] = (scores[pattern] if i == 0
+                      else scores[pattern] + acc[pattern])
+  return acc
 
 
 def _recomputed(attend, tensors: Dict[str, tf.Tensor],
