@@ -29,7 +29,8 @@ and the dense layouts; zero is layout-independent and finite in every dtype.
 """
 
 import math
-from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple
+from typing import (Callable, Dict, List, Mapping, NamedTuple, Optional,
+                    Sequence, Tuple)
 
 import tensorflow as tf
 import tf_keras
@@ -987,14 +988,9 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
       long_consts["l2g_ids"] = ChunkInput(l2g_ids, axis=1)
     if seed is not None:
       long_consts["seed"] = ChunkInput(seed, "shared")
-    long_out = chunked_recompute(
+    long_part = ChunkedPart(
         long_chunk, long_in, chunk_bounds(nb, num_chunks),
         {"ctx": 2, "l2l": 2, "l2g": 2}, long_consts)
-    long_ctx = long_out["ctx"]
-    shape = tf.shape(long_ctx)
-    long_ctx = tf.reshape(long_ctx, [shape[0], shape[1], shape[2] * shape[3],
-                                     shape[4]])
-    long_ctx = blocking.slice_last(long_ctx, 0, long_len, axis=2)
 
     # -------------------------------------------------------- global side
     global_q = t["global_q"]
@@ -1046,9 +1042,16 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
       global_consts["g2l_ids"] = ChunkInput(side.g2l_ids, axis=1)
     if seed is not None:
       global_consts["seed"] = ChunkInput(seed, "shared")
-    global_out = chunked_recompute(
+    global_part = ChunkedPart(
         global_chunk, global_in, chunk_bounds(global_len, num_chunks),
         {"ctx": 2, "g2g": 2, "g2l": 2}, global_consts)
+
+    long_out, global_out = chunked_recompute([long_part, global_part])
+    long_ctx = long_out["ctx"]
+    shape = tf.shape(long_ctx)
+    long_ctx = tf.reshape(long_ctx, [shape[0], shape[1], shape[2] * shape[3],
+                                     shape[4]])
+    long_ctx = blocking.slice_last(long_ctx, 0, long_len, axis=2)
     new_streams = {p: v for p, v in {**long_out, **global_out}.items()
                    if p != "ctx"}
     return long_ctx, global_out["ctx"], new_streams
@@ -1124,28 +1127,37 @@ def _take(spec: ChunkInput, x: tf.Tensor, start: int, size: int) -> tf.Tensor:
   return blocking.slice_last(x, start, size + 2 * spec.halo, spec.axis)
 
 
-def chunked_recompute(fn: Callable[[int, int, Dict[str, tf.Tensor]],
-                                   Dict[str, tf.Tensor]],
-                      inputs: Mapping[str, ChunkInput],
-                      chunks: List[Tuple[int, int]],
-                      out_axes: Mapping[str, int],
-                      consts: Optional[Mapping[str, ChunkInput]] = None
-                      ) -> Dict[str, tf.Tensor]:
-  """Runs `fn` chunk by chunk; the backward pass recomputes one chunk at a time.
+class ChunkedPart(NamedTuple):
+  """One computation for `chunked_recompute`.
 
   `fn(start, size, pieces)` computes the outputs of rows
   `[start, start + size)` from the pieces of `inputs` and `consts` (see
   `ChunkInput`; `consts` get no gradient); each output is concatenated over
-  the chunks along `out_axes[name]`. `fn` must be a pure function of its
+  `chunks` along `out_axes[name]`. `fn` must be a pure function of its
   pieces (no variables, no captured tensors that depend on the chunk; seeded
   randomness only).
+  """
+  fn: Callable[[int, int, Dict[str, tf.Tensor]], Dict[str, tf.Tensor]]
+  inputs: Mapping[str, ChunkInput]
+  chunks: List[Tuple[int, int]]
+  out_axes: Mapping[str, int]
+  consts: Mapping[str, ChunkInput] = {}
 
-  Only the inputs are kept for the backward pass. There each chunk's
-  forward is recomputed under a tape and differentiated alone, the chunks one
-  after the other, so at most one chunk's intermediate tensors (scores,
-  probabilities, masks, their gradients) are alive at any time, in the
-  forward pass as in the backward pass. The cost is one more forward pass of
-  `fn`.
+
+def chunked_recompute(parts: Sequence[ChunkedPart]
+                      ) -> List[Dict[str, tf.Tensor]]:
+  """Runs each part chunk by chunk; the backward pass recomputes one chunk at
+  a time.
+
+  Only the parts' inputs are kept for the backward pass. There each chunk's
+  forward is recomputed under a tape and differentiated alone, the chunks
+  (of all parts, part after part) one after the other, so at most one
+  chunk's intermediate tensors (scores, probabilities, masks, their
+  gradients) are alive at any time, in the forward pass as in the backward
+  pass. The cost is one more forward pass of every `fn`. The parts share one
+  custom gradient so that they are sequenced too: with one each, a part
+  whose upstream gradient arrives early (the global side's) runs beside
+  whatever else the backward pass is doing, and the working sets add up.
 
   The order is forced by gating every chunk's pieces (identities with control
   inputs on the previous chunk's results): a control input on anything
@@ -1153,89 +1165,114 @@ def chunked_recompute(fn: Callable[[int, int, Dict[str, tf.Tensor]],
   optimizers, and then the executor runs all chunks at once.
 
   Returns:
-    dict name -> the concatenated output.
+    per part, dict name -> the concatenated output.
   """
-  consts = dict(consts or {})
-  names = sorted(inputs)
-  specs = [inputs[n] for n in names]
-  const_names = sorted(consts)
-  const_values = [consts[n].value for n in const_names]
-  out_names: List[str] = []
+  parts = list(parts)
+  names = [sorted(part.inputs) for part in parts]
+  specs = [[part.inputs[n] for n in ns] for part, ns in zip(parts, names)]
+  const_names = [sorted(part.consts) for part in parts]
+  const_values = [[part.consts[n].value for n in ns]
+                  for part, ns in zip(parts, const_names)]
+  bounds = [0]
+  for ns in names:
+    bounds.append(bounds[-1] + len(ns))
+  out_names: List[List[str]] = [[] for _ in parts]
 
-  def cut(k: int, values, deps) -> Dict[str, tf.Tensor]:
-    start, size = chunks[k]
+  def cut(i: int, k: int, values, deps) -> Dict[str, tf.Tensor]:
+    start, size = parts[i].chunks[k]
     pieces = {}
     with tf.control_dependencies(deps):
-      for n, spec, v in zip(names, specs, values):
+      for n, spec, v in zip(names[i], specs[i], values):
         pieces[n] = _take(spec, tf.identity(v), start, size)
-      for n, v in zip(const_names, const_values):
+      for n, v in zip(const_names[i], const_values[i]):
         pieces[n] = tf.stop_gradient(
-            _take(consts[n], tf.identity(v), start, size))
+            _take(parts[i].consts[n], tf.identity(v), start, size))
     return pieces
 
+  def part_grads(i: int, values, dys: Dict[str, tf.Tensor], deps):
+    """Gradients of part i's inputs, chunk after chunk (after `deps`)."""
+    part = parts[i]
+    rows = {n: [] for n, spec in zip(names[i], specs[i])
+            if spec.kind == "rows"}
+    sums: Dict[str, tf.Tensor] = {}
+    for k, (start, size) in enumerate(part.chunks):
+      pieces = cut(i, k, values, deps)
+      piece_list = [pieces[n] for n in names[i]]
+      with tf.GradientTape() as tape:
+        tape.watch(piece_list)
+        out = part.fn(start, size, pieces)
+      targets, out_grads = [], []
+      with tf.control_dependencies(deps):
+        for n in out_names[i]:
+          if dys[n] is None:
+            continue
+          targets.append(out[n])
+          out_grads.append(blocking.slice_last(
+              tf.identity(dys[n]), start, size, part.out_axes[n]))
+      grads = tape.gradient(
+          targets, piece_list, output_gradients=out_grads,
+          unconnected_gradients=tf.UnconnectedGradients.ZERO)
+      deps = []
+      for n, spec, v, g in zip(names[i], specs[i], values, grads):
+        if spec.kind == "rows":
+          rows[n].append(g)
+          deps.append(g)
+          continue
+        g = tf.cast(g, tf.float32)
+        if spec.kind == "halo":
+          paddings = [[0, 0]] * v.shape.rank
+          total = blocking._dim(v, spec.axis)  # pylint: disable=protected-access
+          paddings[spec.axis] = [start, total - start - size - 2 * spec.halo]
+          g = tf.pad(g, paddings)
+        sums[n] = g if n not in sums else sums[n] + g
+        deps.append(sums[n])
+    out = []
+    for n, spec, v in zip(names[i], specs[i], values):
+      if spec.kind == "rows":
+        p = rows[n]
+        out.append(p[0] if len(p) == 1 else tf.concat(p, axis=spec.axis))
+      else:
+        out.append(tf.cast(sums[n], v.dtype))
+    return out
+
   @tf.custom_gradient
-  def run(*values):
-    outs, deps = [], []
-    for k in range(len(chunks)):
-      out = fn(*chunks[k], cut(k, values, deps))
-      outs.append(out)
-      deps = list(out.values())
-    out_names.extend(sorted(outs[0]))
-    result = [outs[0][n] if len(outs) == 1 else
-              tf.concat([o[n] for o in outs], axis=out_axes[n])
-              for n in out_names]
+  def run(*flat):
+    values = [flat[bounds[i]:bounds[i + 1]] for i in range(len(parts))]
+    result, deps = [], []
+    for i, part in enumerate(parts):
+      outs = []
+      for k in range(len(part.chunks)):
+        out = part.fn(*part.chunks[k], cut(i, k, values[i], deps))
+        outs.append(out)
+        deps = list(out.values())
+      out_names[i][:] = sorted(outs[0])
+      result.extend(outs[0][n] if len(outs) == 1 else
+                    tf.concat([o[n] for o in outs], axis=part.out_axes[n])
+                    for n in out_names[i])
 
     def grad(*dys):
-      dys = dict(zip(out_names, dys))
-      parts = {n: [] for n, spec in zip(names, specs) if spec.kind == "rows"}
-      sums: Dict[str, tf.Tensor] = {}
-      # The recomputation must wait for the upstream gradients (else it is
-      # merged with the forward pass, or runs all chunks at once).
-      deps = [d for d in dys.values() if d is not None]
-      for k, (start, size) in enumerate(chunks):
-        pieces = cut(k, values, deps)
-        piece_list = [pieces[n] for n in names]
-        with tf.GradientTape() as tape:
-          tape.watch(piece_list)
-          out = fn(start, size, pieces)
-        targets, out_grads = [], []
-        with tf.control_dependencies(deps):
-          for n in out_names:
-            if dys[n] is None:
-              continue
-            targets.append(out[n])
-            out_grads.append(blocking.slice_last(
-                tf.identity(dys[n]), start, size, out_axes[n]))
-        grads = tape.gradient(
-            targets, piece_list, output_gradients=out_grads,
-            unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        deps = []
-        for n, spec, v, g in zip(names, specs, values, grads):
-          if spec.kind == "rows":
-            parts[n].append(g)
-            deps.append(g)
-            continue
-          g = tf.cast(g, tf.float32)
-          if spec.kind == "halo":
-            paddings = [[0, 0]] * v.shape.rank
-            total = blocking._dim(v, spec.axis)  # pylint: disable=protected-access
-            paddings[spec.axis] = [start, total - start - size - 2 * spec.halo]
-            g = tf.pad(g, paddings)
-          sums[n] = g if n not in sums else sums[n] + g
-          deps.append(sums[n])
-      out = []
-      for n, spec, v in zip(names, specs, values):
-        if spec.kind == "rows":
-          p = parts[n]
-          out.append(p[0] if len(p) == 1 else tf.concat(p, axis=spec.axis))
-        else:
-          out.append(tf.cast(sums[n], v.dtype))
+      # The recomputation must wait for the upstream gradients, all of them
+      # (else it is merged with the forward pass, runs all chunks at once,
+      # or runs beside the rest of the backward pass).
+      deps = [d for d in dys if d is not None]
+      out, at = [], 0
+      for i in range(len(parts)):
+        part_dys = dict(zip(out_names[i], dys[at:at + len(out_names[i])]))
+        at += len(out_names[i])
+        grads = part_grads(i, values[i], part_dys, deps)
+        out.extend(grads)
+        deps = grads
       return out
 
     return result, grad
 
-  result = run(*[spec.value for spec in specs])
-  return dict(zip(out_names, result))
+  flat_result = run(*[spec.value for part_specs in specs
+                      for spec in part_specs])
+  results, at = [], 0
+  for ns in out_names:
+    results.append(dict(zip(ns, flat_result[at:at + len(ns)])))
+    at += len(ns)
+  return results
 
 
 def chunk_bounds(total: int, num_chunks: int) -> List[Tuple[int, int]]:
