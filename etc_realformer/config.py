@@ -73,6 +73,27 @@ class EtcConfig:
   # layers in the RealFormer paper).
   residual_running_mean: bool = False
 
+  # --- Initialisation for training from scratch (no effect on a model
+  # loaded from a checkpoint; the released ETC config has neither). ---
+  # Initial relative bias (before the 1/sqrt(d) scaling of the scores) of
+  # the "own sentence" id in the global queries' relative table: each
+  # sentence/paragraph token starts attending to its own tokens in g2l
+  # instead of uniformly over the whole input. 0 = the original's zeros.
+  own_sentence_bias_init: float = 0.0
+  # When > 0: every layer's value projection starts as a random orthogonal
+  # map Q and both output projections as this factor times Q^T, so that an
+  # attention layer initially adds (factor x) the attention-weighted average
+  # of its inputs instead of a random projection of it (cf. "mimetic"
+  # initialisation, Trockman & Kolter 2023). Needs heads x size_per_head ==
+  # hidden_size. 0 = the original's truncated-normal kernels.
+  value_output_identity_init: float = 0.0
+  # When > 0: query and key projections start as sqrt(factor) times one
+  # random orthogonal map, so that the initial scores summed over heads are
+  # factor x (x . x') / sqrt(d): tokens start attending to tokens with the
+  # same content. Needs
+  # heads x size_per_head == hidden_size. 0 = the original's kernels.
+  query_key_identity_init: float = 0.0
+
   # --- Implementation choices (no effect on the function computed). ---
   # 'sparse' = blocked l2l attention (linear in the long length), 'full' =
   # dense [L, L] scores, 'auto' = full for static lengths <= 1024.
@@ -170,6 +191,17 @@ class EtcConfig:
     if unknown:
       fail("residual_patterns", f"unknown patterns {sorted(unknown)}; "
            f"choose from {PATTERNS}")
+    if self.own_sentence_bias_init and self.relative_vocab_size is None:
+      fail("own_sentence_bias_init", "needs relative ids "
+           "(relative_vocab_size is null)")
+    for field in ("value_output_identity_init", "query_key_identity_init"):
+      value = getattr(self, field)
+      if value < 0:
+        fail(field, "must not be negative")
+      if value and (self.num_attention_heads * self.size_per_head
+                    != self.hidden_size):
+        fail(field, "needs num_attention_heads x att_size_per_head == "
+             "hidden_size")
     if self.att_implementation not in ATT_IMPLEMENTATIONS:
       fail("att_implementation", f"{self.att_implementation!r} is not one of "
            f"{ATT_IMPLEMENTATIONS}")

@@ -32,6 +32,7 @@ import math
 from typing import (Callable, Dict, List, Mapping, NamedTuple, Optional,
                     Sequence, Tuple)
 
+import numpy as np
 import tensorflow as tf
 import tf_keras
 
@@ -61,7 +62,43 @@ def fresh_initializer(initializer):
   """
   if isinstance(initializer, str):
     return tf_keras.initializers.get(initializer)
+  if not isinstance(initializer, tf_keras.initializers.Initializer):
+    return initializer  # A plain callable (e.g. `SharedOrthogonal`'s).
   return initializer.__class__.from_config(initializer.get_config())
+
+
+class SharedOrthogonal:
+  """One random orthogonal matrix Q handed to several kernels.
+
+  `initializer(gain)` gives gain * Q, `transposed_initializer(gain)` gives
+  gain * Q^T: a value kernel Q followed by an output kernel gain * Q^T starts
+  as gain times the identity (`EtcConfig.value_output_identity_init`); query
+  and key kernels both s * Q start with scores s^2 x.x'
+  (`EtcConfig.query_key_identity_init`). Q is drawn on first use (variables
+  are initialised eagerly, also when first built inside a `tf.function`).
+  """
+
+  def __init__(self):
+    self._q = None
+
+  def _matrix(self, shape) -> tf.Tensor:
+    if len(shape) != 2 or shape[0] != shape[1]:
+      raise ValueError(f"identity init needs square kernels, got "
+                       f"{list(shape)}")
+    if self._q is None:
+      self._q = tf_keras.initializers.Orthogonal()(list(shape), tf.float32)
+    return self._q
+
+  def initializer(self, gain: float = 1.0):
+    def init(shape, dtype=None, **unused_kwargs):
+      return tf.cast(gain * self._matrix(shape), dtype or tf.float32)
+    return init
+
+  def transposed_initializer(self, gain: float = 1.0):
+    def init(shape, dtype=None, **unused_kwargs):
+      return tf.cast(gain * tf.transpose(self._matrix(shape)),
+                     dtype or tf.float32)
+    return init
 
 
 class Linear(tf_keras.layers.Layer):
@@ -134,11 +171,25 @@ class RelativeTable(tf_keras.layers.Layer):
   """
 
   def __init__(self, relative_vocab_size: int, num_heads: int,
-               size_per_head: int, **kwargs):
+               size_per_head: int,
+               initial_biases: Optional[Mapping[int, float]] = None,
+               **kwargs):
+    """`initial_biases`: {relative id: initial bias (all heads)}; others 0."""
     super().__init__(**kwargs)
     self.relative_vocab_size = relative_vocab_size
     self.num_heads = num_heads
     self.size_per_head = size_per_head
+    self.initial_biases = dict(initial_biases or {})
+    for rel_id in self.initial_biases:
+      if not 0 <= rel_id < relative_vocab_size:
+        raise ValueError(f"initial bias for relative id {rel_id}, outside "
+                         f"the vocabulary of {relative_vocab_size}")
+
+  def _bias_initializer(self, shape, dtype=None, **unused_kwargs):
+    rows = np.zeros(shape, np.float32)
+    for rel_id, value in self.initial_biases.items():
+      rows[rel_id, :] = value
+    return tf.constant(rows, dtype or tf.float32)
 
   def build(self, input_shape=None):
     self.emb_table = self.add_weight(
@@ -147,7 +198,7 @@ class RelativeTable(tf_keras.layers.Layer):
         initializer=tf_keras.initializers.TruncatedNormal(stddev=0.5))
     self.bias_table = self.add_weight(
         "relative_bias_table", [self.relative_vocab_size, self.num_heads],
-        initializer="zeros")
+        initializer=self._bias_initializer)
     super().build(input_shape)
 
   def scores_per_id(self, queries: tf.Tensor, bias_scale: float = 1.0
@@ -425,7 +476,19 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
                share_qkv_projections: bool = True,
                share_att_output_projection: bool = False,
                dropout_site: int = 0,
+               global_relative_initial_biases: Optional[Mapping[int, float]]
+               = None,
+               value_output_identity_init: float = 0.0,
+               query_key_identity_init: float = 0.0,
                **kwargs):
+    """See `EtcConfig`; the last two are its from-scratch init options.
+
+    `global_relative_initial_biases`: {relative id: initial bias} of the
+    global queries' relative table. `value_output_identity_init`: when > 0,
+    value kernels start as one orthogonal Q and output kernels as this
+    factor times Q^T. `query_key_identity_init`: when > 0, query and key
+    kernels start as sqrt(factor) times one orthogonal Q.
+    """
     super().__init__(**kwargs)
     self.hidden_size = hidden_size
     self.num_heads = num_heads
@@ -438,8 +501,21 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
     self.share_att_output_projection = share_att_output_projection
     self.dropout_site = dropout_site
 
+    value_init = output_init = query_key_init = initializer
+    if value_output_identity_init:
+      shared = SharedOrthogonal()
+      value_init = shared.initializer()
+      output_init = shared.transposed_initializer(value_output_identity_init)
+    if query_key_identity_init:
+      query_key_init = SharedOrthogonal().initializer(
+          math.sqrt(query_key_identity_init))
+
     def proj(name):
-      return HeadProjection(num_heads, size_per_head, initializer, name=name)
+      if name.endswith("value_projection"):
+        init = value_init
+      else:
+        init = query_key_init
+      return HeadProjection(num_heads, size_per_head, init, name=name)
 
     self.long_query_projection = proj("long_query_projection")
     self.l2l_key_projection = proj("l2l_key_projection")
@@ -469,17 +545,19 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
     if relative_vocab_size is not None:
       self.long_relative = RelativeTable(relative_vocab_size, num_heads,
                                          size_per_head, name="long_relative")
-      self.global_relative = RelativeTable(relative_vocab_size, num_heads,
-                                           size_per_head,
-                                           name="global_relative")
+      self.global_relative = RelativeTable(
+          relative_vocab_size, num_heads, size_per_head,
+          initial_biases=global_relative_initial_biases,
+          name="global_relative")
     else:
       self.long_relative = self.global_relative = None
 
-    self.long_output_projection = Linear(hidden_size, initializer,
+    self.long_output_projection = Linear(hidden_size, output_init,
                                          name="long_output_projection")
     self.global_output_projection = (
         self.long_output_projection if share_att_output_projection
-        else Linear(hidden_size, initializer, name="global_output_projection"))
+        else Linear(hidden_size, output_init,
+                    name="global_output_projection"))
 
   # ---------------------------------------------------------------- weights
   def _unique_projections(self) -> Dict[str, HeadProjection]:

@@ -14,6 +14,7 @@ import tensorflow as tf
 import tf_keras
 
 from etc_realformer.config import EtcConfig
+from etc_realformer.features.relative_positions import own_sentence_id
 from etc_realformer.layers.attention import FusedGlobalLocalAttention
 from etc_realformer.layers.attention import PreparedSideInputs
 from etc_realformer.layers.dropout import stateless_dropout
@@ -82,6 +83,12 @@ class GlobalLocalTransformerBlock(tf_keras.layers.Layer):
         share_qkv_projections=config.share_qkv_projections,
         share_att_output_projection=config.share_att_output_projection,
         dropout_site=self.site,
+        global_relative_initial_biases=(
+            {own_sentence_id(config.relative_pos_max_distance):
+             config.own_sentence_bias_init}
+            if config.own_sentence_bias_init else None),
+        value_output_identity_init=config.value_output_identity_init,
+        query_key_identity_init=config.query_key_identity_init,
         name="fused_global_local_att")
     self.long_att_norm = layer_norm("layer_norm_0")
     self.global_att_norm = layer_norm("layer_norm_1")
