@@ -74,7 +74,7 @@ class EtcConfig:
   residual_running_mean: bool = False
 
   # --- Initialisation for training from scratch (no effect on a model
-  # loaded from a checkpoint; the released ETC config has neither). ---
+  # loaded from a checkpoint; a released ETC config has none of them). ---
   # Initial relative bias (before the 1/sqrt(d) scaling of the scores) of
   # the "own sentence" id in the global queries' relative table: each
   # sentence/paragraph token starts attending to its own tokens in g2l
@@ -90,8 +90,8 @@ class EtcConfig:
   # When > 0: query and key projections start as sqrt(factor) times one
   # random orthogonal map, so that the initial scores summed over heads are
   # factor x (x . x') / sqrt(d): tokens start attending to tokens with the
-  # same content. Needs
-  # heads x size_per_head == hidden_size. 0 = the original's kernels.
+  # same content. Needs heads x size_per_head == hidden_size. 0 = the
+  # original's kernels.
   query_key_identity_init: float = 0.0
 
   # --- Implementation choices (no effect on the function computed). ---

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from encoder_testing import random_features, tiny_config
 from etc_realformer import EtcModel
@@ -76,6 +77,20 @@ def test_query_key_identity(share_qkv):
     # Values keep the ordinary initializer.
     v = att.l2l_value_projection.kernel.numpy()
     assert not np.allclose(v.T @ v, np.eye(v.shape[1]), atol=1e-2)
+
+
+def test_shared_matrix_also_when_built_inside_a_tf_function():
+  config = tiny_config(value_output_identity_init=0.5,
+                       query_key_identity_init=4.0)
+  model = EtcModel(config)
+  feats = random_features(config, batch=1, long_len=8, global_len=3, seed=1)
+  tf.function(model.call)(feats)  # Variables are created while tracing.
+  att = model.blocks[0].attention
+  q = att.l2l_value_projection.kernel.numpy()
+  np.testing.assert_allclose(q @ att.long_output_projection.kernel.numpy(),
+                             0.5 * np.eye(q.shape[0]), atol=1e-5)
+  k = att.l2l_key_projection.kernel.numpy()
+  np.testing.assert_allclose(k.T @ k, 4.0 * np.eye(k.shape[0]), atol=1e-4)
 
 
 def test_initialised_model_runs_finite():

@@ -481,7 +481,7 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
                value_output_identity_init: float = 0.0,
                query_key_identity_init: float = 0.0,
                **kwargs):
-    """See `EtcConfig`; the last two are its from-scratch init options.
+    """See `EtcConfig`; the last three are its from-scratch init options.
 
     `global_relative_initial_biases`: {relative id: initial bias} of the
     global queries' relative table. `value_output_identity_init`: when > 0,
