@@ -24,11 +24,19 @@ linked mentions; everything else is as in training):
   query's last wordpiece is replaced by a special id, so the query match is
   in the input (2 steps for hops=1).
 
-`--mark_fade_steps=N` (with `marked_query_mentions`) makes the marks a
-curriculum instead of a control: every training example is marked for the
-first `--mark_hold_steps`, then each is marked with a probability that falls
-linearly to 0 over N steps, after which training goes on unmarked; dev
-accuracy is always measured on the unmarked (real) task.
+* `marked_chain` (hops=2 data): the real label, with the query village's
+  document mention and both document mentions of the bridge city (the city
+  in the village's sentence) replaced by one special id, so both content
+  matches are in the input (2 steps: l2l to the candidate's mention, g2l).
+
+`--mark_fade_steps=N` (with `marked_query_mentions` or `marked_chain`) makes
+the marks a curriculum instead of a control: every training example is
+marked for the first `--mark_hold_steps`, then each is marked with a
+probability that falls linearly to 0 over N steps, after which training goes
+on unmarked; dev accuracy is always measured on the unmarked (real) task.
+With `marked_chain` the village marks follow that schedule and the bridge
+marks their own (`--bridge_hold_steps`, `--bridge_fade_steps`), so the
+bridge can be faded first.
 
 Why a tool: the demo's dev accuracy sits at chance (see
 `docs/wikihop_demo.md`), and this is how that was narrowed down; it is
@@ -62,17 +70,24 @@ flags.DEFINE_float("lr", 1e-3, "Adam learning rate (linear decay to 0).")
 flags.DEFINE_integer("batch_size", 16, "Training batch size.")
 flags.DEFINE_enum("diagnostic", "none",
                   ["none", "smallest_candidate", "smallest_village",
-                   "marked_query_mentions"], "See the module docstring.")
+                   "marked_query_mentions", "marked_chain"],
+                  "See the module docstring.")
 flags.DEFINE_integer(
     "mark_fade_steps", 0, "With marked_query_mentions: > 0 fades the marks "
     "out over this many steps (a curriculum; dev is then unmarked).")
 flags.DEFINE_integer("mark_hold_steps", 300,
                      "Steps with every example marked before the fade.")
+flags.DEFINE_integer("bridge_hold_steps", 300,
+                     "marked_chain: steps before the bridge marks fade.")
+flags.DEFINE_integer("bridge_fade_steps", 0,
+                     "marked_chain: > 0 fades the bridge marks over this "
+                     "many steps (0: as the village marks).")
 FLAGS = flags.FLAGS
 
 # Token type ids of `tasks.wikihop.features`.
 _DOC, _QUERY, _CANDIDATE = 1, 3, 4
 _MARK_ID = 6  # [unused5] in the synthetic vocabulary: free.
+_PERIOD_ID = 15  # "." in the synthetic vocabulary: ends every fact sentence.
 
 
 def make_data(data_dir: str, num_train: int, hops: int) -> None:
@@ -87,12 +102,46 @@ def make_data(data_dir: str, num_train: int, hops: int) -> None:
                                data_dir, featurizer)
 
 
+def _query_village_mentions(seg: tf.Tensor, tok: tf.Tensor) -> tf.Tensor:
+  """<bool>[B, L]: document tokens equal to the query's last wordpiece (the
+  village: `country_of <village>`)."""
+  last_query = tf.reduce_max(
+      tf.where(tf.equal(seg, _QUERY), tf.range(tf.shape(seg)[1])[None], -1),
+      axis=1)
+  village = tf.gather(tok, last_query, batch_dims=1)
+  return tf.logical_and(tf.equal(seg, _DOC), tf.equal(tok, village[:, None]))
+
+
+def _bridge_city_mentions(seg: tf.Tensor, tok: tf.Tensor, sid: tf.Tensor,
+                          village: tf.Tensor) -> tf.Tensor:
+  """<bool>[B, L]: document mentions of the bridge city, the name just
+  before the period of the query village's sentence (every village -> city
+  template ends with the city)."""
+  first = tf.argmax(tf.cast(village, tf.int32), axis=1, output_type=tf.int32)
+  sentence = tf.gather(sid, first, batch_dims=1)
+  period = (tf.equal(seg, _DOC) & tf.equal(sid, sentence[:, None]) &
+            tf.equal(tok, _PERIOD_ID))
+  end = tf.argmax(tf.cast(period, tf.int32), axis=1, output_type=tf.int32)
+  city = tf.gather(tok, tf.maximum(end - 1, 0), batch_dims=1)
+  return tf.logical_and(tf.equal(seg, _DOC), tf.equal(tok, city[:, None]))
+
+
+def _keep_marks(mark: tf.Tensor, prob: Optional[tf.Tensor]) -> tf.Tensor:
+  """`mark` for a random fraction `prob` of the examples (all if None)."""
+  if prob is None:
+    return mark
+  chosen = tf.random.uniform([tf.shape(mark)[0], 1]) < prob
+  return tf.logical_and(mark, chosen)
+
+
 def diagnostic_batch(batch: Dict, kind: str,
-                     mark_prob: Optional[tf.Tensor] = None) -> Dict:
+                     mark_prob: Optional[tf.Tensor] = None,
+                     bridge_mark_prob: Optional[tf.Tensor] = None) -> Dict:
   """The batch with the control's label or input (see the docstring).
 
-  `mark_prob` (marked_query_mentions only): the probability that an example
-  is marked (default: all are).
+  `mark_prob` (marked_query_mentions, marked_chain): the probability that an
+  example's village mentions are marked (default: all are);
+  `bridge_mark_prob` (marked_chain): the same for its bridge mentions.
   """
   if kind == "none":
     return batch
@@ -118,15 +167,12 @@ def diagnostic_batch(batch: Dict, kind: str,
     pos = tf.argmin(tf.where(mention, village, big), axis=1,
                     output_type=tf.int32)
     batch["label"] = tf.gather(linked, pos, batch_dims=1)
-  elif kind == "marked_query_mentions":
-    last_query = tf.reduce_max(
-        tf.where(tf.equal(seg, _QUERY), tf.range(tf.shape(seg)[1])[None], -1),
-        axis=1)
-    village = tf.gather(tok, last_query, batch_dims=1)
-    mark = tf.logical_and(tf.equal(seg, _DOC), tf.equal(tok, village[:, None]))
-    if mark_prob is not None:
-      chosen = tf.random.uniform([tf.shape(tok)[0], 1]) < mark_prob
-      mark = tf.logical_and(mark, chosen)
+  elif kind in ("marked_query_mentions", "marked_chain"):
+    village = _query_village_mentions(seg, tok)
+    mark = _keep_marks(village, mark_prob)
+    if kind == "marked_chain":
+      bridge = _bridge_city_mentions(seg, tok, sid, village)
+      mark = tf.logical_or(mark, _keep_marks(bridge, bridge_mark_prob))
     batch["token_ids"] = tf.where(mark, _MARK_ID, tok)
   return batch
 
@@ -163,18 +209,29 @@ def main(argv):
       tf_keras.optimizers.schedules.PolynomialDecay(FLAGS.lr, FLAGS.steps,
                                                     0.0))
 
-  curriculum = (FLAGS.diagnostic == "marked_query_mentions" and
+  curriculum = (FLAGS.diagnostic in ("marked_query_mentions",
+                                     "marked_chain") and
                 FLAGS.mark_fade_steps > 0)
+  chain = FLAGS.diagnostic == "marked_chain"
   mark_prob = tf.Variable(1.0, trainable=False)
+  bridge_mark_prob = tf.Variable(1.0, trainable=False)
+
+  def fade_at(i: int, hold: int, fade: int) -> float:
+    return float(np.clip(1.0 - (i - hold) / max(1, fade), 0.0, 1.0))
 
   def mark_prob_at(i: int) -> float:
-    fade = (i - FLAGS.mark_hold_steps) / max(1, FLAGS.mark_fade_steps)
-    return float(np.clip(1.0 - fade, 0.0, 1.0))
+    return fade_at(i, FLAGS.mark_hold_steps, FLAGS.mark_fade_steps)
+
+  def bridge_mark_prob_at(i: int) -> float:
+    if not FLAGS.bridge_fade_steps:
+      return mark_prob_at(i)
+    return fade_at(i, FLAGS.bridge_hold_steps, FLAGS.bridge_fade_steps)
 
   @tf.function(jit_compile=True)
   def step(batch):
-    batch = diagnostic_batch(batch, FLAGS.diagnostic,
-                             mark_prob if curriculum else None)
+    batch = diagnostic_batch(
+        batch, FLAGS.diagnostic, mark_prob if curriculum else None,
+        bridge_mark_prob if curriculum and chain else None)
     with tf.GradientTape() as tape:
       loss = tf.reduce_mean(task.per_example_loss(
           batch, model(batch, training=True)))
@@ -195,12 +252,15 @@ def main(argv):
   for i in range(1, FLAGS.steps + 1):
     if curriculum:
       mark_prob.assign(mark_prob_at(i))
+      bridge_mark_prob.assign(bridge_mark_prob_at(i))
     losses.append(float(step(numeric(next(train)))))
     if i % FLAGS.every == 0:
       print(f"probe | {FLAGS.diagnostic} | step {i} | train loss "
             f"{np.mean(losses[-FLAGS.every:]):.3f} | dev accuracy "
             f"{float(accuracy(dev)):.3f} | "
             + (f"marked {mark_prob_at(i):.2f} | " if curriculum else "")
+            + (f"bridge marked {bridge_mark_prob_at(i):.2f} | "
+               if curriculum and chain else "")
             + f"{time.time() - start:.0f} s",
             flush=True)
 
