@@ -73,8 +73,9 @@ flags.DEFINE_enum("diagnostic", "none",
                    "marked_query_mentions", "marked_chain"],
                   "See the module docstring.")
 flags.DEFINE_integer(
-    "mark_fade_steps", 0, "With marked_query_mentions: > 0 fades the marks "
-    "out over this many steps (a curriculum; dev is then unmarked).")
+    "mark_fade_steps", 0, "With marked_query_mentions or marked_chain: > 0 "
+    "fades the (village) marks out over this many steps (a curriculum; dev "
+    "is then unmarked).")
 flags.DEFINE_integer("mark_hold_steps", 300,
                      "Steps with every example marked before the fade.")
 flags.DEFINE_integer("bridge_hold_steps", 300,
