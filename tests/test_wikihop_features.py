@@ -293,3 +293,38 @@ def test_sentencepiece_path(tmp_path):
   assert np.sum(linked == 0) == 2 * n0
   assert f["label"] == 1 and stats["overflow"] == 0
   assert stats["sentences_dropped"] == 0
+
+
+def test_mark_query_subject_types_exact_subject_mentions_in_documents(vocab):
+  record = (tf.constant("country_of new york"), tf.constant(["A", "B"]),
+            tf.constant(["New York is in a. York is big.", "new york new"]))
+  plain = F.WikiHopFeaturizer(vocab, long_seq_len=30, global_seq_len=14)
+  marked = F.WikiHopFeaturizer(vocab, long_seq_len=30, global_seq_len=14,
+                               mark_query_subject=True)
+  before = plain.featurize_tf(*record)
+  after = marked.featurize_tf(*record)
+  for name in before:  # only the segment ids change
+    if name != "segment_ids":
+      np.testing.assert_array_equal(before[name].numpy(), after[name].numpy())
+  tokens = before["token_ids"].numpy()
+  seg = after["segment_ids"].numpy()
+  # Long: a b | country _ of new york | new york is in a . york is big .
+  # | new york new | padding. Only the two full "new york" matches inside
+  # the documents are typed 2; the query keeps 3, a lone "york" stays 1.
+  expected = before["segment_ids"].numpy().copy()
+  doc0 = 2 + 5
+  expected[[doc0, doc0 + 1]] = F.QUERY_SUBJECT_TOKEN_TYPE_ID
+  doc1 = doc0 + 10
+  expected[[doc1, doc1 + 1]] = F.QUERY_SUBJECT_TOKEN_TYPE_ID
+  np.testing.assert_array_equal(seg, expected)
+  np.testing.assert_array_equal(tokens[[doc0, doc0 + 1]],
+                                _ids(vocab, "new york"))
+  assert (before["segment_ids"].numpy() != 2).all()
+
+
+def test_mark_query_subject_without_subject_marks_nothing(vocab):
+  featurizer = F.WikiHopFeaturizer(vocab, long_seq_len=20, global_seq_len=10,
+                                   mark_query_subject=True)
+  f = featurizer.featurize_tf(tf.constant("country_of"), tf.constant(["a"]),
+                              tf.constant(["country of a."]))
+  assert (f["segment_ids"].numpy() != F.QUERY_SUBJECT_TOKEN_TYPE_ID).all()

@@ -26,6 +26,12 @@ Layout (as the original ETC WikiHop preprocessing):
   token i is part of a mention of candidate c (its own wordpieces at the start
   of the long input, or an exact wordpiece-sequence match inside one document
   sentence; a later candidate wins overlaps); else -1.
+- With `mark_query_subject` (off by default, as the original), document
+  tokens of an exact wordpiece-sequence match of the query's subject (the
+  query after its first, relation, word: "country_of tamoli" -> "tamoli")
+  within one sentence get token type 2 instead of 1, so that the model is
+  told where the question's entity is, as it is told where the candidates
+  are. The embedded demo uses it (see `tasks/wikihop/demo.py`).
 - `ignore_hard_g2l_mask` is 1 on candidate and query global tokens (they see
   the whole long input even with hard g2l masking), as the original WikiHop
   model; the original passes no `ignore_hard_l2g_mask`, so none is emitted.
@@ -54,6 +60,9 @@ from tasks.common import tokenization
 # Token type ids (segment ids), shared by long and global inputs (16 rows).
 GLOBAL_TOKEN_TYPE_ID = 0  # sentence global tokens and padding
 SENTENCE_TOKEN_TYPE_ID = 1  # long document tokens
+# Document tokens of a mention of the query's subject, with
+# `mark_query_subject` only (an option of this project, not the original's).
+QUERY_SUBJECT_TOKEN_TYPE_ID = 2
 QUESTION_TOKEN_TYPE_ID = 3  # long query tokens
 CANDIDATE_TOKEN_TYPE_ID = 4  # long candidate tokens
 QUESTION_GLOBAL_TOKEN_TYPE_ID = 5
@@ -109,7 +118,8 @@ def feature_spec(
   L = long_seq_len, G = global_seq_len.
 
   token_ids [L]: long wordpiece ids; 0 = padding.
-  segment_ids [L]: long token types (4 candidate, 3 query, 1 document, 0 pad).
+  segment_ids [L]: long token types (4 candidate, 3 query, 1 document, 2
+    document mention of the query subject with `mark_query_subject`, 0 pad).
   long_paragraph_breakpoints [L]: 1 at the last token of each candidate, of
     the query and of each document.
   long_paragraph_ids [L]: global index of the document's paragraph token; -1
@@ -199,7 +209,8 @@ class WikiHopFeaturizer(tf.Module):
                global_seq_len: int = 430,
                global_token_ids: Optional[GlobalTokenIds] = None,
                max_num_sentences: Optional[int] = None,
-               lower_case: bool = True):
+               lower_case: bool = True,
+               mark_query_subject: bool = False):
     """Builds a featurizer.
 
     Args:
@@ -213,6 +224,8 @@ class WikiHopFeaturizer(tf.Module):
       max_num_sentences: optional cap on the total number of document
         sentences (the original used 200 with G = 430).
       lower_case: uncased vocabulary (lower-case and strip accents).
+      mark_query_subject: give the document mentions of the query's subject
+        token type 2 (see the module docstring).
     """
     super().__init__(name="wikihop_featurizer")
     if tokenizer is None:
@@ -227,6 +240,7 @@ class WikiHopFeaturizer(tf.Module):
     self.global_token_ids = (global_token_ids or
                              GlobalTokenIds.for_vocabulary(tokenizer.kind))
     self.max_num_sentences = max_num_sentences
+    self.mark_query_subject = bool(mark_query_subject)
     self._record_fn = tf.function(
         self._featurize_with_stats,
         input_signature=[
@@ -457,12 +471,25 @@ class WikiHopFeaturizer(tf.Module):
     doc_linked = self._link_mentions(cand_tokens, cand_lens, doc_tokens,
                                      doc_token_sent_id)
 
+    doc_segment_ids = tf.fill([num_doc_tokens], SENTENCE_TOKEN_TYPE_ID)
+    if self.mark_query_subject:
+      # The subject is matched like a candidate: one more "candidate" whose
+      # mentions are found by the same exact-match code.
+      subject = tf.strings.regex_replace(
+          tf.strings.strip(query), r"^\S*\s*", "")
+      subject_tokens = self.tokenizer.tokenize(tf.reshape(subject, [1]))
+      subject_linked = self._link_mentions(
+          subject_tokens, tf.cast(subject_tokens.row_lengths(), i32),
+          doc_tokens, doc_token_sent_id)
+      doc_segment_ids = tf.where(subject_linked >= 0,
+                                 QUERY_SUBJECT_TOKEN_TYPE_ID, doc_segment_ids)
+
     token_ids = tf.concat([cand_tokens.flat_values, kept_query, doc_tokens],
                           axis=0)
     segment_ids = tf.concat([
         tf.fill([num_cand_tokens], CANDIDATE_TOKEN_TYPE_ID),
         tf.fill([query_keep], QUESTION_TOKEN_TYPE_ID),
-        tf.fill([num_doc_tokens], SENTENCE_TOKEN_TYPE_ID),
+        doc_segment_ids,
     ], axis=0)
     long_breakpoints = tf.concat([
         cand_last,

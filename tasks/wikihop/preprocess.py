@@ -98,7 +98,8 @@ def make_featurizer(vocab: Optional[str], spm_model: Optional[str],
                     long_seq_len: int, global_seq_len: int,
                     max_num_sentences: Optional[int] = None,
                     lower_case: bool = True,
-                    global_token_ids: Optional[List[str]] = None
+                    global_token_ids: Optional[List[str]] = None,
+                    mark_query_subject: bool = False
                     ) -> features_lib.WikiHopFeaturizer:
   ids = preprocessing.parse_token_ids(
       global_token_ids, features_lib.GlobalTokenIds, "global_token_ids",
@@ -106,7 +107,8 @@ def make_featurizer(vocab: Optional[str], spm_model: Optional[str],
   return features_lib.WikiHopFeaturizer(
       vocab_path=vocab, spm_model_path=spm_model, long_seq_len=long_seq_len,
       global_seq_len=global_seq_len, global_token_ids=ids,
-      max_num_sentences=max_num_sentences, lower_case=lower_case)
+      max_num_sentences=max_num_sentences, lower_case=lower_case,
+      mark_query_subject=mark_query_subject)
 
 
 def _define_flags():
@@ -123,6 +125,11 @@ def _define_flags():
       "sentence,question,candidate,paragraph global token ids; default: the "
       "original's for the vocabulary kind (WordPiece 1,3,4,5; SentencePiece "
       "1,41,42,43).")
+  flags.DEFINE_bool(
+      "mark_query_subject", False,
+      "Give document mentions of the query's subject token type 2 (this "
+      "project's option; the original does not; the model must be trained "
+      "and served with the same setting).")
   flags.mark_flags_as_required(["input", "output_dir"])
 
 
@@ -131,7 +138,8 @@ def main(argv):
   f = flags.FLAGS
   featurizer = make_featurizer(f.vocab, f.spm_model, f.long_seq_len,
                                f.global_seq_len, f.max_num_sentences,
-                               f.lower_case, f.global_token_ids)
+                               f.lower_case, f.global_token_ids,
+                               f.mark_query_subject)
   stats = preprocess_file(f.input, f.output_dir, featurizer, strict=f.strict)
   print(preprocessing.summary_line(f.input, stats))
 
