@@ -272,6 +272,17 @@ class Task(abc.ABC):
     """The task model (encoder + head); variables may be created lazily."""
 
   # -------------------------------------------------------- loss & metrics
+  def train_features(self, features: Features, step: tf.Tensor) -> Features:
+    """The batch a training step sees (default: as read).
+
+    A hook for training-only input curricula (e.g. the WikiHop demo's
+    scaffold marks), applied by the trainer to each micro-batch before the
+    forward pass. `step` is the optimizer's step counter (restored with the
+    checkpoint, so a resumed run continues the schedule where it stopped).
+    """
+    del step
+    return features
+
   @abc.abstractmethod
   def per_example_loss(self, features: Features,
                        outputs: Dict[str, tf.Tensor]) -> tf.Tensor:

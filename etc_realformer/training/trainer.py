@@ -29,7 +29,9 @@ def _is_loss_scale_optimizer(optimizer) -> bool:
 class EtcTrainer(orbit.StandardTrainer):
   """One optimizer step per `train_step`, over `grad_accum_steps` batches.
 
-  The task supplies `per_example_loss(features, outputs)` (float32 [B]); the
+  The task supplies `per_example_loss(features, outputs)` (float32 [B]) and
+  may supply `train_features(features, step)` (a training-only input
+  transform, applied to every micro-batch before the forward pass); the
   step loss is its sum divided by the global batch (all replicas, all
   accumulated micro-batches), so the gradient is the same whatever the number
   of replicas or accumulation steps for the same global batch.
@@ -80,6 +82,9 @@ class EtcTrainer(orbit.StandardTrainer):
       # Strings (ids, candidate texts) are for predictions only; XLA cannot
       # take them as arguments.
       features = {k: v for k, v in features.items() if v.dtype != tf.string}
+      if hasattr(self.task, "train_features"):  # optional: tasks.base.Task
+        features = self.task.train_features(features,
+                                            self.optimizer.iterations)
       per_example, grads = self._compute(features)
       grads = [tf.convert_to_tensor(g) if g is not None else None
                for g in grads]
