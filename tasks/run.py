@@ -58,6 +58,7 @@ def register_tasks() -> None:
   import tasks.hotpotqa.task  # noqa: F401
   import tasks.nq.task  # noqa: F401
   import tasks.openkp.task  # noqa: F401
+  import tasks.wikihop.scaffold  # noqa: F401  (the demo's train_scaffold)
   import tasks.wikihop.task  # noqa: F401
 
 

@@ -11,7 +11,7 @@ format, a JSON object `{id: answer}`.
 
 import json
 import os
-from typing import Any, List, Mapping, Optional, Tuple
+from typing import Any, Callable, List, Mapping, Optional, Tuple
 
 import gin
 import numpy as np
@@ -63,6 +63,9 @@ class WikiHopTask(base.RawInputTask):
                long_seq_len: int = 4096,
                global_seq_len: int = 430,
                max_num_sentences: Optional[int] = None,
+               mark_query_subject: bool = False,
+               train_scaffold: Optional[Callable[[base.Features, tf.Tensor],
+                                                 base.Features]] = None,
                **kwargs):
     """WikiHop settings.
 
@@ -73,6 +76,10 @@ class WikiHopTask(base.RawInputTask):
       lower_case: as in preprocessing.
       long_seq_len, global_seq_len: as in preprocessing (original 4096, 430).
       max_num_sentences: as in preprocessing.
+      mark_query_subject: as in preprocessing (type-2 document mentions of
+        the query's subject); the raw-text signature featurizes the same way.
+      train_scaffold: optional training-only curriculum (features, step) ->
+        features, e.g. `scaffold.SyntheticBridgeScaffold` (the demo's).
       **kwargs: `base.Task` arguments (input patterns, model_config, ...).
     """
     super().__init__(long_seq_len=long_seq_len,
@@ -81,6 +88,8 @@ class WikiHopTask(base.RawInputTask):
     self.spm_model_file = spm_model_file
     self.lower_case = lower_case
     self.max_num_sentences = max_num_sentences
+    self.mark_query_subject = mark_query_subject
+    self.train_scaffold = train_scaffold
 
   # ------------------------------------------------------------------ data
   def feature_spec(self):
@@ -100,6 +109,11 @@ class WikiHopTask(base.RawInputTask):
                         name="wikihop_model")
 
   # -------------------------------------------------------- loss & metrics
+  def train_features(self, features, step):
+    if self.train_scaffold is None:
+      return features
+    return self.train_scaffold(features, step)
+
   def per_example_loss(self, features, outputs) -> tf.Tensor:
     """Cross-entropy over the candidates; 0 for unlabelled (-1) examples."""
     labels = tf.cast(features["label"], tf.int32)
@@ -147,7 +161,8 @@ class WikiHopTask(base.RawInputTask):
         vocab_path=self.vocab_file, spm_model_path=self.spm_model_file,
         long_seq_len=self.long_seq_len, global_seq_len=self.global_seq_len,
         max_num_sentences=self.max_num_sentences,
-        lower_case=self.lower_case)
+        lower_case=self.lower_case,
+        mark_query_subject=self.mark_query_subject)
 
   def raw_serving_signatures(self, model, featurizer, names):
     signatures = {}
