@@ -105,3 +105,12 @@ def test_rejects_negative_schedule(featurized):
   _, vocab_path, _, _ = featurized
   with pytest.raises(ValueError, match="must not be negative"):
     scaffold.SyntheticBridgeScaffold(vocab_path, hold_steps=-1)
+
+
+def test_floor_keeps_a_fraction_marked():
+  values = [float(scaffold.fade(tf.constant(s), 10, 20, floor=0.5))
+            for s in (0, 10, 20, 30, 1000)]
+  assert values == pytest.approx([1.0, 1.0, 0.75, 0.5, 0.5])
+  with pytest.raises(ValueError, match="floor"):
+    scaffold.SyntheticBridgeScaffold.__init__(object.__new__(
+        scaffold.SyntheticBridgeScaffold), "unused", floor=1.5)

@@ -33,12 +33,14 @@ _SUBJECT = wikihop_features.QUERY_SUBJECT_TOKEN_TYPE_ID
 _DOCUMENT = wikihop_features.SENTENCE_TOKEN_TYPE_ID
 
 
-def fade(step: tf.Tensor, hold_steps: int, fade_steps: int) -> tf.Tensor:
-  """float32 []: 1 up to `hold_steps`, then linearly to 0 over
-  `fade_steps` (0 = at once)."""
+def fade(step: tf.Tensor, hold_steps: int, fade_steps: int,
+         floor: float = 0.0) -> tf.Tensor:
+  """float32 []: 1 up to `hold_steps`, then linearly down to `floor` over
+  `fade_steps` (0 = at once), then `floor`."""
   step = tf.cast(step, tf.float32)
-  return tf.clip_by_value(
+  down = tf.clip_by_value(
       1.0 - (step - hold_steps) / float(max(fade_steps, 1)), 0.0, 1.0)
+  return floor + (1.0 - floor) * down
 
 
 def bridge_mentions(token_ids: tf.Tensor, segment_ids: tf.Tensor,
@@ -72,16 +74,20 @@ class SyntheticBridgeScaffold:
   """`WikiHopTask.train_scaffold`: types bridge mentions as the subject's.
 
   Every example is marked for `hold_steps` optimizer steps; then each
-  example is marked with a probability that falls linearly to 0 over
-  `fade_steps`. The draw is a function of (seed, step), so a resumed run
-  marks the same examples.
+  example is marked with a probability that falls linearly over
+  `fade_steps` to `floor` and stays there. A floor above 0 keeps the path
+  from the mark to the answer trained while the unmarked examples push the
+  model to find the bridge from content. The draw is a function of (seed,
+  step), so a resumed run marks the same examples.
   """
 
   def __init__(self, vocab_file: str, hold_steps: int = 300,
-               fade_steps: int = 1000, seed: int = 0):
+               fade_steps: int = 1000, floor: float = 0.0, seed: int = 0):
     if hold_steps < 0 or fade_steps < 0:
       raise ValueError(f"hold_steps and fade_steps must not be negative, "
                        f"got {hold_steps}, {fade_steps}")
+    if not 0.0 <= floor <= 1.0:
+      raise ValueError(f"floor must be in [0, 1], got {floor}")
     tokenizer = tokenization.make_tokenizer(vocab_file, None)
     period = tokenizer.tokenize(tf.constant(["."])).flat_values.numpy()
     if len(period) != 1:
@@ -89,10 +95,11 @@ class SyntheticBridgeScaffold:
     self.period_id = int(period[0])
     self.hold_steps = hold_steps
     self.fade_steps = fade_steps
+    self.floor = float(floor)
     self.seed = seed
 
   def mark_probability(self, step: tf.Tensor) -> tf.Tensor:
-    return fade(step, self.hold_steps, self.fade_steps)
+    return fade(step, self.hold_steps, self.fade_steps, self.floor)
 
   def __call__(self, features: Dict[str, tf.Tensor], step: tf.Tensor
                ) -> Dict[str, tf.Tensor]:
