@@ -3,6 +3,7 @@ reasoning chain, and that shortcut baselines stay near chance."""
 
 import collections
 import json
+import random
 import re
 
 import numpy as np
@@ -145,3 +146,14 @@ def test_vocab_covers_text_and_features_fit_the_demo_model(dataset):
     linked = f["l2g_linked_ids"][f["segment_ids"] == 1]
     for c in range(len(record.candidates)):
       assert np.sum(linked == c) >= 1
+
+
+def test_query_chain_reads_the_chain_back_to_the_answer():
+  rng = random.Random(3)
+  for hops in (1, 2, 3):
+    for i in range(5):
+      record = synthetic.make_example(rng, f"c{i}", hops=hops)
+      chain = synthetic.query_chain(record)
+      assert len(chain) == hops + 1
+      assert chain[0] == record["query"].split()[-1]
+      assert chain[-1] == record["answer"]

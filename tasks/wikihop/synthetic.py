@@ -171,6 +171,25 @@ def make_example(rng: random.Random, example_id: str, hops: int = 2,
   }
 
 
+def query_chain(record: dict) -> List[str]:
+  """The names along the query's chain, read back from a record's text.
+
+  Starts at the query's village and follows, fact sentence by fact sentence
+  ("<head> ... <tail>."), to the answer: [village, city, country] for
+  hops=2. For analysis and tests (e.g. which tokens are the bridge).
+  """
+  facts = {}
+  for doc in record["supports"]:
+    for sentence in doc.split(". "):
+      words = sentence.rstrip(".").lower().split()
+      if words:
+        facts.setdefault(words[0], words[-1])
+  chain = [record["query"].split()[-1]]
+  while chain[-1] != record["answer"] and chain[-1] in facts:
+    chain.append(facts[chain[-1]])
+  return chain
+
+
 def make_split(num_examples: int, seed: int, split: str, hops: int = 2,
                **kwargs) -> List[dict]:
   # One generator per split, derived from the seed, so that changing
