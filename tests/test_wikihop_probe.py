@@ -77,3 +77,16 @@ def test_marked_chain_bridge_and_village_marks_fade_separately(featurized):
                                 mark_prob=tf.constant(0.0),
                                 bridge_mark_prob=tf.constant(0.0))
   np.testing.assert_array_equal(none["token_ids"].numpy(), before)
+
+
+def test_marked_chain_by_token_type_marks_the_same_tokens(featurized):
+  _, _, batch = featurized
+  by_token = probe.diagnostic_batch(dict(batch), "marked_chain")
+  by_type = probe.diagnostic_batch(dict(batch), "marked_chain",
+                                   marking="type")
+  np.testing.assert_array_equal(by_type["token_ids"].numpy(),
+                                batch["token_ids"].numpy())
+  replaced = by_token["token_ids"].numpy() != batch["token_ids"].numpy()
+  typed = by_type["segment_ids"].numpy() == probe._MARK_TYPE
+  assert replaced.any()
+  np.testing.assert_array_equal(typed, replaced)

@@ -36,7 +36,14 @@ probability that falls linearly to 0 over N steps, after which training goes
 on unmarked; dev accuracy is always measured on the unmarked (real) task.
 With `marked_chain` the village marks follow that schedule and the bridge
 marks their own (`--bridge_hold_steps`, `--bridge_fade_steps`), so the
-bridge can be faded first.
+bridge can be faded first, down to `--bridge_floor` (the fraction of
+examples that stay marked to the end).
+
+`--keep_village_marks` (with `marked_chain`): the village stays marked in
+training and in dev (as the featurizer's `mark_query_subject` does in the
+product), so only the bridge is a curriculum and dev measures the chain
+with the village given. `--marking=type` marks by token type 2 (the
+featurizer option's) instead of replacing the token by the mark id.
 
 Why a tool: the demo's dev accuracy sits at chance (see
 `docs/wikihop_demo.md`), and this is how that was narrowed down; it is
@@ -83,12 +90,21 @@ flags.DEFINE_integer("bridge_hold_steps", 300,
 flags.DEFINE_integer("bridge_fade_steps", 0,
                      "marked_chain: > 0 fades the bridge marks over this "
                      "many steps (0: as the village marks).")
+flags.DEFINE_float("bridge_floor", 0.0,
+                   "marked_chain: the bridge marks fade down to this "
+                   "fraction of the examples, not to 0.")
+flags.DEFINE_bool("keep_village_marks", False,
+                  "marked_chain: the village stays marked, in dev too.")
+flags.DEFINE_enum("marking", "token", ["token", "type"],
+                  "How a mention is marked: its token replaced by the mark "
+                  "id, or its token type set to 2.")
 FLAGS = flags.FLAGS
 
 # Token type ids of `tasks.wikihop.features`.
 _DOC, _QUERY, _CANDIDATE = 1, 3, 4
 _MARK_ID = 6  # [unused5] in the synthetic vocabulary: free.
 _PERIOD_ID = 15  # "." in the synthetic vocabulary: ends every fact sentence.
+_MARK_TYPE = 2  # features.QUERY_SUBJECT_TOKEN_TYPE_ID
 
 
 def make_data(data_dir: str, num_train: int, hops: int) -> None:
@@ -137,12 +153,14 @@ def _keep_marks(mark: tf.Tensor, prob: Optional[tf.Tensor]) -> tf.Tensor:
 
 def diagnostic_batch(batch: Dict, kind: str,
                      mark_prob: Optional[tf.Tensor] = None,
-                     bridge_mark_prob: Optional[tf.Tensor] = None) -> Dict:
+                     bridge_mark_prob: Optional[tf.Tensor] = None,
+                     marking: str = "token") -> Dict:
   """The batch with the control's label or input (see the docstring).
 
   `mark_prob` (marked_query_mentions, marked_chain): the probability that an
   example's village mentions are marked (default: all are);
-  `bridge_mark_prob` (marked_chain): the same for its bridge mentions.
+  `bridge_mark_prob` (marked_chain): the same for its bridge mentions;
+  `marking`: "token" (replace by the mark id) or "type" (token type 2).
   """
   if kind == "none":
     return batch
@@ -174,7 +192,10 @@ def diagnostic_batch(batch: Dict, kind: str,
     if kind == "marked_chain":
       bridge = _bridge_city_mentions(seg, tok, sid, village)
       mark = tf.logical_or(mark, _keep_marks(bridge, bridge_mark_prob))
-    batch["token_ids"] = tf.where(mark, _MARK_ID, tok)
+    if marking == "type":
+      batch["segment_ids"] = tf.where(mark, _MARK_TYPE, seg)
+    else:
+      batch["token_ids"] = tf.where(mark, _MARK_ID, tok)
   return batch
 
 
@@ -210,10 +231,11 @@ def main(argv):
       tf_keras.optimizers.schedules.PolynomialDecay(FLAGS.lr, FLAGS.steps,
                                                     0.0))
 
+  chain = FLAGS.diagnostic == "marked_chain"
   curriculum = (FLAGS.diagnostic in ("marked_query_mentions",
                                      "marked_chain") and
-                FLAGS.mark_fade_steps > 0)
-  chain = FLAGS.diagnostic == "marked_chain"
+                (FLAGS.mark_fade_steps > 0 or
+                 (chain and FLAGS.keep_village_marks)))
   mark_prob = tf.Variable(1.0, trainable=False)
   bridge_mark_prob = tf.Variable(1.0, trainable=False)
 
@@ -226,13 +248,17 @@ def main(argv):
   def bridge_mark_prob_at(i: int) -> float:
     if not FLAGS.bridge_fade_steps:
       return mark_prob_at(i)
-    return fade_at(i, FLAGS.bridge_hold_steps, FLAGS.bridge_fade_steps)
+    return max(FLAGS.bridge_floor,
+               fade_at(i, FLAGS.bridge_hold_steps, FLAGS.bridge_fade_steps))
+
+  keep_village = chain and FLAGS.keep_village_marks
 
   @tf.function(jit_compile=True)
   def step(batch):
     batch = diagnostic_batch(
-        batch, FLAGS.diagnostic, mark_prob if curriculum else None,
-        bridge_mark_prob if curriculum and chain else None)
+        batch, FLAGS.diagnostic,
+        mark_prob if curriculum and not keep_village else None,
+        bridge_mark_prob if curriculum and chain else None, FLAGS.marking)
     with tf.GradientTape() as tape:
       loss = tf.reduce_mean(task.per_example_loss(
           batch, model(batch, training=True)))
@@ -243,8 +269,12 @@ def main(argv):
 
   @tf.function(jit_compile=True)
   def accuracy(batch):
-    if not curriculum:
-      batch = diagnostic_batch(batch, FLAGS.diagnostic)
+    if keep_village:  # the village as given; the bridge never marked
+      batch = diagnostic_batch(batch, FLAGS.diagnostic, None,
+                               tf.constant(0.0), FLAGS.marking)
+    elif not curriculum:
+      batch = diagnostic_batch(batch, FLAGS.diagnostic,
+                               marking=FLAGS.marking)
     prediction = model(batch, training=False)["prediction"]
     return tf.reduce_mean(tf.cast(tf.equal(prediction, batch["label"]),
                                   tf.float32))
@@ -259,7 +289,8 @@ def main(argv):
       print(f"probe | {FLAGS.diagnostic} | step {i} | train loss "
             f"{np.mean(losses[-FLAGS.every:]):.3f} | dev accuracy "
             f"{float(accuracy(dev)):.3f} | "
-            + (f"marked {mark_prob_at(i):.2f} | " if curriculum else "")
+            + (f"marked {1.0 if keep_village else mark_prob_at(i):.2f} | "
+               if curriculum else "")
             + (f"bridge marked {bridge_mark_prob_at(i):.2f} | "
                if curriculum and chain else "")
             + f"{time.time() - start:.0f} s",
