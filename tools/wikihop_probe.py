@@ -63,6 +63,8 @@ import tensorflow as tf
 # and the demo's --num_train (used by --make_data).
 from tasks import run
 from tasks.wikihop import demo
+from tasks.wikihop import features as wikihop_features
+from tasks.wikihop import scaffold
 
 flags.DEFINE_string("data_dir", None, "Featurized synthetic data.")
 flags.DEFINE_bool("make_data", False, "Write the data first.")
@@ -104,7 +106,7 @@ FLAGS = flags.FLAGS
 _DOC, _QUERY, _CANDIDATE = 1, 3, 4
 _MARK_ID = 6  # [unused5] in the synthetic vocabulary: free.
 _PERIOD_ID = 15  # "." in the synthetic vocabulary: ends every fact sentence.
-_MARK_TYPE = 2  # features.QUERY_SUBJECT_TOKEN_TYPE_ID
+_MARK_TYPE = wikihop_features.QUERY_SUBJECT_TOKEN_TYPE_ID
 
 
 def make_data(data_dir: str, num_train: int, hops: int) -> None:
@@ -131,16 +133,11 @@ def _query_village_mentions(seg: tf.Tensor, tok: tf.Tensor) -> tf.Tensor:
 
 def _bridge_city_mentions(seg: tf.Tensor, tok: tf.Tensor, sid: tf.Tensor,
                           village: tf.Tensor) -> tf.Tensor:
-  """<bool>[B, L]: document mentions of the bridge city, the name just
-  before the period of the query village's sentence (every village -> city
-  template ends with the city)."""
-  first = tf.argmax(tf.cast(village, tf.int32), axis=1, output_type=tf.int32)
-  sentence = tf.gather(sid, first, batch_dims=1)
-  period = (tf.equal(seg, _DOC) & tf.equal(sid, sentence[:, None]) &
-            tf.equal(tok, _PERIOD_ID))
-  end = tf.argmax(tf.cast(period, tf.int32), axis=1, output_type=tf.int32)
-  city = tf.gather(tok, tf.maximum(end - 1, 0), batch_dims=1)
-  return tf.logical_and(tf.equal(seg, _DOC), tf.equal(tok, city[:, None]))
+  """<bool>[B, L]: document mentions of the bridge city (the name just before
+  the period of the query village's sentence), as the demo's scaffold finds
+  them once the village is typed."""
+  typed = tf.where(village, wikihop_features.QUERY_SUBJECT_TOKEN_TYPE_ID, seg)
+  return scaffold.bridge_mentions(tok, typed, sid, _PERIOD_ID)
 
 
 def _keep_marks(mark: tf.Tensor, prob: Optional[tf.Tensor]) -> tf.Tensor:
