@@ -11,6 +11,7 @@ import pytest
 
 from tasks.common import tokenization
 from tasks.wikihop import data
+from tasks.wikihop import demo
 from tasks.wikihop import features as F
 from tasks.wikihop import synthetic
 
@@ -133,10 +134,13 @@ def test_vocab_covers_text_and_features_fit_the_demo_model(dataset):
                         "[unused3]"]
   assert {"[UNK]", "[CLS]", "[SEP]", "[MASK]"} <= set(tokens)
   assert len(tokens) < 1000
-  featurizer = F.WikiHopFeaturizer(paths["vocab"], long_seq_len=256,
-                                   global_seq_len=64)
+  featurizer = F.WikiHopFeaturizer(paths["vocab"],
+                                   long_seq_len=demo.LONG_SEQ_LEN,
+                                   global_seq_len=demo.GLOBAL_SEQ_LEN)
   unk = tokens.index("[UNK]")
-  for r in splits["dev"][:40]:
+  # The longest examples have 5 candidates (and fillers): all of them fit.
+  longest = sorted(splits["dev"], key=lambda r: -len(json.dumps(r)))[:20]
+  for r in splits["dev"][:20] + longest:
     record = data.validate_record(r, "dev.json", 0)
     f, stats = featurizer.featurize_record(record)
     assert not any(stats.values()), stats  # no truncation, no overflow

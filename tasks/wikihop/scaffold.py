@@ -14,9 +14,8 @@ chain already reads, and then stop doing so for a growing fraction of the
 examples. Once the marks are gone the model must find the bridge itself;
 evaluation, prediction and serving never see them.
 
-The bridge is found from the synthetic templates ("<village> is a village
-in the city of <city>." / "<village> is a small village near <city>."): the
-wordpiece just before the final period of the sentence holding the query
+The bridge is found from the synthetic templates ("<village> is near
+<city>." / "<village> lies by <city>."): the wordpiece just before the final period of the sentence holding the query
 subject's first mention. It is for `tasks.wikihop.synthetic` data, not for
 the released WikiHop.
 """

@@ -17,8 +17,7 @@ document:
   village V_k --(doc)--> city C_k --(doc)--> country K_k        (hops=2)
   village V_k -> city C_k -> region R_k -> country K_k          (hops=3)
 
-e.g. "Tamoli is a village in the city of Berunda." / "Berunda is a city in
-the country of Kasovia." The query names ONE village, `country_of tamoli`,
+e.g. "Tamoli is near Berunda." / "Berunda lies in Kasovia." The query names ONE village, `country_of tamoli`,
 and the answer is the country at the end of that village's chain. Documents
 (one per fact, sometimes with a neutral filler sentence) are shuffled, and so
 are the candidates.
@@ -40,19 +39,19 @@ Chance accuracy is 1/N <= 0.25.
 
 How deep a model must be. In ETC the global tokens carry no content at the
 input (their ids are the special candidate/question/sentence ids), so with a
-per-global-token output head a bridge needs three attention steps: (1) l2l
-puts the city next to the country mention into that mention's long token;
-(2) l2g from that token to the sentence tokens of the other documents finds
-the sentence with the same city and brings back its village; (3) the
-candidate's global token reads its linked mention and the query's global
-tokens and compares the two villages. A 2-layer ETC cannot compose this
-(in a short check one stayed at chance), so hops=2 needs >= 3 layers; hops=1
-(one fact per candidate, found only by matching the query village among
-distractor documents) is the variant within reach of a 2-layer model.
+per-global-token output head the chain takes four attention steps: (1) each
+sentence token gathers its sentence (with the featurizer's
+`mark_query_subject`, the village's sentence then carries the subject's
+token type); (2) the bridge city's mention in the other document finds, by
+content, the sentence token that holds the same city and the subject's mark;
+(3) the country mention reads that city next to it; (4) the candidate's
+global token reads its linked mention. The demo uses 4 layers. hops=1 (one
+fact per candidate, found only by matching the query village among
+distractor documents) is within reach of a 2-layer model.
 
-Sizes fit the demo model (long 256, global 64): with 5 candidates and
-hops=2 an example has 10 short documents, ~120 wordpieces and <= 45 global
-tokens. Everything is deterministic given --seed (the name pools and the
+Sizes fit the demo model (long 128, global 48): with 5 candidates and
+hops=2 an example has 10 short documents, at most ~112 wordpieces and <= 40
+global tokens. Everything is deterministic given --seed (the name pools and the
 vocabulary do not depend on it).
 """
 
@@ -75,26 +74,33 @@ ENTITY_TYPES = ("village", "city", "region", "country")
 POOL_SIZES = {"village": 150, "city": 150, "region": 100, "country": 60}
 
 # Fact templates per link (head type, tail type): same shape for every chain.
+# Short on purpose: a sentence's global token starts as roughly the average
+# of its tokens, and following the chain means matching the bridge name
+# between such averages across documents. In "Tamoli is near Berunda." the
+# bridge is a fifth of that average; in the 10-token templates of earlier
+# versions ("Tamoli is a village in the city of Berunda.") it was a tenth,
+# and a tiny model trained from scratch did not find the match
+# (docs/wikihop_demo.md, session 8).
 TEMPLATES = {
     ("village", "country"): (
-        "{head} is a village in the country of {tail}.",
-        "{head} is a small village in {tail}.",
+        "{head} is in {tail}.",
+        "{head} lies in {tail}.",
     ),
     ("village", "city"): (
-        "{head} is a village in the city of {tail}.",
-        "{head} is a small village near {tail}.",
+        "{head} is near {tail}.",
+        "{head} lies by {tail}.",
     ),
     ("city", "region"): (
-        "{head} is a city in the region of {tail}.",
-        "{head} lies in the region {tail}.",
+        "{head} is within {tail}.",
+        "{head} lies within {tail}.",
     ),
     ("city", "country"): (
-        "{head} is a city in the country of {tail}.",
-        "{head} lies in the country {tail}.",
+        "{head} is in {tail}.",
+        "{head} lies in {tail}.",
     ),
     ("region", "country"): (
-        "{head} is a region of the country {tail}.",
-        "{head} belongs to the country {tail}.",
+        "{head} belongs to {tail}.",
+        "{head} is part of {tail}.",
     ),
 }
 FILLERS = (
