@@ -30,11 +30,13 @@ def _task(gin_text, tmp_path):
     gin.clear_config()
 
 
-def test_default_demo_has_no_scaffold(data_dir, tmp_path):
+def test_default_demo_types_the_subject_without_a_scaffold(data_dir,
+                                                           tmp_path):
   task, layers = _task(demo.demo_gin(data_dir, 10, 0), tmp_path)
   assert task.train_scaffold is None
-  assert not task.mark_query_subject
-  assert layers == 3
+  assert task.mark_query_subject
+  assert task.build_featurizer().mark_query_subject  # serving featurizes so
+  assert layers == 4
 
 
 def test_bridge_scaffold_demo_types_the_subject_and_fades_the_bridge(
@@ -42,7 +44,6 @@ def test_bridge_scaffold_demo_types_the_subject_and_fades_the_bridge(
   task, layers = _task(demo.demo_gin(data_dir, 10, 7, bridge_scaffold=True),
                        tmp_path)
   assert task.mark_query_subject
-  assert task.build_featurizer().mark_query_subject  # serving featurizes so
   assert isinstance(task.train_scaffold, scaffold.SyntheticBridgeScaffold)
   assert (task.train_scaffold.hold_steps, task.train_scaffold.fade_steps,
           task.train_scaffold.floor, task.train_scaffold.seed) == (

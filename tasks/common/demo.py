@@ -26,12 +26,13 @@ class DemoFlags:
   train_steps: flags.FlagHolder
 
 
-def define_flags(output_dir: str, train_steps: int) -> DemoFlags:
+def define_flags(output_dir: str, train_steps: int,
+                 num_train: int = 2000) -> DemoFlags:
   """--output_dir, --num_train, --num_dev, --seed, --train_steps."""
   return DemoFlags(
       output_dir=flags.DEFINE_string("output_dir", output_dir,
                                      "Where data, model and export go."),
-      num_train=flags.DEFINE_integer("num_train", 2000,
+      num_train=flags.DEFINE_integer("num_train", num_train,
                                      "Synthetic train size."),
       num_dev=flags.DEFINE_integer("num_dev", 300, "Synthetic dev size."),
       seed=flags.DEFINE_integer("seed", 0, "Data and shuffle seed."),
