@@ -45,7 +45,7 @@ product), so only the bridge is a curriculum and dev measures the chain
 with the village given. `--marking=type` marks by token type 2 (the
 featurizer option's) instead of replacing the token by the mark id.
 
-Why a tool: the demo's dev accuracy sits at chance (see
+Why a tool: the demo's dev accuracy sat at chance for seven sessions (see
 `docs/wikihop_demo.md`), and this is how that was narrowed down; it is
 not a benchmark and not a test.
 """

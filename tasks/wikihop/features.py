@@ -31,7 +31,7 @@ Layout (as the original ETC WikiHop preprocessing):
   query after its first, relation, word: "country_of tamoli" -> "tamoli")
   within one sentence get token type 2 instead of 1, so that the model is
   told where the question's entity is, as it is told where the candidates
-  are. The demo uses it with `--bridge_scaffold` (`tasks/wikihop/demo.py`).
+  are. The demo uses it (`tasks/wikihop/demo.py`).
 - `ignore_hard_g2l_mask` is 1 on candidate and query global tokens (they see
   the whole long input even with hard g2l masking), as the original WikiHop
   model; the original passes no `ignore_hard_l2g_mask`, so none is emitted.

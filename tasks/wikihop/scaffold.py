@@ -1,23 +1,26 @@
 """A training scaffold for the synthetic WikiHop demo: bridge marks that fade.
 
 Why it exists. A tiny ETC trained from scratch on the demo's two-document
-chains (village -> city in one document, city -> country in another) stays
-at chance: following the chain needs the bridge city matched across
-documents, and no attention path carries a signal for that at
-initialisation (docs/wikihop_demo.md). The released checkpoints start
-fine-tuning with such paths in place from pre-training; the demo has no
-pre-training, so it scaffolds instead. With the featurizer's
+chains (village -> city in one document, city -> country in another) stayed
+at chance with the synthetic data's earlier, longer fact sentences:
+following the chain needs the bridge city matched across documents, and no
+attention path carried a signal for that at initialisation
+(docs/wikihop_demo.md). Since session 8 (short fact sentences, a smaller
+Adam epsilon) the default demo learns without it; it stays an option
+(`python -m tasks.wikihop.demo --bridge_scaffold`). The released checkpoints
+start fine-tuning with such paths in place from pre-training; the demo has
+no pre-training, so it scaffolds instead. With the featurizer's
 `mark_query_subject` (the query's village typed 2 in the documents, at
-training and at serving alike), the training batches at first also type
-the bridge city's two document mentions 2, the very mark the rest of the
-chain already reads, and then stop doing so for a growing fraction of the
+training and at serving alike), the training batches at first also type the
+bridge city's two document mentions 2, the very mark the rest of the chain
+already reads, and then stop doing so for a growing fraction of the
 examples. Once the marks are gone the model must find the bridge itself;
 evaluation, prediction and serving never see them.
 
 The bridge is found from the synthetic templates ("<village> is near
-<city>." / "<village> lies by <city>."): the wordpiece just before the final period of the sentence holding the query
-subject's first mention. It is for `tasks.wikihop.synthetic` data, not for
-the released WikiHop.
+<city>." / "<village> lies by <city>."): the wordpiece just before the final
+period of the sentence holding the query subject's first mention. It is for
+`tasks.wikihop.synthetic` data, not for the released WikiHop.
 """
 
 from typing import Dict

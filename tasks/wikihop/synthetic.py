@@ -17,10 +17,10 @@ document:
   village V_k --(doc)--> city C_k --(doc)--> country K_k        (hops=2)
   village V_k -> city C_k -> region R_k -> country K_k          (hops=3)
 
-e.g. "Tamoli is near Berunda." / "Berunda lies in Kasovia." The query names ONE village, `country_of tamoli`,
-and the answer is the country at the end of that village's chain. Documents
-(one per fact, sometimes with a neutral filler sentence) are shuffled, and so
-are the candidates.
+e.g. "Tamoli is near Berunda." / "Berunda lies in Kasovia." The query names
+ONE village, `country_of tamoli`, and the answer is the country at the end
+of that village's chain. Documents (one per fact, sometimes with a neutral
+filler sentence) are shuffled, and so are the candidates.
 
 Why it cannot be shortcut:
 - The query alone says nothing: names are re-drawn for every example from
