@@ -25,15 +25,17 @@ def _task(gin_text, tmp_path):
   gin.clear_config()
   try:
     run.parse_gin([str(path)], [])
-    return WikiHopTask(), gin.query_parameter("etc_config.num_hidden_layers")
+    return (WikiHopTask(), gin.query_parameter("etc_config.num_hidden_layers"),
+            gin.query_parameter("optimizer.epsilon"))
   finally:
     gin.clear_config()
 
 
 def test_default_demo_types_the_subject_without_a_scaffold(data_dir,
                                                            tmp_path):
-  task, layers = _task(demo.demo_gin(data_dir, 10, 0), tmp_path)
+  task, layers, epsilon = _task(demo.demo_gin(data_dir, 10, 0), tmp_path)
   assert task.train_scaffold is None
+  assert epsilon == 1e-8  # 1e-6 left the demo at chance
   assert task.mark_query_subject
   assert task.build_featurizer().mark_query_subject  # serving featurizes so
   assert layers == 4
@@ -41,8 +43,8 @@ def test_default_demo_types_the_subject_without_a_scaffold(data_dir,
 
 def test_bridge_scaffold_demo_types_the_subject_and_fades_the_bridge(
     data_dir, tmp_path):
-  task, layers = _task(demo.demo_gin(data_dir, 10, 7, bridge_scaffold=True),
-                       tmp_path)
+  task, layers, _ = _task(
+      demo.demo_gin(data_dir, 10, 7, bridge_scaffold=True), tmp_path)
   assert task.mark_query_subject
   assert isinstance(task.train_scaffold, scaffold.SyntheticBridgeScaffold)
   assert (task.train_scaffold.hold_steps, task.train_scaffold.fade_steps,
