@@ -25,29 +25,33 @@ def _task(gin_text, tmp_path):
   gin.clear_config()
   try:
     run.parse_gin([str(path)], [])
-    return (WikiHopTask(), gin.query_parameter("etc_config.num_hidden_layers"),
-            gin.query_parameter("optimizer.epsilon"))
+    return WikiHopTask(), {
+        name: gin.query_parameter(name)
+        for name in ("etc_config.num_hidden_layers", "optimizer.epsilon",
+                     "optimizer.learning_rate")}
   finally:
     gin.clear_config()
 
 
 def test_default_demo_types_the_subject_without_a_scaffold(data_dir,
                                                            tmp_path):
-  task, layers, epsilon = _task(demo.demo_gin(data_dir, 10, 0), tmp_path)
+  task, params = _task(demo.demo_gin(data_dir, 10, 0), tmp_path)
   assert task.train_scaffold is None
-  assert epsilon == 1e-8  # 1e-6 left the demo at chance
+  assert params["optimizer.epsilon"] == 1e-8  # 1e-6 left the demo at chance
+  # 1e-3 left chance later or never (docs/wikihop_demo.md, session 9).
+  assert params["optimizer.learning_rate"] == 5e-4
   assert task.mark_query_subject
   assert task.build_featurizer().mark_query_subject  # serving featurizes so
-  assert layers == 4
+  assert params["etc_config.num_hidden_layers"] == 4
 
 
 def test_bridge_scaffold_demo_types_the_subject_and_fades_the_bridge(
     data_dir, tmp_path):
-  task, layers, _ = _task(
+  task, params = _task(
       demo.demo_gin(data_dir, 10, 7, bridge_scaffold=True), tmp_path)
   assert task.mark_query_subject
   assert isinstance(task.train_scaffold, scaffold.SyntheticBridgeScaffold)
   assert (task.train_scaffold.hold_steps, task.train_scaffold.fade_steps,
           task.train_scaffold.floor, task.train_scaffold.seed) == (
               300, 1000, 0.5, 7)
-  assert layers == 4
+  assert params["etc_config.num_hidden_layers"] == 4
