@@ -71,3 +71,28 @@ def test_side_input_builders_drive_the_encoder(hard_g2l, hard_l2g):
   for a, b in zip(full, sparse):
     assert np.isfinite(a.numpy()).all()
     assert max_abs_diff(a, b) < 1e-5
+
+
+@pytest.mark.parametrize("impl", ["sparse", "full"])
+def test_dropout_gain_folded_into_softmax_matches_explicit_scaling(impl):
+  # Without probabilities the dropout gain rides on the softmax's row scale;
+  # with them it is applied after the softmax. Same seed: same function.
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  config = tiny_config(num_hidden_layers=2, residual_attention=True,
+                       attention_probs_dropout_prob=0.3,
+                       hidden_dropout_prob=0.0)
+  model = EtcModel(config)
+  model.build()
+  feats = random_features(config, batch=2, long_len=13, global_len=4, seed=6)
+
+  def run(**kwargs):
+    tf.random.set_seed(99)  # fixes the per-call dropout seed
+    return model(feats, training=True, att_implementation=impl, **kwargs)
+
+  folded = run()
+  explicit = run(return_attention_probs=True)
+  for a, b in zip(folded, explicit[:2]):
+    assert max_abs_diff(a, b) < 1e-5
+  # And dropout is on (the comparison above is not between two no-ops).
+  undropped = model(feats, training=False, att_implementation=impl)
+  assert max_abs_diff(folded[0], undropped[0]) > 1e-3

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from etc_realformer.layers.dropout import keep_gain
 from etc_realformer.layers.dropout import stateless_dropout
 
 
@@ -38,3 +39,21 @@ def test_identity_when_not_training_and_bfloat16_kept():
   assert stateless_dropout(x, 0.5, None, 0, False) is x
   y = stateless_dropout(x, 0.5, tf.constant([1, 1]), 0, True)
   assert y.dtype == tf.bfloat16
+
+
+def test_keep_gain_is_one_over_the_mask_keep_probability():
+  assert keep_gain(0.1) == 1.0 / (1.0 - 6554 / 65536)  # 0.1 to 1/65536
+  assert keep_gain(0.1, training=False) == 1.0
+  assert keep_gain(0.0) == 1.0
+
+
+def test_prescaled_applies_the_same_mask_without_scaling():
+  x = tf.random.normal([6, 333])
+  seed = tf.constant([9, 8])
+  scaled = stateless_dropout(x, 0.2, seed, 4, True)
+  prescaled = stateless_dropout(x * keep_gain(0.2), 0.2, seed, 4, True,
+                                prescaled=True)
+  np.testing.assert_allclose(prescaled.numpy(), scaled.numpy(), rtol=1e-6)
+  unscaled = stateless_dropout(x, 0.2, seed, 4, True, prescaled=True).numpy()
+  kept = unscaled != 0
+  np.testing.assert_array_equal(unscaled[kept], x.numpy()[kept])

@@ -39,6 +39,7 @@ import tf_keras
 from etc_realformer.config import PATTERNS
 from etc_realformer.layers import blocking
 from etc_realformer.layers.dropout import fold_seed
+from etc_realformer.layers.dropout import keep_gain
 from etc_realformer.layers.dropout import stateless_dropout
 
 # Added to the logits of masked keys, as in the original ETC (not -inf: a fully
@@ -352,16 +353,20 @@ def prepare_side_inputs(side: Mapping[str, Optional[tf.Tensor]],
 
 
 def fused_softmax(logits_a: tf.Tensor, logits_b: tf.Tensor,
-                  valid: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+                  valid: tf.Tensor, gain: float = 1.0
+                  ) -> Tuple[tf.Tensor, tf.Tensor]:
   """One softmax over the keys of two score tensors, without concatenating.
 
   Args:
     logits_a: <float32>[..., Ka].
     logits_b: <float32>[..., Kb] (same leading shape).
     valid: <float32> broadcastable to [..., 1]; 0 zeroes a row.
+    gain: multiplies the probabilities. Dropout's 1 / P(keep) goes here: it
+      then costs a multiply per row, not a pass over every probability (and
+      another over its gradient).
 
   Returns:
-    (probs_a, probs_b), <float32>, summing to 1 per valid row.
+    (probs_a, probs_b), <float32>, summing to `gain` per valid row.
   """
   # The max only shifts the exponent (softmax is shift invariant): no gradient.
   peak = tf.stop_gradient(tf.maximum(
@@ -372,6 +377,8 @@ def fused_softmax(logits_a: tf.Tensor, logits_b: tf.Tensor,
   total = (tf.reduce_sum(exp_a, -1, keepdims=True) +
            tf.reduce_sum(exp_b, -1, keepdims=True))
   scale = valid / total
+  if gain != 1.0:
+    scale = scale * gain
   return exp_a * scale, exp_b * scale
 
 
@@ -421,7 +428,7 @@ def _row_keep_mask(seed: tf.Tensor, site: int, rate: float, row_start: Dim,
 
 def row_dropout(probs: tf.Tensor, rate: float, seed: Optional[tf.Tensor],
                 site: int, training: bool, row_start: Dim = 0,
-                row_axis: int = 2) -> tf.Tensor:
+                row_axis: int = 2, prescaled: bool = False) -> tf.Tensor:
   """Attention-probability dropout whose mask is cut along `row_axis`.
 
   The mask of the rows [row_start, row_start + n) of a probability tensor is
@@ -434,6 +441,8 @@ def row_dropout(probs: tf.Tensor, rate: float, seed: Optional[tf.Tensor],
     rate, seed, site, training: as `stateless_dropout`.
     row_start: the index of this tensor's first row in the whole tensor.
     row_axis: the row axis (non-negative).
+    prescaled: `probs` already carries `keep_gain(rate)` (see
+      `fused_softmax`'s `gain`): only the mask is applied.
 
   Returns:
     <float32> like `probs`.
@@ -451,9 +460,9 @@ def row_dropout(probs: tf.Tensor, rate: float, seed: Optional[tf.Tensor],
   # [n, *rest] -> the layout of `probs`.
   perm = list(range(1, row_axis + 1)) + [0] + list(range(row_axis + 1, rank))
   keep = tf.transpose(keep, perm)
-  keep_prob = 1.0 - int(round(rate * 65536)) / 65536.0
-  return tf.where(keep, probs * tf.cast(1.0 / keep_prob, probs.dtype),
-                  tf.zeros_like(probs))
+  if not prescaled:
+    probs = probs * tf.cast(keep_gain(rate), probs.dtype)
+  return tf.where(keep, probs, tf.zeros_like(probs))
 
 
 class FusedGlobalLocalAttention(tf_keras.layers.Layer):
@@ -848,12 +857,15 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
           s = s / float(num_summed)
       logits[pattern] = s
 
+    # Dropout's gain rides on the softmax's per-row scale, except when the
+    # (undropped) probabilities are returned.
+    gain = 1.0 if return_probs else keep_gain(self.att_dropout_prob, training)
     long_probs = fused_softmax(logits["l2l"] + side.l2l_adder,
                                logits["l2g"] + side.l2g_adder,
-                               side.long_valid)
+                               side.long_valid, gain)
     global_probs = fused_softmax(logits["g2g"] + side.g2g_adder,
                                  logits["g2l"] + side.g2l_adder,
-                                 side.global_valid)
+                                 side.global_valid, gain)
     probs = dict(zip(("l2l", "l2g"), long_probs))
     probs.update(zip(("g2g", "g2l"), global_probs))
 
@@ -869,7 +881,8 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
       drop = row_dropout if side.sparse else stateless_dropout
       dropped[pattern] = tf.cast(
           drop(probs[pattern], self.att_dropout_prob, seed,
-               self.dropout_site + k, training), dtype)
+               self.dropout_site + k, training, prescaled=gain != 1.0),
+          dtype)
 
     # ---- weighted values
     if side.sparse:
@@ -958,9 +971,11 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
         if emit_streams and new is not None:
           out[pattern] = new
         logits.append(logit + x[pattern + "_adder"])
-      probs = fused_softmax(logits[0], logits[1], x["valid"])
+      gain = keep_gain(rate, training)
+      probs = fused_softmax(logits[0], logits[1], x["valid"], gain)
       return [tf.cast(row_dropout(p, rate, x.get("seed"), first_site + k,
-                                  training, start), x["q"].dtype)
+                                  training, start, prescaled=gain != 1.0),
+                      x["q"].dtype)
               for k, p in enumerate(probs)], out
 
     def add_carried(inputs, score_inputs, patterns):

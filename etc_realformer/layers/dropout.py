@@ -8,7 +8,9 @@ once, outside any recomputed region) folded with the site's fixed number. The
 same call thus always sees the same masks, recomputed or not.
 
 Keras' own `Dropout` has no way to take a seed tensor per call, and
-`tf.nn.experimental.stateless_dropout` takes one: we build on the latter.
+`tf.nn.experimental.stateless_dropout` spends one 32-bit random draw per
+element; the mask here is drawn from `tf.random.stateless_uniform` bits, two
+16-bit decisions per draw (see `_keep_mask`).
 """
 
 from typing import Optional
@@ -21,8 +23,20 @@ def fold_seed(seed: tf.Tensor, site: int) -> tf.Tensor:
   return tf.random.experimental.stateless_fold_in(seed, site)
 
 
+def keep_gain(rate: float, training: bool = True) -> float:
+  """The factor inverted dropout multiplies kept values by: 1 / P(keep).
+
+  P(keep) is 1 - `rate` rounded to 1/65536, the resolution of the mask; 1.0
+  when dropout does not apply (`training` False or `rate` 0).
+  """
+  if not training or rate == 0.0:
+    return 1.0
+  return 1.0 / (1.0 - _threshold(rate) / 65536.0)
+
+
 def stateless_dropout(x: tf.Tensor, rate: float, seed: Optional[tf.Tensor],
-                      site: int, training: bool) -> tf.Tensor:
+                      site: int, training: bool,
+                      prescaled: bool = False) -> tf.Tensor:
   """Inverted dropout with a mask fixed by (`seed`, `site`).
 
   Args:
@@ -31,6 +45,8 @@ def stateless_dropout(x: tf.Tensor, rate: float, seed: Optional[tf.Tensor],
     seed: <int32>[2] per-call seed, or None when not training.
     site: a number unique to this dropout site within the model.
     training: dropout applies only when True.
+    prescaled: `x` already carries the `keep_gain(rate)` factor (folded into
+      an earlier multiply by the caller), so only the mask is applied.
 
   Returns:
     A tensor like `x`.
@@ -40,9 +56,9 @@ def stateless_dropout(x: tf.Tensor, rate: float, seed: Optional[tf.Tensor],
   if seed is None:
     raise ValueError("stateless_dropout needs a seed when training")
   keep = _keep_mask(tf.shape(x), rate, fold_seed(seed, site))
-  keep_prob = 1.0 - _threshold(rate) / 65536.0
-  return tf.where(keep, x * tf.cast(1.0 / keep_prob, x.dtype),
-                  tf.zeros_like(x))
+  if not prescaled:
+    x = x * tf.cast(keep_gain(rate), x.dtype)
+  return tf.where(keep, x, tf.zeros_like(x))
 
 
 def _threshold(rate: float) -> int:
