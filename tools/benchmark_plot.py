@@ -105,13 +105,17 @@ def plot(records: Iterable[Record], path: str, title: str = "") -> None:
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
   series = _series(records)
-  fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(13, 5))
-  for (variant, pass_), rs in series.items():
+  fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(16, 6))
+  # One colour per line: the default cycle has 10 colours, and a record run
+  # has more lines than that (two lines sharing a colour read as one).
+  colours = plt.get_cmap("tab20").colors
+  for k, ((variant, pass_), rs) in enumerate(series.items()):
     xs = [r["long_len"] for r in rs]
     style = "-o" if pass_ == "fwd" else "--s"
-    ax_t.plot(xs, [r["median_s"] for r in rs], style,
+    colour = colours[k % len(colours)]
+    ax_t.plot(xs, [r["median_s"] for r in rs], style, color=colour,
               label=f"{variant} {pass_}")
-    ax_m.plot(xs, [r["peak_rss_gib"] for r in rs], style,
+    ax_m.plot(xs, [r["peak_rss_gib"] for r in rs], style, color=colour,
               label=f"{variant} {pass_}")
   lengths = sorted({r["long_len"] for rs in series.values() for r in rs})
   for ax, ylabel in ((ax_t, "median time per call (s)"),
@@ -125,13 +129,15 @@ def plot(records: Iterable[Record], path: str, title: str = "") -> None:
     ax.set_ylabel(ylabel)
     ax.grid(True, which="both", alpha=0.3)
   if series:
-    ax_t.legend(fontsize=7)
+    # Beside the axes, so that no line is hidden behind it.
+    fig.legend(*ax_t.get_legend_handles_labels(), loc="center right",
+               fontsize=7)
   else:
     ax_t.text(0.5, 0.5, "no successful measurements", ha="center",
               transform=ax_t.transAxes)
   fig.suptitle(title or "ETC-RealFormer encoder: fwd (solid) and fwd+bwd "
                "(dashed)")
-  fig.tight_layout()
+  fig.tight_layout(rect=(0, 0, 0.74 if series else 1, 1))
   fig.savefig(path, dpi=110)
   plt.close(fig)
 
