@@ -8,7 +8,7 @@ once, outside any recomputed region) folded with the site's fixed number. The
 same call thus always sees the same masks, recomputed or not.
 
 Keras' own `Dropout` has no way to take a seed tensor per call, and
-`tf.nn.experimental.stateless_dropout` spends one 32-bit random draw per
+`tf.nn.experimental.stateless_dropout` draws one random number per
 element; the mask here is drawn from `tf.random.stateless_uniform` bits, two
 16-bit decisions per draw (see `_keep_mask`).
 """
