@@ -10,7 +10,7 @@ reproduces the original ETC exactly.
 import copy
 import dataclasses
 import json
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple, Union
 
 from absl import logging
 import tensorflow as tf
@@ -24,6 +24,12 @@ PATTERNS: Tuple[str, ...] = ("l2l", "l2g", "g2g", "g2l")
 NUM_OTHER_RELATIVE_IDS = 3
 
 ATT_IMPLEMENTATIONS = ("auto", "sparse", "full")
+
+# `EtcConfig.attention_chunk_len = AUTO`: unchunked up to this long length,
+# chunks of AUTO_CHUNK_LEN queries above it.
+AUTO = "auto"
+AUTO_UNCHUNKED_MAX_LEN = 4096
+AUTO_CHUNK_LEN = 2048
 
 
 def min_relative_vocab_size(relative_pos_max_distance: int) -> int:
@@ -109,11 +115,12 @@ class EtcConfig:
   # exist at a time. 0 = off (one piece); lengths <= attention_chunk_len are
   # one piece anyway. Same outputs, gradients and dropout masks as off.
   # Chunking recomputes the core in the backward pass (about +17% fwd+bwd
-  # time). The default, measured on a quiet machine (docs/benchmarks.md,
-  # "Chunk length"): L <= 4096, the usual fine-tuning length, runs unchunked
-  # at full speed; at 16384 (G = 256) the fwd+bwd peak drops from 8.0 to
-  # 6.4 GiB. Memory-bound runs at 8192 do better with 2048 (4.4 vs 5.0 GiB).
-  attention_chunk_len: int = 4096
+  # time at 4096). "auto" (`chunk_len_for`): long lengths up to
+  # AUTO_UNCHUNKED_MAX_LEN (the usual fine-tuning length) run as one piece at
+  # full speed; longer ones in chunks of AUTO_CHUNK_LEN, the best measured
+  # memory at 8192 and 16384 (docs/benchmarks.md, "Chunk length" and
+  # "Session 11").
+  attention_chunk_len: Union[int, str] = AUTO
   # Residual attention: carry each layer's score inputs (pre-scaled queries,
   # keys, relative scores per id: [L, hidden]-sized) instead of the running
   # score sums ([L, 3b], [L, G], [G, L] per head), and recompute the earlier
@@ -181,10 +188,11 @@ class EtcConfig:
     if self.hidden_act not in ("gelu", "relu", "tanh", "linear",
                                "gelu_exact"):
       fail("hidden_act", f"unsupported activation {self.hidden_act!r}")
-    if not isinstance(self.attention_chunk_len, int) or (
-        self.attention_chunk_len < 0):
-      fail("attention_chunk_len", "must be a non-negative integer, got "
-           f"{self.attention_chunk_len!r}")
+    chunk = self.attention_chunk_len
+    if chunk != AUTO and (not isinstance(chunk, int) or
+                          isinstance(chunk, bool) or chunk < 0):
+      fail("attention_chunk_len", f"must be {AUTO!r} or a non-negative "
+           f"integer, got {chunk!r}")
     if self.grad_checkpointing_period < 0:
       fail("grad_checkpointing_period", "must not be negative")
     unknown = set(self.residual_patterns) - set(PATTERNS)
@@ -216,6 +224,19 @@ class EtcConfig:
   @property
   def resolved_embedding_size(self) -> int:
     return self.embedding_size or self.hidden_size
+
+  def chunk_len_for(self, long_len: Any) -> int:
+    """Queries per attention chunk for a long length (0 = one piece).
+
+    Resolves `attention_chunk_len = "auto"`; a dynamic (non-int) length
+    gets 0, since only static lengths are chunked.
+    """
+    chunk = self.attention_chunk_len
+    if chunk != AUTO:
+      return chunk
+    if not isinstance(long_len, int) or long_len <= AUTO_UNCHUNKED_MAX_LEN:
+      return 0
+    return AUTO_CHUNK_LEN
 
   def carries_stream(self, pattern: str) -> bool:
     """Whether residual attention carries a score stream for `pattern`."""

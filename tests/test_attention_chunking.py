@@ -1,6 +1,8 @@
 """Chunked attention (`EtcConfig.attention_chunk_len`) computes the same
 function, gradients and dropout masks as the unchunked sparse path."""
 
+import json
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -9,6 +11,7 @@ from encoder_testing import (max_abs_diff, numpy_reference, random_features,
                              randomize_relative_bias, tiny_config,
                              model_weights)
 from etc_realformer import EtcModel
+from etc_realformer import config as etc_config
 from etc_realformer.layers import attention
 
 
@@ -199,3 +202,57 @@ def test_row_keep_mask_pieces_equal_the_whole():
 def test_config_rejects_negative_chunk_len():
   with pytest.raises(ValueError, match="attention_chunk_len"):
     tiny_config(attention_chunk_len=-1)
+
+
+@pytest.mark.parametrize("bad", ["fast", 2.5, True, None])
+def test_config_rejects_other_chunk_settings(bad):
+  with pytest.raises(ValueError, match="attention_chunk_len"):
+    tiny_config(attention_chunk_len=bad)
+
+
+def test_auto_chunk_len_by_length():
+  config = tiny_config()
+  assert config.attention_chunk_len == "auto"
+  auto_max = etc_config.AUTO_UNCHUNKED_MAX_LEN
+  assert config.chunk_len_for(auto_max) == 0
+  assert config.chunk_len_for(auto_max + 1) == etc_config.AUTO_CHUNK_LEN
+  assert config.chunk_len_for(16384) == etc_config.AUTO_CHUNK_LEN
+  assert config.chunk_len_for(tf.constant(16384)) == 0  # dynamic: unchunked
+  assert config.replace(attention_chunk_len=0).chunk_len_for(16384) == 0
+  assert config.replace(attention_chunk_len=512).chunk_len_for(100) == 512
+  again = etc_config.EtcConfig.from_dict(
+      json.loads(config.to_json_string()))
+  assert again.attention_chunk_len == "auto"
+
+
+@pytest.mark.parametrize("long_len,expect_chunked", [(7, False), (13, True)])
+def test_auto_chunk_len_chunks_long_inputs_only(monkeypatch, long_len,
+                                                expect_chunked):
+  # Small thresholds, so that a tiny model crosses them.
+  monkeypatch.setattr(etc_config, "AUTO_UNCHUNKED_MAX_LEN", 8)
+  monkeypatch.setattr(etc_config, "AUTO_CHUNK_LEN", 3)
+  config = tiny_config(num_hidden_layers=2, local_radius=2,
+                       residual_attention=True,
+                       attention_probs_dropout_prob=0.3,
+                       attention_chunk_len=0)
+  plain, auto = _twin(config, attention_chunk_len="auto")
+  calls = []
+  original = attention.FusedGlobalLocalAttention._attend_chunked
+
+  def spy(self, *args):
+    calls.append(args[9])  # num_chunks
+    return original(self, *args)
+
+  monkeypatch.setattr(attention.FusedGlobalLocalAttention, "_attend_chunked",
+                      spy)
+  feats = random_features(config, batch=2, long_len=long_len, global_len=4,
+                          seed=long_len)
+  probes = _probes(config, 2, long_len, 4)
+  calls_before = len(calls)
+  ref = _loss_and_grads(plain, feats, probes, training=True)
+  assert len(calls) == calls_before  # chunk 0: never chunked
+  _assert_same(ref, _loss_and_grads(auto, feats, probes, training=True))
+  if expect_chunked:
+    assert calls and set(calls) == {-(-long_len // 3)}
+  else:
+    assert not calls

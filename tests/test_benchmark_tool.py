@@ -26,7 +26,7 @@ MEASUREMENT_FIELDS = (
     "median_s", "min_s", "mean_s", "first_call_s", "peak_rss_gib",
     "ru_maxrss_gib", "baseline_rss_gib", "rss_after_import_gib",
     "tokens_per_s", "num_parameters", "tf_version", "machine", "command",
-    "wall_s", "meets_record_protocol")
+    "wall_s", "meets_record_protocol", "chunk_len_used")
 
 
 def _run_cli(args, timeout=240):
@@ -64,6 +64,7 @@ def test_sweep_writes_records_table_and_plot(tmp_path):
     assert r["label"] == "unit-test"
     assert r["meets_record_protocol"] is False  # 2 repeats, L < 1024.
     assert r["model"]["hidden_size"] == 32
+    assert r["chunk_len_used"] == 0  # "auto": short inputs run unchunked
   assert png.exists() and png.stat().st_size > 1000
   assert "sparse-res-f32-G=L/16" in stdout
   assert "128-256" in stdout  # The slope line.

@@ -256,6 +256,8 @@ def measure_encoder(spec: Dict[str, Any]) -> Dict[str, Any]:
   from etc_realformer.networks.etc_model import EtcModel  # pylint: disable=g-import-not-at-top
 
   cfg = _config(spec)
+  # What "auto" (or an explicit value) means at this length: 0 = one piece.
+  out["chunk_len_used"] = cfg.chunk_len_for(spec["long_len"])
   model = EtcModel(cfg)
   model.build()
   out["num_parameters"] = int(sum(v.shape.num_elements()

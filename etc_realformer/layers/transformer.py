@@ -143,7 +143,7 @@ class GlobalLocalTransformerBlock(tf_keras.layers.Layer):
         num_summed=self.index + 1, running_mean=cfg.residual_running_mean,
         training=training, seed=seed, return_probs=return_probs,
         recompute=cfg.recompute_attention and training,
-        chunk_len=cfg.attention_chunk_len, emit_streams=emit_streams,
+        chunk_len=cfg.chunk_len_for(side.long_len), emit_streams=emit_streams,
         stream_sources=cfg.recompute_residual_streams)
     long_x = long_x + dropout(att_long, _SITE_ATT_LONG)
     global_x = global_x + dropout(att_global, _SITE_ATT_GLOBAL)
