@@ -8,6 +8,7 @@ import tf_keras
 from encoder_testing import (max_abs_diff, random_features,
                              randomize_relative_bias, tiny_config)
 from etc_realformer import EtcModel
+from etc_realformer.layers import attention
 
 
 @pytest.fixture(scope="module")
@@ -119,3 +120,33 @@ def test_xla_chunked_training_step_matches_graph(changes):
   for gx, gr in zip(grads_xla, grads_ref):
     assert np.isfinite(gx).all()
     np.testing.assert_allclose(gx, gr, rtol=1e-4, atol=1e-5 + 2e-6 * scale)
+
+
+def test_xla_skips_chunking(monkeypatch):
+  # Under XLA the chunk order does not bound memory (it raised the peak), so
+  # the layer computes the core whole there; plain graphs still chunk.
+  config = tiny_config(num_hidden_layers=2, residual_attention=True,
+                       attention_chunk_len=3)
+  model = EtcModel(config)
+  model.build()
+  feats = {k: tf.constant(v) for k, v in random_features(
+      config, batch=1, long_len=13, global_len=4, seed=2).items()}
+  calls = []
+  original = attention.FusedGlobalLocalAttention._attend_chunked
+
+  def spy(self, *args):
+    calls.append(args[9])  # num_chunks
+    return original(self, *args)
+
+  monkeypatch.setattr(attention.FusedGlobalLocalAttention, "_attend_chunked",
+                      spy)
+
+  def forward(f):
+    return model(f, training=True, att_implementation="sparse")
+
+  xla = tf.function(forward, jit_compile=True)(feats)
+  assert not calls
+  graph = tf.function(forward)(feats)
+  assert calls
+  for a, b in zip(xla, graph):
+    assert max_abs_diff(a, b) < 1e-5
