@@ -48,7 +48,10 @@ class TrainerConfig:
     init_checkpoint: a released ETC checkpoint (directory or prefix), or a
       TF2 checkpoint of an encoder or of a task model; used only when the
       model_dir holds no checkpoint yet.
-    jit_compile: XLA-compile the forward/backward pass.
+    jit_compile: XLA-compile the forward/backward pass. On CPU it did not
+      pay for the base model (float32 as fast, bfloat16 slower at 4096
+      tokens) and it takes more memory above 4096 tokens, where attention
+      chunking is off under XLA (docs/benchmarks.md, sessions 10-11).
   """
   train_steps: int = 1000
   train_batch_size: int = 32
