@@ -7,13 +7,29 @@ keys], so it shares no code or layout trick with the library.
 """
 
 import math
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 
 from etc_realformer import EtcConfig
 
 PATTERNS = ("l2l", "l2g", "g2g", "g2l")
+
+
+def spy_chunked_calls(monkeypatch) -> List[int]:
+  """Records the chunk count of every chunked attention core built from now
+  on (empty: every layer computed its core whole)."""
+  from etc_realformer.layers import attention  # pylint: disable=g-import-not-at-top
+  calls: List[int] = []
+  original = attention.FusedGlobalLocalAttention._attend_chunked
+
+  def spy(self, *args):
+    calls.append(args[9])  # num_chunks
+    return original(self, *args)
+
+  monkeypatch.setattr(attention.FusedGlobalLocalAttention, "_attend_chunked",
+                      spy)
+  return calls
 
 
 def tiny_config(**overrides) -> EtcConfig:

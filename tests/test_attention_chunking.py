@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from encoder_testing import (max_abs_diff, numpy_reference, random_features,
                              randomize_relative_bias, tiny_config,
-                             model_weights)
+                             model_weights, spy_chunked_calls)
 from etc_realformer import EtcModel
 from etc_realformer import config as etc_config
 from etc_realformer.layers import attention
@@ -236,15 +236,7 @@ def test_auto_chunk_len_chunks_long_inputs_only(monkeypatch, long_len,
                        attention_probs_dropout_prob=0.3,
                        attention_chunk_len=0)
   plain, auto = _twin(config, attention_chunk_len="auto")
-  calls = []
-  original = attention.FusedGlobalLocalAttention._attend_chunked
-
-  def spy(self, *args):
-    calls.append(args[9])  # num_chunks
-    return original(self, *args)
-
-  monkeypatch.setattr(attention.FusedGlobalLocalAttention, "_attend_chunked",
-                      spy)
+  calls = spy_chunked_calls(monkeypatch)
   feats = random_features(config, batch=2, long_len=long_len, global_len=4,
                           seed=long_len)
   probes = _probes(config, 2, long_len, 4)

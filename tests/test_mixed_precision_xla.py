@@ -5,10 +5,9 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
-from encoder_testing import (max_abs_diff, random_features,
+from encoder_testing import (max_abs_diff, random_features, spy_chunked_calls,
                              randomize_relative_bias, tiny_config)
 from etc_realformer import EtcModel
-from etc_realformer.layers import attention
 
 
 @pytest.fixture(scope="module")
@@ -131,15 +130,7 @@ def test_xla_skips_chunking(monkeypatch):
   model.build()
   feats = {k: tf.constant(v) for k, v in random_features(
       config, batch=1, long_len=13, global_len=4, seed=2).items()}
-  calls = []
-  original = attention.FusedGlobalLocalAttention._attend_chunked
-
-  def spy(self, *args):
-    calls.append(args[9])  # num_chunks
-    return original(self, *args)
-
-  monkeypatch.setattr(attention.FusedGlobalLocalAttention, "_attend_chunked",
-                      spy)
+  calls = spy_chunked_calls(monkeypatch)
 
   def forward(f):
     return model(f, training=True, att_implementation="sparse")
