@@ -88,9 +88,10 @@ def test_xla_training_step_with_dropout_and_checkpointing():
     dict(attention_chunk_len=3, recompute_residual_streams=True),
     dict(attention_chunk_len=4, grad_checkpointing_period=1)])
 def test_xla_chunked_training_step_matches_graph(changes):
-  # The path that inputs longer than 4096 tokens take by default: chunked
-  # attention under a custom gradient, whose chunk order rests on control
-  # inputs. XLA must compile it and compute the same loss and gradients.
+  # Configurations that chunk the attention core, as inputs longer than
+  # 4096 tokens do by default. Under XLA the core is computed whole (or, with
+  # recomputed streams, as one chunk); the plain graph chunks it. Both must
+  # give the same loss and gradients.
   config = tiny_config(num_hidden_layers=3, local_radius=2,
                        residual_attention=True, **changes)
   model = EtcModel(config)
