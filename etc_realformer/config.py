@@ -119,7 +119,8 @@ class EtcConfig:
   # AUTO_UNCHUNKED_MAX_LEN (the usual fine-tuning length) run as one piece at
   # full speed; longer ones in chunks of AUTO_CHUNK_LEN, the best measured
   # memory at 8192 and 16384 (docs/benchmarks.md, "Chunk length" and
-  # "Session 11").
+  # "Session 11"). Not applied under XLA (jit_compile, TPU), where the chunk
+  # order did not bound memory.
   attention_chunk_len: Union[int, str] = AUTO
   # Residual attention: carry each layer's score inputs (pre-scaled queries,
   # keys, relative scores per id: [L, hidden]-sized) instead of the running

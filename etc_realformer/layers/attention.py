@@ -653,7 +653,7 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
         ceil(L / chunk_len) chunks (long: whole blocks; global: rows), each
         computed alone and recomputed alone in the backward pass (see
         `_attend_chunked`); 0, or a single chunk, keeps the whole core.
-        Ignored with `return_probs`.
+        Ignored with `return_probs` and under XLA (see below).
       emit_streams: return the new running sums (False for the last layer,
         whose streams nobody reads: they are then never built whole).
       stream_sources: carry the streams as their sources instead of as sums
