@@ -31,7 +31,7 @@ def keep_gain(rate: float, training: bool = True) -> float:
   """
   if not training or rate == 0.0:
     return 1.0
-  return 1.0 / (1.0 - _threshold(rate) / 65536.0)
+  return 1.0 / (1.0 - keep_threshold(rate) / 65536.0)
 
 
 def stateless_dropout(x: tf.Tensor, rate: float, seed: Optional[tf.Tensor],
@@ -61,8 +61,10 @@ def stateless_dropout(x: tf.Tensor, rate: float, seed: Optional[tf.Tensor],
   return tf.where(keep, x, tf.zeros_like(x))
 
 
-def _threshold(rate: float) -> int:
+def keep_threshold(rate: float) -> int:
+  """Dropout keeps an element iff its 16-bit random number is >= this."""
   return int(round(rate * 65536))
+
 
 
 def _keep_mask(shape: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tensor:
@@ -79,7 +81,7 @@ def _keep_mask(shape: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tensor:
                                      dtype=tf.uint32)
   halves = tf.reshape(tf.bitcast(bits, tf.uint16), [-1])
   halves = tf.slice(halves, [0], [size])
-  keep = halves >= tf.constant(_threshold(rate), tf.uint16)
+  keep = halves >= tf.constant(keep_threshold(rate), tf.uint16)
   return tf.reshape(keep, shape)
 
 

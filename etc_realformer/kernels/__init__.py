@@ -1,0 +1,1 @@
+"""Fused CPU kernels (C++ custom ops) and their Python side."""
