@@ -31,6 +31,9 @@ AUTO = "auto"
 AUTO_UNCHUNKED_MAX_LEN = 4096
 AUTO_CHUNK_LEN = 2048
 
+# `EtcConfig.fused_attention_kernel` values.
+FUSED_KERNEL_MODES = (AUTO, "on", "off")
+
 
 def min_relative_vocab_size(relative_pos_max_distance: int) -> int:
   """The smallest `relative_vocab_size` that fits all ids for a max distance."""
@@ -136,6 +139,15 @@ class EtcConfig:
   # G = 1024, 6.9 GiB (10.0 before). Not for short inputs: at L = 4096 (one
   # chunk) the forward-only peak goes up (1.6 -> 2.0 GiB).
   recompute_residual_streams: bool = False
+  # The fused CPU kernel for the sparse attention core's elementwise work
+  # (relative scores, streams, masks, softmax, dropout: one pass forward and
+  # one backward instead of ~15 TF ops each; etc_realformer/kernels/).
+  # "auto": used on the CPU, outside XLA and SavedModel export, when it
+  # builds (g++ and TF's headers; compiled once and cached); the TensorFlow
+  # path otherwise. "on": the same, but an error if it cannot be built.
+  # "off": always the TensorFlow path. Same function, gradients and dropout
+  # masks either way (tests/test_side_softmax_kernel.py).
+  fused_attention_kernel: str = AUTO
 
   # Keys found in a JSON file that this class does not know (kept, reported).
   unknown_keys: Dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -194,6 +206,9 @@ class EtcConfig:
                           isinstance(chunk, bool) or chunk < 0):
       fail("attention_chunk_len", f"must be {AUTO!r} or a non-negative "
            f"integer, got {chunk!r}")
+    if self.fused_attention_kernel not in FUSED_KERNEL_MODES:
+      fail("fused_attention_kernel", f"must be one of {FUSED_KERNEL_MODES}, "
+           f"got {self.fused_attention_kernel!r}")
     if self.grad_checkpointing_period < 0:
       fail("grad_checkpointing_period", "must not be negative")
     unknown = set(self.residual_patterns) - set(PATTERNS)

@@ -78,11 +78,11 @@ def test_no_stream_tensor_crosses_layers(monkeypatch):
   original = attention.FusedGlobalLocalAttention._attend_chunked
 
   def spy(self, t, streams, side, carried, num_summed, running_mean,
-          training, seed, emit_streams, num_chunks, sources=()):
+          training, seed, emit_streams, num_chunks, sources=(), fused=False):
     seen.append((len(sources), dict(streams), emit_streams))
     return original(self, t, streams, side, carried, num_summed,
                     running_mean, training, seed, emit_streams, num_chunks,
-                    sources)
+                    sources, fused)
 
   monkeypatch.setattr(attention.FusedGlobalLocalAttention, "_attend_chunked",
                       spy)

@@ -5,7 +5,8 @@
 
 One `py_library` per module of `etc_realformer/`, `tasks/` and `tools/`, one
 `py_binary` per module with a `__main__` entry, one `py_test` per
-`tests/test_*.py`. Dependencies between targets come from each file's own
+`tests/test_*.py`; C++ sources beside a module are its `data` (the kernels
+are compiled at first use). Dependencies between targets come from each file's own
 imports (read with `ast`), so they stay true as the code moves. Third-party
 packages (TensorFlow, tf_keras, ...) come from `requirements.txt` through pip;
 they are not Bazel targets here.
@@ -138,6 +139,11 @@ def render() -> str:
     data = ""
     if rel.startswith("tasks/") or rel.startswith("etc_realformer/training"):
       data = '    data = [":gin_files"],\n'
+    sources_cc = sorted(str(c.relative_to(ROOT))
+                        for c in path.parent.glob("*.cc"))
+    if sources_cc and path.name != "__init__.py":
+      # C++ kernels are compiled at first use (etc_realformer/kernels/build.py)
+      data = f"    data = {_fmt_list(sources_cc)},\n"
     out.append(f'py_library(\n    name = "{name}",\n    srcs = ["{rel}"],\n'
                f'{data}    deps = {_fmt_list(deps)},\n)\n')
     if _is_binary(path) and path.name != "__init__.py":

@@ -41,9 +41,12 @@ from tensorflow.python.ops import control_flow_util  # pylint: disable=g-direct-
 import tf_keras
 
 from etc_realformer.config import PATTERNS
+from etc_realformer.kernels import build as kernel_build
+from etc_realformer.kernels import side_softmax as kernel
 from etc_realformer.layers import blocking
 from etc_realformer.layers.dropout import fold_seed
 from etc_realformer.layers.dropout import keep_gain
+from etc_realformer.layers.dropout import keep_threshold
 from etc_realformer.layers.dropout import stateless_dropout
 
 # Added to the logits of masked keys, as in the original ETC (not -inf: a fully
@@ -424,7 +427,7 @@ def _row_keep_mask(seed: tf.Tensor, site: int, rate: float, row_start: Dim,
       counter=counter, alg=_PHILOX, dtype=tf.uint32)
   halves = tf.reshape(tf.bitcast(bits, tf.uint16), [-1])
   halves = tf.slice(halves, tf.reshape(skip, [1]), tf.reshape(count, [1]))
-  keep = halves >= tf.constant(int(round(rate * 65536)), tf.uint16)
+  keep = halves >= tf.constant(keep_threshold(rate), tf.uint16)
   return tf.reshape(keep, tf.concat(
       [tf.reshape(tf.cast(num_rows, tf.int32), [1]),
        tf.cast(row_shape, tf.int32)], 0))
@@ -630,7 +633,8 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
            recompute: bool = False,
            chunk_len: int = 0,
            emit_streams: bool = True,
-           stream_sources: bool = False):
+           stream_sources: bool = False,
+           fused_kernel: str = "auto"):
     """Runs one layer of fused global-local attention.
 
     Args:
@@ -662,6 +666,10 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
         and relative scores per id), this layer appends its own, and the sums
         are recomputed where they are read: chunk by chunk on the sparse
         path with static lengths, whole otherwise.
+      fused_kernel: `EtcConfig.fused_attention_kernel`: on the sparse path
+        (probabilities not returned) each query side's elementwise work runs
+        in the fused CPU kernel where `kernel_build.use_fused_kernel` allows
+        it; the same function either way.
 
     Returns:
       (long_output <T>[B, L, hidden], global_output <T>[B, G, hidden],
@@ -712,7 +720,14 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
       tensors["global_per_id"] = self.global_relative.scores_per_id(
           global_q, scale)
 
+    fused = (side.sparse and not return_probs and
+             kernel_build.use_fused_kernel(fused_kernel))
+
     def attend(t, prev_streams, want_probs):
+      if fused:
+        return self._attend_fused(t, prev_streams, side, carried, num_summed,
+                                  running_mean, training, seed,
+                                  emit_streams and not stream_sources)
       return self._attend(t, prev_streams, side, carried, num_summed,
                           running_mean, training, seed, want_probs)
 
@@ -749,7 +764,7 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
       long_ctx, global_ctx, new_streams = self._attend_chunked(
           tensors, streams, side, carried, num_summed, running_mean,
           training, seed, emit_streams and not stream_sources, num_chunks,
-          sources)
+          sources, fused)
       returned_probs = None
     elif recompute and not return_probs:
       long_ctx, global_ctx, new_streams = _recomputed(
@@ -917,13 +932,106 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
                   tf.matmul(dropped["g2l"], t["g2l_v"]))
     return long_ctx, global_ctx, new_streams, returned_probs
 
+  def _kernel_side(self, patterns: Tuple[str, str], raw_a: tf.Tensor,
+                   raw_b: tf.Tensor, adders: Tuple[tf.Tensor, tf.Tensor],
+                   valid: tf.Tensor, streams: Mapping[str, tf.Tensor],
+                   per_id: Optional[tf.Tensor],
+                   ids: Tuple[Optional[tf.Tensor], Optional[tf.Tensor]],
+                   band: bool, carried: Tuple[str, ...], emit: bool,
+                   num_summed: int, running_mean: bool, training: bool,
+                   seed: Optional[tf.Tensor], first_site: int,
+                   row_start: int = 0):
+    """One query side through the fused kernel (4-D layouts, see
+    `kernel.side_softmax`; `band`: the long side).
+
+    Returns:
+      (probabilities of the two patterns <T>, {pattern: new stream} of the
+      carried patterns when `emit`).
+    """
+    a, b = patterns
+    rate = self.att_dropout_prob
+    dropout = training and rate > 0.0
+    if dropout and seed is None:
+      raise ValueError("attention dropout needs a seed when training")
+    keys = (tf.stack([fold_seed(seed, first_site),
+                      fold_seed(seed, first_site + 1)]) if dropout else None)
+    out = kernel.side_softmax(
+        raw_a, raw_b, adders[0], adders[1], valid, band=band,
+        block_len=self.local_radius + 1 if band else 1, per_id=per_id,
+        ids_a=ids[0], ids_b=ids[1],
+        stream_a=streams.get(a) if a in carried else None,
+        stream_b=streams.get(b) if b in carried else None,
+        emit_a=emit and a in carried, emit_b=emit and b in carried,
+        num_summed=num_summed if running_mean and num_summed > 1 else 1,
+        keys=keys, threshold=keep_threshold(rate) if dropout else 0,
+        gain=keep_gain(rate, training), row_start=row_start)
+    new = {}
+    if out.new_a is not None:
+      new[a] = out.new_a
+    if out.new_b is not None:
+      new[b] = out.new_b
+    return out.probs_a, out.probs_b, new
+
+  def _attend_fused(self, t: Dict[str, tf.Tensor],
+                    streams: Mapping[str, tf.Tensor],
+                    side: PreparedSideInputs, carried: Tuple[str, ...],
+                    num_summed: int, running_mean: bool, training: bool,
+                    seed: Optional[tf.Tensor], emit: bool):
+    """`_attend` on the sparse path with each side's elementwise work in the
+    fused kernel (no probabilities).
+
+    Returns:
+      (long_ctx <T>[B, H, L, D], global_ctx <T>[B, H, G, D], new_streams:
+      the carried patterns' when `emit`, else {}; None).
+    """
+    b = self.local_radius + 1
+
+    def blocks_of(x):
+      return blocking.split_into_blocks(x, b, axis=2)
+
+    q_blocks = blocks_of(t["long_q"])
+    k_blocks = blocking.concat_3_blocks(blocks_of(t["l2l_k"]), axis=2)
+    v_blocks = blocking.concat_3_blocks(blocks_of(t["l2l_v"]), axis=2)
+    # [B, H, nb, b, 3b] and [B, H, nb * b, G], in the compute dtype. The
+    # l2g scores of the padded queries are computed (zeros) so that their
+    # rows match the stream's and the kernel's gradient serves both.
+    raw_l2l = tf.matmul(q_blocks, k_blocks, transpose_b=True)
+    raw_l2g = tf.matmul(_merge_blocks(q_blocks), t["l2g_k"],
+                        transpose_b=True)
+    long_streams = {p: _merge_blocks(streams[p]) for p in ("l2l", "l2g")
+                    if p in streams}
+    p_l2l, p_l2g, new = self._kernel_side(
+        ("l2l", "l2g"), _merge_blocks(raw_l2l), raw_l2g,
+        (_merge_blocks(side.l2l_adder), _merge_blocks(side.l2g_adder)),
+        _merge_blocks(side.long_valid), long_streams, t.get("long_per_id"),
+        (side.l2l_ids, side.l2g_ids), True, carried, emit, num_summed,
+        running_mean, training, seed, self.dropout_site)
+    new_streams = {p: _split_blocks(v, b) for p, v in new.items()}
+    long_ctx = _merge_blocks(tf.matmul(_split_blocks(p_l2l, b), v_blocks))
+    long_ctx += tf.matmul(p_l2g, t["l2g_v"])
+    long_ctx = blocking.slice_last(long_ctx, 0, side.long_len, axis=2)
+
+    # [B, H, G, G] and [B, H, G, L].
+    raw_g2g = tf.matmul(t["global_q"], t["g2g_k"], transpose_b=True)
+    raw_g2l = tf.matmul(t["global_q"], t["g2l_k"], transpose_b=True)
+    p_g2g, p_g2l, new = self._kernel_side(
+        ("g2g", "g2l"), raw_g2g, raw_g2l, (side.g2g_adder, side.g2l_adder),
+        side.global_valid, streams, t.get("global_per_id"),
+        (side.g2g_ids, side.g2l_ids), False, carried, emit, num_summed,
+        running_mean, training, seed, self.dropout_site + 2)
+    new_streams.update(new)
+    global_ctx = (tf.matmul(p_g2g, t["g2g_v"]) +
+                  tf.matmul(p_g2l, t["g2l_v"]))
+    return long_ctx, global_ctx, new_streams, None
+
   def _attend_chunked(self, t: Dict[str, tf.Tensor],
                       streams: Mapping[str, tf.Tensor],
                       side: PreparedSideInputs, carried: Tuple[str, ...],
                       num_summed: int, running_mean: bool, training: bool,
                       seed: Optional[tf.Tensor], emit_streams: bool,
                       num_chunks: int,
-                      sources: Tuple[Mapping[str, tf.Tensor], ...] = ()):
+                      sources: Tuple[Mapping[str, tf.Tensor], ...] = (),
+                      fused: bool = False):
     """The sparse `_attend`, cut into chunks of queries (no probabilities).
 
     Long queries are cut into chunks of whole blocks (l2l and l2g of a chunk
@@ -941,6 +1049,10 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
     and sums them in the order the materialized streams would have been, so
     no stream tensor exists whole, and the gradients reach the earlier
     layers' queries, keys and relative scores through the recomputation.
+
+    With `fused`, each chunk's elementwise work (this layer's relative
+    scores, streams, masks, softmax, dropout) runs in the fused kernel, its
+    dropout rows starting at the chunk's first row.
 
     Returns:
       (long_ctx <T>[B, H, L, D], global_ctx <T>[B, H, G, D], new_streams).
@@ -976,6 +1088,9 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
       Returns ([probabilities of the two patterns] in the compute dtype,
       {pattern: new stream} when `emit_streams`).
       """
+      if fused:
+        return fused_side_probs(start, x, scores_fn, patterns, side_carried,
+                                first_site)
       own = scores_fn("")
       if sources and side_carried:
         x = {**x, **recomputed_streams(scores_fn, side_carried)}
@@ -991,6 +1106,37 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
                                   training, start, prescaled=gain != 1.0),
                       x["q"].dtype)
               for k, p in enumerate(probs)], out
+
+    def fused_side_probs(start, x, scores_fn, patterns, side_carried,
+                         first_site):
+      """`side_probs` through the fused kernel: the raw q.k scores of this
+      layer, everything else in one pass."""
+      if sources and side_carried:
+        x = {**x, **recomputed_streams(scores_fn, side_carried)}
+      long = patterns[0] == "l2l"
+      raw = scores_fn("", raw=True)
+      raw_a, raw_b = raw[patterns[0]], raw[patterns[1]]
+      ids = [x.get(p + "_ids") for p in patterns]
+      per_id = x.get("per_id")
+      valid = x["valid"]
+      adders = [x[p + "_adder"] for p in patterns]
+      streams_in = {p: x["s_" + p] for p in patterns if "s_" + p in x}
+      if long:  # [B, ., n, b, K] -> [B, ., n * b, K]
+        raw_a, raw_b = _merge_blocks(raw_a), _merge_blocks(raw_b)
+        adders = [_merge_blocks(v) for v in adders]
+        valid = _merge_blocks(valid)
+        streams_in = {p: _merge_blocks(v) for p, v in streams_in.items()}
+        ids = [None if v is None else _merge_axes(v, 1) for v in ids]
+        if per_id is not None:
+          per_id = _merge_axes(per_id, 1)
+      p_a, p_b, new = self._kernel_side(
+          patterns, raw_a, raw_b, tuple(adders), valid, streams_in, per_id,
+          tuple(ids), long, side_carried, emit_streams, num_summed,
+          running_mean, training, x.get("seed"), first_site, start)
+      if long:
+        p_a, p_b = _split_blocks(p_a, b), _split_blocks(p_b, b)
+        new = {p: _split_blocks(v, b) for p, v in new.items()}
+      return [p_a, p_b], new
 
     def add_carried(inputs, score_inputs, patterns):
       """Adds what the carried `patterns` of one side need: the earlier
@@ -1037,18 +1183,23 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
     l2g_ids = (blocking.split_into_blocks(side.l2g_ids, b, axis=1)
                if use_l2g_rel else None)  # [B, nb, b, G]
 
-    def long_scores(size, x, prefix):
+    def long_scores(size, x, prefix, raw=False):
       """l2l [B, H, n, b, 3b] and l2g [B, H, n, b, G] raw scores of the
-      layer whose chunk inputs are named `prefix` + ..."""
+      layer whose chunk inputs are named `prefix` + ... (`raw`: the q.k
+      products only, in the compute dtype)."""
       q = x[prefix + "q"]  # [B, H, n, b, D]
       shape = tf.shape(q)
       batch, heads = shape[0], shape[1]
       c = size * b
       kp = x[prefix + "kp"]
       k3 = tf.concat([rows(kp, k, size, 2) for k in range(3)], axis=3)
-      l2l = f32(tf.matmul(q, k3, transpose_b=True))
+      l2l = tf.matmul(q, k3, transpose_b=True)
       q_flat = tf.reshape(q, [batch, heads, c, q.shape[-1]])
-      l2g = f32(tf.matmul(q_flat, x[prefix + "l2g_k"], transpose_b=True))
+      l2g = tf.matmul(q_flat, x[prefix + "l2g_k"], transpose_b=True)
+      if raw:
+        return {"l2l": l2l,
+                "l2g": tf.reshape(l2g, [batch, heads, size, b, -1])}
+      l2l, l2g = f32(l2l), f32(l2g)
       if prefix + "per_id" in x:
         per_id = x[prefix + "per_id"]
         per_id = tf.reshape(per_id, tf.concat(
@@ -1077,7 +1228,8 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
       c = size * b
       v3 = tf.concat([rows(x["vp"], k, size, 2) for k in range(3)], axis=3)
       (p_l2l, p_l2g), out = side_probs(
-          start, x, lambda prefix: long_scores(size, x, prefix),
+          start, x, lambda prefix, raw=False: long_scores(size, x, prefix,
+                                                          raw),
           ("l2l", "l2g"), long_carried, site)
       ctx = tf.matmul(p_l2l, v3)  # [B, H, n, b, D]
       ctx += tf.reshape(
@@ -1120,12 +1272,16 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
     global_carried = tuple(p for p in ("g2g", "g2l") if p in carried)
     add_carried(global_in, global_score_inputs, global_carried)
 
-    def global_scores(x, prefix):
+    def global_scores(x, prefix, raw=False):
       """g2g [B, H, g, G] and g2l [B, H, g, L] raw scores of the layer whose
-      chunk inputs are named `prefix` + ..."""
+      chunk inputs are named `prefix` + ... (`raw`: the q.k products only, in
+      the compute dtype)."""
       q = x[prefix + "q"]  # [B, H, g, D]
-      g2g = f32(tf.matmul(q, x[prefix + "g2g_k"], transpose_b=True))
-      g2l = f32(tf.matmul(q, x[prefix + "g2l_k"], transpose_b=True))
+      g2g = tf.matmul(q, x[prefix + "g2g_k"], transpose_b=True)
+      g2l = tf.matmul(q, x[prefix + "g2l_k"], transpose_b=True)
+      if raw:
+        return {"g2g": g2g, "g2l": g2l}
+      g2g, g2l = f32(g2g), f32(g2l)
       if use_g2g_rel:
         g2g += relative_scores(x[prefix + "per_id"], x["g2g_ids"])
       if use_g2l_rel:
@@ -1134,7 +1290,7 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
 
     def global_chunk(start, size, x):
       (p_g2g, p_g2l), out = side_probs(
-          start, x, lambda prefix: global_scores(x, prefix),
+          start, x, lambda prefix, raw=False: global_scores(x, prefix, raw),
           ("g2g", "g2l"), global_carried, site + 2)
       out["ctx"] = (tf.matmul(p_g2g, x["g2g_v"]) +
                     tf.matmul(p_g2l, x["g2l_v"]))
@@ -1392,6 +1548,25 @@ def chunk_bounds(total: int, num_chunks: int) -> List[Tuple[int, int]]:
   """(start, size) of `num_chunks` (or fewer) near-equal pieces of `total`."""
   size = -(-total // max(1, num_chunks))
   return [(s, min(size, total - s)) for s in range(0, total, size)]
+
+
+def _merge_axes(x: tf.Tensor, axis: int) -> tf.Tensor:
+  """Merges axes `axis` and `axis + 1` (a free reshape)."""
+  dims = [blocking._dim(x, i) for i in range(x.shape.rank)]  # pylint: disable=protected-access
+  return tf.reshape(x, dims[:axis] + [dims[axis] * dims[axis + 1]] +
+                    dims[axis + 2:])
+
+
+def _merge_blocks(x: tf.Tensor) -> tf.Tensor:
+  """<T>[B, X, nb, b, K] -> [B, X, nb * b, K]."""
+  return _merge_axes(x, 2)
+
+
+def _split_blocks(x: tf.Tensor, block_len: int) -> tf.Tensor:
+  """<T>[B, X, nb * b, K] -> [B, X, nb, b, K]."""
+  dims = [blocking._dim(x, i) for i in range(x.shape.rank)]  # pylint: disable=protected-access
+  return tf.reshape(x, dims[:2] + [dims[2] // block_len, block_len] +
+                    dims[3:])
 
 
 def _merge_heads(x: tf.Tensor) -> tf.Tensor:

@@ -144,7 +144,8 @@ class GlobalLocalTransformerBlock(tf_keras.layers.Layer):
         training=training, seed=seed, return_probs=return_probs,
         recompute=cfg.recompute_attention and training,
         chunk_len=cfg.chunk_len_for(side.long_len), emit_streams=emit_streams,
-        stream_sources=cfg.recompute_residual_streams)
+        stream_sources=cfg.recompute_residual_streams,
+        fused_kernel=cfg.fused_attention_kernel)
     long_x = long_x + dropout(att_long, _SITE_ATT_LONG)
     global_x = global_x + dropout(att_global, _SITE_ATT_GLOBAL)
     if not pre_ln:
