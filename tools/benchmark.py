@@ -51,6 +51,9 @@ from tools import benchmark_plot
 SCHEMA_VERSION = 1
 GIB = float(1 << 30)
 DTYPES = ("float32", "mixed_bfloat16", "mixed_float16")
+# EtcConfig.fused_attention_kernel values (not imported: the parent process
+# stays free of TensorFlow).
+FUSED_KERNEL_MODES = ("auto", "on", "off")
 IMPLS = ("sparse", "full")
 PASSES = ("fwd", "fwd_bwd")
 # Lengths the benchmark of record is meant for (others run, with a note).
@@ -129,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
   a("--attention_chunk_len", type=_csv_ints, default=[-1],
     help="EtcConfig.attention_chunk_len values (queries per chunk of the "
     "sparse attention core; 0 = unchunked; -1 = the config default)")
+  a("--fused_kernel", type=_choices(FUSED_KERNEL_MODES), default=["auto"],
+    help="EtcConfig.fused_attention_kernel values: auto, on, off (the "
+    "TensorFlow path)")
   a("--passes", type=_choices(PASSES), default=list(PASSES))
   # Model.
   a("--num_layers", type=int, default=2)
@@ -256,6 +262,8 @@ def variant_name(spec: Dict[str, Any]) -> str:
     parts.append("recstreams")
   if spec.get("attention_chunk_len", -1) >= 0:
     parts.append(f"chunk{spec['attention_chunk_len']}")
+  if spec.get("fused_attention_kernel", "auto") != "auto":
+    parts.append(f"kernel-{spec['fused_attention_kernel']}")
   if spec["kind"] == "encoder":
     parts.append(f"G={spec['global_len_mode']}")
   return "-".join(parts)
@@ -269,9 +277,10 @@ def encoder_specs(args: argparse.Namespace) -> Iterator[Dict[str, Any]]:
     for residual in args.residual:
       for dtype in args.dtypes:
         for xla in args.xla:
-          for period, recompute, chunk, streams in itertools.product(
+          for period, recompute, chunk, streams, fused in itertools.product(
               args.grad_checkpointing, args.recompute_attention,
-              args.attention_chunk_len, args.recompute_residual_streams):
+              args.attention_chunk_len, args.recompute_residual_streams,
+              args.fused_kernel):
             for pass_ in args.passes:
               for long_len in args.lengths:
                 yield {
@@ -280,7 +289,8 @@ def encoder_specs(args: argparse.Namespace) -> Iterator[Dict[str, Any]]:
                     "grad_checkpointing_period": period,
                     "recompute_attention": recompute,
                     "attention_chunk_len": chunk,
-                    "recompute_residual_streams": streams, "pass": pass_,
+                    "recompute_residual_streams": streams,
+                    "fused_attention_kernel": fused, "pass": pass_,
                     "training": pass_ == "fwd_bwd",
                     "dropout": 0.1 if pass_ == "fwd_bwd" else 0.0,
                     "long_len": long_len,
@@ -298,11 +308,13 @@ def finetune_specs(args: argparse.Namespace) -> Iterator[Dict[str, Any]]:
   for residual in args.residual:
     for dtype in args.finetune_dtypes:
       for xla in args.xla:
-        for period in args.grad_checkpointing:
+        for period, fused in itertools.product(args.grad_checkpointing,
+                                               args.fused_kernel):
           yield {
               "kind": "finetune", "impl": "auto", "residual": residual,
               "dtype": dtype, "xla": xla,
-              "grad_checkpointing_period": period, "pass": "train_step",
+              "grad_checkpointing_period": period,
+              "fused_attention_kernel": fused, "pass": "train_step",
               "training": True, "dropout": 0.1,
               "long_len": args.finetune_long_len,
               "global_len": args.finetune_global_len,

@@ -225,7 +225,17 @@ def _config(spec: Dict[str, Any]):
       recompute_attention=spec.get("recompute_attention", False),
       recompute_residual_streams=spec.get("recompute_residual_streams",
                                           False),
+      fused_attention_kernel=spec.get("fused_attention_kernel", "auto"),
       att_implementation=spec.get("impl", "auto"), **extra)
+
+
+def _fused_kernel_used(cfg, spec: Dict[str, Any]) -> bool:
+  """Whether the encoder's attention runs the fused CPU kernel (sparse path,
+  outside XLA, mode not "off", and the kernel builds here)."""
+  from etc_realformer.kernels import build  # pylint: disable=g-import-not-at-top
+  if spec.get("xla") or spec.get("impl") == "full":
+    return False
+  return build.use_fused_kernel(cfg.fused_attention_kernel)
 
 
 def reset_allocator_peak(tf) -> None:
@@ -258,6 +268,7 @@ def measure_encoder(spec: Dict[str, Any]) -> Dict[str, Any]:
   cfg = _config(spec)
   # What "auto" (or an explicit value) means at this length: 0 = one piece.
   out["chunk_len_used"] = cfg.chunk_len_for(spec["long_len"])
+  out["fused_kernel_used"] = _fused_kernel_used(cfg, spec)
   model = EtcModel(cfg)
   model.build()
   out["num_parameters"] = int(sum(v.shape.num_elements()
