@@ -371,6 +371,7 @@ def measure_finetune(spec: Dict[str, Any]) -> Dict[str, Any]:
   tf, tf_keras = _setup_tf(spec)
   out["rss_after_import_gib"] = rss_gib()
   cfg = _config(spec)
+  out["fused_kernel_used"] = _fused_kernel_used(cfg, spec)
 
   head = "fallback: Dense(1) over global_output + candidate softmax CE"
   model = loss_fn = None

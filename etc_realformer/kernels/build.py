@@ -182,6 +182,9 @@ def disabled() -> Iterator[None]:
 
 
 def _on_accelerator() -> bool:
+  """Whether a GPU or TPU is visible: the kernel is registered for the CPU
+  only, and in a model placed on an accelerator it would pull every score
+  tensor over to the host and back."""
   return bool(tf.config.list_logical_devices("GPU") or
               tf.config.list_logical_devices("TPU"))
 

@@ -679,6 +679,7 @@ class SideSoftmaxOp : public OpKernel {
  public:
   explicit SideSoftmaxOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, at_.Read(ctx));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("save_probs", &save_probs_));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -726,10 +727,14 @@ class SideSoftmaxOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(
         3, at_.emit_b ? TensorShape({d.batch, d.heads, d.nq, d.kb})
                       : TensorShape({0}), &new_b));
+    // The probabilities for the gradient: not written for inference
+    // (`save_probs` false); a gradient then recomputes them.
     OP_REQUIRES_OK(ctx, ctx->allocate_output(
-        4, TensorShape({d.batch, d.heads, d.nq, d.ka}), &p_a));
+        4, save_probs_ ? TensorShape({d.batch, d.heads, d.nq, d.ka})
+                       : TensorShape({0}), &p_a));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(
-        5, TensorShape({d.batch, d.heads, d.nq, d.kb}), &p_b));
+        5, save_probs_ ? TensorShape({d.batch, d.heads, d.nq, d.kb})
+                       : TensorShape({0}), &p_b));
     if (bh * d.nq == 0) return;
 
     const T* ra = raw_a.flat<T>().data();
@@ -751,8 +756,8 @@ class SideSoftmaxOp : public OpKernel {
     T* pb_out = probs_b->flat<T>().data();
     float* na = at_.emit_a ? new_a->flat<float>().data() : nullptr;
     float* nb = at_.emit_b ? new_b->flat<float>().data() : nullptr;
-    float* pa_keep = p_a->flat<float>().data();
-    float* pb_keep = p_b->flat<float>().data();
+    float* pa_keep = save_probs_ ? p_a->flat<float>().data() : nullptr;
+    float* pb_keep = save_probs_ ? p_b->flat<float>().data() : nullptr;
     const Attrs at = at_;
     const int r2 = 2 * at.block_len - 1;  // band window width
 
@@ -827,8 +832,10 @@ class SideSoftmaxOp : public OpKernel {
         float scale = vl[mrow] / total;
         if (at.gain != 1.f) scale = scale * at.gain;
         for (int64_t c = 0; c < k; ++c) la[c] *= scale;  // kept for the gradient
-        StreamBytes(pa_keep + arow, la, d.ka * sizeof(float));
-        StreamBytes(pb_keep + brow, lb, d.kb * sizeof(float));
+        if (pa_keep) {
+          StreamBytes(pa_keep + arow, la, d.ka * sizeof(float));
+          StreamBytes(pb_keep + brow, lb, d.kb * sizeof(float));
+        }
         // ---- dropout and the compute dtype
         if (!dropout) {
           StreamAs(la, d.ka, pa_out + arow, sc);
@@ -855,6 +862,7 @@ class SideSoftmaxOp : public OpKernel {
 
  private:
   Attrs at_;
+  bool save_probs_ = true;
 };
 
 // ----------------------------------------------------------------- backward
@@ -1086,8 +1094,10 @@ Status SideSoftmaxShape(InferenceContext* c) {
   c->set_output(1, shape_b);
   c->set_output(2, emit_a ? raw_a : c->MakeShape({0}));
   c->set_output(3, emit_b ? shape_b : c->MakeShape({0}));
-  c->set_output(4, raw_a);
-  c->set_output(5, shape_b);
+  bool save_probs;
+  TF_RETURN_IF_ERROR(c->GetAttr("save_probs", &save_probs));
+  c->set_output(4, save_probs ? raw_a : c->MakeShape({0}));
+  c->set_output(5, save_probs ? shape_b : c->MakeShape({0}));
   return Status();
 }
 
@@ -1110,6 +1120,7 @@ REGISTER_OP("EtcSideSoftmax")
     .Output("p_a: float")
     .Output("p_b: float")
     .ETC_SIDE_ATTRS
+    .Attr("save_probs: bool = true")
     .SetShapeFn(SideSoftmaxShape);
 
 REGISTER_OP("EtcSideSoftmaxGrad")

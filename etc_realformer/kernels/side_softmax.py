@@ -41,7 +41,8 @@ def side_softmax(raw_a: tf.Tensor, raw_b: tf.Tensor,
                  emit_a: bool = False, emit_b: bool = False,
                  num_summed: float = 1.0,
                  keys: Optional[tf.Tensor] = None, threshold: int = 0,
-                 gain: float = 1.0, row_start: int = 0) -> SideOutputs:
+                 gain: float = 1.0, row_start: int = 0,
+                 save_probs: bool = True) -> SideOutputs:
   """One query side's scores -> dropped probabilities (and new streams).
 
   Args:
@@ -67,6 +68,9 @@ def side_softmax(raw_a: tf.Tensor, raw_b: tf.Tensor,
       dropout).
     gain: multiplies the probabilities (dropout's 1 / P(keep)).
     row_start: the first dropout row of these queries in the whole mask.
+    save_probs: keep the float32 probabilities for the gradient (False for
+      inference: a gradient, if one is asked for all the same, recomputes
+      them).
 
   Returns:
     `SideOutputs`.
@@ -89,7 +93,7 @@ def side_softmax(raw_a: tf.Tensor, raw_b: tf.Tensor,
       threshold=threshold, gain=gain, num_summed=float(num_summed),
       use_rel_a=use_rel_a, use_rel_b=use_rel_b,
       stream_in_a=stream_a is not None, stream_in_b=stream_b is not None,
-      emit_a=emit_a, emit_b=emit_b)
+      emit_a=emit_a, emit_b=emit_b, save_probs=save_probs)
   return SideOutputs(outs[0], outs[1], outs[2] if emit_a else None,
                      outs[3] if emit_b else None)
 
@@ -119,6 +123,11 @@ def _side_softmax_grad(op, d_probs_a, d_probs_b, d_new_a, d_new_b, *unused):
   raw_a, raw_b, per_id, ids_a, ids_b = op.inputs[:5]
   valid, keys = op.inputs[9], op.inputs[10]
   p_a, p_b = op.outputs[4:6]
+  if not op.get_attr("save_probs"):
+    # Run for inference, yet differentiated: the same op again, keeping them.
+    again = build.load().etc_side_softmax(*op.inputs, save_probs=True,
+                                          **attrs)
+    p_a, p_b = again[4:6]
 
   def dense(grad, like):
     return tf.zeros_like(like) if grad is None else grad

@@ -964,7 +964,8 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
         emit_a=emit and a in carried, emit_b=emit and b in carried,
         num_summed=num_summed if running_mean and num_summed > 1 else 1,
         keys=keys, threshold=keep_threshold(rate) if dropout else 0,
-        gain=keep_gain(rate, training), row_start=row_start)
+        gain=keep_gain(rate, training), row_start=row_start,
+        save_probs=training)
     new = {}
     if out.new_a is not None:
       new[a] = out.new_a
