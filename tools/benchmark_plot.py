@@ -1,7 +1,7 @@
 """Plots and log-log slopes of `tools.benchmark` records.
 
     python -m tools.benchmark_plot --input=bench.jsonl --plot=bench.png \
-        [--label=TEXT]
+        [--label=TEXT[,TEXT...]]
 
 `tools.benchmark` calls `plot` and `slope_summary` on the records of its own
 sweep; this command does the same for a whole JSONL file (for example the
@@ -152,12 +152,14 @@ def main(argv: Optional[List[str]] = None) -> None:
   parser.add_argument("--input", required=True, help="JSONL of records")
   parser.add_argument("--plot", default=None, help="PNG to write")
   parser.add_argument("--label", default=None,
-                      help="only records with this label")
+                      help="only records with this label (a comma list: "
+                      "any of these labels)")
   parser.add_argument("--slope_target", type=float, default=1.1)
   args = parser.parse_args(argv)
   records = read_jsonl(args.input)
   if args.label is not None:
-    records = [r for r in records if r.get("label") == args.label]
+    labels = set(args.label.split(","))
+    records = [r for r in records if r.get("label") in labels]
   print(slope_summary(records, args.slope_target))
   if args.plot:
     plot(records, args.plot)

@@ -26,8 +26,9 @@ class SideOutputs(NamedTuple):
   new_b: Optional[tf.Tensor]
 
 
-_EMPTY_F32 = lambda: tf.zeros([0], tf.float32)  # pylint: disable=unnecessary-lambda-assignment
-_EMPTY_I32 = lambda: tf.zeros([0], tf.int32)  # pylint: disable=unnecessary-lambda-assignment
+def _empty(dtype=tf.float32) -> tf.Tensor:
+  """The placeholder the op takes for an absent optional input."""
+  return tf.zeros([0], dtype)
 
 
 def side_softmax(raw_a: tf.Tensor, raw_b: tf.Tensor,
@@ -82,11 +83,11 @@ def side_softmax(raw_a: tf.Tensor, raw_b: tf.Tensor,
     raise ValueError("side_softmax: dropout needs keys")
   outs = ops.etc_side_softmax(
       raw_a=raw_a, raw_b=raw_b,
-      per_id=per_id if (use_rel_a or use_rel_b) else _EMPTY_F32(),
-      ids_a=ids_a if use_rel_a else _EMPTY_I32(),
-      ids_b=ids_b if use_rel_b else _EMPTY_I32(),
-      stream_a=stream_a if stream_a is not None else _EMPTY_F32(),
-      stream_b=stream_b if stream_b is not None else _EMPTY_F32(),
+      per_id=per_id if (use_rel_a or use_rel_b) else _empty(),
+      ids_a=ids_a if use_rel_a else _empty(tf.int32),
+      ids_b=ids_b if use_rel_b else _empty(tf.int32),
+      stream_a=stream_a if stream_a is not None else _empty(),
+      stream_b=stream_b if stream_b is not None else _empty(),
       adder_a=adder_a, adder_b=adder_b, valid=valid,
       keys=keys if threshold else tf.zeros([2, 2], tf.int32),
       band=band, block_len=block_len, row_start=row_start,
@@ -143,9 +144,9 @@ def _side_softmax_grad(op, d_probs_a, d_probs_b, d_new_a, d_new_b, *unused):
       d_probs_a=dense(d_probs_a, op.outputs[0]),
       d_probs_b=dense(d_probs_b, op.outputs[1]),
       d_new_stream_a=(d_new_a if attrs["emit_a"] and d_new_a is not None
-                      else _EMPTY_F32()),
+                      else _empty()),
       d_new_stream_b=(d_new_b if attrs["emit_b"] and d_new_b is not None
-                      else _EMPTY_F32()),
+                      else _empty()),
       p_a=p_a, p_b=p_b, keys=keys, valid=valid,
       dims=_sizes(raw_b, 2, per_id, (1, 2)),
       ids_a=ids_a, ids_b=ids_b, share_a=share_a, share_b=share_b, **attrs)
