@@ -188,14 +188,18 @@ def test_kernel_matches_tf_ops_16_bit(dtype, long_side):
 
 
 def test_masks_equal_the_tf_mask_at_large_offsets():
-  """Mask element indices past 2**32 16-bit numbers (the Philox counter's
-  upper word, the vectorized draw's carry) still follow TF's stream."""
+  """Far into the mask the kernel still draws TF's stream: piece B's 16-bit
+  numbers here straddle 2**35, where the Philox counter (8 numbers a
+  block) carries into its upper 32-bit word, inside one vectorized draw."""
   x = _side_inputs(False, tf.float32, "none")
-  start = (1 << 32) // (2 * 3 * 23) + 5  # rows of [B=2, H=3, K=23] numbers
+  per_row = 2 * 3 * 23  # one global query's numbers of piece B: B * H * L
+  start = (1 << 35) // per_row - 2
+  assert start * per_row < (1 << 35) < (start + 6) * per_row
   p_ref, _ = _reference(x, False, 1, True, start)
   p_got, _ = _kernel(x, False, 1, True, start)
   for a, b in zip(p_ref, p_got):
     np.testing.assert_array_equal(a.numpy() == 0, b.numpy() == 0)
+    np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-6, atol=1e-6)
 
 
 def test_fully_masked_rows_are_zero_and_finite_in_float16():
