@@ -108,15 +108,54 @@ inline void PhiloxOne(uint32_t k0, uint32_t k1, uint64_t counter,
   w[3] = c3;
 }
 
-#if defined(__AVX512F__)
-constexpr int kPhiloxLanes = 16;
-// 32 x 32 -> 64-bit products of all 16 lanes, as (low, high) halves.
-inline void MulHiLo(__m512i a, __m512i m, __m512i* lo, __m512i* hi) {
-  const __m512i even = _mm512_mul_epu32(a, m);
-  const __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m);
-  *lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
-  *hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
+// Ten Philox rounds over a vector of counters; `Isa` supplies the vector
+// type and its operations (AVX-512: 16 counters, AVX2: 8).
+template <typename Isa>
+inline void PhiloxRounds(uint32_t k0, uint32_t k1, typename Isa::V* c0,
+                         typename Isa::V* c1, typename Isa::V* c2,
+                         typename Isa::V* c3) {
+  using V = typename Isa::V;
+  const V m0 = Isa::Set1(kPhiloxM0), m1 = Isa::Set1(kPhiloxM1);
+  for (int round = 0; round < 10; ++round) {
+    V lo0, hi0, lo1, hi1;
+    Isa::MulHiLo(*c0, m0, &lo0, &hi0);
+    Isa::MulHiLo(*c2, m1, &lo1, &hi1);
+    const V n0 = Isa::Xor(Isa::Xor(hi1, *c1), Isa::Set1(k0));
+    const V n2 = Isa::Xor(Isa::Xor(hi0, *c3), Isa::Set1(k1));
+    *c1 = lo1;
+    *c3 = lo0;
+    *c0 = n0;
+    *c2 = n2;
+    k0 += kPhiloxW0;
+    k1 += kPhiloxW1;
+  }
 }
+
+// The counters first .. first + lanes - 1 as (low words, high words).
+template <int kLanes>
+inline void CounterWords(uint64_t first, uint32_t* lo, uint32_t* hi) {
+  for (int l = 0; l < kLanes; ++l) {
+    lo[l] = static_cast<uint32_t>(first + l);
+    hi[l] = static_cast<uint32_t>((first + l) >> 32);
+  }
+}
+
+#if defined(__AVX512F__)
+struct Avx512 {
+  using V = __m512i;
+  static constexpr int kLanes = 16;
+  static V Set1(uint32_t x) { return _mm512_set1_epi32(static_cast<int>(x)); }
+  static V Xor(V a, V b) { return _mm512_xor_si512(a, b); }
+  // 32 x 32 -> 64-bit products of all lanes, as (low, high) halves.
+  static void MulHiLo(V a, V m, V* lo, V* hi) {
+    const V even = _mm512_mul_epu32(a, m);
+    const V odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m);
+    *lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
+    *hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
+  }
+};
+using PhiloxIsa = Avx512;
+
 inline void PhiloxLanes(uint32_t key0, uint32_t key1, uint64_t first,
                         uint32_t* words) {
   __m512i c0, c1;
@@ -128,32 +167,12 @@ inline void PhiloxLanes(uint32_t key0, uint32_t key1, uint64_t first,
     c1 = _mm512_set1_epi32(static_cast<int>(first >> 32));
   } else {  // the low word wraps inside these 16 counters
     alignas(64) uint32_t lo[16], hi[16];
-    for (int l = 0; l < 16; ++l) {
-      lo[l] = static_cast<uint32_t>(first + l);
-      hi[l] = static_cast<uint32_t>((first + l) >> 32);
-    }
+    CounterWords<16>(first, lo, hi);
     c0 = _mm512_load_si512(lo);
     c1 = _mm512_load_si512(hi);
   }
   __m512i c2 = _mm512_setzero_si512(), c3 = _mm512_setzero_si512();
-  const __m512i m0 = _mm512_set1_epi32(static_cast<int>(kPhiloxM0));
-  const __m512i m1 = _mm512_set1_epi32(static_cast<int>(kPhiloxM1));
-  uint32_t k0 = key0, k1 = key1;
-  for (int round = 0; round < 10; ++round) {
-    __m512i lo0, hi0, lo1, hi1;
-    MulHiLo(c0, m0, &lo0, &hi0);
-    MulHiLo(c2, m1, &lo1, &hi1);
-    const __m512i n0 = _mm512_xor_si512(
-        _mm512_xor_si512(hi1, c1), _mm512_set1_epi32(static_cast<int>(k0)));
-    const __m512i n2 = _mm512_xor_si512(
-        _mm512_xor_si512(hi0, c3), _mm512_set1_epi32(static_cast<int>(k1)));
-    c1 = lo1;
-    c3 = lo0;
-    c0 = n0;
-    c2 = n2;
-    k0 += kPhiloxW0;
-    k1 += kPhiloxW1;
-  }
+  PhiloxRounds<Avx512>(key0, key1, &c0, &c1, &c2, &c3);
   // Transpose the four 16-lane words into 16 consecutive blocks of 4:
   // within 128-bit lanes first (v<j> holds blocks j, j + 4, j + 8, j + 12),
   // then the lanes.
@@ -179,41 +198,28 @@ inline void PhiloxLanes(uint32_t key0, uint32_t key1, uint64_t first,
                       _mm512_shuffle_i32x4(y01, y23, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 #elif defined(__AVX2__)
-constexpr int kPhiloxLanes = 8;
-inline void MulHiLo(__m256i a, __m256i m, __m256i* lo, __m256i* hi) {
-  const __m256i even = _mm256_mul_epu32(a, m);
-  const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), m);
-  *lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
-  *hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
-}
+struct Avx2 {
+  using V = __m256i;
+  static constexpr int kLanes = 8;
+  static V Set1(uint32_t x) { return _mm256_set1_epi32(static_cast<int>(x)); }
+  static V Xor(V a, V b) { return _mm256_xor_si256(a, b); }
+  static void MulHiLo(V a, V m, V* lo, V* hi) {
+    const V even = _mm256_mul_epu32(a, m);
+    const V odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), m);
+    *lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
+    *hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
+  }
+};
+using PhiloxIsa = Avx2;
+
 inline void PhiloxLanes(uint32_t key0, uint32_t key1, uint64_t first,
                         uint32_t* words) {
   alignas(32) uint32_t lo[8], hi[8];
-  for (int l = 0; l < 8; ++l) {
-    lo[l] = static_cast<uint32_t>(first + l);
-    hi[l] = static_cast<uint32_t>((first + l) >> 32);
-  }
+  CounterWords<8>(first, lo, hi);
   __m256i c0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(lo));
   __m256i c1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(hi));
   __m256i c2 = _mm256_setzero_si256(), c3 = _mm256_setzero_si256();
-  const __m256i m0 = _mm256_set1_epi32(static_cast<int>(kPhiloxM0));
-  const __m256i m1 = _mm256_set1_epi32(static_cast<int>(kPhiloxM1));
-  uint32_t k0 = key0, k1 = key1;
-  for (int round = 0; round < 10; ++round) {
-    __m256i lo0, hi0, lo1, hi1;
-    MulHiLo(c0, m0, &lo0, &hi0);
-    MulHiLo(c2, m1, &lo1, &hi1);
-    const __m256i n0 = _mm256_xor_si256(
-        _mm256_xor_si256(hi1, c1), _mm256_set1_epi32(static_cast<int>(k0)));
-    const __m256i n2 = _mm256_xor_si256(
-        _mm256_xor_si256(hi0, c3), _mm256_set1_epi32(static_cast<int>(k1)));
-    c1 = lo1;
-    c3 = lo0;
-    c0 = n0;
-    c2 = n2;
-    k0 += kPhiloxW0;
-    k1 += kPhiloxW1;
-  }
+  PhiloxRounds<Avx2>(key0, key1, &c0, &c1, &c2, &c3);
   alignas(32) uint32_t out[4][8];
   _mm256_store_si256(reinterpret_cast<__m256i*>(out[0]), c0);
   _mm256_store_si256(reinterpret_cast<__m256i*>(out[1]), c1);
@@ -223,15 +229,13 @@ inline void PhiloxLanes(uint32_t key0, uint32_t key1, uint64_t first,
     for (int j = 0; j < 4; ++j) words[4 * l + j] = out[j][l];
   }
 }
-#else
-constexpr int kPhiloxLanes = 0;
 #endif
 
 void PhiloxWords(uint32_t key0, uint32_t key1, uint64_t first, int64_t n,
                  uint32_t* words) {
   int64_t i = 0;
 #if defined(__AVX512F__) || defined(__AVX2__)
-  for (; i + kPhiloxLanes <= n; i += kPhiloxLanes) {
+  for (; i + PhiloxIsa::kLanes <= n; i += PhiloxIsa::kLanes) {
     PhiloxLanes(key0, key1, first + i, words + 4 * i);
   }
 #endif
