@@ -16,10 +16,11 @@
 // Here each row of queries is read and written once. XLA is TensorFlow's
 // own fuser, but its CPU backend ran this softmax 4x slower than the TF op.
 //
-// The result equals the TensorFlow path of etc_realformer/layers/attention.py
-// (same summation order of the score terms, Eigen's exp as tf.exp, and the
-// same dropout bits: TF's Philox stream, element e of the mask using the
-// 16-bit half e of the stream, laid out as `row_dropout` lays it out).
+// The result matches the TensorFlow path of etc_realformer/layers/attention.py
+// to float32 rounding (same summation order of the score terms, Eigen's exp
+// as tf.exp; sums over a row in another order) and draws the same dropout
+// masks: TF's Philox stream, element e of the mask using the 16-bit half e
+// of the stream, laid out as `row_dropout` lays it out.
 //
 // Layouts (all row-major; Q rows of queries, NQ >= Q rows in the output):
 //   raw_a      T      [B, H, NQ, KA]   piece A (band: the blocked l2l scores,
