@@ -47,6 +47,7 @@ from etc_realformer.layers import blocking
 from etc_realformer.layers.dropout import fold_seed
 from etc_realformer.layers.dropout import keep_gain
 from etc_realformer.layers.dropout import keep_threshold
+from etc_realformer.layers.dropout import mask_halves
 from etc_realformer.layers.dropout import stateless_dropout
 
 # Added to the logits of masked keys, as in the original ETC (not -inf: a fully
@@ -129,6 +130,11 @@ class Linear(tf_keras.layers.Layer):
                                       self.initializer))
     self.bias = self.add_weight("bias", [self.units], initializer="zeros")
     super().build(input_shape)
+
+  def matmul(self, x: tf.Tensor) -> tf.Tensor:
+    """<T>[N, in_dim] -> <T>[N, units], x W without the bias (for a fused
+    kernel that adds it)."""
+    return tf.matmul(tf.cast(x, self.compute_dtype), self.kernel)
 
   def call(self, x: tf.Tensor) -> tf.Tensor:
     """<T>[..., in_dim] -> <T>[..., units]."""
@@ -389,12 +395,6 @@ def fused_softmax(logits_a: tf.Tensor, logits_b: tf.Tensor,
   return exp_a * scale, exp_b * scale
 
 
-# Philox (the V2 stateless random ops' algorithm id 1): 4 x 32 bits per counter
-# step, i.e. 8 of the 16-bit numbers one keep decision uses.
-_PHILOX = 1
-_HALVES_PER_STEP = 8
-
-
 def _row_keep_mask(seed: tf.Tensor, site: int, rate: float, row_start: Dim,
                    num_rows: Dim, row_shape: tf.Tensor) -> tf.Tensor:
   """Rows [row_start, row_start + num_rows) of one seeded keep mask.
@@ -414,19 +414,10 @@ def _row_keep_mask(seed: tf.Tensor, site: int, rate: float, row_start: Dim,
   Returns:
     <bool>[num_rows, *row_shape], True with probability 1 - rate (to 1/65536).
   """
-  folded = fold_seed(seed, site)
-  key = tf.reshape(tf.bitcast(tf.bitcast(folded, tf.int64), tf.uint64), [1])
   per_row = tf.reduce_prod(tf.cast(row_shape, tf.int64))
-  start = tf.cast(row_start, tf.int64) * per_row
-  count = tf.cast(num_rows, tf.int64) * per_row
-  step = start // _HALVES_PER_STEP
-  skip = start - step * _HALVES_PER_STEP
-  counter = tf.bitcast(tf.stack([step, tf.constant(0, tf.int64)]), tf.uint64)
-  bits = tf.raw_ops.StatelessRandomUniformFullIntV2(
-      shape=tf.reshape((skip + count + 1) // 2, [1]), key=key,
-      counter=counter, alg=_PHILOX, dtype=tf.uint32)
-  halves = tf.reshape(tf.bitcast(bits, tf.uint16), [-1])
-  halves = tf.slice(halves, tf.reshape(skip, [1]), tf.reshape(count, [1]))
+  halves = mask_halves(fold_seed(seed, site),
+                       tf.cast(row_start, tf.int64) * per_row,
+                       tf.cast(num_rows, tf.int64) * per_row)
   keep = halves >= tf.constant(keep_threshold(rate), tf.uint16)
   return tf.reshape(keep, tf.concat(
       [tf.reshape(tf.cast(num_rows, tf.int32), [1]),

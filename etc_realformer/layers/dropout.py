@@ -67,6 +67,35 @@ def keep_threshold(rate: float) -> int:
 
 
 
+# Philox (`tf.random.Algorithm.PHILOX`); each 128-bit block holds eight of
+# the 16-bit numbers.
+_PHILOX = 1
+_HALVES_PER_BLOCK = 8
+
+
+def mask_halves(folded: tf.Tensor, start, count) -> tf.Tensor:
+  """<uint16>[count]: the 16-bit numbers [start, start + count) of the
+  Philox stream keyed by `folded` (a `fold_seed` result), counter from 0.
+
+  Number e is half e % 2 (low first) of 32-bit word e // 2, the order of
+  `tf.bitcast(uint32 -> uint16)`. A piece of the stream is drawn alone by
+  starting the counter at its block (`tf.random.stateless_uniform` has no
+  offset), so a chunked computation sees exactly the numbers of the whole
+  one; the fused CPU kernels (etc_realformer/kernels) draw the same stream.
+  """
+  key = tf.reshape(tf.bitcast(tf.bitcast(folded, tf.int64), tf.uint64), [1])
+  start = tf.cast(start, tf.int64)
+  count = tf.cast(count, tf.int64)
+  step = start // _HALVES_PER_BLOCK
+  skip = start - step * _HALVES_PER_BLOCK
+  counter = tf.bitcast(tf.stack([step, tf.constant(0, tf.int64)]), tf.uint64)
+  bits = tf.raw_ops.StatelessRandomUniformFullIntV2(
+      shape=tf.reshape((skip + count + 1) // 2, [1]), key=key,
+      counter=counter, alg=_PHILOX, dtype=tf.uint32)
+  halves = tf.reshape(tf.bitcast(bits, tf.uint16), [-1])
+  return tf.slice(halves, tf.reshape(skip, [1]), tf.reshape(count, [1]))
+
+
 def _keep_mask(shape: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tensor:
   """<bool>[shape]: True with probability 1 - rate (to 1/65536).
 
@@ -75,12 +104,7 @@ def _keep_mask(shape: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tensor:
   elements per layer), and this halves them. Keras' and TF's dropouts spend
   one 32-bit draw per element.
   """
-  size = tf.reduce_prod(shape)
-  bits = tf.random.stateless_uniform([(size + 1) // 2], seed=seed,
-                                     minval=None, maxval=None,
-                                     dtype=tf.uint32)
-  halves = tf.reshape(tf.bitcast(bits, tf.uint16), [-1])
-  halves = tf.slice(halves, [0], [size])
+  halves = mask_halves(seed, 0, tf.reduce_prod(shape))
   keep = halves >= tf.constant(keep_threshold(rate), tf.uint16)
   return tf.reshape(keep, shape)
 
