@@ -139,14 +139,18 @@ class EtcConfig:
   # G = 1024, 6.9 GiB (10.0 before). Not for short inputs: at L = 4096 (one
   # chunk) the forward-only peak goes up (1.6 -> 2.0 GiB).
   recompute_residual_streams: bool = False
-  # The fused CPU kernel for the sparse attention core's elementwise work
-  # (relative scores, streams, masks, softmax, dropout: one pass forward and
-  # one backward instead of ~15 TF ops each; etc_realformer/kernels/).
-  # "auto": used on the CPU, outside XLA and SavedModel export, when it
-  # builds (g++ and TF's headers; compiled once and cached); the TensorFlow
-  # path otherwise. "on": the same, but an error if it cannot be built.
+  # The fused CPU kernels of each layer (etc_realformer/kernels/): the
+  # sparse attention core's elementwise work (relative scores, streams,
+  # masks, softmax, dropout: one pass forward and one backward instead of
+  # ~15 TF ops each) and, with the post-LN order, the residual + dropout +
+  # LayerNorm and the feed-forward's bias + gelu. The name is from when the
+  # attention kernel was the only one; it switches them all.
+  # "auto": used on the CPU, outside XLA and SavedModel export, when they
+  # build (g++ and TF's headers; compiled once and cached); the TensorFlow
+  # path otherwise. "on": the same, but an error if they cannot be built.
   # "off": always the TensorFlow path. Same function, gradients and dropout
-  # masks either way (tests/test_side_softmax_kernel.py).
+  # masks either way (tests/test_side_softmax_kernel.py,
+  # tests/test_layer_kernels.py).
   fused_attention_kernel: str = AUTO
 
   # Keys found in a JSON file that this class does not know (kept, reported).

@@ -140,7 +140,8 @@ def render() -> str:
     if rel.startswith("tasks/") or rel.startswith("etc_realformer/training"):
       data = '    data = [":gin_files"],\n'
     sources_cc = sorted(str(c.relative_to(ROOT))
-                        for c in path.parent.glob("*.cc"))
+                        for pattern in ("*.cc", "*.h")
+                        for c in path.parent.glob(pattern))
     if sources_cc and path.name != "__init__.py":
       # C++ kernels are compiled at first use (etc_realformer/kernels/build.py)
       data = f"    data = {_fmt_list(sources_cc)},\n"

@@ -1,21 +1,25 @@
 """Builds, caches and loads the fused CPU kernels; decides where they run.
 
-TensorFlow has no fused kernel for ETC's attention softmax, and XLA's CPU
-backend (TF's own fuser) ran that softmax slower than TF's ops, so the
-project carries one (`side_softmax.cc`). It is compiled on first use against
-the installed TensorFlow's headers (`tf.sysconfig`), with `-march=native`
-for the machine it runs on, into a cache keyed by the source, the
-TensorFlow version, the compiler and the CPU's flags ($ETC_REALFORMER_KERNEL_CACHE,
-else ~/.cache/etc_realformer/kernels); later processes load the cached
-library. `python -m etc_realformer.kernels.build` builds it ahead of time
-and prints its path (about 30 s).
+TensorFlow has no fused kernels for ETC's attention softmax, its post-LN
+residual (ETC's LayerNorm epsilon, 1e-12, rules out TF's fused batch norm)
+or the feed-forward's bias + gelu, and XLA's CPU backend (TF's own fuser)
+ran that softmax slower than TF's ops and gives up oneDNN's matrix products
+around it; so the project carries them (`side_softmax.cc`,
+`residual_norm.cc`, `bias_gelu.cc`, helpers in `cpu_common.h`). They are
+compiled into one library on first use against the installed TensorFlow's
+headers (`tf.sysconfig`), with `-march=native` for the machine it runs on,
+into a cache keyed by the sources, the TensorFlow version, the compiler and
+the CPU's flags ($ETC_REALFORMER_KERNEL_CACHE, else
+~/.cache/etc_realformer/kernels); later processes load the cached library.
+`python -m etc_realformer.kernels.build` builds it ahead of time and prints
+its path (about a minute).
 
-Where the kernel runs (`use_fused_kernel`): only on the CPU, outside XLA
+Where the kernels run (`use_fused_kernel`): only on the CPU, outside XLA
 (a custom op cannot be compiled by XLA) and outside SavedModel export
-(`disabled()`: TF Serving does not have the op), and only when it builds;
+(`disabled()`: TF Serving does not have the ops), and only when they build;
 everywhere else the TensorFlow path, the reference, runs. The policy is
 `EtcConfig.fused_attention_kernel`: "auto" (the above), "on" (the same, but
-fail if the kernel cannot be built), "off".
+fail if the library cannot be built), "off".
 """
 
 import contextlib
@@ -28,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Sequence
 
 from absl import logging
 import tensorflow as tf
@@ -37,16 +41,19 @@ from tensorflow.python.ops import control_flow_util  # pylint: disable=g-direct-
 
 from etc_realformer.config import FUSED_KERNEL_MODES
 
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                      "side_softmax.cc")
+KERNEL_DIR = os.path.dirname(os.path.abspath(__file__))
+SOURCES = tuple(os.path.join(KERNEL_DIR, name) for name in (
+    "side_softmax.cc", "residual_norm.cc", "bias_gelu.cc"))
+HEADERS = (os.path.join(KERNEL_DIR, "cpu_common.h"),)
 CACHE_ENV = "ETC_REALFORMER_KERNEL_CACHE"
 # The op types the library registers (none may reach an exported graph).
-OP_TYPES = ("EtcSideSoftmax", "EtcSideSoftmaxGrad")
+OP_TYPES = ("EtcSideSoftmax", "EtcSideSoftmaxGrad", "EtcResidualNorm",
+            "EtcResidualNormGrad", "EtcBiasGelu", "EtcBiasGeluGrad")
 COMPILE_TIMEOUT_S = 600
 
 
 class KernelUnavailable(RuntimeError):
-  """The fused kernel could not be built or loaded here."""
+  """The fused kernels could not be built or loaded here."""
 
 
 _lock = threading.Lock()
@@ -70,14 +77,15 @@ def compiler() -> str:
   return os.environ.get("CXX", "g++")
 
 
-def compile_command(source: str, output: str) -> List[str]:
+def compile_command(sources: Sequence[str], output: str) -> List[str]:
   """The g++ command line that builds the kernel library."""
   # -ffp-contract=off: a vector loop and its scalar tail round alike (no
   # fused multiply-adds in one and not the other), so results do not depend
   # on where a row starts.
   return ([compiler(), "-O3", "-march=native", "-ffp-contract=off", "-fPIC",
            "-shared", "-w",
-           "-o", output, source] + tf.sysconfig.get_compile_flags() +
+           "-I", KERNEL_DIR, "-o", output, *sources] +
+          tf.sysconfig.get_compile_flags() +
           tf.sysconfig.get_link_flags())
 
 
@@ -89,23 +97,25 @@ def cache_dir() -> str:
 
 
 def library_path() -> str:
-  """Where the library for this source, TF, compiler and CPU is cached."""
-  with open(SOURCE, "rb") as f:
-    source = f.read()
+  """Where the library for these sources, TF, compiler and CPU is cached."""
+  sources = []
+  for path in SOURCES + HEADERS:
+    with open(path, "rb") as f:
+      sources.append(f.read())
   try:
     version = subprocess.run([compiler(), "--version"], capture_output=True,
                              text=True, timeout=30, check=False).stdout
   except (OSError, subprocess.SubprocessError):
     version = "?"
   key = hashlib.sha256(b"\0".join([
-      source, tf.__version__.encode(), version.encode(),
-      _cpu_flags().encode(), " ".join(compile_command("", "")).encode()
+      *sources, tf.__version__.encode(), version.encode(),
+      _cpu_flags().encode(), " ".join(compile_command((), "")).encode()
   ])).hexdigest()[:16]
-  return os.path.join(cache_dir(), f"side_softmax-{key}.so")
+  return os.path.join(cache_dir(), f"etc_kernels-{key}.so")
 
 
 def build_library(path: Optional[str] = None) -> str:
-  """Compiles the kernel into `path` (default: the cache) unless there."""
+  """Compiles the kernels into `path` (default: the cache) unless there."""
   path = path or library_path()
   if os.path.exists(path):
     return path
@@ -120,17 +130,17 @@ def build_library(path: Optional[str] = None) -> str:
       raise KernelUnavailable(f"no C++ compiler ({compiler()}) on PATH")
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(path))
     os.close(fd)
-    logging.info("Compiling the fused attention kernel into %s", path)
+    logging.info("Compiling the fused CPU kernels into %s", path)
     try:
-      done = subprocess.run(compile_command(SOURCE, tmp), capture_output=True,
+      done = subprocess.run(compile_command(SOURCES, tmp), capture_output=True,
                             text=True, timeout=COMPILE_TIMEOUT_S, check=False)
     except (OSError, subprocess.SubprocessError) as e:
       os.unlink(tmp)
-      raise KernelUnavailable(f"compiling {SOURCE} failed: {e}") from e
+      raise KernelUnavailable(f"compiling {KERNEL_DIR} failed: {e}") from e
     if done.returncode != 0:
       os.unlink(tmp)
       raise KernelUnavailable(
-          f"compiling {SOURCE} failed (exit {done.returncode}):\n"
+          f"compiling {KERNEL_DIR} failed (exit {done.returncode}):\n"
           f"{done.stderr[-4000:]}")
     os.replace(tmp, path)
   return path
@@ -158,13 +168,13 @@ def load():
 
 
 def available() -> bool:
-  """Whether the kernel builds and loads here (logs why once if not)."""
+  """Whether the kernels build and load here (logs why once if not)."""
   try:
     load()
     return True
   except KernelUnavailable as e:
     logging.log_first_n(logging.WARNING,
-                        "Fused attention kernel unavailable, using the "
+                        "Fused CPU kernels unavailable, using the "
                         "TensorFlow path: %s", 1, e)
     return False
 
@@ -190,13 +200,13 @@ def _on_accelerator() -> bool:
 
 
 def use_fused_kernel(mode: str) -> bool:
-  """Whether a layer traced now should call the fused kernel.
+  """Whether a layer traced now should call the fused kernels.
 
   Args:
     mode: `EtcConfig.fused_attention_kernel`.
 
   Raises:
-    KernelUnavailable: `mode` is "on" and the kernel cannot be built.
+    KernelUnavailable: `mode` is "on" and the kernels cannot be built.
   """
   if mode not in FUSED_KERNEL_MODES:
     raise ValueError(f"fused_attention_kernel must be one of "

@@ -15,8 +15,14 @@ import tf_keras
 
 from etc_realformer.config import EtcConfig
 from etc_realformer.features.relative_positions import own_sentence_id
+from etc_realformer.kernels import bias_gelu as bias_gelu_kernel
+from etc_realformer.kernels import build as kernel_build
+from etc_realformer.kernels import residual_norm as residual_norm_kernel
 from etc_realformer.layers.attention import FusedGlobalLocalAttention
 from etc_realformer.layers.attention import PreparedSideInputs
+from etc_realformer.layers.dropout import fold_seed
+from etc_realformer.layers.dropout import keep_gain
+from etc_realformer.layers.dropout import keep_threshold
 from etc_realformer.layers.dropout import stateless_dropout
 from etc_realformer.layers.embedding import layer_norm
 from etc_realformer.layers.feed_forward import FeedForward
@@ -60,6 +66,11 @@ def lean_gelu(x: tf.Tensor) -> tf.Tensor:
     return _gelu_backward(x, dy)
 
   return y, grad
+
+
+def _rows(x: tf.Tensor) -> tf.Tensor:
+  """<T>[..., width] -> <T>[rows, width] (a view: no copy)."""
+  return tf.reshape(x, [-1, x.shape[-1]])
 
 
 class GlobalLocalTransformerBlock(tf_keras.layers.Layer):
@@ -146,22 +157,49 @@ class GlobalLocalTransformerBlock(tf_keras.layers.Layer):
         chunk_len=cfg.chunk_len_for(side.long_len), emit_streams=emit_streams,
         stream_sources=cfg.recompute_residual_streams,
         fused_kernel=cfg.fused_attention_kernel)
-    long_x = long_x + dropout(att_long, _SITE_ATT_LONG)
-    global_x = global_x + dropout(att_global, _SITE_ATT_GLOBAL)
-    if not pre_ln:
-      long_x = self.long_att_norm(long_x)
-      global_x = self.global_att_norm(global_x)
+    # The fused CPU kernels (post-LN only): the residual add, its dropout
+    # and the LayerNorm in one pass, the feed-forward's bias and gelu in
+    # another; the same function as the TF ops below (and their dropout
+    # masks). They work on [rows, width] views of the activations.
+    fused = (not pre_ln and
+             kernel_build.use_fused_kernel(cfg.fused_attention_kernel))
+
+    def close(norm, residual, branch, site):
+      """Post-LN: norm(residual + dropout(branch)), <T>[B, N, hidden]."""
+      if not fused:
+        return norm(residual + dropout(branch, site))
+      use_drop = training and drop > 0.0
+      y = residual_norm_kernel.residual_norm(
+          _rows(tf.cast(branch, norm.compute_dtype)),
+          _rows(tf.cast(residual, norm.compute_dtype)), norm.gamma,
+          norm.beta, epsilon=norm.epsilon,
+          key=fold_seed(seed, self.site + site) if use_drop else None,
+          threshold=keep_threshold(drop) if use_drop else 0,
+          gain=keep_gain(drop, training), save_sum=training)
+      return tf.reshape(y, tf.shape(residual))
+
+    if pre_ln:
+      long_x = long_x + dropout(att_long, _SITE_ATT_LONG)
+      global_x = global_x + dropout(att_global, _SITE_ATT_GLOBAL)
+    else:
+      long_x = close(self.long_att_norm, long_x, att_long, _SITE_ATT_LONG)
+      global_x = close(self.global_att_norm, global_x, att_global,
+                       _SITE_ATT_GLOBAL)
 
     def feed_forward(ff, x):
       if cfg.hidden_act != "gelu":
         return ff(x)
+      if fused:
+        pre = ff.layer_0.matmul(_rows(x))
+        y = ff.layer_1(bias_gelu_kernel.bias_gelu(pre, ff.layer_0.bias))
+        return tf.reshape(y, tf.shape(x))
       # Same weights and function as `ff(x)`; only the gelu keeps less.
       return ff.layer_1(lean_gelu(ff.layer_0(x)))
 
     def ff_block(x, ff, norm, site):
       if pre_ln:
         return x + dropout(feed_forward(ff, norm(x)), site)
-      return norm(x + dropout(feed_forward(ff, x), site))
+      return close(norm, x, feed_forward(ff, x), site)
 
     long_x = ff_block(long_x, self.long_ff, self.long_ff_norm, _SITE_FF_LONG)
     global_x = ff_block(global_x, self.global_ff, self.global_ff_norm,
