@@ -224,3 +224,16 @@ def test_encoder_uses_the_layer_kernels_only_where_allowed():
   assert "EtcResidualNorm" not in pre_ln and "EtcBiasGelu" not in pre_ln
   relu = _op_types(EtcModel(config.replace(hidden_act="relu")), feats)
   assert "EtcBiasGelu" not in relu and "EtcResidualNorm" in relu
+
+
+def test_a_failed_build_names_the_sources_and_leaves_no_library(
+    monkeypatch, tmp_path):
+  """The sources compile side by side; a compiler failure is reported per
+  source and leaves nothing in the cache that a later process could load."""
+  monkeypatch.setenv("CXX", "false")  # a "compiler" that always fails
+  monkeypatch.setenv(build.CACHE_ENV, str(tmp_path))
+  with pytest.raises(build.KernelUnavailable,
+                     match="(?s)side_softmax.cc.*residual_norm.cc.*"
+                     "bias_gelu.cc"):
+    build.build_library()
+  assert not list(tmp_path.glob("*.so")) and not list(tmp_path.glob("*.o"))

@@ -227,8 +227,12 @@ class RelativeTable(tf_keras.layers.Layer):
     Returns:
       <float32>[B, N, R, H]: the layout `tf.gather(..., batch_dims=2)` wants.
     """
-    scores = tf.einsum("bhnd,rhd->bnrh", queries,
-                       tf.cast(self.emb_table, queries.dtype))
+    # A batched product over heads and one transpose of its (small) result:
+    # the einsum "bhnd,rhd->bnrh" did the same work at half the speed
+    # forward and backward on the oneDNN CPU kernels (17.9 against 8.9 ms
+    # at L = 4096, hidden 768).
+    table = tf.transpose(tf.cast(self.emb_table, queries.dtype), [1, 2, 0])
+    scores = tf.transpose(tf.matmul(queries, table), [0, 2, 3, 1])
     return tf.cast(scores, tf.float32) + bias_scale * tf.cast(
         self.bias_table, tf.float32)
 
@@ -800,8 +804,7 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
     if "l2l" in patterns:
       if side.sparse:
         q_blocks = blocking.split_into_blocks(t["long_q"], r + 1, axis=2)
-        k_blocks = blocking.concat_3_blocks(
-            blocking.split_into_blocks(t["l2l_k"], r + 1, axis=2), axis=2)
+        k_blocks = blocking.band_blocks(t["l2l_k"], r + 1, axis=2)
         # [B, H, nb, b, 3b]
         out["l2l"] = f32(tf.matmul(q_blocks, k_blocks, transpose_b=True))
         if long_per_id is not None and side.l2l_ids is not None:
@@ -861,8 +864,7 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
     long_q = t["long_q"]
     scores = self._raw_scores(t, side)
     if side.sparse:
-      v_blocks = blocking.concat_3_blocks(
-          blocking.split_into_blocks(t["l2l_v"], r + 1, axis=2), axis=2)
+      v_blocks = blocking.band_blocks(t["l2l_v"], r + 1, axis=2)
 
     # ---- RealFormer: running sums per carried pattern.
     new_streams = {}
@@ -982,8 +984,8 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
       return blocking.split_into_blocks(x, b, axis=2)
 
     q_blocks = blocks_of(t["long_q"])
-    k_blocks = blocking.concat_3_blocks(blocks_of(t["l2l_k"]), axis=2)
-    v_blocks = blocking.concat_3_blocks(blocks_of(t["l2l_v"]), axis=2)
+    k_blocks = blocking.band_blocks(t["l2l_k"], b, axis=2)
+    v_blocks = blocking.band_blocks(t["l2l_v"], b, axis=2)
     # [B, H, nb, b, 3b] and [B, H, nb * b, G], in the compute dtype. The
     # l2g scores of the padded queries are computed (zeros) so that their
     # rows match the stream's and the kernel's gradient serves both.

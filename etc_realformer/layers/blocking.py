@@ -140,22 +140,31 @@ def split_into_blocks(x: tf.Tensor, block_len: int, axis: int = 1
   return tf.reshape(x, shape[:axis] + [nb, block_len] + shape[axis + 1:])
 
 
-def concat_3_blocks(blocked: tf.Tensor, axis: int = 1) -> tf.Tensor:
-  """Concatenates each block with its previous and next (zeros at edges).
+def band_blocks(x: tf.Tensor, block_len: int, axis: int = 1) -> tf.Tensor:
+  """Splits `axis` into blocks, each concatenated with its neighbours: the
+  keys (or values) each block of queries sees on the sparse l2l band.
+
+  One pad (both edges and the tail at once) then three slices: padding the
+  tail and the edges apart cost one more copy of x, and a slice in the
+  gradient.
 
   Args:
-    blocked: <T>[..., nb, b, ...] with nb at `axis` and b at `axis + 1`.
-    axis: the block axis (non-negative).
+    x: <T>[..., L, ...] with L at `axis` (non-negative).
+    block_len: positive block length b.
 
   Returns:
-    <T>[..., nb, 3b, ...].
+    <T>[..., nb, 3b, ...]: block i holds positions [(i - 1) b, (i + 2) b),
+    zeros outside [0, L).
   """
-  rank = blocked.shape.rank
+  rank = x.shape.rank
+  seq_len = _dim(x, axis)
+  nb = num_blocks(seq_len, block_len)
   paddings = [[0, 0]] * rank
-  paddings[axis] = [1, 1]
-  padded = tf.pad(blocked, paddings)
-  nb = _dim(blocked, axis)
-
+  paddings[axis] = [block_len, nb * block_len - seq_len + block_len]
+  padded = tf.pad(x, paddings)
+  shape = [_dim(padded, i) for i in range(rank)]
+  padded = tf.reshape(padded, shape[:axis] + [nb + 2, block_len] +
+                      shape[axis + 1:])
   return tf.concat([slice_last(padded, k, nb, axis) for k in range(3)],
                    axis=axis + 1)
 
