@@ -31,16 +31,6 @@
 namespace etc_realformer {
 namespace {
 
-using ::tensorflow::DEVICE_CPU;
-using ::tensorflow::OpKernel;
-using ::tensorflow::OpKernelConstruction;
-using ::tensorflow::OpKernelContext;
-using ::tensorflow::Status;
-using ::tensorflow::Tensor;
-using ::tensorflow::TensorShape;
-using ::tensorflow::shape_inference::InferenceContext;
-using ::tensorflow::shape_inference::ShapeHandle;
-
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluA = 0.044715f;
 // Rows per partial sum of the bias's gradient (fixed: deterministic sums).
@@ -53,10 +43,7 @@ inline void PreActivation(const T* x, const float* bias, int64_t cols,
                           float* pre, uint16_t* narrow) {
   Widen(x, cols, pre);
   for (int64_t c = 0; c < cols; ++c) pre[c] += bias[c];
-  if constexpr (!std::is_same_v<T, float>) {
-    NarrowTo16(pre, cols, static_cast<T*>(nullptr), narrow);
-    Widen(reinterpret_cast<const T*>(narrow), cols, pre);
-  }
+  RoundThroughT<T>(pre, cols, narrow);
 }
 
 // tanh(sqrt(2/pi) * (x + a x^3)) of a row, in place (Eigen's tanh, the one
@@ -68,16 +55,6 @@ inline void RowGeluTanh(const float* pre, int64_t n, float* t) {
     const Packet x = ploadu<Packet>(pre + i);
     const Packet x3 = pmul(pmul(x, x), x);
     pstoreu(t + i, ptanh(pmul(c, padd(x, pmul(a, x3)))));
-  }
-}
-
-template <typename T>
-inline void Store(const float* src, int64_t n, T* dst) {
-  if constexpr (std::is_same_v<T, float>) {
-    std::memcpy(dst, src, n * sizeof(float));
-  } else {
-    NarrowTo16(src, n, static_cast<T*>(nullptr),
-               reinterpret_cast<uint16_t*>(dst));
   }
 }
 
@@ -127,7 +104,7 @@ class BiasGeluOp : public OpKernel {
         for (int64_t c = 0; c < f; ++c) {
           out[c] = 0.5f * pre[c] * (1.f + t[c]);
         }
-        Store(out.data(), f, yp + row * f);
+        StoreAs(out.data(), f, yp + row * f);
       }
     });
   }
@@ -178,16 +155,11 @@ class BiasGeluGradOp : public OpKernel {
                                             (1.f + 3.f * kGeluA * x1 * x1);
                 d[c] *= deriv;
               }
-              if constexpr (!std::is_same_v<T, float>) {
-                // The bias's gradient sums what the TF path sums: the
-                // pre-activation's gradient as stored in T.
-                NarrowTo16(d.data(), f, static_cast<T*>(nullptr),
-                           narrow.data());
-                Widen(reinterpret_cast<const T*>(narrow.data()), f,
-                      d.data());
-              }
+              // The bias's gradient sums what the TF path sums: the
+              // pre-activation's gradient as stored in T.
+              RoundThroughT<T>(d.data(), f, narrow.data());
               for (int64_t c = 0; c < f; ++c) part[c] += d[c];
-              Store(d.data(), f, dxp + row * f);
+              StoreAs(d.data(), f, dxp + row * f);
             }
           }
         });
@@ -225,17 +197,8 @@ REGISTER_OP("EtcBiasGeluGrad")
       return Status();
     });
 
-#define REGISTER(T)                                                        \
-  REGISTER_KERNEL_BUILDER(                                                 \
-      Name("EtcBiasGelu").Device(DEVICE_CPU).TypeConstraint<T>("T"),       \
-      BiasGeluOp<T>);                                                      \
-  REGISTER_KERNEL_BUILDER(                                                 \
-      Name("EtcBiasGeluGrad").Device(DEVICE_CPU).TypeConstraint<T>("T"),   \
-      BiasGeluGradOp<T>);
-REGISTER(float);
-REGISTER(Eigen::bfloat16);
-REGISTER(Eigen::half);
-#undef REGISTER
+ETC_REGISTER_CPU_KERNEL("EtcBiasGelu", BiasGeluOp);
+ETC_REGISTER_CPU_KERNEL("EtcBiasGeluGrad", BiasGeluGradOp);
 
 }  // namespace
 }  // namespace etc_realformer

@@ -12,7 +12,7 @@ into a cache keyed by the sources, the TensorFlow version, the compiler and
 the CPU's flags ($ETC_REALFORMER_KERNEL_CACHE, else
 ~/.cache/etc_realformer/kernels); later processes load the cached library.
 `python -m etc_realformer.kernels.build` builds it ahead of time and prints
-its path (about a minute).
+its path (about 30 s on two cores).
 
 Where the kernels run (`use_fused_kernel`): only on the CPU, outside XLA
 (a custom op cannot be compiled by XLA) and outside SavedModel export
@@ -92,8 +92,8 @@ def link_command(objects: Sequence[str], output: str) -> List[str]:
 
 
 def _compile(sources: Sequence[str], output: str, workdir: str) -> None:
-  """Compiles the sources side by side (one process per core: ~40 s one
-  after another here), then links them into `output`."""
+  """Compiles the sources side by side (one process per core: 29 s on two
+  cores here, ~40 s one after another), then links them into `output`."""
   objects = [os.path.join(workdir, f"{i}.o") for i in range(len(sources))]
   commands = [compile_flags() + ["-c", src, "-o", obj]
               for src, obj in zip(sources, objects)]

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <type_traits>
 #include <vector>
 
 #if defined(__AVX2__) || defined(__AVX512F__)
@@ -21,14 +22,24 @@
 #endif
 
 #include "Eigen/Core"
+#include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
 
 namespace etc_realformer {
 namespace {
 
+// What every kernel source uses of TensorFlow's op API.
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
 using ::tensorflow::Status;
 using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
 using ::tensorflow::errors::InvalidArgument;
+using ::tensorflow::shape_inference::DimensionHandle;
+using ::tensorflow::shape_inference::InferenceContext;
+using ::tensorflow::shape_inference::ShapeHandle;
 
 // Eigen's float packet (what its tensor expressions, TF's elementwise ops
 // included, compute exp with).
@@ -426,7 +437,47 @@ inline void FenceStreams() {
 #endif
 }
 
+
+// Writes n floats to dst as T, rounded as TensorFlow's Cast rounds.
+template <typename T>
+inline void StoreAs(const float* __restrict src, int64_t n,
+                    T* __restrict dst) {
+  if constexpr (std::is_same_v<T, float>) {
+    std::memcpy(dst, src, n * sizeof(float));
+  } else {
+    static_assert(sizeof(T) == sizeof(uint16_t));
+    NarrowTo16(src, n, static_cast<T*>(nullptr),
+               reinterpret_cast<uint16_t*>(dst));
+  }
+}
+
+// Rounds v to T and back in place (what storing it in T loses), with
+// `narrow` (n values) as scratch; a no-op for float.
+template <typename T>
+inline void RoundThroughT(float* v, int64_t n, uint16_t* narrow) {
+  if constexpr (!std::is_same_v<T, float>) {
+    NarrowTo16(v, n, static_cast<T*>(nullptr), narrow);
+    Widen(reinterpret_cast<const T*>(narrow), n, v);
+  }
+}
+
 }  // namespace
 }  // namespace etc_realformer
+
+// Registers Op<T> as the CPU kernel of op `name` for the three float types
+// the kernels take (attr "T").
+#define ETC_REGISTER_CPU_KERNEL(name, Op)                                  \
+  REGISTER_KERNEL_BUILDER(Name(name)                                       \
+                              .Device(::tensorflow::DEVICE_CPU)            \
+                              .TypeConstraint<float>("T"),                 \
+                          Op<float>);                                      \
+  REGISTER_KERNEL_BUILDER(Name(name)                                       \
+                              .Device(::tensorflow::DEVICE_CPU)            \
+                              .TypeConstraint<Eigen::bfloat16>("T"),       \
+                          Op<Eigen::bfloat16>);                            \
+  REGISTER_KERNEL_BUILDER(Name(name)                                       \
+                              .Device(::tensorflow::DEVICE_CPU)            \
+                              .TypeConstraint<Eigen::half>("T"),           \
+                          Op<Eigen::half>)
 
 #endif  // ETC_REALFORMER_KERNELS_CPU_COMMON_H_

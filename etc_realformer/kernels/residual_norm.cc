@@ -38,17 +38,6 @@
 namespace etc_realformer {
 namespace {
 
-using ::tensorflow::DEVICE_CPU;
-using ::tensorflow::OpKernel;
-using ::tensorflow::OpKernelConstruction;
-using ::tensorflow::OpKernelContext;
-using ::tensorflow::Status;
-using ::tensorflow::Tensor;
-using ::tensorflow::TensorShape;
-using ::tensorflow::errors::InvalidArgument;
-using ::tensorflow::shape_inference::InferenceContext;
-using ::tensorflow::shape_inference::ShapeHandle;
-
 // Rows per partial sum of gamma's and beta's gradients (a fixed grouping,
 // so that the sums do not depend on how the thread pool splits the rows).
 constexpr int64_t kRowsPerPartial = 64;
@@ -62,26 +51,6 @@ struct RowScratch {
   explicit RowScratch(int64_t h)
       : a(h), b(h), c(h), narrow(h) {}
 };
-
-// Rounds v (float) to T and back in place: what storing in T loses. A no-op
-// for float.
-template <typename T>
-inline void RoundThroughT(float* v, int64_t n, RowScratch* sc) {
-  if constexpr (!std::is_same_v<T, float>) {
-    NarrowTo16(v, n, static_cast<T*>(nullptr), sc->narrow.data());
-    Widen(reinterpret_cast<const T*>(sc->narrow.data()), n, v);
-  }
-}
-
-template <typename T>
-inline void StoreAs(const float* src, int64_t n, T* dst, RowScratch* sc) {
-  if constexpr (std::is_same_v<T, float>) {
-    std::memcpy(dst, src, n * sizeof(float));
-  } else {
-    NarrowTo16(src, n, static_cast<T*>(nullptr),
-               reinterpret_cast<uint16_t*>(dst));
-  }
-}
 
 // The value of `gain` as the TF path multiplies by it: cast to T first.
 template <typename T>
@@ -169,7 +138,7 @@ class ResidualNormOp : public OpKernel {
         Widen(xp + row * h, h, t);
         if (dropout || gain != 1.f) {
           for (int64_t c = 0; c < h; ++c) t[c] *= gain;
-          RoundThroughT<T>(t, h, &sc);
+          RoundThroughT<T>(t, h, sc.narrow.data());
         }
         if (dropout) {
           ApplyMaskTo(t, PhiloxHalves(k0, k1, row * h, h, &sc.words), h,
@@ -177,7 +146,7 @@ class ResidualNormOp : public OpKernel {
         }
         Widen(rp + row * h, h, s);
         for (int64_t c = 0; c < h; ++c) s[c] += t[c];
-        RoundThroughT<T>(s, h, &sc);
+        RoundThroughT<T>(s, h, sc.narrow.data());
         const float inv_h = 1.f / static_cast<float>(h);
         const float mean = RowSum(s, h) * inv_h;
         for (int64_t c = 0; c < h; ++c) {
@@ -190,9 +159,9 @@ class ResidualNormOp : public OpKernel {
           const float scale = rstd * g[c];
           yrow[c] = s[c] * scale + (bt[c] - mean * scale);
         }
-        StoreAs(yrow, h, yp + row * h, &sc);
+        StoreAs(yrow, h, yp + row * h);
         if (save_sum_) {
-          StoreAs(s, h, sp + row * h, &sc);
+          StoreAs(s, h, sp + row * h);
           st[2 * row] = mean;
           st[2 * row + 1] = rstd;
         }
@@ -282,15 +251,15 @@ class ResidualNormGradOp : public OpKernel {
               for (int64_t c = 0; c < h; ++c) {
                 d[c] = rstd * (dg_[c] - mean_dg - xh[c] * mean_dgx);
               }
-              RoundThroughT<T>(d, h, &sc);
-              StoreAs(d, h, drp + row * h, &sc);
+              RoundThroughT<T>(d, h, sc.narrow.data());
+              StoreAs(d, h, drp + row * h);
               if (share_) continue;
               if (dropout) {
                 ApplyMaskTo(d, PhiloxHalves(k0, k1, row * h, h, &sc.words),
                             h, threshold, d);
               }
               for (int64_t c = 0; c < h; ++c) d[c] *= gain;
-              StoreAs(d, h, dxp + row * h, &sc);
+              StoreAs(d, h, dxp + row * h);
             }
           }
         });
@@ -361,17 +330,8 @@ REGISTER_OP("EtcResidualNormGrad")
       return Status();
     });
 
-#define REGISTER(T)                                                         \
-  REGISTER_KERNEL_BUILDER(                                                  \
-      Name("EtcResidualNorm").Device(DEVICE_CPU).TypeConstraint<T>("T"),    \
-      ResidualNormOp<T>);                                                   \
-  REGISTER_KERNEL_BUILDER(                                                  \
-      Name("EtcResidualNormGrad").Device(DEVICE_CPU).TypeConstraint<T>("T"), \
-      ResidualNormGradOp<T>);
-REGISTER(float);
-REGISTER(Eigen::bfloat16);
-REGISTER(Eigen::half);
-#undef REGISTER
+ETC_REGISTER_CPU_KERNEL("EtcResidualNorm", ResidualNormOp);
+ETC_REGISTER_CPU_KERNEL("EtcResidualNormGrad", ResidualNormGradOp);
 
 }  // namespace
 }  // namespace etc_realformer

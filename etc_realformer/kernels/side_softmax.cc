@@ -58,18 +58,6 @@
 namespace etc_realformer {
 namespace {
 
-using ::tensorflow::DEVICE_CPU;
-using ::tensorflow::OpKernel;
-using ::tensorflow::OpKernelConstruction;
-using ::tensorflow::OpKernelContext;
-using ::tensorflow::Status;
-using ::tensorflow::Tensor;
-using ::tensorflow::TensorShape;
-using ::tensorflow::errors::InvalidArgument;
-using ::tensorflow::shape_inference::DimensionHandle;
-using ::tensorflow::shape_inference::InferenceContext;
-using ::tensorflow::shape_inference::ShapeHandle;
-
 // Where element (batch, head, query q, column 0) of a piece with `keys`
 // columns sits in its dropout mask: `row_dropout` draws the mask rows first,
 // [rows, B, H, rows_per_drop_row, keys], a drop row being a block of queries
@@ -776,17 +764,8 @@ REGISTER_OP("EtcSideSoftmaxGrad")
       return Status();
     });
 
-#define REGISTER(T)                                                       \
-  REGISTER_KERNEL_BUILDER(                                                \
-      Name("EtcSideSoftmax").Device(DEVICE_CPU).TypeConstraint<T>("T"),   \
-      SideSoftmaxOp<T>);                                                  \
-  REGISTER_KERNEL_BUILDER(                                                \
-      Name("EtcSideSoftmaxGrad").Device(DEVICE_CPU).TypeConstraint<T>("T"), \
-      SideSoftmaxGradOp<T>);
-REGISTER(float);
-REGISTER(Eigen::bfloat16);
-REGISTER(Eigen::half);
-#undef REGISTER
+ETC_REGISTER_CPU_KERNEL("EtcSideSoftmax", SideSoftmaxOp);
+ETC_REGISTER_CPU_KERNEL("EtcSideSoftmaxGrad", SideSoftmaxGradOp);
 
 }  // namespace
 }  // namespace etc_realformer
