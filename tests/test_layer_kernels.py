@@ -32,10 +32,10 @@ def _policy(dtype):
   return "float32" if dtype == tf.float32 else f"mixed_{dtype.name}"
 
 
-def _layer_norm(rng, width, dtype):
+def _layer_norm(rng, width, dtype, rank=2):
   norm = tf_keras.layers.LayerNormalization(
       epsilon=1e-12, dtype=tf_keras.mixed_precision.Policy(_policy(dtype)))
-  norm.build([None, width])
+  norm.build([None] * (rank - 1) + [width])
   norm.gamma.assign(rng.normal(size=[width]).astype(np.float32))
   norm.beta.assign(rng.normal(size=[width]).astype(np.float32))
   return norm
@@ -237,3 +237,23 @@ def test_a_failed_build_names_the_sources_and_leaves_no_library(
                      "bias_gelu.cc"):
     build.build_library()
   assert not list(tmp_path.glob("*.so")) and not list(tmp_path.glob("*.o"))
+
+
+def test_kernels_take_any_leading_layout():
+  """[B, N, width] in, the same layout out (the layer passes its
+  activations as they are: a reshape's gradient would keep its input alive
+  for its shape when the shape is dynamic)."""
+  rng = np.random.default_rng(8)
+  x = _tensor(rng, [2, 7, 16], tf.float32)
+  residual = _tensor(rng, [2, 7, 16], tf.float32)
+  norm = _layer_norm(rng, 16, tf.float32, rank=3)
+  (ref, got), (g_ref, g_got) = _residual_norm_pair(x, residual, norm, True)
+  assert got.shape == (2, 7, 16)
+  _assert_close(ref, got, 2e-5)
+  for a, b in zip(g_ref, g_got):
+    _assert_close(a, b, 2e-5)
+  bias = tf.constant(rng.normal(size=[16]).astype(np.float32))
+  y = bias_gelu(x, bias)
+  assert y.shape == (2, 7, 16)
+  _assert_close(tf.nn.gelu(x + bias, approximate=True).numpy(), y.numpy(),
+                2e-5)

@@ -15,7 +15,7 @@
 // float32 (Eigen's tanh, as TF's Tanh); in bfloat16 and float16 it rounds
 // once where the TF ops round after each step, so it is the more accurate.
 //
-// Layouts: x, y, dy, dx: T [N, F]; bias: T [F]; d_bias: float [F].
+// Layouts: x, y, dy, dx: T [..., F] (N rows); bias: T [F]; d_bias: float [F].
 
 #include <algorithm>
 #include <cstdint>
@@ -64,9 +64,7 @@ inline int64_t PadToPacket(int64_t n) {
 
 Status ReadShapes(const Tensor& x, const Tensor& bias, int64_t* n,
                   int64_t* f) {
-  TF_RETURN_IF_ERROR(CheckShape(x, "x", {-1, -1}));
-  *n = x.dim_size(0);
-  *f = x.dim_size(1);
+  TF_RETURN_IF_ERROR(RowsOf(x, "x", n, f));
   return CheckShape(bias, "bias", {*f});
 }
 
@@ -121,7 +119,7 @@ class BiasGeluGradOp : public OpKernel {
     const Tensor& bias = ctx->input(2);
     int64_t n, f;
     OP_REQUIRES_OK(ctx, ReadShapes(x, bias, &n, &f));
-    OP_REQUIRES_OK(ctx, CheckShape(dy, "dy", {n, f}));
+    OP_REQUIRES_OK(ctx, CheckSameShape(dy, "dy", x, "x"));
     Tensor *dx, *dbias;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, x.shape(), &dx));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({f}), &dbias));
@@ -177,7 +175,7 @@ REGISTER_OP("EtcBiasGelu")
     .Attr("T: {float, bfloat16, half}")
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle x;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &x));
+      TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(0), 1, &x));
       c->set_output(0, x);
       return Status();
     });
@@ -191,9 +189,9 @@ REGISTER_OP("EtcBiasGeluGrad")
     .Attr("T: {float, bfloat16, half}")
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle x;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 2, &x));
+      TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(1), 1, &x));
       c->set_output(0, x);
-      c->set_output(1, c->MakeShape({c->Dim(x, 1)}));
+      c->set_output(1, c->MakeShape({c->Dim(x, -1)}));
       return Status();
     });
 

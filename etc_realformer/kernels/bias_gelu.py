@@ -12,7 +12,7 @@ from etc_realformer.kernels import build
 
 
 def bias_gelu(x: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
-  """<T>[N, F] x, <T>[F] bias -> <T>[N, F] gelu(x + bias) (tanh form)."""
+  """<T>[..., F] x, <T>[F] bias -> <T>[..., F] gelu(x + bias) (tanh form)."""
   return build.load().etc_bias_gelu(x=x, bias=tf.cast(bias, x.dtype))
 
 

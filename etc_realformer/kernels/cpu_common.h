@@ -438,6 +438,32 @@ inline void FenceStreams() {
 }
 
 
+// Views `t` (rank >= 1) as [rows, width], width its last dimension: the
+// row-wise kernels take activations in any leading layout, so that callers
+// need no reshape (whose gradient would keep its input alive for its shape).
+inline Status RowsOf(const Tensor& t, const char* name, int64_t* rows,
+                     int64_t* width) {
+  if (t.dims() < 1) {
+    return InvalidArgument(name, " must have rank >= 1, got ",
+                           t.shape().DebugString());
+  }
+  *width = t.dim_size(t.dims() - 1);
+  *rows = 1;
+  for (int i = 0; i + 1 < t.dims(); ++i) *rows *= t.dim_size(i);
+  return Status();
+}
+
+// `t` has the shape `like` has.
+inline Status CheckSameShape(const Tensor& t, const char* name,
+                             const Tensor& like, const char* like_name) {
+  if (t.shape() != like.shape()) {
+    return InvalidArgument(name, " has shape ", t.shape().DebugString(),
+                           "; ", like_name, " has ",
+                           like.shape().DebugString());
+  }
+  return Status();
+}
+
 // Writes n floats to dst as T, rounded as TensorFlow's Cast rounds.
 template <typename T>
 inline void StoreAs(const float* __restrict src, int64_t n,

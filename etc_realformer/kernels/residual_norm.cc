@@ -20,7 +20,7 @@
 // element e of the [N, hidden] mask is the 16-bit half e of the Philox
 // stream keyed by the folded seed (`stateless_dropout`).
 //
-// Layouts: x, residual, y, s: T [N, H]; gamma, beta: float [H];
+// Layouts: x, residual, y, s: T [..., H] (N rows); gamma, beta: float [H];
 // stats: float [N, 2] (mean, 1 / sqrt(var + epsilon)); key: int32 [2].
 
 #include <algorithm>
@@ -99,9 +99,9 @@ class ResidualNormOp : public OpKernel {
     const Tensor& gamma = ctx->input(2);
     const Tensor& beta = ctx->input(3);
     const Tensor& key = ctx->input(4);
-    OP_REQUIRES_OK(ctx, CheckShape(x, "x", {-1, -1}));
-    const int64_t n = x.dim_size(0), h = x.dim_size(1);
-    OP_REQUIRES_OK(ctx, CheckShape(residual, "residual", {n, h}));
+    int64_t n, h;
+    OP_REQUIRES_OK(ctx, RowsOf(x, "x", &n, &h));
+    OP_REQUIRES_OK(ctx, CheckSameShape(residual, "residual", x, "x"));
     OP_REQUIRES_OK(ctx, CheckVector(gamma, "gamma", h));
     OP_REQUIRES_OK(ctx, CheckVector(beta, "beta", h));
     OP_REQUIRES_OK(ctx, CheckVector(key, "key", 2));
@@ -190,9 +190,9 @@ class ResidualNormGradOp : public OpKernel {
     const Tensor& stats = ctx->input(2);
     const Tensor& gamma = ctx->input(3);
     const Tensor& key = ctx->input(4);
-    OP_REQUIRES_OK(ctx, CheckShape(dy, "dy", {-1, -1}));
-    const int64_t n = dy.dim_size(0), h = dy.dim_size(1);
-    OP_REQUIRES_OK(ctx, CheckShape(s_in, "sum", {n, h}));
+    int64_t n, h;
+    OP_REQUIRES_OK(ctx, RowsOf(dy, "dy", &n, &h));
+    OP_REQUIRES_OK(ctx, CheckSameShape(s_in, "sum", dy, "dy"));
     OP_REQUIRES_OK(ctx, CheckShape(stats, "stats", {n, 2}));
     OP_REQUIRES_OK(ctx, CheckVector(gamma, "gamma", h));
     OP_REQUIRES_OK(ctx, CheckVector(key, "key", 2));
@@ -294,12 +294,12 @@ REGISTER_OP("EtcResidualNorm")
     .Attr("save_sum: bool = true")
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle x;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &x));
+      TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(0), 1, &x));
       bool save;
       TF_RETURN_IF_ERROR(c->GetAttr("save_sum", &save));
       c->set_output(0, x);
       c->set_output(1, save ? x : c->MakeShape({0}));
-      c->set_output(2, save ? c->MakeShape({c->Dim(x, 0), 2})
+      c->set_output(2, save ? c->MakeShape({c->UnknownDim(), 2})
                             : c->MakeShape({0}));
       return Status();
     });
@@ -320,13 +320,13 @@ REGISTER_OP("EtcResidualNormGrad")
     .Attr("share: bool = false")
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle dy;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &dy));
+      TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(0), 1, &dy));
       bool share;
       TF_RETURN_IF_ERROR(c->GetAttr("share", &share));
       c->set_output(0, share ? c->MakeShape({0}) : dy);
       c->set_output(1, dy);
-      c->set_output(2, c->MakeShape({c->Dim(dy, 1)}));
-      c->set_output(3, c->MakeShape({c->Dim(dy, 1)}));
+      c->set_output(2, c->MakeShape({c->Dim(dy, -1)}));
+      c->set_output(3, c->MakeShape({c->Dim(dy, -1)}));
       return Status();
     });
 

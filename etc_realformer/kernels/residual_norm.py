@@ -19,11 +19,11 @@ def residual_norm(x: tf.Tensor, residual: tf.Tensor, gamma: tf.Tensor,
                   beta: tf.Tensor, *, epsilon: float,
                   key: Optional[tf.Tensor] = None, threshold: int = 0,
                   gain: float = 1.0, save_sum: bool = True) -> tf.Tensor:
-  """<T>[N, H] x, residual -> <T>[N, H] LayerNorm(residual + dropout(x)).
+  """<T>[..., H] x, residual -> <T>[..., H] LayerNorm(residual + dropout(x)).
 
   Args:
-    x: <T>[N, H] the sub-block's output (dropped out).
-    residual: <T>[N, H] the sub-block's input.
+    x: <T>[..., H] the sub-block's output (dropped out).
+    residual: <T>[..., H] the sub-block's input (x's shape).
     gamma, beta: <float32>[H] the LayerNorm's scale and offset.
     epsilon: the LayerNorm's epsilon.
     key: <int32>[2] the folded dropout seed (`fold_seed(seed, site)`); None

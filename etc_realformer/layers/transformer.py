@@ -68,11 +68,6 @@ def lean_gelu(x: tf.Tensor) -> tf.Tensor:
   return y, grad
 
 
-def _rows(x: tf.Tensor) -> tf.Tensor:
-  """<T>[..., width] -> <T>[rows, width] (a view: no copy)."""
-  return tf.reshape(x, [-1, x.shape[-1]])
-
-
 class GlobalLocalTransformerBlock(tf_keras.layers.Layer):
   """Layer `index` of the encoder."""
 
@@ -160,7 +155,7 @@ class GlobalLocalTransformerBlock(tf_keras.layers.Layer):
     # The fused CPU kernels (post-LN only): the residual add, its dropout
     # and the LayerNorm in one pass, the feed-forward's bias and gelu in
     # another; the same function as the TF ops below (and their dropout
-    # masks). They work on [rows, width] views of the activations.
+    # masks). They take the activations in their [B, N, width] layout.
     fused = (not pre_ln and
              kernel_build.use_fused_kernel(cfg.fused_attention_kernel))
 
@@ -169,14 +164,13 @@ class GlobalLocalTransformerBlock(tf_keras.layers.Layer):
       if not fused:
         return norm(residual + dropout(branch, site))
       use_drop = training and drop > 0.0
-      y = residual_norm_kernel.residual_norm(
-          _rows(tf.cast(branch, norm.compute_dtype)),
-          _rows(tf.cast(residual, norm.compute_dtype)), norm.gamma,
+      return residual_norm_kernel.residual_norm(
+          tf.cast(branch, norm.compute_dtype),
+          tf.cast(residual, norm.compute_dtype), norm.gamma,
           norm.beta, epsilon=norm.epsilon,
           key=fold_seed(seed, self.site + site) if use_drop else None,
           threshold=keep_threshold(drop) if use_drop else 0,
           gain=keep_gain(drop, training), save_sum=training)
-      return tf.reshape(y, tf.shape(residual))
 
     if pre_ln:
       long_x = long_x + dropout(att_long, _SITE_ATT_LONG)
@@ -190,9 +184,8 @@ class GlobalLocalTransformerBlock(tf_keras.layers.Layer):
       if cfg.hidden_act != "gelu":
         return ff(x)
       if fused:
-        pre = ff.layer_0.matmul(_rows(x))
-        y = ff.layer_1(bias_gelu_kernel.bias_gelu(pre, ff.layer_0.bias))
-        return tf.reshape(y, tf.shape(x))
+        return ff.layer_1(bias_gelu_kernel.bias_gelu(
+            ff.layer_0.matmul(x), ff.layer_0.bias))
       # Same weights and function as `ff(x)`; only the gelu keeps less.
       return ff.layer_1(lean_gelu(ff.layer_0(x)))
 
