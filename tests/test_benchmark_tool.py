@@ -135,3 +135,52 @@ def test_flag_parsing_and_specs():
   assert "full-nores-bf16-xla-ckpt1-G=256" in names
   with pytest.raises(SystemExit):
     benchmark.build_parser().parse_args(["--dtypes=float64"])
+
+
+def test_matrix_products_count_flops_of_each_layout():
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tools import benchmark_worker  # pylint: disable=g-import-not-at-top
+
+  @tf.function
+  def step(x34, x43, a, b, e1, e2):
+    return (tf.matmul(x34, tf.ones([4, 5])),                  # 3x4 . 4x5
+            tf.matmul(x43, tf.ones([4, 5]), transpose_a=True),  # same sizes
+            tf.matmul(a, b, adjoint_b=True),  # [2, 1] x [6] batch: 12 x 3x4.4x5
+            tf.einsum("ij,jk->ik", e1, e2))
+
+  graph = step.get_concrete_function(
+      tf.TensorSpec([3, 4]), tf.TensorSpec([4, 3]),
+      tf.TensorSpec([2, 1, 3, 4]), tf.TensorSpec([6, 5, 4]),
+      tf.TensorSpec([2, 2]), tf.TensorSpec([2, 2])).graph
+  products, skipped = benchmark_worker.matrix_products(graph)
+  assert [p["gflop"] * 1e9 for p in products] == pytest.approx(
+      [120, 120, 12 * 120])
+  assert [(p["transpose_a"], p["transpose_b"]) for p in products] == [
+      (False, False), (True, False), (False, True)]
+  assert products[2]["a"] == [2, 1, 3, 4] and products[2]["b"] == [6, 5, 4]
+  assert {p["dtype"] for p in products} == {"float32"}
+  assert skipped == {"Einsum": 1}  # Counted, not timed: a lower bound.
+
+  dynamic = tf.function(lambda x: tf.matmul(x, tf.ones([4, 5])))
+  with pytest.raises(ValueError, match="dynamic shape"):
+    benchmark_worker.matrix_products(dynamic.get_concrete_function(
+        tf.TensorSpec([None, 4])).graph)
+
+
+def test_matmul_floor_mode_times_the_steps_products(tmp_path):
+  jsonl = tmp_path / "floor.jsonl"
+  stdout = _run_cli(TINY + ["--mode=matmul_floor", "--lengths=128",
+                            "--passes=fwd_bwd", f"--output_jsonl={jsonl}"])
+  (r,) = _read(jsonl)
+  assert r["status"] == "ok" and r["record_type"] == "matmul_floor"
+  assert r["variant"] == "floor-sparse-res-f32-G=L/16"
+  assert r["training"] is True and r["pass"] == "fwd_bwd"
+  assert r["median_s"] > 0 and r["matmul_gflop"] > 0
+  assert r["matmul_gflop_per_s"] == pytest.approx(
+      r["matmul_gflop"] / r["median_s"])
+  assert r["matmul_gflop_by_dtype"].keys() == {"float32"}
+  assert r["matmul_skipped_ops"] == {}  # Every product of the step timed.
+  # Each forward product comes with its two gradient products (input and
+  # weight), so the count is a multiple of 3 here.
+  assert r["matmul_count"] % 3 == 0 and r["matmul_count"] >= 30
+  assert "matmul floor floor-sparse-res-f32-G=L/16 fwd_bwd L=128" in stdout

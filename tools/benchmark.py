@@ -18,6 +18,11 @@ timed alone; the record keeps every time, the median and the minimum.
 * `fwd_bwd`: `training=True` with the config's dropout (0.1), a scalar loss
   (mean square of both outputs) and its gradient w.r.t. every trainable
   variable (no optimizer update, no loss scaling).
+* `--mode=matmul_floor`: the same steps, but only their matrix products are
+  timed (every MatMul / BatchMatMul of the traced graph, on random inputs of
+  its shapes): the floor for any encoder doing those products here, e.g. the
+  original ETC, whose products are the same. A goal below it cannot be met
+  on this machine by work outside the products.
 * `--mode=finetune`: a WikiHop training step (encoder + head + loss + AdamW
   update) at 4096/430 on WikiHop-shaped random features; examples/s.
 
@@ -109,7 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
       prog="python -m tools.benchmark",
       description="ETC-RealFormer encoder benchmark (see module docstring).")
   a = p.add_argument
-  a("--mode", choices=("encoder", "finetune"), default="encoder")
+  a("--mode", choices=("encoder", "matmul_floor", "finetune"),
+    default="encoder",
+    help="encoder: the step; matmul_floor: the same step's matrix products "
+    "alone; finetune: a WikiHop training step")
   # Axes.
   a("--lengths", type=_csv_ints, default=[1024, 2048, 4096, 8192, 16384],
     help="long lengths L (comma list)")
@@ -250,8 +258,9 @@ def variant_name(spec: Dict[str, Any]) -> str:
   """A short name for everything but the length (one plot line each)."""
   dtype = {"float32": "f32", "mixed_bfloat16": "bf16",
            "mixed_float16": "f16"}[spec["dtype"]]
-  parts = [spec["impl"] if spec["kind"] == "encoder" else "wikihop",
-           "res" if spec["residual"] else "nores", dtype]
+  parts = {"encoder": [spec["impl"]], "matmul_floor": ["floor", spec["impl"]],
+           "finetune": ["wikihop"]}[spec["kind"]]
+  parts += ["res" if spec["residual"] else "nores", dtype]
   if spec["xla"]:
     parts.append("xla")
   if spec["grad_checkpointing_period"]:
@@ -264,13 +273,15 @@ def variant_name(spec: Dict[str, Any]) -> str:
     parts.append(f"chunk{spec['attention_chunk_len']}")
   if spec.get("fused_attention_kernel", "auto") != "auto":
     parts.append(f"kernel-{spec['fused_attention_kernel']}")
-  if spec["kind"] == "encoder":
+  if spec["kind"] != "finetune":
     parts.append(f"G={spec['global_len_mode']}")
   return "-".join(parts)
 
 
 def encoder_specs(args: argparse.Namespace) -> Iterator[Dict[str, Any]]:
-  """One spec per (variant, length, pass), lengths innermost per variant."""
+  """One spec per (variant, length, pass), lengths innermost per variant
+  (kind "encoder", or "matmul_floor" with --mode=matmul_floor)."""
+  kind = "matmul_floor" if args.mode == "matmul_floor" else "encoder"
   g_mode = (f"L/{args.global_ratio}" if args.global_len == "ratio"
             else str(int(args.global_len)))
   for impl in args.impls:
@@ -284,7 +295,7 @@ def encoder_specs(args: argparse.Namespace) -> Iterator[Dict[str, Any]]:
             for pass_ in args.passes:
               for long_len in args.lengths:
                 yield {
-                    "kind": "encoder", "impl": impl, "residual": residual,
+                    "kind": kind, "impl": impl, "residual": residual,
                     "dtype": dtype, "xla": xla,
                     "grad_checkpointing_period": period,
                     "recompute_attention": recompute,
@@ -453,8 +464,8 @@ def main(argv: Optional[List[str]] = None) -> List[Dict[str, Any]]:
   if max_rss is None and _mem_total_gib():
     max_rss = 0.85 * _mem_total_gib()
   machine = machine_info()
-  specs = list(encoder_specs(args) if args.mode == "encoder"
-               else finetune_specs(args))
+  specs = list(finetune_specs(args) if args.mode == "finetune"
+               else encoder_specs(args))
   print(f"# {len(specs)} measurements, each in its own process; "
         f"median of {args.repeats} calls after {args.warmup} warm-up; "
         f"fwd: training=False (no dropout); fwd_bwd / train_step: "
@@ -493,6 +504,14 @@ def main(argv: Optional[List[str]] = None) -> List[Dict[str, Any]]:
               f"examples/s (batch {r['batch_size']}, L={r['long_len']}, "
               f"G={r['global_len']}); head: {r['finetune_head']}; "
               f"optimizer: {r['optimizer']}", flush=True)
+  if args.mode == "matmul_floor":
+    for r in records:
+      if r["status"] == "ok":
+        print(f"# matmul floor {r['variant']} {r['pass']} L={r['long_len']}: "
+              f"{r['matmul_count']} products, {r['matmul_gflop']:.1f} GFLOP "
+              f"in {r['median_s']:.3f} s ({r['matmul_gflop_per_s']:.0f} "
+              f"GFLOP/s); not timed: {r['matmul_skipped_ops'] or 'none'}",
+              flush=True)
   print(benchmark_plot.slope_summary(records, args.slope_target), flush=True)
   if args.plot:
     benchmark_plot.plot(records, args.plot)

@@ -13,6 +13,9 @@ object to `--result`. Kinds of measurement:
   (`training=True`, config dropout, gradient of a scalar loss w.r.t. every
   trainable variable), on random ids and `make_global_local_side_inputs`
   side inputs.
+* `matmul_floor`: the same step traced, and only its matrix products timed
+  (each MatMul / BatchMatMul op of the graph on random inputs of its shapes):
+  the time no encoder doing those products can go below on this machine.
 * `finetune`: a WikiHop training step (encoder + head + loss + optimizer
   update) on WikiHop-shaped random features; throughput in examples/s.
 """
@@ -256,9 +259,12 @@ def allocator_peak(tf) -> Dict[str, float]:
 
 
 # ------------------------------------------------------------------ encoder
-def measure_encoder(spec: Dict[str, Any]) -> Dict[str, Any]:
-  """Times the encoder forward or forward+backward; see the module doc."""
-  out: Dict[str, Any] = {}
+def _encoder_step(spec: Dict[str, Any], out: Dict[str, Any]):
+  """Builds the encoder, its inputs and the step of `spec["pass"]`.
+
+  Returns:
+    (tf, step_fn: the `tf.function` of one step, features).
+  """
   t0 = time.perf_counter()
   tf, _ = _setup_tf(spec)
   out["rss_after_import_gib"] = rss_gib()
@@ -316,7 +322,13 @@ def measure_encoder(spec: Dict[str, Any]) -> Dict[str, Any]:
       # Returning the global norm keeps every gradient from being pruned.
       return loss + tf.linalg.global_norm(grads)
 
-  step_fn = tf.function(fn, jit_compile=spec["xla"])
+  return tf, tf.function(fn, jit_compile=spec["xla"]), features
+
+
+def measure_encoder(spec: Dict[str, Any]) -> Dict[str, Any]:
+  """Times the encoder forward or forward+backward; see the module doc."""
+  out: Dict[str, Any] = {}
+  tf, step_fn, features = _encoder_step(spec, out)
 
   def step():
     return float(step_fn(features).numpy())
@@ -326,6 +338,114 @@ def measure_encoder(spec: Dict[str, Any]) -> Dict[str, Any]:
   out.update(allocator_peak(tf))
   out["tokens_per_s"] = (spec["batch_size"] * spec["long_len"] /
                          out["median_s"])
+  return out
+
+
+# ------------------------------------------------------------- matmul floor
+_PRODUCT_OPS = ("MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3")
+_CALL_OPS = ("PartitionedCall", "StatefulPartitionedCall")
+
+
+def matrix_products(graph) -> Tuple[List[Dict[str, Any]], Dict[str, int]]:
+  """The matrix products of a traced step, with their static shapes.
+
+  Returns:
+    (products: one dict per MatMul / BatchMatMul op with `a`, `b` (shapes),
+     `transpose_a`, `transpose_b`, `dtype`, `gflop`, `name`;
+     skipped: op type -> count of ops not timed: einsums (contractions of
+     another form) and calls into nested functions, whose products this walk
+     does not see. Leaving them out keeps the floor a lower bound.)
+  """
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  products, skipped = [], {}
+  for op in graph.get_operations():
+    if op.type in _CALL_OPS or op.type == "Einsum":
+      skipped[op.type] = skipped.get(op.type, 0) + 1
+      continue
+    if op.type not in _PRODUCT_OPS:
+      continue
+    a, b = op.inputs[0].shape, op.inputs[1].shape
+    if not (a.is_fully_defined() and b.is_fully_defined()):
+      raise ValueError(f"matrix product {op.name} has a dynamic shape: "
+                       f"{a} x {b}")
+    if op.type == "MatMul":
+      ta, tb = op.get_attr("transpose_a"), op.get_attr("transpose_b")
+    else:
+      ta, tb = op.get_attr("adj_x"), op.get_attr("adj_y")
+    a, b = a.as_list(), b.as_list()
+    m, k = (a[-1], a[-2]) if ta else (a[-2], a[-1])
+    n = b[-2] if tb else b[-1]
+    batch = int(np.prod(np.broadcast_shapes(tuple(a[:-2]), tuple(b[:-2])),
+                        dtype=np.int64))
+    products.append({"a": a, "b": b, "transpose_a": bool(ta),
+                     "transpose_b": bool(tb),
+                     "dtype": op.inputs[0].dtype.name, "name": op.name,
+                     "gflop": 2.0 * batch * m * n * k / 1e9})
+  return products, skipped
+
+
+def measure_matmul_floor(spec: Dict[str, Any]) -> Dict[str, Any]:
+  """Times the step's matrix products alone: a floor for any encoder that
+  does the same products (the original ETC does: same widths, same blocked
+  band), at this machine's matrix-product rate.
+
+  The step is traced as in `measure_encoder`; every MatMul / BatchMatMul of
+  its graph (forward, and backward for `fwd_bwd`) is run again, one op each,
+  on random inputs of the same shapes, dtypes and transposes, in one
+  `tf.function`, one after another (the step may overlap independent
+  products; on a few cores that gains little). Products with the same
+  signature share their inputs, so small ones may find them in cache: the
+  floor errs low.
+  """
+  out: Dict[str, Any] = {}
+  tf, step_fn, features = _encoder_step(spec, out)
+  graph = step_fn.get_concrete_function(features).graph
+  products, skipped = matrix_products(graph)
+  if not products:
+    raise ValueError("the traced step has no matrix products")
+  inputs = {}  # (shape, dtype) -> one random tensor
+  for p in products:
+    for shape in (p["a"], p["b"]):
+      key = (tuple(shape), p["dtype"])
+      if key not in inputs:
+        inputs[key] = tf.cast(
+            tf.random.stateless_uniform(shape, seed=[len(inputs), 0],
+                                        minval=-1.0, maxval=1.0),
+            p["dtype"])
+
+  @tf.function
+  def run_products():
+    total = tf.zeros([], tf.float32)
+    previous = []
+    for p in products:
+      # Each product waits for the one before: TF's common-subexpression
+      # pass would otherwise merge products with equal inputs into one.
+      with tf.control_dependencies(previous):
+        y = tf.linalg.matmul(inputs[(tuple(p["a"]), p["dtype"])],
+                             inputs[(tuple(p["b"]), p["dtype"])],
+                             transpose_a=p["transpose_a"],
+                             transpose_b=p["transpose_b"])
+      previous = [y]
+      # One element of each product keeps it from being pruned.
+      total += tf.cast(tf.reshape(y, [-1])[0], tf.float32)
+    return total
+
+  def step():
+    return float(run_products().numpy())
+
+  out.update(time_calls(step, spec["warmup"], spec["repeats"]))
+  gflop = sum(p["gflop"] for p in products)
+  by_dtype: Dict[str, float] = {}
+  for p in products:
+    by_dtype[p["dtype"]] = by_dtype.get(p["dtype"], 0.0) + p["gflop"]
+  out.update({
+      "matmul_count": len(products),
+      "matmul_distinct_inputs": len(inputs),
+      "matmul_gflop": gflop,
+      "matmul_gflop_by_dtype": by_dtype,
+      "matmul_gflop_per_s": gflop / out["median_s"],
+      "matmul_skipped_ops": skipped,
+  })
   return out
 
 
@@ -446,6 +566,8 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
   """Runs one measurement; returns the fields the worker measured."""
   if spec["kind"] == "encoder":
     result = measure_encoder(spec)
+  elif spec["kind"] == "matmul_floor":
+    result = measure_matmul_floor(spec)
   elif spec["kind"] == "finetune":
     result = measure_finetune(spec)
   else:
