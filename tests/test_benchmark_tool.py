@@ -184,3 +184,22 @@ def test_matmul_floor_mode_times_the_steps_products(tmp_path):
   # weight), so the count is a multiple of 3 here.
   assert r["matmul_count"] % 3 == 0 and r["matmul_count"] >= 30
   assert "matmul floor floor-sparse-res-f32-G=L/16 fwd_bwd L=128" in stdout
+
+
+def test_summary_lines_per_mode():
+  finetune = {"status": "ok", "record_type": "finetune", "variant": "wikihop",
+              "examples_per_s": 0.0591, "batch_size": 1, "long_len": 4096,
+              "global_len": 430, "finetune_head": "task",
+              "optimizer": "adamw"}
+  assert benchmark.summary_line(finetune).startswith(
+      "# finetune wikihop: 0.059 examples/s (batch 1, L=4096, G=430)")
+  floor = {"status": "ok", "record_type": "matmul_floor", "variant": "floor",
+           "pass": "fwd", "long_len": 4096, "matmul_count": 44,
+           "matmul_gflop": 143.56, "median_s": 0.7, "matmul_gflop_per_s": 205.1,
+           "matmul_skipped_ops": {"Einsum": 2}}
+  assert benchmark.summary_line(floor) == (
+      "# matmul floor floor fwd L=4096: 44 products, 143.6 GFLOP in 0.700 s "
+      "(205 GFLOP/s); not timed: {'Einsum': 2}")
+  assert benchmark.summary_line({"status": "ok",
+                                 "record_type": "encoder"}) is None
+  assert benchmark.summary_line(dict(floor, status="timeout")) is None

@@ -446,6 +446,24 @@ def table_row(r: Dict[str, Any]) -> str:
           f"{_fmt(r.get('baseline_rss_gib'), 2):>8}  {r['status']}")
 
 
+def summary_line(r: Dict[str, Any]) -> Optional[str]:
+  """The mode's one-line summary of a successful record (None for encoder
+  records: the table says it all)."""
+  if r["status"] != "ok":
+    return None
+  if r["record_type"] == "finetune":
+    return (f"# finetune {r['variant']}: {r['examples_per_s']:.3f} "
+            f"examples/s (batch {r['batch_size']}, L={r['long_len']}, "
+            f"G={r['global_len']}); head: {r['finetune_head']}; "
+            f"optimizer: {r['optimizer']}")
+  if r["record_type"] == "matmul_floor":
+    return (f"# matmul floor {r['variant']} {r['pass']} L={r['long_len']}: "
+            f"{r['matmul_count']} products, {r['matmul_gflop']:.1f} GFLOP "
+            f"in {r['median_s']:.3f} s ({r['matmul_gflop_per_s']:.0f} "
+            f"GFLOP/s); not timed: {r['matmul_skipped_ops'] or 'none'}")
+  return None
+
+
 def _load_avg() -> Optional[List[float]]:
   try:
     return [round(x, 2) for x in os.getloadavg()]
@@ -497,21 +515,10 @@ def main(argv: Optional[List[str]] = None) -> List[Dict[str, Any]]:
     if args.output_jsonl:
       with open(args.output_jsonl, "a") as f:
         f.write(json.dumps(record, sort_keys=True) + "\n")
-  if args.mode == "finetune":
-    for r in records:
-      if r["status"] == "ok":
-        print(f"# finetune {r['variant']}: {r['examples_per_s']:.3f} "
-              f"examples/s (batch {r['batch_size']}, L={r['long_len']}, "
-              f"G={r['global_len']}); head: {r['finetune_head']}; "
-              f"optimizer: {r['optimizer']}", flush=True)
-  if args.mode == "matmul_floor":
-    for r in records:
-      if r["status"] == "ok":
-        print(f"# matmul floor {r['variant']} {r['pass']} L={r['long_len']}: "
-              f"{r['matmul_count']} products, {r['matmul_gflop']:.1f} GFLOP "
-              f"in {r['median_s']:.3f} s ({r['matmul_gflop_per_s']:.0f} "
-              f"GFLOP/s); not timed: {r['matmul_skipped_ops'] or 'none'}",
-              flush=True)
+  for r in records:
+    line = summary_line(r)
+    if line:
+      print(line, flush=True)
   print(benchmark_plot.slope_summary(records, args.slope_target), flush=True)
   if args.plot:
     benchmark_plot.plot(records, args.plot)
