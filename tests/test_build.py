@@ -29,6 +29,14 @@ def test_build_is_up_to_date():
       "BUILD is stale: run `python -m tools.gen_build`")
 
 
+def test_unknown_flag_fails_without_writing():
+  before = (ROOT / "BUILD").stat().st_mtime_ns
+  with pytest.raises(SystemExit) as raised:
+    gen_build.main(["--chek"])
+  assert raised.value.code == 2
+  assert (ROOT / "BUILD").stat().st_mtime_ns == before
+
+
 def test_every_module_and_test_has_a_target():
   srcs = _build_srcs()
   expected = {str(p.relative_to(ROOT)) for p in gen_build.source_files()}

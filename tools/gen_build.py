@@ -15,6 +15,7 @@ Generated rather than hand-kept for the same reason Gazelle exists: a BUILD
 file written by hand drifts from the imports within a week.
 """
 
+import argparse
 import ast
 import pathlib
 import sys
@@ -162,9 +163,16 @@ def render() -> str:
 
 
 def main(argv: List[str]) -> int:
+  # argparse, so that --help (or a mistyped flag) does not rewrite BUILD.
+  parser = argparse.ArgumentParser(
+      prog="python -m tools.gen_build",
+      description="Writes the top-level Bazel BUILD from the source tree.")
+  parser.add_argument("--check", action="store_true",
+                      help="exit 1 if BUILD is out of date; write nothing")
+  args = parser.parse_args(argv)
   text = render()
   build = ROOT / "BUILD"
-  if "--check" in argv:
+  if args.check:
     if not build.exists() or build.read_text() != text:
       print("BUILD is out of date: run `python -m tools.gen_build`")
       return 1
