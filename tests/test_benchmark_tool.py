@@ -203,3 +203,16 @@ def test_summary_lines_per_mode():
   assert benchmark.summary_line({"status": "ok",
                                  "record_type": "encoder"}) is None
   assert benchmark.summary_line(dict(floor, status="timeout")) is None
+
+
+def test_matrix_products_count_adjoint_batched_products():
+  # TensorFlow's own flops statistic gets this one wrong (180): it reads an
+  # attribute BatchMatMul does not have.
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tools import benchmark_worker  # pylint: disable=g-import-not-at-top
+  step = tf.function(lambda a, b: tf.matmul(a, b, adjoint_a=True))
+  graph = step.get_concrete_function(tf.TensorSpec([2, 4, 3]),
+                                     tf.TensorSpec([2, 4, 5])).graph
+  (product,), _ = benchmark_worker.matrix_products(graph)
+  assert product["transpose_a"] and product["gflop"] * 1e9 == pytest.approx(
+      2 * 2 * 3 * 5 * 4)
