@@ -3,7 +3,7 @@ attention, in TensorFlow 2 / tf_keras.
 
 Public API::
 
-  from etc_realformer import (EtcConfig, EtcModel,
+  from etc_realformer import (EtcConfig, ExecutionConfig, EtcModel,
                               make_global_local_side_inputs,
                               load_official_checkpoint)
 """
@@ -11,19 +11,20 @@ Public API::
 import importlib
 
 from etc_realformer.config import EtcConfig
+from etc_realformer.execution import ExecutionConfig
 
 # Name -> module, imported on first use so that `import etc_realformer` stays
 # light (tools that only read configs do not pay for building layers).
 _LAZY = {
     "EtcModel": "etc_realformer.networks.etc_model",
     "make_global_local_side_inputs": "etc_realformer.features.side_inputs",
-    "make_multihop_side_inputs": "etc_realformer.features.side_inputs",
+    "make_multihop_side_inputs": "etc_realformer.features.multihop",
     "make_fixed_block_side_inputs": "etc_realformer.features.side_inputs",
     "load_official_checkpoint": "etc_realformer.checkpoints.official",
     "official_variable_names": "etc_realformer.checkpoints.official",
 }
 
-__all__ = ["EtcConfig", *_LAZY]
+__all__ = ["EtcConfig", "ExecutionConfig", *_LAZY]
 
 
 def __getattr__(name):

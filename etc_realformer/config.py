@@ -1,7 +1,9 @@
 """`EtcConfig`: the model configuration, compatible with `etc_config.json`.
 
 The released ETC checkpoints ship an `etc_config.json`; `EtcConfig.from_json_file`
-reads it unchanged. The RealFormer options (`residual_attention`,
+reads it unchanged. `EtcConfig` describes the function the encoder computes;
+how it is computed (attention path, chunking, recomputation) is an
+`etc_realformer.execution.ExecutionConfig`. The RealFormer options (`residual_attention`,
 `residual_patterns`, `residual_running_mean`) are this project's additions: a
 released JSON has none of them, so it loads with residual attention off and
 reproduces the original ETC exactly.
@@ -10,10 +12,13 @@ reproduces the original ETC exactly.
 import copy
 import dataclasses
 import json
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Tuple
 
 from absl import logging
 import tensorflow as tf
+
+from etc_realformer.errors import UserInputError
+from etc_realformer.layers.activations import ACTIVATIONS
 
 # The four attention patterns, in the order used everywhere in this project.
 PATTERNS: Tuple[str, ...] = ("l2l", "l2g", "g2g", "g2l")
@@ -23,16 +28,12 @@ PATTERNS: Tuple[str, ...] = ("l2l", "l2g", "g2g", "g2l")
 # (multi-hop tasks).
 NUM_OTHER_RELATIVE_IDS = 3
 
-ATT_IMPLEMENTATIONS = ("auto", "sparse", "full")
-
-# `EtcConfig.attention_chunk_len = AUTO`: unchunked up to this long length,
-# chunks of AUTO_CHUNK_LEN queries above it.
-AUTO = "auto"
-AUTO_UNCHUNKED_MAX_LEN = 4096
-AUTO_CHUNK_LEN = 2048
-
-# `EtcConfig.fused_attention_kernel` values.
-FUSED_KERNEL_MODES = (AUTO, "on", "off")
+# Fields that older versions of this project wrote into `etc_config.json`
+# and that now live in `ExecutionConfig` (how to compute, not what): read
+# without complaint and ignored by the model.
+EXECUTION_KEYS = ("att_implementation", "recompute_attention",
+                  "attention_chunk_len", "recompute_residual_streams",
+                  "fused_attention_kernel")
 
 
 def min_relative_vocab_size(relative_pos_max_distance: int) -> int:
@@ -70,6 +71,9 @@ class EtcConfig:
   use_pre_activation_order: bool = False
   use_hard_g2l_mask: bool = False
   use_hard_l2g_mask: bool = False
+  # Recompute all but the last chunk of this many layers in the backward
+  # pass (0 = off). A field of the released format, so it stays here
+  # although it changes only how the function is computed.
   grad_checkpointing_period: int = 0
 
   # --- RealFormer (residual attention), per attention pattern. ---
@@ -103,56 +107,6 @@ class EtcConfig:
   # original's kernels.
   query_key_identity_init: float = 0.0
 
-  # --- Implementation choices (no effect on the function computed). ---
-  # 'sparse' = blocked l2l attention (linear in the long length), 'full' =
-  # dense [L, L] scores, 'auto' = full for static lengths <= 1024.
-  att_implementation: str = "auto"
-  # Recompute the attention core (scores, softmaxes, dropout) in the backward
-  # pass instead of keeping its [L, 3b] / [L, G] / [G, L] tensors: a large
-  # memory saving at 4k-16k tokens for one more pass over the scores.
-  recompute_attention: bool = False
-  # Sparse path, static lengths: compute the attention core in
-  # ceil(L / attention_chunk_len) chunks of queries (whole blocks of long
-  # queries; rows of global queries), each recomputed alone in the backward
-  # pass, so that only one chunk's scores, probabilities and dropout masks
-  # exist at a time. 0 = off (one piece); lengths <= attention_chunk_len are
-  # one piece anyway. Same outputs, gradients and dropout masks as off.
-  # Chunking recomputes the core in the backward pass (about +17% fwd+bwd
-  # time at 4096). "auto" (`chunk_len_for`): long lengths up to
-  # AUTO_UNCHUNKED_MAX_LEN (the usual fine-tuning length) run as one piece at
-  # full speed; longer ones in chunks of AUTO_CHUNK_LEN, the best measured
-  # memory at 8192 and 16384 (docs/benchmarks.md, "Chunk length" and
-  # "Session 11"). Not applied under XLA (jit_compile, TPU), where the chunk
-  # order did not bound memory.
-  attention_chunk_len: Union[int, str] = AUTO
-  # Residual attention: carry each layer's score inputs (pre-scaled queries,
-  # keys, relative scores per id: [L, hidden]-sized) instead of the running
-  # score sums ([L, 3b], [L, G], [G, L] per head), and recompute the earlier
-  # layers' raw scores where a layer reads the sums, chunk by chunk on the
-  # sparse path (at least one chunk, so the backward pass recomputes the
-  # core). No stream tensor is then kept between layers or for the backward
-  # pass; the price is that layer n recomputes n - 1 layers' score products
-  # (O(layers^2) in all): for shallow or memory-bound long-input models.
-  # Same function and gradients as off. Measured (docs/benchmarks.md,
-  # "Residual streams recomputed"; base width, 2 layers, fwd+bwd): L = 8192
-  # with chunk 2048, 4.5 -> 3.7-3.9 GiB at the same speed; L = 16384 with
-  # G = 1024, 6.9 GiB (10.0 before). Not for short inputs: at L = 4096 (one
-  # chunk) the forward-only peak goes up (1.6 -> 2.0 GiB).
-  recompute_residual_streams: bool = False
-  # The fused CPU kernels of each layer (etc_realformer/kernels/): the
-  # sparse attention core's elementwise work (relative scores, streams,
-  # masks, softmax, dropout: one pass forward and one backward instead of
-  # ~15 TF ops each) and, with the post-LN order, the residual + dropout +
-  # LayerNorm and the feed-forward's bias + gelu. The name is from when the
-  # attention kernel was the only one; it switches them all.
-  # "auto": used on the CPU, outside XLA and SavedModel export, when they
-  # build (g++ and TF's headers; compiled once and cached); the TensorFlow
-  # path otherwise. "on": the same, but an error if they cannot be built.
-  # "off": always the TensorFlow path. Same function, gradients and dropout
-  # masks either way (tests/test_side_softmax_kernel.py,
-  # tests/test_layer_kernels.py).
-  fused_attention_kernel: str = AUTO
-
   # Keys found in a JSON file that this class does not know (kept, reported).
   unknown_keys: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -162,9 +116,10 @@ class EtcConfig:
 
   # ------------------------------------------------------------------ checks
   def validate(self) -> None:
-    """Raises ValueError naming the field when the config cannot work."""
+    """Raises `UserInputError` (a ValueError) naming the field when the
+    config cannot work."""
     def fail(field, why):
-      raise ValueError(f"EtcConfig.{field}: {why}")
+      raise UserInputError(f"EtcConfig.{field}: {why}")
 
     for field in ("vocab_size", "segment_vocab_size", "hidden_size",
                   "num_hidden_layers", "num_attention_heads", "local_radius",
@@ -202,17 +157,9 @@ class EtcConfig:
       value = getattr(self, field)
       if not 0.0 <= value < 1.0:
         fail(field, f"must be in [0, 1), got {value!r}")
-    if self.hidden_act not in ("gelu", "relu", "tanh", "linear",
-                               "gelu_exact"):
-      fail("hidden_act", f"unsupported activation {self.hidden_act!r}")
-    chunk = self.attention_chunk_len
-    if chunk != AUTO and (not isinstance(chunk, int) or
-                          isinstance(chunk, bool) or chunk < 0):
-      fail("attention_chunk_len", f"must be {AUTO!r} or a non-negative "
-           f"integer, got {chunk!r}")
-    if self.fused_attention_kernel not in FUSED_KERNEL_MODES:
-      fail("fused_attention_kernel", f"must be one of {FUSED_KERNEL_MODES}, "
-           f"got {self.fused_attention_kernel!r}")
+    if self.hidden_act not in ACTIVATIONS:
+      fail("hidden_act", f"unsupported activation {self.hidden_act!r}; "
+           f"choose from {ACTIVATIONS}")
     if self.grad_checkpointing_period < 0:
       fail("grad_checkpointing_period", "must not be negative")
     unknown = set(self.residual_patterns) - set(PATTERNS)
@@ -230,9 +177,6 @@ class EtcConfig:
                     != self.hidden_size):
         fail(field, "needs num_attention_heads x att_size_per_head == "
              "hidden_size")
-    if self.att_implementation not in ATT_IMPLEMENTATIONS:
-      fail("att_implementation", f"{self.att_implementation!r} is not one of "
-           f"{ATT_IMPLEMENTATIONS}")
 
   # -------------------------------------------------------------- derived
   @property
@@ -245,19 +189,6 @@ class EtcConfig:
   def resolved_embedding_size(self) -> int:
     return self.embedding_size or self.hidden_size
 
-  def chunk_len_for(self, long_len: Any) -> int:
-    """Queries per attention chunk for a long length (0 = one piece).
-
-    Resolves `attention_chunk_len = "auto"`; a dynamic (non-int) length
-    gets 0, since only static lengths are chunked.
-    """
-    chunk = self.attention_chunk_len
-    if chunk != AUTO:
-      return chunk
-    if not isinstance(long_len, int) or long_len <= AUTO_UNCHUNKED_MAX_LEN:
-      return 0
-    return AUTO_CHUNK_LEN
-
   def carries_stream(self, pattern: str) -> bool:
     """Whether residual attention carries a score stream for `pattern`."""
     return self.residual_attention and pattern in self.residual_patterns
@@ -269,9 +200,10 @@ class EtcConfig:
     """Builds a config; unknown keys are logged and kept in `unknown_keys`."""
     known = {f.name for f in dataclasses.fields(cls)} - {"unknown_keys"}
     kwargs = {k: v for k, v in values.items() if k in known}
-    unknown = {k: v for k, v in values.items() if k not in known}
+    unknown = {k: v for k, v in values.items()
+               if k not in known and k not in EXECUTION_KEYS}
     if "vocab_size" not in kwargs:
-      raise ValueError(f"{source}: missing required key 'vocab_size'")
+      raise UserInputError(f"{source}: missing required key 'vocab_size'")
     if unknown:
       logging.warning("%s: unknown config keys ignored by the model: %s",
                       source, sorted(unknown))
@@ -281,7 +213,7 @@ class EtcConfig:
     try:
       return cls(**kwargs, unknown_keys=unknown)
     except (TypeError, ValueError) as e:
-      raise ValueError(f"{source}: {e}") from e
+      raise UserInputError(f"{source}: {e}") from e
 
   @classmethod
   def from_json_file(cls, path: str) -> "EtcConfig":
@@ -293,9 +225,9 @@ class EtcConfig:
     try:
       values = json.loads(text)
     except json.JSONDecodeError as e:
-      raise ValueError(f"{path}: not valid JSON: {e}") from e
+      raise UserInputError(f"{path}: not valid JSON: {e}") from e
     if not isinstance(values, dict):
-      raise ValueError(f"{path}: expected a JSON object")
+      raise UserInputError(f"{path}: expected a JSON object")
     return cls.from_dict(values, source=path)
 
   def to_dict(self) -> Dict[str, Any]:
@@ -316,7 +248,7 @@ class EtcConfig:
     new = copy.deepcopy(self)
     for k, v in changes.items():
       if not hasattr(new, k):
-        raise ValueError(f"EtcConfig has no field {k!r}")
+        raise UserInputError(f"EtcConfig has no field {k!r}")
       setattr(new, k, v)
     new.__post_init__()
     return new

@@ -1,25 +1,36 @@
-"""The runner binary shared by all tasks.
+"""The one runner of every task.
 
-  python -m tasks.run --gin_file=gin/tasks/wikihop.gin \
-      --gin_file=gin/models/etc_tiny.gin --gin_file=gin/strategies/cpu.gin \
+  python -m tasks.run --gin_file=tasks/wikihop.gin \
+      --gin_file=models/etc_tiny.gin --gin_file=strategies/cpu.gin \
       --gin_bindings='TrainerConfig.train_steps = 1000' \
       --mode=train_and_eval --model_dir=/tmp/wikihop
 
 Flags choose what to run; gin configures everything else (task, model size,
-optimizer, strategy, precision, loop settings). The operative gin config is
-written to `model_dir/operative_config.gin` (train) or
+optimizer, strategy, precision, loop settings). `--mode=eval` reports the
+task's loss and in-graph metrics, then predicts the eval input and scores it
+with the task's official metric where gold is available. The operative gin
+config is written to `model_dir/operative_config.gin` (train) or
 `operative_config_<mode>.gin`. Running the same command again after a crash
 resumes from the last checkpoint in `model_dir`.
+
+Tasks are found, not listed: every package `tasks/<name>/` with a `task.py`
+is imported, and its `@register_task` class becomes available to gin.
+`python -m tasks.<name>` is the same runner with `gin/tasks/<name>.gin`
+applied first (`entry`).
 """
 
-import json
+import importlib
 import os
+import pkgutil
 import sys
+from typing import Sequence
 
-from absl import app
 from absl import flags
 from absl import logging
 import gin
+
+from etc_realformer import cli
+from etc_realformer.errors import UserInputError
 
 FLAGS = flags.FLAGS
 
@@ -36,79 +47,55 @@ flags.DEFINE_string("checkpoint", None,
                     "eval/predict/export: checkpoint to use instead of the "
                     "latest in model_dir.")
 flags.DEFINE_string("predictions_dir", None,
-                    "predict: output dir (default model_dir/predictions).")
+                    "predict: output dir (default model_dir/predictions); "
+                    "eval: where the official scoring writes (default "
+                    "model_dir/eval_predictions).")
 
 # Gin files may be given relative to the repository's gin/ folder.
 GIN_ROOT = os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), "gin")
-
-
-@gin.configurable
-def task_class(cls=gin.REQUIRED):
-  """The Task subclass to run (bind `task_class.cls = @WikiHopTask`)."""
-  return cls
+TASKS_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def register_tasks() -> None:
-  """Imports the modules whose gin configurables the gin files bind."""
-  # pylint: disable=g-import-not-at-top,unused-import
-  # The training spine's configurables (TrainerConfig, build_optimizer,
-  # build_strategy, set_precision, run_experiment).
-  import etc_realformer.training.experiment  # noqa: F401
-  import tasks.hotpotqa.task  # noqa: F401
-  import tasks.nq.task  # noqa: F401
-  import tasks.openkp.task  # noqa: F401
-  import tasks.wikihop.scaffold  # noqa: F401  (the demo's train_scaffold)
-  import tasks.wikihop.task  # noqa: F401
+  """Imports the training spine's configurables and every task package's
+  `task` module (so their gin configurables exist)."""
+  importlib.import_module("etc_realformer.training.experiment")
+  for info in pkgutil.iter_modules([TASKS_DIR]):
+    if info.ispkg and os.path.exists(
+        os.path.join(TASKS_DIR, info.name, "task.py")):
+      importlib.import_module(f"tasks.{info.name}.task")
 
 
-def parse_gin(gin_files, gin_bindings) -> None:
+def parse_gin(gin_files: Sequence[str], gin_bindings: Sequence[str]) -> None:
+  """Parses gin files (relative to gin/ or the repository) and bindings.
+
+  Raises:
+    UserInputError: a file is missing or a binding does not parse.
+  """
   gin.add_config_file_search_path(GIN_ROOT)
   gin.add_config_file_search_path(os.path.dirname(GIN_ROOT))
-  gin.parse_config_files_and_bindings(gin_files, gin_bindings,
-                                      finalize_config=False)
+  try:
+    gin.parse_config_files_and_bindings(gin_files, gin_bindings,
+                                        finalize_config=False)
+  except (IOError, ValueError, NameError, SyntaxError) as e:
+    line = str(e).strip().splitlines()[0] if str(e).strip() else repr(e)
+    raise UserInputError(f"gin: {line}") from e
 
 
 def run(mode: str, model_dir: str, **kwargs):
   """Builds the gin-configured task and runs one mode (library entry)."""
   from etc_realformer.training import experiment  # pylint: disable=g-import-not-at-top
-  task = task_class()()
+  from etc_realformer.training import task as task_lib  # pylint: disable=g-import-not-at-top
+  task = task_lib.task_class()()
   return experiment.run_experiment(task, mode, model_dir, **kwargs)
-
-
-# The two steps of a task binary's official `--mode=eval` (tasks.nq.runner,
-# tasks.hotpotqa.runner): predict the eval input, whose prediction writer
-# scores it, then file the task's score under "official".
-
-
-def predict_eval_input(task, model_dir: str, checkpoint=None,
-                       output_dir=None) -> str:
-  """Predicts `task`'s eval input into `output_dir` (default
-  `model_dir/eval_predictions`); returns that directory."""
-  from etc_realformer.training import experiment  # pylint: disable=g-import-not-at-top
-  # The spine predicts `predict_input`; point it at the eval files.
-  task.input_patterns["predict"] = task.input_patterns["eval"]
-  output_dir = output_dir or os.path.join(model_dir, "eval_predictions")
-  experiment.run_experiment(task, "predict", model_dir, checkpoint=checkpoint,
-                            predictions_dir=output_dir)
-  return output_dir
-
-
-def add_official_results(model_dir: str, official) -> None:
-  """Adds `official` to `model_dir/eval_results.json` under "official"."""
-  results_path = os.path.join(model_dir, "eval_results.json")
-  results = {}
-  if os.path.exists(results_path):
-    with open(results_path, encoding="utf-8") as f:
-      results = json.load(f)
-  results["official"] = official
-  with open(results_path, "w", encoding="utf-8") as f:
-    json.dump(results, f, indent=2)
 
 
 def main(argv):
   if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    raise UserInputError(f"unexpected arguments: {argv[1:]}")
+  if not FLAGS.model_dir:
+    raise UserInputError("--model_dir is required")
   register_tasks()
   parse_gin(FLAGS.gin_file, FLAGS.gin_bindings)
   logging.info("mode=%s model_dir=%s", FLAGS.mode, FLAGS.model_dir)
@@ -116,15 +103,12 @@ def main(argv):
       checkpoint=FLAGS.checkpoint, predictions_dir=FLAGS.predictions_dir)
 
 
-def entry(default_gin_files=(), main_fn=main) -> None:
-  """Console entry; task aliases pass their default gin files first (and
-  task binaries that add to a mode, their own `main_fn`)."""
-  if default_gin_files:
-    sys.argv[1:1] = [f"--gin_file={f}" for f in default_gin_files]
-  # Required here, not at import, so that other binaries (the demo) can
-  # import this module and reuse its --gin_file/--gin_bindings flags.
-  flags.mark_flag_as_required("model_dir")
-  app.run(main_fn)
+def entry(task_gin_file: str = "") -> None:
+  """The console entry; `python -m tasks.<name>` passes its gin file, which
+  is applied before the user's."""
+  if task_gin_file:
+    sys.argv[1:1] = [f"--gin_file={task_gin_file}"]
+  cli.run(main)
 
 
 if __name__ == "__main__":

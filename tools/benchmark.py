@@ -56,9 +56,6 @@ from tools import benchmark_plot
 SCHEMA_VERSION = 1
 GIB = float(1 << 30)
 DTYPES = ("float32", "mixed_bfloat16", "mixed_float16")
-# EtcConfig.fused_attention_kernel values (not imported: the parent process
-# stays free of TensorFlow).
-FUSED_KERNEL_MODES = ("auto", "on", "off")
 IMPLS = ("sparse", "full")
 PASSES = ("fwd", "fwd_bwd")
 # Lengths the benchmark of record is meant for (others run, with a note).
@@ -134,15 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
   a("--grad_checkpointing", type=_csv_ints, default=[0],
     help="EtcConfig.grad_checkpointing_period values (0 = off)")
   a("--recompute_attention", type=_on_off, default=[False],
-    help="EtcConfig.recompute_attention: on, off or both")
+    help="ExecutionConfig.recompute_attention: on, off or both")
   a("--recompute_residual_streams", type=_on_off, default=[False],
-    help="EtcConfig.recompute_residual_streams: on, off or both")
+    help="ExecutionConfig.recompute_residual_streams: on, off or both")
   a("--attention_chunk_len", type=_csv_ints, default=[-1],
-    help="EtcConfig.attention_chunk_len values (queries per chunk of the "
-    "sparse attention core; 0 = unchunked; -1 = the config default)")
-  a("--fused_kernel", type=_choices(FUSED_KERNEL_MODES), default=["auto"],
-    help="EtcConfig.fused_attention_kernel values: auto, on, off (the "
-    "TensorFlow path)")
+    help="ExecutionConfig.attention_chunk_len values (queries per chunk of "
+    "the sparse attention core; 0 = unchunked; -1 = the default, 'auto')")
   a("--passes", type=_choices(PASSES), default=list(PASSES))
   # Model.
   a("--num_layers", type=int, default=2)
@@ -178,9 +172,6 @@ def build_parser() -> argparse.ArgumentParser:
   a("--finetune_global_len", type=int, default=430)
   a("--finetune_layers", type=int, default=None,
     help="encoder layers for --mode=finetune (default: --num_layers)")
-  a("--finetune_use_task", type=_on_off, default=[True],
-    help="use tasks/wikihop/task.py (falls back to a Dense(1) head if it "
-    "cannot be built); off forces the fallback")
   # Output.
   a("--output_jsonl", default=None, help="append one JSON line per run")
   a("--plot", default=None, help="write a log-log PNG here")
@@ -271,8 +262,6 @@ def variant_name(spec: Dict[str, Any]) -> str:
     parts.append("recstreams")
   if spec.get("attention_chunk_len", -1) >= 0:
     parts.append(f"chunk{spec['attention_chunk_len']}")
-  if spec.get("fused_attention_kernel", "auto") != "auto":
-    parts.append(f"kernel-{spec['fused_attention_kernel']}")
   if spec["kind"] != "finetune":
     parts.append(f"G={spec['global_len_mode']}")
   return "-".join(parts)
@@ -288,10 +277,9 @@ def encoder_specs(args: argparse.Namespace) -> Iterator[Dict[str, Any]]:
     for residual in args.residual:
       for dtype in args.dtypes:
         for xla in args.xla:
-          for period, recompute, chunk, streams, fused in itertools.product(
+          for period, recompute, chunk, streams in itertools.product(
               args.grad_checkpointing, args.recompute_attention,
-              args.attention_chunk_len, args.recompute_residual_streams,
-              args.fused_kernel):
+              args.attention_chunk_len, args.recompute_residual_streams):
             for pass_ in args.passes:
               for long_len in args.lengths:
                 yield {
@@ -300,8 +288,7 @@ def encoder_specs(args: argparse.Namespace) -> Iterator[Dict[str, Any]]:
                     "grad_checkpointing_period": period,
                     "recompute_attention": recompute,
                     "attention_chunk_len": chunk,
-                    "recompute_residual_streams": streams,
-                    "fused_attention_kernel": fused, "pass": pass_,
+                    "recompute_residual_streams": streams, "pass": pass_,
                     "training": pass_ == "fwd_bwd",
                     "dropout": 0.1 if pass_ == "fwd_bwd" else 0.0,
                     "long_len": long_len,
@@ -319,19 +306,16 @@ def finetune_specs(args: argparse.Namespace) -> Iterator[Dict[str, Any]]:
   for residual in args.residual:
     for dtype in args.finetune_dtypes:
       for xla in args.xla:
-        for period, fused in itertools.product(args.grad_checkpointing,
-                                               args.fused_kernel):
+        for period in args.grad_checkpointing:
           yield {
               "kind": "finetune", "impl": "auto", "residual": residual,
               "dtype": dtype, "xla": xla,
-              "grad_checkpointing_period": period,
-              "fused_attention_kernel": fused, "pass": "train_step",
+              "grad_checkpointing_period": period, "pass": "train_step",
               "training": True, "dropout": 0.1,
               "long_len": args.finetune_long_len,
               "global_len": args.finetune_global_len,
               "global_len_mode": str(args.finetune_global_len),
               "batch_size": args.batch_size,
-              "use_task": args.finetune_use_task[0],
               "model": _model_spec(args, layers),
           }
 
@@ -454,8 +438,7 @@ def summary_line(r: Dict[str, Any]) -> Optional[str]:
   if r["record_type"] == "finetune":
     return (f"# finetune {r['variant']}: {r['examples_per_s']:.3f} "
             f"examples/s (batch {r['batch_size']}, L={r['long_len']}, "
-            f"G={r['global_len']}); head: {r['finetune_head']}; "
-            f"optimizer: {r['optimizer']}")
+            f"G={r['global_len']}); optimizer: {r['optimizer']}")
   if r["record_type"] == "matmul_floor":
     return (f"# matmul floor {r['variant']} {r['pass']} L={r['long_len']}: "
             f"{r['matmul_count']} products, {r['matmul_gflop']:.1f} GFLOP "

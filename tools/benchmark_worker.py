@@ -209,13 +209,14 @@ def _setup_tf(spec: Dict[str, Any]):
   return tf, tf_keras
 
 
-def _config(spec: Dict[str, Any]):
-  from etc_realformer.config import EtcConfig  # pylint: disable=g-import-not-at-top
+def _model(spec: Dict[str, Any]):
+  """(EtcConfig, ExecutionConfig) of a spec."""
+  from etc_realformer import EtcConfig, ExecutionConfig  # pylint: disable=g-import-not-at-top
   m = spec["model"]
-  # -1 (or absent): the EtcConfig default.
+  # -1 (or absent): the ExecutionConfig default.
   chunk = spec.get("attention_chunk_len", -1)
   extra = {"attention_chunk_len": chunk} if chunk >= 0 else {}
-  return EtcConfig(
+  config = EtcConfig(
       vocab_size=m["vocab_size"], hidden_size=m["hidden_size"],
       num_hidden_layers=m["num_layers"],
       num_attention_heads=m["num_heads"],
@@ -224,21 +225,13 @@ def _config(spec: Dict[str, Any]):
       relative_pos_max_distance=m["relative_pos_max_distance"],
       relative_vocab_size=m["relative_vocab_size"],
       residual_attention=spec["residual"],
-      grad_checkpointing_period=spec["grad_checkpointing_period"],
+      grad_checkpointing_period=spec["grad_checkpointing_period"])
+  execution = ExecutionConfig(
       recompute_attention=spec.get("recompute_attention", False),
       recompute_residual_streams=spec.get("recompute_residual_streams",
                                           False),
-      fused_attention_kernel=spec.get("fused_attention_kernel", "auto"),
       att_implementation=spec.get("impl", "auto"), **extra)
-
-
-def _fused_kernel_used(cfg, spec: Dict[str, Any]) -> bool:
-  """Whether the encoder's attention runs the fused CPU kernel (sparse path,
-  outside XLA, mode not "off", and the kernel builds here)."""
-  from etc_realformer.kernels import build  # pylint: disable=g-import-not-at-top
-  if spec.get("xla") or spec.get("impl") == "full":
-    return False
-  return build.use_fused_kernel(cfg.fused_attention_kernel)
+  return config, execution
 
 
 def reset_allocator_peak(tf) -> None:
@@ -271,11 +264,10 @@ def _encoder_step(spec: Dict[str, Any], out: Dict[str, Any]):
   from etc_realformer.features.side_inputs import make_global_local_side_inputs  # pylint: disable=g-import-not-at-top
   from etc_realformer.networks.etc_model import EtcModel  # pylint: disable=g-import-not-at-top
 
-  cfg = _config(spec)
+  cfg, execution = _model(spec)
   # What "auto" (or an explicit value) means at this length: 0 = one piece.
-  out["chunk_len_used"] = cfg.chunk_len_for(spec["long_len"])
-  out["fused_kernel_used"] = _fused_kernel_used(cfg, spec)
-  model = EtcModel(cfg)
+  out["chunk_len_used"] = execution.chunk_len_for(spec["long_len"])
+  model = EtcModel(cfg, execution)
   model.build()
   out["num_parameters"] = int(sum(v.shape.num_elements()
                                   for v in model.trainable_variables))
@@ -455,76 +447,23 @@ def measure_matmul_floor(spec: Dict[str, Any]) -> Dict[str, Any]:
 
 
 # ----------------------------------------------------------------- finetune
-def _fallback_wikihop_model(cfg, tf, tf_keras):
-  """Encoder + Dense(1) over global_output, softmax over candidates."""
-  from etc_realformer.features.side_inputs import make_multihop_side_inputs  # pylint: disable=g-import-not-at-top
-  from etc_realformer.networks.etc_model import EtcModel  # pylint: disable=g-import-not-at-top
-
-  class Model(tf_keras.Model):
-
-    def __init__(self):
-      super().__init__()
-      self.encoder = EtcModel(cfg)
-      self.logits_layer = tf_keras.layers.Dense(1)
-
-    def call(self, feats, training=None):
-      side = make_multihop_side_inputs(
-          feats["long_paragraph_breakpoints"], feats["long_paragraph_ids"],
-          feats["long_sentence_ids"], feats["global_paragraph_breakpoints"],
-          local_radius=cfg.local_radius,
-          relative_pos_max_distance=cfg.relative_pos_max_distance,
-          l2g_linked_ids=feats["l2g_linked_ids"])
-      inputs = dict(feats)
-      inputs.update({k: v for k, v in side.items() if v is not None})
-      _, global_out = self.encoder(inputs, training=training)
-      logits = tf.cast(tf.squeeze(self.logits_layer(global_out), -1),
-                       tf.float32)
-      logits = tf.where(tf.cast(feats["candidate_mask"], tf.bool), logits,
-                        -1e9)
-      return {"logits": logits}
-
-  def loss_fn(feats, outputs):
-    return tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=feats["label"], logits=outputs["logits"])
-
-  return Model(), loss_fn
-
-
 def measure_finetune(spec: Dict[str, Any]) -> Dict[str, Any]:
   """Times WikiHop training steps (forward, loss, backward, optimizer)."""
   out: Dict[str, Any] = {}
   tf, tf_keras = _setup_tf(spec)
   out["rss_after_import_gib"] = rss_gib()
-  cfg = _config(spec)
-  out["fused_kernel_used"] = _fused_kernel_used(cfg, spec)
-
-  head = "fallback: Dense(1) over global_output + candidate softmax CE"
-  model = loss_fn = None
-  if spec.get("use_task", True):
-    try:
-      from tasks.wikihop.task import WikiHopTask  # pylint: disable=g-import-not-at-top
-      task = WikiHopTask(model_config=cfg, long_seq_len=spec["long_len"],
-                         global_seq_len=spec["global_len"])
-      model = task.build_model()
-      loss_fn = task.per_example_loss
-      head = "tasks.wikihop.task.WikiHopTask (build_model, per_example_loss)"
-    except Exception as e:  # pylint: disable=broad-except
-      out["task_error"] = f"{type(e).__name__}: {e}"[:500]
-  if model is None:
-    model, loss_fn = _fallback_wikihop_model(cfg, tf, tf_keras)
-  out["finetune_head"] = head
-
-  optimizer_name = "tf_keras.optimizers.AdamW (lr 5e-5, wd 0.01)"
-  try:
-    from etc_realformer.training.optimization import build_optimizer  # pylint: disable=g-import-not-at-top
-    optimizer = build_optimizer(train_steps=10000, optimizer_type="adamw",
-                                learning_rate=5e-5)
-    optimizer_name = ("etc_realformer.training.optimization.build_optimizer"
-                      "(adamw, lr 5e-5, clip 1.0)")
-  except Exception as e:  # pylint: disable=broad-except
-    out["optimizer_error"] = f"{type(e).__name__}: {e}"[:500]
-    optimizer = tf_keras.optimizers.AdamW(learning_rate=5e-5,
-                                          weight_decay=0.01)
+  cfg, execution = _model(spec)
+  from etc_realformer.training.optimization import build_optimizer  # pylint: disable=g-import-not-at-top
+  from tasks.wikihop.task import WikiHopTask  # pylint: disable=g-import-not-at-top
+  task = WikiHopTask(model_config=cfg, execution=execution,
+                     long_seq_len=spec["long_len"],
+                     global_seq_len=spec["global_len"])
+  model = task.build_model()
+  loss_fn = task.per_example_loss
+  optimizer = build_optimizer(train_steps=10000, optimizer_type="adamw",
+                              learning_rate=5e-5)
+  optimizer_name = ("etc_realformer.training.optimization.build_optimizer"
+                    "(adamw, lr 5e-5, clip 1.0)")
   if spec["dtype"] == "mixed_float16":
     optimizer = tf_keras.mixed_precision.LossScaleOptimizer(optimizer)
     optimizer_name += " + LossScaleOptimizer"

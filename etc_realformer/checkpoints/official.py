@@ -17,6 +17,9 @@ from typing import Dict, List, NamedTuple
 from absl import logging
 import tensorflow as tf
 
+from etc_realformer.checkpoints.paths import resolve_checkpoint_path
+from etc_realformer.errors import UserInputError
+
 # Optimizer slots and bookkeeping that a released checkpoint may hold.
 _SKIPPED = re.compile(
     r"(^global_step$)|(/(adam_m|adam_v|Adam|Adam_1|lamb_m|lamb_v|Momentum|"
@@ -32,30 +35,8 @@ class LoadReport(NamedTuple):
   ignored: List[str]   # variables outside the encoder (e.g. pre-training heads)
 
 
-class CheckpointMismatchError(ValueError):
+class CheckpointMismatchError(UserInputError):
   """The checkpoint does not fit the model; the message lists every problem."""
-
-
-def resolve_checkpoint_path(path: str) -> str:
-  """A checkpoint prefix from a prefix, a directory, or an index/data file."""
-  if tf.io.gfile.isdir(path):
-    latest = tf.train.latest_checkpoint(path)
-    if latest:
-      return latest
-    candidates = sorted(f[:-len(".index")] for f in tf.io.gfile.listdir(path)
-                        if f.endswith(".index"))
-    if len(candidates) == 1:
-      return os.path.join(path, candidates[0])
-    if not candidates:
-      raise FileNotFoundError(f"no checkpoint (*.index) in directory {path}")
-    raise ValueError(f"several checkpoints in {path}: {candidates}; pass one "
-                     "prefix")
-  for suffix in (".index", ".data-00000-of-00001"):
-    if path.endswith(suffix):
-      path = path[:-len(suffix)]
-  if not tf.io.gfile.exists(path + ".index"):
-    raise FileNotFoundError(f"checkpoint not found: {path} (no {path}.index)")
-  return path
 
 
 def is_official_checkpoint(path: str, root: str = "etc_document_bert") -> bool:

@@ -14,6 +14,10 @@ Masks hold 1 where a query may attend a key. Relative ids (M =
 multi-hop variant, 2M+3 for g2g pairs in different paragraphs. Everything here
 reproduces the original ETC feature code exactly (see `tests/`).
 
+The multi-hop variant (paragraph structure, WikiHop and HotpotQA) is in
+`multihop`; `from_features` builds the side inputs of a task's raw features
+by its layout, the one place the tasks call.
+
 When `relative_pos_max_distance` is 0 the four `*_relative_att_ids` entries
 are present with value None (as in the original); the model then adds no
 relative term. `tf.data` carries None values through `map` (as
@@ -31,184 +35,49 @@ sentence ids in range) run whenever the values are known when the op is built
 
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-import numpy as np
 import tensorflow as tf
 
 from etc_realformer.features import masks
 from etc_realformer.features import relative_positions as rp
+from etc_realformer.features import validation
+from etc_realformer.features.validation import SideInputs
+from etc_realformer.features.validation import drop_none_values  # pylint: disable=unused-import
 
 SIDE_INPUT_KEYS: Tuple[str, ...] = (
     "l2l_att_mask", "g2g_att_mask", "l2g_att_mask", "g2l_att_mask",
     "l2l_relative_att_ids", "g2g_relative_att_ids", "l2g_relative_att_ids",
     "g2l_relative_att_ids")
 
-SideInputs = Dict[str, Optional[tf.Tensor]]
-
-
-# ---------------------------------------------------------------- validation
-def _check_int(name: str, value: Any, minimum: int) -> int:
-  if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-    raise ValueError(f"{name} must be a Python int, got {value!r}")
-  if value < minimum:
-    raise ValueError(f"{name} must be >= {minimum}, got {value}")
-  return int(value)
-
-
-def _to_int32(name: str, value: Any) -> tf.Tensor:
-  """Converts to an int32 tensor; rejects float and string inputs."""
-  try:
-    tensor = tf.convert_to_tensor(value)
-  except (TypeError, ValueError) as e:
-    raise ValueError(f"{name}: cannot convert to a tensor: {e}") from e
-  if not (tensor.dtype.is_integer or tensor.dtype == tf.bool):
-    raise ValueError(f"{name} must have an integer dtype, got {tensor.dtype}")
-  return tf.cast(tensor, tf.int32)
-
-
-def _prepare(long_args: Mapping[str, Any],
-             global_args: Mapping[str, Any]) -> Tuple[Dict[str, tf.Tensor],
-                                                      bool]:
-  """Converts, checks ranks/lengths, and adds a batch axis when unbatched.
-
-  Args:
-    long_args: name -> value of the arguments shaped [B, L] (or [L]); None
-      values are skipped.
-    global_args: name -> value of the arguments shaped [B, G] (or [G]).
-
-  Returns:
-    (name -> <int32>[B, ...] tensor, whether the inputs were unbatched).
-  """
-  tensors = {}
-  ranks = {}
-  for group in (long_args, global_args):
-    for name, value in group.items():
-      if value is None:
-        continue
-      tensor = _to_int32(name, value)
-      rank = tensor.shape.rank
-      if rank not in (1, 2):
-        raise ValueError(
-            f"{name} must have rank 2 [batch, length] or rank 1 [length], "
-            f"got shape {tensor.shape}")
-      tensors[name] = tensor
-      ranks[name] = rank
-  first = next(iter(ranks))
-  for name, rank in ranks.items():
-    if rank != ranks[first]:
-      raise ValueError(
-          f"{name} has rank {rank} but {first} has rank {ranks[first]}: "
-          f"pass all inputs batched or all unbatched")
-  unbatched = ranks[first] == 1
-  if unbatched:
-    tensors = {k: v[tf.newaxis] for k, v in tensors.items()}
-
-  def check_same(names, axis, what):
-    known = [(n, tensors[n].shape[axis]) for n in names if n in tensors]
-    known = [(n, d) for n, d in known if d is not None]
-    for name, dim in known[1:]:
-      if dim != known[0][1]:
-        raise ValueError(
-            f"{name} has {what} {dim} but {known[0][0]} has {what} "
-            f"{known[0][1]}")
-
-  check_same(list(tensors), 0, "batch size")
-  check_same(list(long_args), 1, "long length")
-  check_same(list(global_args), 1, "global length")
-  return tensors, unbatched
-
-
-def _static_values(tensor: tf.Tensor) -> Optional[np.ndarray]:
-  """The tensor's values if known at trace time (eager or constant), else None."""
-  try:
-    return tf.get_static_value(tensor)
-  except (TypeError, ValueError, NotImplementedError):
-    return None
-
-
-def _check_binary(name: str, tensor: tf.Tensor) -> None:
-  values = _static_values(tensor)
-  if values is not None and not np.isin(values, (0, 1)).all():
-    raise ValueError(f"{name} must hold only 0 and 1, got values "
-                     f"{sorted(set(np.unique(values).tolist()))[:8]}")
-
-
-def _check_ids_in_range(name: str, ids: tf.Tensor, real: tf.Tensor,
-                        low: int, global_len: Optional[int],
-                        real_from_breakpoints: bool = False) -> None:
-  """Checks `low <= ids < G` at real (non-padding) tokens when all is static.
-
-  `real` is nonzero at real tokens, or, with `real_from_breakpoints`, holds
-  end-of-example breakpoints (real = before or at the last 1).
-  """
-  if global_len is None:
-    return
-  values = _static_values(ids)
-  real_values = _static_values(real)
-  if values is None or real_values is None:
-    return
-  if real_from_breakpoints:
-    # Reverse cumsum in NumPy: in graph mode the TF cumsum has no static value.
-    real_values = np.cumsum(real_values[..., ::-1], axis=-1)[..., ::-1]
-  selected = values[real_values != 0]
-  bad = selected[(selected < low) | (selected >= global_len)]
-  if bad.size:
-    raise ValueError(
-        f"{name} must lie in [{low}, {global_len}) (the global length) at "
-        f"non-padding tokens, got {sorted(set(bad.tolist()))[:8]}")
-
-
-def _dim(tensor: tf.Tensor, axis: int):
-  """Static dimension when known, else the dynamic one."""
-  static = tensor.shape[axis]
-  return static if static is not None else tf.shape(tensor)[axis]
-
-
-def _finish(side_inputs: SideInputs, unbatched: bool) -> SideInputs:
-  if unbatched:
-    return {k: (None if v is None else v[0]) for k, v in side_inputs.items()}
-  return side_inputs
-
-
-def drop_none_values(side_inputs: Mapping[str, Any]) -> Dict[str, Any]:
-  """The same dict without the None entries (e.g. ids when M = 0)."""
-  return {k: v for k, v in side_inputs.items() if v is not None}
-
 
 # -------------------------------------------------------------- core builder
-def _global_local_core(long_example_ids: tf.Tensor,
-                       global_example_ids: tf.Tensor,
-                       sentence_ids: tf.Tensor,
-                       local_radius: int,
-                       relative_pos_max_distance: int,
-                       use_hard_g2l_mask: bool,
-                       use_hard_l2g_mask: bool) -> SideInputs:
-  """Side inputs from batched int32 example ids (no argument checks)."""
-  batch_size = _dim(long_example_ids, 0)
-  long_len = _dim(long_example_ids, 1)
-  global_len = _dim(global_example_ids, 1)
-  static_b = long_example_ids.shape[0]
-  static_l = long_example_ids.shape[1]
-  static_g = global_example_ids.shape[1]
-
-  l2l_att_mask = masks.make_local_segmented_att_mask(long_example_ids,
-                                                     local_radius)
-  g2g_att_mask = masks.make_segmented_att_mask(global_example_ids)
-  l2g_att_mask = masks.make_cross_segmented_att_mask(long_example_ids,
-                                                     global_example_ids)
-  # g2l starts as the transpose of the *soft* l2g mask: the hard masks are
-  # applied to each direction independently.
-  g2l_att_mask = tf.transpose(l2g_att_mask, [0, 2, 1])
-
-  # [B, L, G]: 1 where global token g is long token i's sentence.
+def links(long_ids: tf.Tensor, global_len) -> tf.Tensor:
+  """<bool>[B, L, G]: global token g is the one `long_ids[b, i]` names."""
   global_range = tf.range(global_len, dtype=tf.int32)
-  own_sentence = tf.cast(
-      tf.equal(sentence_ids[:, :, tf.newaxis],
-               global_range[tf.newaxis, tf.newaxis, :]), tf.int32)
-  if use_hard_g2l_mask:
-    g2l_att_mask *= tf.transpose(own_sentence, [0, 2, 1])
-  if use_hard_l2g_mask:
-    l2g_att_mask *= own_sentence
+  return tf.equal(long_ids[:, :, tf.newaxis],
+                  global_range[tf.newaxis, tf.newaxis, :])
 
+
+def assemble(l2l_att_mask: tf.Tensor, g2g_att_mask: tf.Tensor,
+             l2g_att_mask: tf.Tensor, g2l_att_mask: tf.Tensor,
+             own: tf.Tensor, g2g_segments: Optional[tf.Tensor],
+             local_radius: int, relative_pos_max_distance: int,
+             static_shape: Tuple[Any, Any, Any]) -> SideInputs:
+  """The eight side inputs from the four masks and the "own" relation.
+
+  Args:
+    l2l_att_mask .. g2l_att_mask: <int32> masks.
+    own: <bool>[B, L, G], global token g is long token i's own (sentence,
+      paragraph, linked): its l2g/g2l pairs get the own-sentence id, the
+      others the other-sentence id.
+    g2g_segments: <int32>[B, G] segments of the global input; g2g pairs
+      across segments get the cross-paragraph id (None: no such id).
+    local_radius, relative_pos_max_distance: r and M (0: ids are None).
+    static_shape: (B, L, G), static where known.
+  """
+  batch, long_len, global_len = static_shape
+  dyn_batch = validation.dim(l2l_att_mask, 0)
+  dyn_long = validation.dim(l2l_att_mask, 1)
+  dyn_global = validation.dim(g2g_att_mask, 1)
   result = dict(
       l2l_att_mask=l2l_att_mask,
       g2g_att_mask=g2g_att_mask,
@@ -221,28 +90,56 @@ def _global_local_core(long_example_ids: tf.Tensor,
   if relative_pos_max_distance > 0:
     m = relative_pos_max_distance
     result["l2l_relative_att_ids"] = rp.make_local_relative_att_ids(
-        long_len, local_radius, m, batch_size)
-    result["g2g_relative_att_ids"] = rp.make_relative_att_ids(
-        global_len, m, batch_size)
+        dyn_long, local_radius, m, dyn_batch)
+    g2g_ids = rp.make_relative_att_ids(dyn_global, m, dyn_batch)
+    if g2g_segments is not None:
+      g2g_ids = rp.overwrite_relative_att_ids_outside_segments(
+          g2g_ids, g2g_segments, rp.cross_paragraph_id(m))
+    result["g2g_relative_att_ids"] = g2g_ids
     # l2l and l2g share one softmax (and one relative table), so the l2g ids
     # start after the 2M+1 distance ids; same for g2g/g2l.
-    l2g_ids = own_sentence + rp.other_sentence_id(m)
+    l2g_ids = tf.cast(own, tf.int32) + rp.other_sentence_id(m)
     result["l2g_relative_att_ids"] = l2g_ids
     result["g2l_relative_att_ids"] = tf.transpose(l2g_ids, [0, 2, 1])
-  _set_static_shapes(result, static_b, static_l, static_g, local_radius)
-  return result
-
-
-def _set_static_shapes(side_inputs: SideInputs, batch, long_len, global_len,
-                       local_radius: int) -> None:
   shapes = dict(
       l2l=[batch, long_len, 2 * local_radius + 1],
       g2g=[batch, global_len, global_len],
       l2g=[batch, long_len, global_len],
       g2l=[batch, global_len, long_len])
-  for key, value in side_inputs.items():
+  for key, value in result.items():
     if value is not None:
       value.set_shape(shapes[key[:3]])
+  return result
+
+
+def global_local_core(long_example_ids: tf.Tensor,
+                       global_example_ids: tf.Tensor,
+                       sentence_ids: tf.Tensor,
+                       local_radius: int,
+                       relative_pos_max_distance: int,
+                       use_hard_g2l_mask: bool,
+                       use_hard_l2g_mask: bool) -> SideInputs:
+  """Side inputs from batched int32 example ids (no argument checks)."""
+  l2l_att_mask = masks.make_local_segmented_att_mask(long_example_ids,
+                                                     local_radius)
+  g2g_att_mask = masks.make_segmented_att_mask(global_example_ids)
+  l2g_att_mask = masks.make_cross_segmented_att_mask(long_example_ids,
+                                                     global_example_ids)
+  # g2l starts as the transpose of the *soft* l2g mask: the hard masks are
+  # applied to each direction independently.
+  g2l_att_mask = tf.transpose(l2g_att_mask, [0, 2, 1])
+
+  # [B, L, G]: global token g is long token i's sentence.
+  own_sentence = links(sentence_ids, validation.dim(global_example_ids, 1))
+  if use_hard_g2l_mask:
+    g2l_att_mask *= tf.cast(tf.transpose(own_sentence, [0, 2, 1]), tf.int32)
+  if use_hard_l2g_mask:
+    l2g_att_mask *= tf.cast(own_sentence, tf.int32)
+  return assemble(l2l_att_mask, g2g_att_mask, l2g_att_mask, g2l_att_mask,
+                  own_sentence, None, local_radius,
+                  relative_pos_max_distance,
+                  (long_example_ids.shape[0], long_example_ids.shape[1],
+                   global_example_ids.shape[1]))
 
 
 # ---------------------------------------------------------------- public API
@@ -282,22 +179,22 @@ def make_global_local_side_inputs_from_example_ids(
     ValueError: on bad ranks, dtypes, mismatched shapes, `local_radius` < 1,
       negative `relative_pos_max_distance`, or sentence ids out of range.
   """
-  local_radius = _check_int("local_radius", local_radius, 1)
-  relative_pos_max_distance = _check_int("relative_pos_max_distance",
+  local_radius = validation.check_int("local_radius", local_radius, 1)
+  relative_pos_max_distance = validation.check_int("relative_pos_max_distance",
                                          relative_pos_max_distance, 0)
-  t, unbatched = _prepare(
+  t, unbatched = validation.prepare(
       dict(long_example_ids=long_example_ids, sentence_ids=sentence_ids),
       dict(global_example_ids=global_example_ids))
-  _check_ids_in_range("sentence_ids", t["sentence_ids"],
+  validation.check_ids_in_range("sentence_ids", t["sentence_ids"],
                       t["long_example_ids"], 0,
                       t["global_example_ids"].shape[1])
   with tf.name_scope("make_global_local_side_inputs"):
-    result = _global_local_core(t["long_example_ids"], t["global_example_ids"],
+    result = global_local_core(t["long_example_ids"], t["global_example_ids"],
                                 t["sentence_ids"], local_radius,
                                 relative_pos_max_distance,
                                 bool(use_hard_g2l_mask),
                                 bool(use_hard_l2g_mask))
-  return _finish(result, unbatched)
+  return validation.finish(result, unbatched)
 
 
 def make_global_local_side_inputs(
@@ -333,220 +230,29 @@ def make_global_local_side_inputs(
     ValueError: as `make_global_local_side_inputs_from_example_ids`, and when
       a breakpoint tensor holds values other than 0 and 1.
   """
-  local_radius = _check_int("local_radius", local_radius, 1)
-  relative_pos_max_distance = _check_int("relative_pos_max_distance",
+  local_radius = validation.check_int("local_radius", local_radius, 1)
+  relative_pos_max_distance = validation.check_int("relative_pos_max_distance",
                                          relative_pos_max_distance, 0)
-  t, unbatched = _prepare(
+  t, unbatched = validation.prepare(
       dict(long_breakpoints=long_breakpoints, sentence_ids=sentence_ids),
       dict(global_breakpoints=global_breakpoints))
-  _check_binary("long_breakpoints", t["long_breakpoints"])
-  _check_binary("global_breakpoints", t["global_breakpoints"])
+  validation.check_binary("long_breakpoints", t["long_breakpoints"])
+  validation.check_binary("global_breakpoints", t["global_breakpoints"])
   with tf.name_scope("make_global_local_side_inputs"):
     long_example_ids = masks.example_ids_from_breakpoints(
         t["long_breakpoints"])
     global_example_ids = masks.example_ids_from_breakpoints(
         t["global_breakpoints"])
-    _check_ids_in_range("sentence_ids", t["sentence_ids"],
+    validation.check_ids_in_range("sentence_ids", t["sentence_ids"],
                         t["long_breakpoints"], 0,
                         t["global_breakpoints"].shape[1],
                         real_from_breakpoints=True)
-    result = _global_local_core(long_example_ids, global_example_ids,
+    result = global_local_core(long_example_ids, global_example_ids,
                                 t["sentence_ids"], local_radius,
                                 relative_pos_max_distance,
                                 bool(use_hard_g2l_mask),
                                 bool(use_hard_l2g_mask))
-  return _finish(result, unbatched)
-
-
-def make_multihop_side_inputs(
-    long_paragraph_breakpoints,
-    long_paragraph_ids,
-    long_sentence_ids,
-    global_paragraph_breakpoints,
-    local_radius: int,
-    relative_pos_max_distance: int,
-    use_hard_g2l_mask: bool = False,
-    ignore_hard_g2l_mask=None,
-    use_hard_l2g_mask: bool = False,
-    ignore_hard_l2g_mask=None,
-    flat_sequence: bool = False,
-    l2g_linked_ids=None) -> SideInputs:
-  """Paragraph-aware side inputs for multi-hop QA (WikiHop, HotpotQA).
-
-  One (unpacked) example per row. The long input is split into paragraphs
-  (the question counts as one) by `long_paragraph_breakpoints`; the global
-  input likewise by `global_paragraph_breakpoints`, each paragraph token
-  placed before its sentence tokens. Then, as in the original ETC code:
-
-  * l2l: sliding window that does not cross long paragraph breakpoints.
-  * g2g, l2g, g2l: every non-padding token sees every non-padding token
-    (padding sees padding).
-  * hard g2l (optional): global token g sees long token i only if g is i's
-    sentence token or paragraph token, or `ignore_hard_g2l_mask[g] == 1`
-    (e.g. CLS). Hard l2g is the mirror image with `ignore_hard_l2g_mask[i]`.
-  * l2l ids: the usual window pattern. l2g/g2l ids: 2M+2 if g is i's
-    sentence token, paragraph token or `l2g_linked_ids[i]`, else 2M+1.
-  * g2g ids: distance ids within a global paragraph segment, 2M+3 across
-    segments (padding forms a segment of its own).
-
-  With `flat_sequence=True` the paragraph structure is ignored and this is
-  `make_global_local_side_inputs_from_example_ids` on the input masks
-  (paragraph ids, ignore masks and `l2g_linked_ids` are then unused).
-
-  Args:
-    long_paragraph_breakpoints: <int>[B, L], 1 at the last token of every
-      long paragraph (and of the question); padding follows the last 1.
-    long_paragraph_ids: <int>[B, L] index of each long token's paragraph
-      global token, -1 for none (e.g. question tokens, padding).
-    long_sentence_ids: <int>[B, L] index of each long token's sentence global
-      token, -1 for none.
-    global_paragraph_breakpoints: <int>[B, G], 1 at the last global token of
-      every paragraph segment; padding follows the last 1.
-    local_radius: `r` >= 1.
-    relative_pos_max_distance: `M` >= 0; 0 skips relative ids (None values).
-    use_hard_g2l_mask: See above.
-    ignore_hard_g2l_mask: Optional <int>[B, G] 0/1, global tokens exempt from
-      the hard g2l mask (used only with `use_hard_g2l_mask`).
-    use_hard_l2g_mask: See above.
-    ignore_hard_l2g_mask: Optional <int>[B, L] 0/1, long tokens exempt from
-      the hard l2g mask (used only with `use_hard_l2g_mask`).
-    flat_sequence: See above.
-    l2g_linked_ids: Optional <int>[B, L] an extra global token index per long
-      token that gets the own-sentence id (-1 for none). Affects only ids.
-
-  Returns:
-    Dict with the eight `SIDE_INPUT_KEYS` (shapes as in
-    `make_global_local_side_inputs_from_example_ids`).
-
-  Raises:
-    ValueError: on bad ranks, dtypes, mismatched shapes, `local_radius` < 1,
-      negative `relative_pos_max_distance`, non-binary breakpoints, or
-      sentence/paragraph/linked ids outside [-1, G) at non-padding tokens.
-  """
-  local_radius = _check_int("local_radius", local_radius, 1)
-  relative_pos_max_distance = _check_int("relative_pos_max_distance",
-                                         relative_pos_max_distance, 0)
-  t, unbatched = _prepare(
-      dict(long_paragraph_breakpoints=long_paragraph_breakpoints,
-           long_paragraph_ids=long_paragraph_ids,
-           long_sentence_ids=long_sentence_ids,
-           ignore_hard_l2g_mask=ignore_hard_l2g_mask,
-           l2g_linked_ids=l2g_linked_ids),
-      dict(global_paragraph_breakpoints=global_paragraph_breakpoints,
-           ignore_hard_g2l_mask=ignore_hard_g2l_mask))
-  _check_binary("long_paragraph_breakpoints", t["long_paragraph_breakpoints"])
-  _check_binary("global_paragraph_breakpoints",
-                t["global_paragraph_breakpoints"])
-
-  with tf.name_scope("make_multihop_side_inputs"):
-    long_segments = masks.example_ids_from_breakpoints(
-        t["long_paragraph_breakpoints"])
-    global_segments = masks.example_ids_from_breakpoints(
-        t["global_paragraph_breakpoints"])
-    long_input_mask = tf.minimum(long_segments, 1)
-    global_input_mask = tf.minimum(global_segments, 1)
-    global_static_len = t["global_paragraph_breakpoints"].shape[1]
-    for name in ("long_sentence_ids", "long_paragraph_ids", "l2g_linked_ids"):
-      if name in t:
-        _check_ids_in_range(name, t[name], t["long_paragraph_breakpoints"],
-                            -1, global_static_len,
-                            real_from_breakpoints=True)
-
-    if flat_sequence:
-      # No structure beyond sentences: the plain ETC pattern over the masks.
-      result = _global_local_core(long_input_mask, global_input_mask,
-                                  t["long_sentence_ids"], local_radius,
-                                  relative_pos_max_distance,
-                                  bool(use_hard_g2l_mask),
-                                  bool(use_hard_l2g_mask))
-      return _finish(result, unbatched)
-
-    result = _multihop_core(
-        long_segments=long_segments,
-        global_segments=global_segments,
-        long_input_mask=long_input_mask,
-        global_input_mask=global_input_mask,
-        long_paragraph_ids=t["long_paragraph_ids"],
-        long_sentence_ids=t["long_sentence_ids"],
-        local_radius=local_radius,
-        relative_pos_max_distance=relative_pos_max_distance,
-        use_hard_g2l_mask=bool(use_hard_g2l_mask),
-        ignore_hard_g2l_mask=t.get("ignore_hard_g2l_mask"),
-        use_hard_l2g_mask=bool(use_hard_l2g_mask),
-        ignore_hard_l2g_mask=t.get("ignore_hard_l2g_mask"),
-        l2g_linked_ids=t.get("l2g_linked_ids"))
-  return _finish(result, unbatched)
-
-
-def _multihop_core(long_segments, global_segments, long_input_mask,
-                   global_input_mask, long_paragraph_ids, long_sentence_ids,
-                   local_radius, relative_pos_max_distance, use_hard_g2l_mask,
-                   ignore_hard_g2l_mask, use_hard_l2g_mask,
-                   ignore_hard_l2g_mask, l2g_linked_ids) -> SideInputs:
-  """Structured multi-hop side inputs from batched int32 tensors."""
-  batch_size = _dim(long_segments, 0)
-  long_len = _dim(long_segments, 1)
-  global_len = _dim(global_segments, 1)
-
-  # Local attention stays inside a long paragraph.
-  l2l_att_mask = masks.make_local_segmented_att_mask(long_segments,
-                                                     local_radius)
-  # Everything else only separates real tokens from padding.
-  g2g_att_mask = masks.make_segmented_att_mask(global_input_mask)
-  l2g_att_mask = masks.make_cross_segmented_att_mask(long_input_mask,
-                                                     global_input_mask)
-  g2l_att_mask = tf.transpose(l2g_att_mask, [0, 2, 1])
-
-  global_range = tf.range(global_len, dtype=tf.int32)
-
-  def links(long_ids):
-    # [B, L, G]: global token g is named by long_ids[b, i].
-    return tf.equal(long_ids[:, :, tf.newaxis],
-                    global_range[tf.newaxis, tf.newaxis, :])
-
-  # A long token belongs to its sentence token and to its paragraph token.
-  belongs = tf.logical_or(links(long_sentence_ids), links(long_paragraph_ids))
-
-  if use_hard_g2l_mask:
-    hard = tf.transpose(belongs, [0, 2, 1])
-    if ignore_hard_g2l_mask is not None:
-      # Exempt global tokens (e.g. CLS) see every real long token.
-      hard = tf.logical_or(
-          hard, tf.equal(ignore_hard_g2l_mask, 1)[:, :, tf.newaxis])
-    g2l_att_mask *= tf.cast(hard, tf.int32)
-  if use_hard_l2g_mask:
-    hard = belongs
-    if ignore_hard_l2g_mask is not None:
-      hard = tf.logical_or(
-          hard, tf.equal(ignore_hard_l2g_mask, 1)[:, :, tf.newaxis])
-    l2g_att_mask *= tf.cast(hard, tf.int32)
-
-  result = dict(
-      l2l_att_mask=l2l_att_mask,
-      g2g_att_mask=g2g_att_mask,
-      l2g_att_mask=l2g_att_mask,
-      g2l_att_mask=g2l_att_mask,
-      l2l_relative_att_ids=None,
-      g2g_relative_att_ids=None,
-      l2g_relative_att_ids=None,
-      g2l_relative_att_ids=None)
-  if relative_pos_max_distance > 0:
-    m = relative_pos_max_distance
-    result["l2l_relative_att_ids"] = rp.make_local_relative_att_ids(
-        long_len, local_radius, m, batch_size)
-    own = belongs
-    if l2g_linked_ids is not None:
-      own = tf.logical_or(own, links(l2g_linked_ids))
-    l2g_ids = tf.cast(own, tf.int32) + rp.other_sentence_id(m)
-    result["l2g_relative_att_ids"] = l2g_ids
-    result["g2l_relative_att_ids"] = tf.transpose(l2g_ids, [0, 2, 1])
-    result["g2g_relative_att_ids"] = (
-        rp.overwrite_relative_att_ids_outside_segments(
-            rp.make_relative_att_ids(global_len, m, batch_size),
-            global_segments, rp.cross_paragraph_id(m)))
-  _set_static_shapes(result, long_segments.shape[0], long_segments.shape[1],
-                     global_segments.shape[1], local_radius)
-  return result
+  return validation.finish(result, unbatched)
 
 
 def make_fixed_block_side_inputs(
@@ -586,18 +292,18 @@ def make_fixed_block_side_inputs(
   Raises:
     ValueError: on bad rank or dtype of `input_mask`, or bad integers.
   """
-  num_tokens_per_block = _check_int("num_tokens_per_block",
+  num_tokens_per_block = validation.check_int("num_tokens_per_block",
                                     num_tokens_per_block, 1)
-  local_radius = _check_int("local_radius", local_radius, 1)
-  relative_pos_max_distance = _check_int("relative_pos_max_distance",
+  local_radius = validation.check_int("local_radius", local_radius, 1)
+  relative_pos_max_distance = validation.check_int("relative_pos_max_distance",
                                          relative_pos_max_distance, 0)
-  global_token_id = _check_int("global_token_id", global_token_id, 0)
-  t, unbatched = _prepare(dict(input_mask=input_mask), {})
+  global_token_id = validation.check_int("global_token_id", global_token_id, 0)
+  t, unbatched = validation.prepare(dict(input_mask=input_mask), {})
   input_mask = t["input_mask"]
 
   with tf.name_scope("make_fixed_block_side_inputs"):
-    batch_size = _dim(input_mask, 0)
-    long_len = _dim(input_mask, 1)
+    batch_size = validation.dim(input_mask, 0)
+    long_len = validation.dim(input_mask, 1)
     static_l = input_mask.shape[1]
     n = num_tokens_per_block
     global_len = (long_len + n - 1) // n
@@ -613,7 +319,7 @@ def make_fixed_block_side_inputs(
                                    [batch_size, long_len])
     sentence_ids.set_shape(input_mask.shape)
 
-    side_inputs = _global_local_core(input_mask, global_input_mask,
+    side_inputs = global_local_core(input_mask, global_input_mask,
                                      sentence_ids, local_radius,
                                      relative_pos_max_distance,
                                      bool(use_hard_g2l_mask),
@@ -624,33 +330,77 @@ def make_fixed_block_side_inputs(
         global_breakpoints=masks.breakpoints_from_input_mask(
             global_input_mask),
         sentence_ids=sentence_ids)
-  return _finish(side_inputs, unbatched), _finish(global_inputs, unbatched)
+  return validation.finish(side_inputs, unbatched), validation.finish(global_inputs, unbatched)
 
 
-def add_side_input_features(config, features: Mapping[str, Any]
-                           ) -> Dict[str, Any]:
-  """Adds the side inputs to a feature dict (for `tf.data.Dataset.map`).
+
+
+# ------------------------------------------------------------ by feature set
+# How each kind of task stores the structure the side inputs come from:
+# layout -> the raw feature names it reads.
+LAYOUT_FEATURES = {
+    # One example per row, breakpoints at the last token (ETC pre-training,
+    # NQ): `make_global_local_side_inputs`.
+    "breakpoints": ("long_breakpoints", "global_breakpoints",
+                    "sentence_ids"),
+    # Input masks as example ids (OpenKP):
+    # `make_global_local_side_inputs_from_example_ids`.
+    "input_masks": ("long_input_mask", "global_input_mask",
+                    "long_sentence_ids"),
+    # Paragraphs, sentences and exemptions (WikiHop, HotpotQA):
+    # `multihop.make_multihop_side_inputs`.
+    "multihop": ("long_paragraph_breakpoints", "long_paragraph_ids",
+                 "long_sentence_ids", "global_paragraph_breakpoints",
+                 "ignore_hard_g2l_mask"),
+}
+
+
+def from_features(config, features: Mapping[str, Any], layout: str
+                  ) -> SideInputs:
+  """The eight side inputs of a task's raw features (batched or not).
 
   Args:
-    config: An `EtcConfig` (reads `local_radius`,
-      `relative_pos_max_distance`, `use_hard_g2l_mask`, `use_hard_l2g_mask`).
-    features: Dict holding `long_breakpoints`, `global_breakpoints` and
-      `sentence_ids` (batched or not).
+    config: an `EtcConfig` (reads `local_radius`, `relative_pos_max_distance`,
+      `use_hard_g2l_mask`, `use_hard_l2g_mask`).
+    features: the raw features `LAYOUT_FEATURES[layout]` names (multihop:
+      `l2g_linked_ids` too when present).
+    layout: a key of `LAYOUT_FEATURES`.
 
   Returns:
-    A new dict: `features` plus the side inputs, without None entries.
+    The eight `SIDE_INPUT_KEYS` (ids None when M is 0).
   """
-  for key in ("long_breakpoints", "global_breakpoints", "sentence_ids"):
-    if key not in features:
-      raise ValueError(f"features: missing {key!r}")
-  side_inputs = make_global_local_side_inputs(
-      long_breakpoints=features["long_breakpoints"],
-      global_breakpoints=features["global_breakpoints"],
-      sentence_ids=features["sentence_ids"],
-      local_radius=config.local_radius,
-      relative_pos_max_distance=config.relative_pos_max_distance,
-      use_hard_g2l_mask=config.use_hard_g2l_mask,
-      use_hard_l2g_mask=config.use_hard_l2g_mask)
-  result = dict(features)
-  result.update(drop_none_values(side_inputs))
-  return result
+  if layout not in LAYOUT_FEATURES:
+    raise ValueError(f"side-input layout {layout!r} is not one of "
+                     f"{sorted(LAYOUT_FEATURES)}")
+  missing = [k for k in LAYOUT_FEATURES[layout] if k not in features]
+  if missing:
+    raise ValueError(f"features for the {layout!r} side inputs: missing "
+                     f"{missing}")
+  options = dict(local_radius=config.local_radius,
+                 relative_pos_max_distance=config.relative_pos_max_distance,
+                 use_hard_g2l_mask=config.use_hard_g2l_mask,
+                 use_hard_l2g_mask=config.use_hard_l2g_mask)
+  if layout == "breakpoints":
+    return make_global_local_side_inputs(
+        features["long_breakpoints"], features["global_breakpoints"],
+        features["sentence_ids"], **options)
+  if layout == "input_masks":
+    return make_global_local_side_inputs_from_example_ids(
+        features["long_input_mask"], features["global_input_mask"],
+        features["long_sentence_ids"], **options)
+  from etc_realformer.features import multihop  # pylint: disable=g-import-not-at-top
+  return multihop.make_multihop_side_inputs(
+      long_paragraph_breakpoints=features["long_paragraph_breakpoints"],
+      long_paragraph_ids=features["long_paragraph_ids"],
+      long_sentence_ids=features["long_sentence_ids"],
+      global_paragraph_breakpoints=features["global_paragraph_breakpoints"],
+      ignore_hard_g2l_mask=features["ignore_hard_g2l_mask"],
+      l2g_linked_ids=features.get("l2g_linked_ids"), **options)
+
+
+def with_side_inputs(config, features: Mapping[str, Any], layout: str
+                     ) -> Dict[str, Any]:
+  """`features` plus their side inputs, without None entries (for
+  `tf.data.Dataset.map`)."""
+  return {**features,
+          **drop_none_values(from_features(config, features, layout))}

@@ -23,16 +23,35 @@ import tensorflow as tf
 Dim = Union[int, tf.Tensor]
 
 
-def _dim(x: tf.Tensor, axis: int) -> Dim:
+def dim(x: tf.Tensor, axis: int) -> Dim:
   """Static size of `axis` if known, else the dynamic one."""
   static = x.shape[axis]
   return static if static is not None else tf.shape(x)[axis]
 
 
+def dims(x: tf.Tensor) -> list:
+  """Every axis's size, static where known."""
+  return [dim(x, i) for i in range(x.shape.rank)]
+
+
 def _leading_shape(x: tf.Tensor, num_trailing: int):
   """The shape of `x` without its last `num_trailing` axes, as a list."""
-  rank = x.shape.rank
-  return [_dim(x, i) for i in range(rank - num_trailing)]
+  return dims(x)[:x.shape.rank - num_trailing]
+
+
+def merge_axes(x: tf.Tensor, axis: int) -> tf.Tensor:
+  """Merges axes `axis` and `axis + 1` (a free reshape), e.g. blocks
+  <T>[B, H, nb, b, K] -> [B, H, nb * b, K] with `axis` 2."""
+  shape = dims(x)
+  return tf.reshape(x, shape[:axis] + [shape[axis] * shape[axis + 1]] +
+                    shape[axis + 2:])
+
+
+def split_axis(x: tf.Tensor, axis: int, size: int) -> tf.Tensor:
+  """Inverse of `merge_axes`: cuts `axis` into [n, size] (n * size = dim)."""
+  shape = dims(x)
+  return tf.reshape(x, shape[:axis] + [shape[axis] // size, size] +
+                    shape[axis + 1:])
 
 
 def slice_last(x: tf.Tensor, start: Dim, size: Dim, axis: int = -1
@@ -79,7 +98,7 @@ def skew_right(x: tf.Tensor, offset: int, width: int) -> tf.Tensor:
     raise ValueError(f"skew_right: width {width} too small for {n} rows of "
                      f"{w} at offset {offset}")
   lead = _leading_shape(x, 2)
-  n = _dim(x, -2)
+  n = dim(x, -2)
   # Rows of width + 1: flattening and re-cutting at `width` shifts row q by q.
   padded = tf.pad(x, [[0, 0]] * (x.shape.rank - 1) +
                   [[offset, width + 1 - offset - w]])
@@ -103,7 +122,7 @@ def unskew_left(x: tf.Tensor, offset: int, width: int) -> tf.Tensor:
   if t is None:
     raise ValueError("unskew_left needs a static last dimension")
   lead = _leading_shape(x, 2)
-  n = _dim(x, -2)
+  n = dim(x, -2)
   flat = tf.reshape(x, lead + [n * t])
   # Re-cutting rows at t + 1 moves row q left by q.
   flat = tf.pad(flat, [[0, 0]] * len(lead) + [[0, n]])
@@ -130,23 +149,59 @@ def split_into_blocks(x: tf.Tensor, block_len: int, axis: int = 1
   rank = x.shape.rank
   if axis < 0:
     axis += rank
-  seq_len = _dim(x, axis)
+  seq_len = dim(x, axis)
   nb = num_blocks(seq_len, block_len)
   pad = nb * block_len - seq_len
   paddings = [[0, 0]] * rank
   paddings[axis] = [0, pad]
   x = tf.pad(x, paddings)
-  shape = [_dim(x, i) for i in range(rank)]
+  shape = dims(x)
   return tf.reshape(x, shape[:axis] + [nb, block_len] + shape[axis + 1:])
 
 
-def band_blocks(x: tf.Tensor, block_len: int, axis: int = 1) -> tf.Tensor:
-  """Splits `axis` into blocks, each concatenated with its neighbours: the
-  keys (or values) each block of queries sees on the sparse l2l band.
+def padded_blocks(x: tf.Tensor, block_len: int, axis: int = 1) -> tf.Tensor:
+  """Splits `axis` into blocks with one zero block added at each end.
 
-  One pad (both edges and the tail at once) then three slices: padding the
-  tail and the edges apart cost one more copy of x, and a slice in the
-  gradient.
+  One pad (both edges and the tail at once): padding the tail and the edges
+  apart costs one more copy of x, and a slice in the gradient.
+
+  Args:
+    x: <T>[..., L, ...] with L at `axis` (non-negative).
+    block_len: positive block length b.
+
+  Returns:
+    <T>[..., nb + 2, b, ...]: block i + 1 holds positions [i b, (i + 1) b),
+    zeros outside [0, L).
+  """
+  rank = x.shape.rank
+  seq_len = dim(x, axis)
+  nb = num_blocks(seq_len, block_len)
+  paddings = [[0, 0]] * rank
+  paddings[axis] = [block_len, nb * block_len - seq_len + block_len]
+  padded = tf.pad(x, paddings)
+  shape = dims(padded)
+  return tf.reshape(padded, shape[:axis] + [nb + 2, block_len] +
+                    shape[axis + 1:])
+
+
+def band_from_padded(padded: tf.Tensor, start: Dim, size: Dim,
+                     axis: int = 1) -> tf.Tensor:
+  """The band keys of query blocks [start, start + size) from
+  `padded_blocks` output: each block concatenated with its neighbours.
+
+  Args:
+    padded: <T>[..., nb + 2, b, ...] with the blocks at `axis`.
+    start, size: the query blocks wanted.
+
+  Returns:
+    <T>[..., size, 3b, ...]: block i holds positions [(i - 1) b, (i + 2) b).
+  """
+  return tf.concat([slice_last(padded, start + k, size, axis)
+                    for k in range(3)], axis=axis + 1)
+
+
+def band_blocks(x: tf.Tensor, block_len: int, axis: int = 1) -> tf.Tensor:
+  """The keys (or values) each block of queries sees on the sparse l2l band.
 
   Args:
     x: <T>[..., L, ...] with L at `axis` (non-negative).
@@ -156,17 +211,8 @@ def band_blocks(x: tf.Tensor, block_len: int, axis: int = 1) -> tf.Tensor:
     <T>[..., nb, 3b, ...]: block i holds positions [(i - 1) b, (i + 2) b),
     zeros outside [0, L).
   """
-  rank = x.shape.rank
-  seq_len = _dim(x, axis)
-  nb = num_blocks(seq_len, block_len)
-  paddings = [[0, 0]] * rank
-  paddings[axis] = [block_len, nb * block_len - seq_len + block_len]
-  padded = tf.pad(x, paddings)
-  shape = [_dim(padded, i) for i in range(rank)]
-  padded = tf.reshape(padded, shape[:axis] + [nb + 2, block_len] +
-                      shape[axis + 1:])
-  return tf.concat([slice_last(padded, k, nb, axis) for k in range(3)],
-                   axis=axis + 1)
+  padded = padded_blocks(x, block_len, axis)
+  return band_from_padded(padded, 0, dim(padded, axis) - 2, axis)
 
 
 def window_in_range_mask(seq_len: Dim, local_radius: int) -> tf.Tensor:
@@ -199,7 +245,7 @@ def blocked_to_window(blocked: tf.Tensor, seq_len: Dim,
   """Inverse of `window_to_blocked`: <T>[B, ..., nb, b, 3b] -> [B, ..., L, 2r+1]."""
   window = unskew_left(blocked, offset=1, width=2 * local_radius + 1)
   lead = _leading_shape(window, 3)
-  nb, b = _dim(window, -3), _dim(window, -2)
+  nb, b = dim(window, -3), dim(window, -2)
   window = tf.reshape(window, lead + [nb * b, 2 * local_radius + 1])
   return slice_last(window, 0, seq_len, axis=-2)
 
@@ -236,5 +282,5 @@ def pad_axis_to(x: tf.Tensor, axis: int, length: Dim,
   if axis < 0:
     axis += rank
   paddings = [[0, 0]] * rank
-  paddings[axis] = [0, length - _dim(x, axis)]
+  paddings[axis] = [0, length - dim(x, axis)]
   return tf.pad(x, paddings, constant_values=value)

@@ -13,9 +13,34 @@ element; the mask here is drawn from `tf.random.stateless_uniform` bits, two
 16-bit decisions per draw (see `_keep_mask`).
 """
 
-from typing import Optional
+from typing import Optional, Union
 
 import tensorflow as tf
+
+Dim = Union[int, tf.Tensor]
+
+# ---------------------------------------------------------------- the sites
+# Every dropout site of the encoder has a fixed number, folded into the
+# call's seed. Changing a number changes the masks a seed draws.
+#
+#   0, 1                       embeddings: long, global
+#   (i + 1) * SITES_PER_LAYER  layer i's block, + the offsets below:
+#     + 0 .. 3                 attention probabilities: l2l, l2g, g2g, g2l
+#     + 4, 5                   attention output: long, global
+#     + 6, 7                   feed-forward output: long, global
+SITE_EMBEDDING_LONG = 0
+SITE_EMBEDDING_GLOBAL = 1
+SITES_PER_LAYER = 16
+ATTENTION_PROBS_OFFSET = {"l2l": 0, "l2g": 1, "g2g": 2, "g2l": 3}
+ATTENTION_OUTPUT_LONG_OFFSET = 4
+ATTENTION_OUTPUT_GLOBAL_OFFSET = 5
+FEED_FORWARD_LONG_OFFSET = 6
+FEED_FORWARD_GLOBAL_OFFSET = 7
+
+
+def layer_sites(index: int) -> int:
+  """The first dropout site of layer `index` (see the table above)."""
+  return (index + 1) * SITES_PER_LAYER
 
 
 def fold_seed(seed: tf.Tensor, site: int) -> tf.Tensor:
@@ -81,7 +106,7 @@ def mask_halves(folded: tf.Tensor, start, count) -> tf.Tensor:
   `tf.bitcast(uint32 -> uint16)`. A piece of the stream is drawn alone by
   starting the counter at its block (`tf.random.stateless_uniform` has no
   offset), so a chunked computation sees exactly the numbers of the whole
-  one; the fused CPU kernels (etc_realformer/kernels) draw the same stream.
+  one.
   """
   key = tf.reshape(tf.bitcast(tf.bitcast(folded, tf.int64), tf.uint64), [1])
   start = tf.cast(start, tf.int64)
@@ -107,6 +132,59 @@ def _keep_mask(shape: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tensor:
   halves = mask_halves(seed, 0, tf.reduce_prod(shape))
   keep = halves >= tf.constant(keep_threshold(rate), tf.uint16)
   return tf.reshape(keep, shape)
+
+
+def row_dropout(probs: tf.Tensor, rate: float, seed: Optional[tf.Tensor],
+                site: int, training: bool, row_start: Dim = 0,
+                row_axis: int = 2, prescaled: bool = False) -> tf.Tensor:
+  """Dropout whose mask is cut along `row_axis` (attention probabilities).
+
+  The mask of the rows [row_start, row_start + n) is the same whether the
+  tensor is computed whole or in chunks of rows (blocks of long queries,
+  global queries): the whole mask is one Philox stream laid out rows first,
+  [rows, *other axes], and a piece is drawn alone by starting the counter at
+  its offset (`tf.random.stateless_uniform` has no offset). Same keep
+  probability and scaling as `stateless_dropout`.
+
+  Args:
+    probs: <float>[..., n, ...] with the n rows at `row_axis`.
+    rate, seed, site, training, prescaled: as `stateless_dropout`.
+    row_start: the index of this tensor's first row in the whole tensor.
+    row_axis: the row axis (non-negative).
+
+  Returns:
+    A tensor like `probs`.
+  """
+  if not training or rate == 0.0:
+    return probs
+  if seed is None:
+    raise ValueError("row_dropout needs a seed when training")
+  keep = row_keep_mask(seed, site, rate, row_start, tf.shape(probs),
+                       row_axis)
+  if not prescaled:
+    probs = probs * tf.cast(keep_gain(rate), probs.dtype)
+  return tf.where(keep, probs, tf.zeros_like(probs))
+
+
+def row_keep_mask(seed: tf.Tensor, site: int, rate: float, row_start: Dim,
+                  shape: tf.Tensor, row_axis: int = 2) -> tf.Tensor:
+  """<bool>[shape]: rows [row_start, row_start + shape[row_axis]) of one
+  seeded keep mask laid out rows first (see `row_dropout`)."""
+  rank = int(shape.shape[0])
+  rest = [i for i in range(rank) if i != row_axis]
+  row_shape = tf.gather(shape, rest)
+  num_rows = shape[row_axis]
+  per_row = tf.reduce_prod(tf.cast(row_shape, tf.int64))
+  halves = mask_halves(fold_seed(seed, site),
+                       tf.cast(row_start, tf.int64) * per_row,
+                       tf.cast(num_rows, tf.int64) * per_row)
+  keep = halves >= tf.constant(keep_threshold(rate), tf.uint16)
+  keep = tf.reshape(keep, tf.concat(
+      [tf.reshape(tf.cast(num_rows, tf.int32), [1]),
+       tf.cast(row_shape, tf.int32)], 0))
+  # [n, *rest] -> the layout of the tensor.
+  perm = list(range(1, row_axis + 1)) + [0] + list(range(row_axis + 1, rank))
+  return tf.transpose(keep, perm)
 
 
 def new_call_seed() -> tf.Tensor:

@@ -11,8 +11,9 @@ from typing import Dict, Optional
 import tensorflow as tf
 import tf_keras
 
-from etc_realformer.config import EtcConfig
-from etc_realformer.layers.attention import Linear, fresh_initializer
+from etc_realformer.layers.initializers import fresh_initializer
+from etc_realformer.layers.normalization import layer_norm
+from etc_realformer.layers.projections import Linear
 
 
 class EmbeddingTable(tf_keras.layers.Layer):
@@ -50,34 +51,31 @@ class EmbeddingTable(tf_keras.layers.Layer):
     return out
 
 
-def layer_norm(name: str) -> tf_keras.layers.LayerNormalization:
-  # epsilon as the original (1e-12); tf_keras normalizes in float32 under the
-  # mixed policies, so the tiny epsilon does not underflow in float16.
-  return tf_keras.layers.LayerNormalization(axis=-1, epsilon=1e-12, name=name)
-
-
 class EtcEmbeddings(tf_keras.layers.Layer):
   """Token + segment (+ position, + adder) embeddings, normalized per side."""
 
-  def __init__(self, config: EtcConfig, **kwargs):
+  def __init__(self, vocab_size: int, hidden_size: int,
+               segment_vocab_size: int, initializer,
+               embedding_size: Optional[int] = None,
+               max_absolute_position_embeddings: int = 0, **kwargs):
+    """Args as the `EtcConfig` fields of the same names (`embedding_size`
+    None or equal to `hidden_size`: no projection)."""
     super().__init__(**kwargs)
-    self.config = config
-    init = tf_keras.initializers.TruncatedNormal(stddev=config.initializer_range)
-    projection = (config.hidden_size
-                  if config.resolved_embedding_size != config.hidden_size
-                  else None)
+    self.hidden_size = hidden_size
+    init = initializer
+    width = embedding_size or hidden_size
+    projection = hidden_size if width != hidden_size else None
     self.token_embedding = EmbeddingTable(
-        config.vocab_size, config.resolved_embedding_size, init,
-        projection_size=projection, name="token_emb_lookup")
+        vocab_size, width, init, projection_size=projection,
+        name="token_emb_lookup")
     self.segment_embedding = EmbeddingTable(
-        config.segment_vocab_size, config.hidden_size, init,
-        name="segment_emb_lookup")
-    if config.max_absolute_position_embeddings:
+        segment_vocab_size, hidden_size, init, name="segment_emb_lookup")
+    if max_absolute_position_embeddings:
       self.long_position_embedding = EmbeddingTable(
-          config.max_absolute_position_embeddings, config.hidden_size, init,
+          max_absolute_position_embeddings, hidden_size, init,
           name="position_emb_lookup_long")
       self.global_position_embedding = EmbeddingTable(
-          config.max_absolute_position_embeddings, config.hidden_size, init,
+          max_absolute_position_embeddings, hidden_size, init,
           name="position_emb_lookup_global")
     else:
       self.long_position_embedding = self.global_position_embedding = None
@@ -90,7 +88,7 @@ class EtcEmbeddings(tf_keras.layers.Layer):
                   self.global_position_embedding):
       if layer is not None:
         layer.build()
-    hidden = tf.TensorShape([None, None, self.config.hidden_size])
+    hidden = tf.TensorShape([None, None, self.hidden_size])
     self.long_norm.build(hidden)
     self.global_norm.build(hidden)
     super().build(input_shape)

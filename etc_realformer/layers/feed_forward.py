@@ -1,26 +1,12 @@
 """The position-wise feed-forward block of an ETC layer."""
 
-from typing import Callable, Dict
+from typing import Dict
 
 import tensorflow as tf
 import tf_keras
 
-from etc_realformer.layers.attention import Linear
-
-
-def get_activation(name: str) -> Callable[[tf.Tensor], tf.Tensor]:
-  """The original's activations; 'gelu' is the tanh approximation."""
-  if name == "gelu":
-    return lambda x: tf.nn.gelu(x, approximate=True)
-  if name == "gelu_exact":
-    return lambda x: tf.nn.gelu(x, approximate=False)
-  if name == "relu":
-    return tf.nn.relu
-  if name == "tanh":
-    return tf.tanh
-  if name == "linear":
-    return tf.identity
-  raise ValueError(f"unsupported hidden_act {name!r}")
+from etc_realformer.layers.activations import get_activation
+from etc_realformer.layers.projections import Linear
 
 
 class FeedForward(tf_keras.layers.Layer):

@@ -20,27 +20,13 @@ import tensorflow as tf
 import tf_keras
 
 from etc_realformer.config import EtcConfig, PATTERNS
+from etc_realformer.execution import ExecutionConfig
 from etc_realformer.features.side_inputs import SIDE_INPUT_KEYS
-from etc_realformer.layers.attention import prepare_side_inputs
-from etc_realformer.layers.dropout import new_call_seed, stateless_dropout
+from etc_realformer.features.relative_positions import own_sentence_id
+from etc_realformer.layers import dropout as dropout_lib
+from etc_realformer.layers.attention_inputs import prepare_side_inputs
 from etc_realformer.layers.embedding import EtcEmbeddings
 from etc_realformer.layers.transformer import GlobalLocalTransformerBlock
-
-# Length at or below which 'auto' picks the dense path (as the original).
-AUTO_FULL_MAX_LEN = 1024
-_SITE_EMB_LONG, _SITE_EMB_GLOBAL = 0, 1
-
-
-def choose_implementation(requested: str, long_len: Optional[int]) -> str:
-  """'sparse' or 'full' for a requested implementation and a static length."""
-  if requested not in ("auto", "sparse", "full"):
-    raise ValueError(f"att_implementation: {requested!r} is not one of "
-                     "'auto', 'sparse', 'full'")
-  if requested != "auto":
-    return requested
-  if long_len is not None and long_len <= AUTO_FULL_MAX_LEN:
-    return "full"
-  return "sparse"
 
 
 class EtcModel(tf_keras.layers.Layer):
@@ -51,14 +37,57 @@ class EtcModel(tf_keras.layers.Layer):
   released TF1 checkpoints.
   """
 
-  def __init__(self, config: EtcConfig, name: str = "etc_document_bert",
-               **kwargs):
+  def __init__(self, config: EtcConfig,
+               execution: Optional[ExecutionConfig] = None,
+               name: str = "etc_document_bert", **kwargs):
+    """Args:
+      config: the model.
+      execution: how to compute it (default `ExecutionConfig()`).
+      name: the checkpoints' root scope.
+    """
     super().__init__(name=name, **kwargs)
     config.validate()
     self.config = config
-    self.embeddings = EtcEmbeddings(config, name="embeddings")
-    self.blocks = [GlobalLocalTransformerBlock(config, i, name=f"layer_{i}")
-                   for i in range(config.num_hidden_layers)]
+    self.execution = execution or ExecutionConfig()
+    init = tf_keras.initializers.TruncatedNormal(
+        stddev=config.initializer_range)
+    self.embeddings = EtcEmbeddings(
+        vocab_size=config.vocab_size, hidden_size=config.hidden_size,
+        segment_vocab_size=config.segment_vocab_size, initializer=init,
+        embedding_size=config.embedding_size,
+        max_absolute_position_embeddings=(
+            config.max_absolute_position_embeddings),
+        name="embeddings")
+    attention_init = {
+        "value_output_identity_init": config.value_output_identity_init,
+        "query_key_identity_init": config.query_key_identity_init}
+    if config.own_sentence_bias_init:
+      attention_init["global_relative_initial_biases"] = {
+          own_sentence_id(config.relative_pos_max_distance):
+              config.own_sentence_bias_init}
+    residual_patterns = (tuple(config.residual_patterns)
+                         if config.residual_attention else ())
+    self.blocks = [
+        GlobalLocalTransformerBlock(
+            index=i, hidden_size=config.hidden_size,
+            num_heads=config.num_attention_heads,
+            size_per_head=config.size_per_head,
+            intermediate_size=config.intermediate_size,
+            local_radius=config.local_radius,
+            relative_vocab_size=config.relative_vocab_size,
+            initializer=init, hidden_act=config.hidden_act,
+            hidden_dropout_prob=config.hidden_dropout_prob,
+            attention_probs_dropout_prob=config.attention_probs_dropout_prob,
+            share_feed_forward_params=config.share_feed_forward_params,
+            share_kv_projections=config.share_kv_projections,
+            share_qkv_projections=config.share_qkv_projections,
+            share_att_output_projection=config.share_att_output_projection,
+            use_pre_activation_order=config.use_pre_activation_order,
+            residual_patterns=residual_patterns,
+            residual_running_mean=config.residual_running_mean,
+            execution=self.execution, attention_init=attention_init,
+            name=f"layer_{i}")
+        for i in range(config.num_hidden_layers)]
 
   def build(self, input_shape=None):
     self.embeddings.build()
@@ -164,7 +193,8 @@ class EtcModel(tf_keras.layers.Layer):
       return_attention_probs: also return, per layer, a dict pattern ->
         <float32> probabilities (l2l [B, H, L, 2r+1], l2g [B, H, L, G],
         g2g [B, H, G, G], g2l [B, H, G, L]). Off by default and free when off.
-      att_implementation: 'auto' | 'sparse' | 'full', overriding the config.
+      att_implementation: 'auto' | 'sparse' | 'full', overriding
+        `ExecutionConfig.att_implementation`.
 
     Returns:
       (long_output <T>[B, L, hidden], global_output <T>[B, G, hidden]) and,
@@ -177,8 +207,7 @@ class EtcModel(tf_keras.layers.Layer):
     token_ids = inputs["token_ids"]
     long_len = token_ids.shape[1]
     global_len = inputs["global_token_ids"].shape[1]
-    impl = choose_implementation(att_implementation or cfg.att_implementation,
-                                 long_len)
+    impl = self.execution.implementation_for(long_len, att_implementation)
     if long_len is None:
       if impl == "full":
         raise ValueError("att_implementation 'full' needs a static long "
@@ -190,7 +219,7 @@ class EtcModel(tf_keras.layers.Layer):
     seed = None
     if training and (cfg.hidden_dropout_prob or
                      cfg.attention_probs_dropout_prob):
-      seed = new_call_seed()
+      seed = dropout_lib.new_call_seed()
 
     long_x, global_x = self.embeddings(
         inputs["token_ids"], inputs["global_token_ids"],
@@ -200,10 +229,12 @@ class EtcModel(tf_keras.layers.Layer):
         global_position_ids=inputs.get("global_position_ids"),
         long_embedding_adder=inputs.get("long_embedding_adder"),
         global_embedding_adder=inputs.get("global_embedding_adder"))
-    long_x = stateless_dropout(long_x, cfg.hidden_dropout_prob, seed,
-                               _SITE_EMB_LONG, training)
-    global_x = stateless_dropout(global_x, cfg.hidden_dropout_prob, seed,
-                                 _SITE_EMB_GLOBAL, training)
+    long_x = dropout_lib.stateless_dropout(
+        long_x, cfg.hidden_dropout_prob, seed,
+        dropout_lib.SITE_EMBEDDING_LONG, training)
+    global_x = dropout_lib.stateless_dropout(
+        global_x, cfg.hidden_dropout_prob, seed,
+        dropout_lib.SITE_EMBEDDING_GLOBAL, training)
 
     side = prepare_side_inputs(
         {k: inputs.get(k) for k in SIDE_INPUT_KEYS},
@@ -261,7 +292,7 @@ def _recomputed_chunk(chunk, long_x, global_x, streams, side, training, seed):
   Dropout inside is seeded by `seed` (drawn outside), so the recomputation
   sees exactly the forward pass's masks.
   """
-  # Streams are tensors, or lists of chunks on the chunked attention path.
+  # Streams are tensors, or (recomputed streams) nests of score inputs.
   in_structure = streams
   out_structure = []
 

@@ -1,7 +1,7 @@
 """Runs one mode (train, eval, train_and_eval, predict, export) of a task.
 
-Task-agnostic: everything task-specific comes from the `tasks.base.Task`
-object. Everything tunable is gin (`TrainerConfig`, `build_optimizer`,
+Task-agnostic: everything task-specific comes from the
+`etc_realformer.training.task.Task` object. Everything tunable is gin (`TrainerConfig`, `build_optimizer`,
 `build_strategy`, `set_precision`, the task class and `etc_config`).
 """
 
@@ -17,9 +17,11 @@ import orbit
 import tensorflow as tf
 import tf_keras
 
-from etc_realformer.training import checkpointing
+from etc_realformer.checkpoints import initialization
+from etc_realformer.checkpoints.paths import resolve_checkpoint_path
 from etc_realformer.training import distribution
 from etc_realformer.training import optimization
+from etc_realformer.training import task as task_lib
 from etc_realformer.training import trainer as trainer_lib
 
 MODES = ("train", "eval", "train_and_eval", "predict", "export")
@@ -48,10 +50,10 @@ class TrainerConfig:
     init_checkpoint: a released ETC checkpoint (directory or prefix), or a
       TF2 checkpoint of an encoder or of a task model; used only when the
       model_dir holds no checkpoint yet.
-    jit_compile: XLA-compile the forward/backward pass. On CPU it did not
-      pay for the base model (float32 as fast, bfloat16 slower at 4096
-      tokens) and it takes more memory above 4096 tokens, where attention
-      chunking is off under XLA (docs/benchmarks.md, sessions 10-11).
+    jit_compile: XLA-compile the forward/backward pass. On CPU it is off by
+      default: it takes more memory above 4096 tokens, where attention
+      chunking is off under XLA (docs/benchmarks.md, "XLA is off by default
+      on CPU").
   """
   train_steps: int = 1000
   train_batch_size: int = 32
@@ -123,7 +125,7 @@ def restore_for_inference(model: tf_keras.Model, model_dir: str,
     raise FileNotFoundError(f"no checkpoint in {model_dir}; train first or "
                             "pass --checkpoint")
   if tf.io.gfile.isdir(path):
-    path = checkpointing.resolve_checkpoint_path(path)
+    path = resolve_checkpoint_path(path)
   status = tf.train.Checkpoint(model=model).restore(path)
   status.expect_partial().assert_existing_objects_matched()
   logging.info("Restored model weights from %s", path)
@@ -139,7 +141,7 @@ def run_experiment(task, mode: str, model_dir: str,
   """Runs `mode`; returns a summary dict (metrics, paths).
 
   Args:
-    task: a `tasks.base.Task`.
+    task: a `etc_realformer.training.task.Task`.
     mode: one of MODES.
     model_dir: checkpoints, summaries, operative config.
     export_dir: base of the versioned SavedModels (default model_dir/export).
@@ -166,10 +168,16 @@ def run_experiment(task, mode: str, model_dir: str,
     evaluator = trainer_lib.EtcEvaluator(
         task, model, strategy,
         _distributed(strategy, task, "eval", config.eval_batch_size))
-    results = _to_python(evaluator.evaluate(
+    results: Dict[str, Any] = _to_python(evaluator.evaluate(
         tf.constant(config.eval_steps, tf.int32)))
-    logging.info("eval | %s", results)
     print(f"eval | {json.dumps(results, sort_keys=True)}", flush=True)
+    official = official_eval(
+        task, model, strategy, config.eval_batch_size,
+        predictions_dir or os.path.join(model_dir, "eval_predictions"))
+    if official is not None:
+      results["official"] = official
+      print(f"eval official | {json.dumps(official, sort_keys=True)}",
+            flush=True)
     if _is_chief(strategy):
       with tf.io.gfile.GFile(os.path.join(model_dir, "eval_results.json"),
                              "w") as f:
@@ -182,7 +190,6 @@ def run_experiment(task, mode: str, model_dir: str,
     out_dir = predictions_dir or os.path.join(model_dir, "predictions")
     tf.io.gfile.makedirs(out_dir)
     path = task.write_predictions(predictions, out_dir)
-    logging.info("Predictions written to %s", path)
     print(f"predictions | {path}", flush=True)
     return {"predictions_file": path}
   # export
@@ -191,6 +198,24 @@ def run_experiment(task, mode: str, model_dir: str,
       task, model, export_dir or os.path.join(model_dir, "export"))
   print(f"export | {path}", flush=True)
   return {"export_path": path}
+
+
+def official_eval(task, model: tf_keras.Model,
+                  strategy: tf.distribute.Strategy, batch_size: int,
+                  output_dir: str) -> Optional[Dict[str, Any]]:
+  """Predicts the eval input and scores it with the task's official metric.
+
+  Returns:
+    `task.official_scores(...)`, or None for a task without one.
+  """
+  if type(task).official_scores is task_lib.Task.official_scores:
+    return None
+  predictions = trainer_lib.predict(
+      task, model, strategy, _distributed(strategy, task, "eval",
+                                          batch_size))
+  tf.io.gfile.makedirs(output_dir)
+  task.write_predictions(predictions, output_dir)
+  return task.official_scores(predictions, output_dir)
 
 
 def _train(task, model, strategy, mode, model_dir, config: TrainerConfig,
@@ -219,7 +244,7 @@ def _train(task, model, strategy, mode, model_dir, config: TrainerConfig,
     if latest and write_dir != model_dir:  # non-chief worker resuming
       checkpoint.restore(latest).assert_existing_objects_matched()
     elif config.init_checkpoint:
-      checkpointing.initialize_encoder(model.encoder, config.init_checkpoint)
+      initialization.initialize_encoder(model.encoder, config.init_checkpoint)
 
   manager = tf.train.CheckpointManager(
       checkpoint, directory=write_dir,

@@ -13,7 +13,6 @@ action), and a predict loop that gathers per-example outputs.
 import time
 from typing import Any, Dict, List, Optional
 
-from absl import logging
 import numpy as np
 import orbit
 import tensorflow as tf
@@ -29,9 +28,7 @@ def _is_loss_scale_optimizer(optimizer) -> bool:
 class EtcTrainer(orbit.StandardTrainer):
   """One optimizer step per `train_step`, over `grad_accum_steps` batches.
 
-  The task supplies `per_example_loss(features, outputs)` (float32 [B]) and
-  may supply `train_features(features, step)` (a training-only input
-  transform, applied to every micro-batch before the forward pass); the
+  The task supplies `per_example_loss(features, outputs)` (float32 [B]); the
   step loss is its sum divided by the global batch (all replicas, all
   accumulated micro-batches), so the gradient is the same whatever the number
   of replicas or accumulation steps for the same global batch.
@@ -82,9 +79,6 @@ class EtcTrainer(orbit.StandardTrainer):
       # Strings (ids, candidate texts) are for predictions only; XLA cannot
       # take them as arguments.
       features = {k: v for k, v in features.items() if v.dtype != tf.string}
-      if hasattr(self.task, "train_features"):  # optional: tasks.base.Task
-        features = self.task.train_features(features,
-                                            self.optimizer.iterations)
       per_example, grads = self._compute(features)
       grads = [tf.convert_to_tensor(g) if g is not None else None
                for g in grads]
@@ -167,10 +161,9 @@ class ProgressAction:
     else:
       eta = "?"
     loss = float(np.asarray(orbit.utils.get_value(output.get("loss", np.nan))))
-    line = (f"progress | step {step}/{self.total_steps} | loss {loss:.4f} | "
-            f"{rate:.2f} steps/s | ETA {eta}")
-    logging.info(line)
-    print(line, flush=True)
+    # Printed once (not also logged): the progress line is for the console.
+    print(f"progress | step {step}/{self.total_steps} | loss {loss:.4f} | "
+          f"{rate:.2f} steps/s | ETA {eta}", flush=True)
 
 
 def predict(task, model: tf_keras.Model, strategy: tf.distribute.Strategy,

@@ -5,6 +5,9 @@ labelling; what is the same in all of them lives here so that the output
 files, the all-or-nothing write, the messages and the common flags stay
 identical across tasks:
 
+- `featurize_records`: validated records -> the in-graph featurizer (a
+  parallel, ordered `tf.data` map) -> labels and checks per record -> the
+  TFRecord cache and its stats: the skeleton of every `preprocess_file`;
 - `output_paths`: `DIR/<stem>.tfrecord`, `DIR/<stem>.stats.json`, ...;
 - `default_is_training`: the "file name holds 'train'" default;
 - `ordered_map`: a deterministic parallel `tf.data` map (outputs stay
@@ -17,18 +20,87 @@ identical across tasks:
 """
 
 import os
-from typing import Any, Callable, Iterable, List, Optional, Sequence
+from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional,
+                    Sequence, Tuple)
+
+import numpy as np
 
 from absl import flags
 from absl import logging
 import tensorflow as tf
 
+from etc_realformer.data import tfrecords
 from tasks.common import records
-from tasks.common import tfrecords
 
 # The flags `define_featurizer_flags` defines belong to (are key flags of,
 # listed by `--help` of) the binary that calls it, not this module.
 flags.disclaim_key_flags()
+
+
+# What `featurize_records` asks of a task, per record: the featurizer's
+# inputs, and, after featurizing, a check that may label the features in
+# place and returns a `BadRecordError` to skip the record (None to keep it).
+Finish = Callable[[Any, Dict[str, np.ndarray], Dict[str, int]],
+                  Optional[records.BadRecordError]]
+
+
+def featurize_records(
+    valid: Sequence[Any],
+    to_inputs: Callable[[Any], Any],
+    output_signature: Any,
+    featurize: Callable[..., Tuple[Mapping[str, tf.Tensor],
+                                   Mapping[str, tf.Tensor]]],
+    spec: tfrecords.FeatureSpec,
+    record_path: str,
+    stats_path: str,
+    stats: records.RecordStats,
+    finish: Optional[Finish] = None) -> records.RecordStats:
+  """Featurizes validated records into a TFRecord cache and its stats.
+
+  The records go through `tf.data` (a generator, so memory stays flat on
+  large files) and the featurizer's in-graph code in parallel, in order; each
+  result is checked by `finish`, counted (truncation amounts, written,
+  skipped) and serialized with `spec`. The cache is written all or nothing
+  (`write_cache`).
+
+  Args:
+    valid: the records that passed the reader's checks, in file order.
+    to_inputs: record -> the featurizer's inputs (matching
+      `output_signature`; a dict is passed to `featurize` as one argument, a
+      tuple as several).
+    output_signature: the `tf.TensorSpec`s of `to_inputs`' values.
+    featurize: inputs -> (features, truncation amounts), graph code.
+    spec: the feature spec of the cached examples.
+    record_path, stats_path: the outputs (`output_paths`).
+    stats: the file's stats, holding the reader's counts already.
+    finish: optional per-record check and labelling (see `Finish`).
+
+  Returns:
+    `stats`.
+  """
+  def examples():
+    if not valid:
+      return
+    ds = tf.data.Dataset.from_generator(
+        lambda: (to_inputs(r) for r in valid),
+        output_signature=output_signature)
+    fn = featurize if isinstance(output_signature, dict) else (
+        lambda *args: featurize(*args))
+    mapped = ordered_map(ds, fn)
+    for record, (features, amounts) in zip(valid,
+                                           mapped.as_numpy_iterator()):
+      amounts = {k: int(v) for k, v in amounts.items()}
+      error = finish(record, features, amounts) if finish else None
+      if error is not None:
+        stats.handle_bad_record(error)
+        continue
+      stats.add_truncation(amounts)
+      stats.examples_written += 1
+      yield tfrecords.to_tf_example(features, spec)
+
+  write_cache(record_path, stats_path, examples(), stats)
+  log_written(stats.input_file, record_path, stats)
+  return stats
 
 
 def output_paths(input_path: str, output_dir: str,

@@ -17,12 +17,14 @@ from typing import Any, Dict, List
 
 import tensorflow as tf
 
+from etc_realformer.errors import UserInputError
 
-class InputFileError(ValueError):
+
+class InputFileError(UserInputError):
   """The input file as a whole cannot be used (missing, empty, not JSON)."""
 
 
-class BadRecordError(ValueError):
+class BadRecordError(UserInputError):
   """One record cannot be used; names the file, record and field."""
 
   def __init__(self, file: str, record_id: str, field: str, reason: str,

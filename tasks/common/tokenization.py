@@ -12,10 +12,12 @@ is done with tensorflow-text ops only (no Python in the graph):
 """
 
 import abc
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 import tensorflow_text as tf_text
+
+from etc_realformer.errors import UserInputError
 
 WORDPIECE = "wordpiece"
 SENTENCEPIECE = "sentencepiece"
@@ -52,9 +54,26 @@ class Tokenizer(tf.Module, metaclass=abc.ABCMeta):
 
   kind: str
 
-  @abc.abstractmethod
   def tokenize(self, texts: tf.Tensor) -> tf.RaggedTensor:
     """<string>[N] -> <int32>[N, (num_tokens)]."""
+    return self.tokenize_with_offsets(texts)[0]
+
+  @abc.abstractmethod
+  def tokenize_with_offsets(
+      self, texts: tf.Tensor
+  ) -> Tuple[tf.RaggedTensor, tf.RaggedTensor, tf.RaggedTensor]:
+    """Token ids with byte offsets [start, end) into each input string.
+
+    Args:
+      texts: <string>[N].
+
+    Returns:
+      <int32>[N, (n)] ids, and <int32>[N, (n)] start and end byte offsets.
+    """
+
+  @abc.abstractmethod
+  def token_id(self, token: str) -> Optional[int]:
+    """The id of a vocabulary entry, None when the vocabulary lacks it."""
 
   @property
   @abc.abstractmethod
@@ -66,15 +85,47 @@ class Tokenizer(tf.Module, metaclass=abc.ABCMeta):
     return self.tokenize(tf.constant([text]))[0].numpy().tolist()
 
 
+def _flat_int32(*tensors: tf.RaggedTensor) -> Tuple[tf.RaggedTensor, ...]:
+  """[N, (words), (pieces)] -> [N, (pieces)] int32 (tf_text versions differ
+  in whether they return the word level)."""
+  out = []
+  for t in tensors:
+    while t.shape.rank > 2:
+      t = t.merge_dims(-2, -1)
+    out.append(tf.cast(t, tf.int32))
+  return tuple(out)
+
+
 def read_vocab(vocab_path: str) -> List[str]:
-  """Reads a BERT `vocab.txt` (one token per line, id = line number)."""
-  with tf.io.gfile.GFile(vocab_path, "r") as f:
-    tokens = [line.rstrip("\n").rstrip("\r") for line in f]
+  """Reads a BERT `vocab.txt` (one token per line, id = line number).
+
+  Raises:
+    FileNotFoundError: no such file.
+    UserInputError: the file is empty or lists a token twice (the
+      tokenizer needs unique tokens); the message names the file and lines.
+  """
+  if not tf.io.gfile.exists(vocab_path):
+    raise FileNotFoundError(f"{vocab_path}: vocabulary file not found")
+  with tf.io.gfile.GFile(vocab_path, "rb") as f:
+    raw = f.read()
+  try:
+    text = raw.decode("utf-8")
+  except UnicodeDecodeError as e:
+    raise UserInputError(f"{vocab_path}: vocabulary is not UTF-8 text "
+                         f"(byte {e.start})") from e
+  tokens = [line.rstrip("\r") for line in text.split("\n")]
   # A trailing empty line is an artefact of the file, not a token.
   while tokens and not tokens[-1]:
     tokens.pop()
   if not tokens:
-    raise ValueError(f"{vocab_path}: empty vocabulary file")
+    raise UserInputError(f"{vocab_path}: empty vocabulary file")
+  first = {}
+  for line, token in enumerate(tokens, 1):
+    if token in first:
+      raise UserInputError(
+          f"{vocab_path}: line {line}: token {token!r} already on line "
+          f"{first[token]} (a vocabulary lists each token once)")
+    first[token] = line
   return tokens
 
 
@@ -87,8 +138,9 @@ class WordPieceTokenizer(Tokenizer):
                unknown_token: str = "[UNK]"):
     super().__init__(name="wordpiece_tokenizer")
     self._vocab = read_vocab(vocab_path)
-    if unknown_token not in self._vocab:
-      raise ValueError(f"{vocab_path}: no {unknown_token!r} token")
+    self._ids = {t: i for i, t in enumerate(self._vocab)}
+    if unknown_token not in self._ids:
+      raise UserInputError(f"{vocab_path}: no {unknown_token!r} token")
     self.vocab_path = vocab_path
     self.lower_case = lower_case
     # FastBertTokenizer serializes its model into a constant: nothing to track
@@ -106,16 +158,16 @@ class WordPieceTokenizer(Tokenizer):
   def vocab_size(self) -> int:
     return len(self._vocab)
 
-  def token_id(self, token: str) -> int:
-    return self._vocab.index(token)
+  def token_id(self, token: str) -> Optional[int]:
+    return self._ids.get(token)
 
   def tokenize(self, texts: tf.Tensor) -> tf.RaggedTensor:
     texts = tf.convert_to_tensor(texts, tf.string)
-    ids = self._tokenizer.tokenize(texts)
-    # Older/newer tf_text may return [N, words, pieces]; flatten to pieces.
-    while ids.shape.rank > 2:
-      ids = ids.merge_dims(-2, -1)
-    return tf.cast(ids, tf.int32)
+    return _flat_int32(self._tokenizer.tokenize(texts))[0]
+
+  def tokenize_with_offsets(self, texts: tf.Tensor):
+    texts = tf.convert_to_tensor(texts, tf.string)
+    return _flat_int32(*self._tokenizer.tokenize_with_offsets(texts))
 
 
 class SentencePieceTokenizer(Tokenizer):
@@ -128,7 +180,7 @@ class SentencePieceTokenizer(Tokenizer):
     with tf.io.gfile.GFile(model_path, "rb") as f:
       model = f.read()
     if not model:
-      raise ValueError(f"{model_path}: empty SentencePiece model file")
+      raise UserInputError(f"{model_path}: empty SentencePiece model file")
     self.model_path = model_path
     self.lower_case = lower_case
     self._tokenizer = tf_text.SentencepieceTokenizer(model=model,
@@ -139,12 +191,25 @@ class SentencePieceTokenizer(Tokenizer):
   def vocab_size(self) -> int:
     return self._vocab_size
 
-  def tokenize(self, texts: tf.Tensor) -> tf.RaggedTensor:
+  def _normalized(self, texts: tf.Tensor) -> tf.Tensor:
     texts = tf.convert_to_tensor(texts, tf.string)
     if self.lower_case:
+      # Lower-casing keeps byte lengths for all but a few non-ASCII letters,
+      # so offsets stay offsets into the original text.
       texts = tf.strings.lower(texts, encoding="utf-8")
-    ids = self._tokenizer.tokenize(texts)
-    return tf.cast(ids, tf.int32)
+    return texts
+
+  def tokenize(self, texts: tf.Tensor) -> tf.RaggedTensor:
+    return _flat_int32(self._tokenizer.tokenize(self._normalized(texts)))[0]
+
+  def tokenize_with_offsets(self, texts: tf.Tensor):
+    return _flat_int32(
+        *self._tokenizer.tokenize_with_offsets(self._normalized(texts)))
+
+  def token_id(self, token: str) -> Optional[int]:
+    ids = self._tokenizer.string_to_id(tf.constant([token, "<unk>"]))
+    token_id, unk = (int(i) for i in ids.numpy())
+    return None if token_id == unk and token != "<unk>" else token_id
 
 
 def make_tokenizer(vocab_path: Optional[str] = None,
@@ -152,7 +217,7 @@ def make_tokenizer(vocab_path: Optional[str] = None,
                    lower_case: bool = True) -> Tokenizer:
   """Builds the tokenizer for exactly one of `vocab_path` / `spm_model_path`."""
   if bool(vocab_path) == bool(spm_model_path):
-    raise ValueError("Give exactly one of vocab_path (WordPiece vocab.txt) and "
+    raise UserInputError("Give exactly one of vocab_path (WordPiece vocab.txt) and "
                      "spm_model_path (SentencePiece .model); got "
                      f"vocab_path={vocab_path!r}, "
                      f"spm_model_path={spm_model_path!r}")
@@ -164,6 +229,6 @@ def make_tokenizer(vocab_path: Optional[str] = None,
 def write_vocab(path: str, tokens: Sequence[str]) -> None:
   """Writes a `vocab.txt` (used by the synthetic data and by tests)."""
   if len(set(tokens)) != len(tokens):
-    raise ValueError("duplicate tokens in vocabulary")
+    raise UserInputError("duplicate tokens in vocabulary")
   with tf.io.gfile.GFile(path, "w") as f:
     f.write("".join(t + "\n" for t in tokens))

@@ -8,7 +8,8 @@ A feature spec maps a feature name to `(dtype, shape)`:
   (strings padded with b"", numbers with 0).
 """
 
-from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
+from typing import (Any, Dict, Iterable, List, Mapping, Optional,
+                    Sequence, Tuple, Union)
 
 import numpy as np
 import tensorflow as tf
@@ -74,10 +75,18 @@ def parsing_spec(spec: FeatureSpec) -> Dict[str, Any]:
   return out
 
 
-def parse_tf_example(serialized: tf.Tensor,
-                     spec: FeatureSpec) -> Dict[str, tf.Tensor]:
-  """Parses one serialized example (scalar string) into the spec's dtypes."""
-  parsed = tf.io.parse_single_example(serialized, parsing_spec(spec))
+def parse(serialized: tf.Tensor, spec: FeatureSpec) -> Dict[str, tf.Tensor]:
+  """Parses serialized examples, one (scalar) or a batch ([B]).
+
+  Integers come back in the spec's dtype (they are stored as int64);
+  variable-length `(None,)` features come back dense ([longest in the
+  batch], padded with 0 or b"").
+  """
+  serialized = tf.convert_to_tensor(serialized, tf.string)
+  if serialized.shape.rank == 0:
+    parsed = tf.io.parse_single_example(serialized, parsing_spec(spec))
+  else:
+    parsed = tf.io.parse_example(serialized, parsing_spec(spec))
   out = {}
   for name, (dtype, _) in spec.items():
     value = parsed[name]
@@ -100,23 +109,34 @@ def write_tfrecord(path: str, examples: Iterable[tf.train.Example]) -> int:
   return count
 
 
-def make_dataset(file_patterns: Sequence[str] | str,
+def match_files(file_patterns: Union[str, Sequence[str]]) -> List[str]:
+  """The files of comma-separated or listed glob patterns, sorted per pattern.
+
+  Raises:
+    FileNotFoundError: a pattern matches nothing (named in the message).
+  """
+  if isinstance(file_patterns, str):
+    file_patterns = file_patterns.split(",")
+  files = []
+  for pattern in file_patterns:
+    pattern = pattern.strip()
+    matched = sorted(tf.io.gfile.glob(pattern)) if pattern else []
+    if not matched:
+      raise FileNotFoundError(f"no TFRecord file matches {pattern!r}")
+    files.extend(matched)
+  return files
+
+
+def make_dataset(file_patterns: Union[str, Sequence[str]],
                  spec: FeatureSpec,
                  deterministic: bool = True) -> tf.data.Dataset:
   """A dataset of parsed feature dicts from TFRecord files (unbatched).
 
   Raises:
-    ValueError: no file matches.
+    FileNotFoundError: a pattern matches nothing.
   """
-  if isinstance(file_patterns, str):
-    file_patterns = [file_patterns]
-  files = []
-  for pattern in file_patterns:
-    files.extend(sorted(tf.io.gfile.glob(pattern)))
-  if not files:
-    raise ValueError(f"no TFRecord file matches {list(file_patterns)}")
-  ds = tf.data.TFRecordDataset(files)
+  ds = tf.data.TFRecordDataset(match_files(file_patterns))
   options = tf.data.Options()
   options.deterministic = deterministic
-  return ds.map(lambda s: parse_tf_example(s, spec),
+  return ds.map(lambda s: parse(s, spec),
                 num_parallel_calls=tf.data.AUTOTUNE).with_options(options)

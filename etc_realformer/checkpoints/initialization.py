@@ -11,11 +11,14 @@ Three kinds are recognised by their variable names:
 """
 
 import enum
-import os
 from typing import List
 
 from absl import logging
 import tensorflow as tf
+
+from etc_realformer.checkpoints.official import load_official_checkpoint
+from etc_realformer.checkpoints.paths import resolve_checkpoint_path
+from etc_realformer.errors import UserInputError
 
 OFFICIAL_ROOT = "etc_document_bert/"
 _OBJECT_GRAPH = "_CHECKPOINTABLE_OBJECT_GRAPH"
@@ -27,29 +30,6 @@ class CheckpointKind(enum.Enum):
   TF2_ENCODER = "tf2_encoder"
 
 
-def resolve_checkpoint_path(path: str) -> str:
-  """A checkpoint prefix from a prefix or a directory.
-
-  A directory may hold a `checkpoint` state file (TF2 / tf.train.Saver) or, as
-  the released ETC downloads do, just `model.ckpt.*` files.
-  """
-  if not tf.io.gfile.isdir(path):
-    if not tf.io.gfile.exists(path + ".index"):
-      raise FileNotFoundError(f"no checkpoint at {path} ({path}.index "
-                              "missing)")
-    return path
-  latest = tf.train.latest_checkpoint(path)
-  if latest:
-    return latest
-  indexes = sorted(tf.io.gfile.glob(os.path.join(path, "*.index")))
-  if len(indexes) == 1:
-    return indexes[0][:-len(".index")]
-  if not indexes:
-    raise FileNotFoundError(f"no checkpoint (*.index) in directory {path}")
-  raise ValueError(f"several checkpoints in {path} and no `checkpoint` file; "
-                   f"pass one prefix: {[i[:-6] for i in indexes]}")
-
-
 def checkpoint_kind(prefix: str) -> CheckpointKind:
   names: List[str] = [n for n, _ in tf.train.list_variables(prefix)]
   if any(n.startswith(OFFICIAL_ROOT) for n in names):
@@ -59,7 +39,7 @@ def checkpoint_kind(prefix: str) -> CheckpointKind:
       return CheckpointKind.TF2_TASK_MODEL
     if any(n.startswith("encoder/") for n in names):
       return CheckpointKind.TF2_ENCODER
-  raise ValueError(
+  raise UserInputError(
       f"{prefix}: not a recognised checkpoint: expected variables under "
       f"'{OFFICIAL_ROOT}' (released ETC), 'model/encoder/' or 'encoder/' "
       f"(TF2); first names: {names[:5]}")
@@ -75,7 +55,6 @@ def initialize_encoder(encoder: tf.Module, path: str) -> CheckpointKind:
   kind = checkpoint_kind(prefix)
   logging.info("Initialising the encoder from %s (%s)", prefix, kind.value)
   if kind == CheckpointKind.OFFICIAL_TF1:
-    from etc_realformer import load_official_checkpoint  # pylint: disable=g-import-not-at-top
     load_official_checkpoint(encoder, prefix)
     return kind
   if kind == CheckpointKind.TF2_TASK_MODEL:

@@ -1,71 +1,82 @@
-"""The Task interface: everything task-specific that the shared runner needs.
+"""The Task interface: everything task-specific the trainer, evaluator,
+predictor and exporter need, and the registry of tasks.
 
-A task (WikiHop, HotpotQA, NQ, OpenKP) subclasses `Task` and provides:
+A task (WikiHop, HotpotQA, NQ, OpenKP, pre-training) subclasses `Task`,
+registers itself with `@register_task("name")` (which also makes it gin
+configurable) and provides:
 
-* data: `feature_spec()` (the raw per-example features stored in TFRecords),
-  and `side_inputs(features)` (the ETC attention masks / relative ids built
-  from them). The base class turns the spec into the input pipeline
-  (`build_inputs`: TFRecords -> parsed, batched, sharded per worker).
-* model: `build_head_model(encoder)` -> an `EtcTaskModel` (encoder + head).
-  The side inputs are built inside the model from the raw features, so every
-  exported signature takes raw features only.
-* training: `per_example_loss(features, outputs)` (float32 `[B]`),
+* data: `feature_spec()` (the raw per-example features stored in TFRecords)
+  and `side_input_layout` (which raw features the ETC masks and relative ids
+  come from; `etc_realformer.features.side_inputs.LAYOUT_FEATURES`). The base
+  turns them into the input pipeline (`build_inputs`: TFRecords -> parsed,
+  batched, sharded per worker) and into the side inputs, built inside the
+  model from the raw features so that every exported signature takes raw
+  features only.
+* model: `build_model()` -> an `EtcTaskModel` (encoder + head).
+* training: `per_example_loss(features, outputs)` (float32 [B]),
   `build_metrics()` / `update_metrics(...)`.
 * predictions: `prediction_outputs(features, outputs)` (per-example tensors
-  gathered over the predict set) and `write_predictions(...)` (the official
-  submission format).
+  gathered over the predict set), `write_predictions(...)` (the official
+  submission format) and `official_scores(...)` (the official metric of the
+  eval set, where gold is known).
 * export: `serving_outputs(features, outputs)` and `serving_signatures(model)`;
   the base gives `serving_default` (feature tensors) and `serve_examples`
-  (serialized tf.Examples); tasks add raw-input signatures, which run the
-  preprocessing featurizer in the graph (`RawInputTask`).
+  (serialized tf.Examples); `RawInputTask` adds raw-input signatures, which
+  run the task's featurizer in the graph.
 
-The runner (`tasks/run.py` -> `etc_realformer.training.experiment`) only uses
-these methods, so a new task needs no change to it: subclass, make it
-`@gin.configurable`, add `gin/tasks/<name>.gin`.
+The runner (`tasks/run.py` -> `etc_realformer.training.experiment`) uses only
+these methods: a new task is a folder `tasks/<name>/` and a gin file.
 """
 
 import abc
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import (Any, Callable, Dict, List, Mapping, Optional, Tuple,
+                    TypeVar)
 
 import gin
 import tensorflow as tf
 import tf_keras
 
 from etc_realformer.config import EtcConfig
-from etc_realformer.features.side_inputs import SIDE_INPUT_KEYS
-from etc_realformer.features.side_inputs import make_multihop_side_inputs
-from tasks.common import tfrecords
-
+from etc_realformer.data import tfrecords
+from etc_realformer.execution import ExecutionConfig
+from etc_realformer.features import side_inputs as side_inputs_lib
 
 Features = Dict[str, tf.Tensor]
-# name -> (dtype, unbatched shape); `(None,)` = variable length.
-FeatureSpec = Mapping[str, Tuple[tf.DType, Tuple[Optional[int], ...]]]
+FeatureSpec = tfrecords.FeatureSpec
 
 MODES = ("train", "eval", "predict")
 
-
-def multihop_side_inputs(config: EtcConfig, features: Features
-                         ) -> Dict[str, Optional[tf.Tensor]]:
-  """Paragraph-aware side inputs for the multi-hop tasks (WikiHop, HotpotQA).
-
-  Reads the raw features both featurizers emit (`long_paragraph_breakpoints`,
-  `long_paragraph_ids`, `long_sentence_ids`, `global_paragraph_breakpoints`,
-  `ignore_hard_g2l_mask`, and `l2g_linked_ids` when present) and the masking
-  options of `config`.
-  """
-  return make_multihop_side_inputs(
-      long_paragraph_breakpoints=features["long_paragraph_breakpoints"],
-      long_paragraph_ids=features["long_paragraph_ids"],
-      long_sentence_ids=features["long_sentence_ids"],
-      global_paragraph_breakpoints=features["global_paragraph_breakpoints"],
-      local_radius=config.local_radius,
-      relative_pos_max_distance=config.relative_pos_max_distance,
-      use_hard_g2l_mask=config.use_hard_g2l_mask,
-      ignore_hard_g2l_mask=features["ignore_hard_g2l_mask"],
-      use_hard_l2g_mask=config.use_hard_l2g_mask,
-      l2g_linked_ids=features.get("l2g_linked_ids"))
+# ------------------------------------------------------------------ registry
+_TASKS: Dict[str, type] = {}
+T = TypeVar("T", bound=type)
 
 
+def register_task(name: str) -> Callable[[T], T]:
+  """Class decorator: registers a `Task` under `name` and makes it gin
+  configurable (bind `<ClassName>.<arg> = ...`, choose it with
+  `task_class.cls = @<ClassName>`)."""
+  def wrap(cls: T) -> T:
+    if name in _TASKS and _TASKS[name].__qualname__ != cls.__qualname__:
+      raise ValueError(f"task name {name!r} is taken by {_TASKS[name]}")
+    cls.name = name
+    configurable = gin.configurable(cls)
+    _TASKS[name] = configurable
+    return configurable
+  return wrap
+
+
+def registered_tasks() -> Dict[str, type]:
+  """name -> Task class, for the tasks whose modules are imported."""
+  return dict(_TASKS)
+
+
+def get_task_class(name: str) -> type:
+  if name not in _TASKS:
+    raise ValueError(f"unknown task {name!r}; registered: {sorted(_TASKS)}")
+  return _TASKS[name]
+
+
+# ---------------------------------------------------------------- gin glue
 @gin.configurable
 def etc_config(config_file: Optional[str] = None, **overrides: Any
                ) -> EtcConfig:
@@ -81,19 +92,34 @@ def etc_config(config_file: Optional[str] = None, **overrides: Any
   return EtcConfig(**overrides)
 
 
+@gin.configurable
+def execution_config(**options: Any) -> ExecutionConfig:
+  """How the encoder runs, from gin (`execution_config.attention_chunk_len =
+  2048`); any `ExecutionConfig` field."""
+  return ExecutionConfig(**options)
+
+
+@gin.configurable
+def task_class(cls=gin.REQUIRED):
+  """The Task subclass to run (bind `task_class.cls = @WikiHopTask`)."""
+  return cls
+
+
+# --------------------------------------------------------------------- model
 class EtcTaskModel(tf_keras.Model):
   """Encoder + task head. `call(features)` -> dict of named outputs.
 
   The side inputs are built in the graph from the raw features by the task's
   `side_inputs` function unless the features already carry them (when a task
-  prefers to build them in the tf.data pipeline).
+  builds them in the tf.data pipeline).
   """
 
-  def __init__(self, encoder: tf_keras.layers.Layer, side_inputs_fn,
+  def __init__(self, encoder: tf_keras.layers.Layer,
+               side_inputs_fn: Callable[[Features], Dict[str, Any]],
                **kwargs):
     super().__init__(**kwargs)
-    # Attribute name `encoder` is part of the checkpoint layout
-    # (`model/encoder/...`), which `training.checkpointing` relies on.
+    # The attribute name `encoder` is part of the checkpoint layout
+    # (`model/encoder/...`), which `checkpoints.initialization` relies on.
     self.encoder = encoder
     self._side_inputs_fn = side_inputs_fn
 
@@ -101,7 +127,7 @@ class EtcTaskModel(tf_keras.Model):
              ) -> Tuple[tf.Tensor, tf.Tensor]:
     """Returns long [B, L, H] and global [B, G, H] encoder outputs."""
     inputs = dict(features)
-    if not all(k in inputs for k in SIDE_INPUT_KEYS):
+    if not all(k in inputs for k in side_inputs_lib.SIDE_INPUT_KEYS):
       side = self._side_inputs_fn(features)
       inputs.update({k: v for k, v in side.items() if v is not None})
     return self.encoder(inputs, training=training)
@@ -118,13 +144,18 @@ class EtcTaskModel(tf_keras.Model):
     raise NotImplementedError
 
 
+# ---------------------------------------------------------------------- task
 class Task(abc.ABC):
-  """Base class of the fine-tuning tasks (see the module docstring)."""
+  """Base class of the tasks (see the module docstring)."""
 
   name: str = "task"
+  # Which raw features the side inputs come from
+  # (`side_inputs.LAYOUT_FEATURES`).
+  side_input_layout: str = "breakpoints"
 
   def __init__(self,
                model_config: Optional[EtcConfig] = None,
+               execution: Optional[ExecutionConfig] = None,
                long_seq_len: int = 4096,
                global_seq_len: int = 512,
                train_input: Optional[str] = None,
@@ -137,6 +168,7 @@ class Task(abc.ABC):
 
     Args:
       model_config: the encoder config; None = `etc_config()` from gin.
+      execution: how the encoder runs; None = `execution_config()` from gin.
       long_seq_len: L, the long input length of the TFRecords.
       global_seq_len: G, the global input length.
       train_input, eval_input, predict_input: TFRecord file patterns
@@ -147,6 +179,7 @@ class Task(abc.ABC):
       seed: shuffle seed (None = nondeterministic).
     """
     self.model_config = model_config or etc_config()
+    self.execution = execution or execution_config()
     self.long_seq_len = long_seq_len
     self.global_seq_len = global_seq_len
     self.input_patterns = {"train": train_input, "eval": eval_input,
@@ -160,13 +193,14 @@ class Task(abc.ABC):
   def feature_spec(self) -> FeatureSpec:
     """Per-example raw features in the TFRecords: name -> (dtype, shape).
 
-    The format of `tasks.common.tfrecords` (shape `(None,)` = variable
-    length); unbatched shapes, e.g. `[L]`, `[G]`, `[]`.
+    The format of `etc_realformer.data.tfrecords` (shape `(None,)` =
+    variable length); unbatched shapes, e.g. `[L]`, `[G]`, `[]`.
     """
 
-  @abc.abstractmethod
   def side_inputs(self, features: Features) -> Dict[str, Optional[tf.Tensor]]:
     """The eight side inputs from batched raw features ([B, L] / [B, G])."""
+    return side_inputs_lib.from_features(self.model_config, features,
+                                         self.side_input_layout)
 
   def model_features(self) -> Tuple[str, ...]:
     """Names of the features the model reads (default: the fixed-shape
@@ -181,36 +215,18 @@ class Task(abc.ABC):
             for k in self.model_features()}
 
   def parse_examples(self, serialized: tf.Tensor) -> Features:
-    """Parses a batch of serialized tf.Examples [B] with `feature_spec()`.
-
-    Integers are stored as int64 (the tf.Example type) and cast back to the
-    spec's dtype; variable-length `(None,)` features come back dense
-    ([B, longest in the batch], padded with 0 or b"").
-    """
-    spec = self.feature_spec()
-    parsed = tf.io.parse_example(serialized, tfrecords.parsing_spec(spec))
-    out = {}
-    for name, (dtype, _) in spec.items():
-      value = parsed[name]
-      if isinstance(value, tf.SparseTensor):
-        value = tf.sparse.to_dense(
-            value, default_value=b"" if dtype == tf.string else None)
-      out[name] = tf.cast(value, dtype) if value.dtype != dtype else value
-    return out
+    """Parses a batch of serialized tf.Examples [B] with `feature_spec()`."""
+    return tfrecords.parse(serialized, self.feature_spec())
 
   def input_files(self, mode: str) -> List[str]:
     pattern = self.input_patterns.get(mode)
     if not pattern:
       raise ValueError(f"{self.name}: no input files for mode {mode!r}; set "
                        f"{type(self).__name__}.{mode}_input in gin")
-    files = []
-    for p in pattern.split(","):
-      matched = sorted(tf.io.gfile.glob(p.strip()))
-      if not matched:
-        raise FileNotFoundError(f"{self.name} {mode} input: no file matches "
-                                f"{p.strip()!r}")
-      files.extend(matched)
-    return files
+    try:
+      return tfrecords.match_files(pattern)
+    except FileNotFoundError as e:
+      raise FileNotFoundError(f"{self.name} {mode} input: {e}") from e
 
   def build_inputs(self, mode: str, global_batch_size: int,
                    input_context: Optional[tf.distribute.InputContext] = None
@@ -264,25 +280,14 @@ class Task(abc.ABC):
 
   # ----------------------------------------------------------------- model
   def build_encoder(self) -> tf_keras.layers.Layer:
-    from etc_realformer import EtcModel  # pylint: disable=g-import-not-at-top
-    return EtcModel(self.model_config)
+    from etc_realformer.networks.etc_model import EtcModel  # pylint: disable=g-import-not-at-top
+    return EtcModel(self.model_config, self.execution)
 
   @abc.abstractmethod
   def build_model(self) -> EtcTaskModel:
     """The task model (encoder + head); variables may be created lazily."""
 
   # -------------------------------------------------------- loss & metrics
-  def train_features(self, features: Features, step: tf.Tensor) -> Features:
-    """The batch a training step sees (default: as read).
-
-    A hook for training-only input curricula (e.g. the WikiHop demo's
-    scaffold marks), applied by the trainer to each micro-batch before the
-    forward pass. `step` is the optimizer's step counter (restored with the
-    checkpoint, so a resumed run continues the schedule where it stopped).
-    """
-    del step
-    return features
-
   @abc.abstractmethod
   def per_example_loss(self, features: Features,
                        outputs: Dict[str, tf.Tensor]) -> tf.Tensor:
@@ -312,6 +317,22 @@ class Task(abc.ABC):
       output_dir: where to write.
     """
     raise NotImplementedError(f"{self.name} writes no predictions")
+
+  def official_scores(self, predictions: Mapping[str, Any],
+                      output_dir: str) -> Optional[Dict[str, Any]]:
+    """The task's official metric of predictions made on the eval set.
+
+    Args:
+      predictions: as `write_predictions` (which has written them to
+        `output_dir`).
+      output_dir: where reports go.
+
+    Returns:
+      A JSON-able summary (one line of it is printed by the runner), or None
+      when no gold is available.
+    """
+    del predictions, output_dir
+    return None
 
   # ----------------------------------------------------------------- export
   def serving_outputs(self, features: Features,
@@ -349,7 +370,7 @@ class Task(abc.ABC):
 
 
 class RawInputTask(Task):
-  """A Task whose export adds raw-input signatures (all four tasks).
+  """A Task whose export adds raw-input signatures.
 
   Those signatures run the task's in-graph featurizer, built like
   preprocessing's from the task's `vocab_file` / `spm_model_file` /
@@ -359,6 +380,8 @@ class RawInputTask(Task):
   """
 
   _featurizer = None
+  vocab_file: Optional[str] = None
+  spm_model_file: Optional[str] = None
   # How the error of `featurizer` names what needs the vocabulary.
   raw_signatures_name = "raw-input signature"
 
@@ -398,3 +421,5 @@ class RawInputTask(Task):
     if not self.has_vocabulary:
       return {}
     return {"featurizer": self.featurizer}
+
+

@@ -1,0 +1,48 @@
+"""What every binary of the project shares: a user's mistake is one line on
+stderr and exit code 2, not a traceback.
+
+    if __name__ == "__main__":
+      cli.run(main)
+
+A user's mistake is a `UserInputError` (a bad file, record, vocabulary,
+config or checkpoint), a file that does not exist, or a gin file or binding
+that does not parse. Anything else is a bug and keeps its traceback.
+"""
+
+import sys
+from typing import Callable, List, Optional
+
+from absl import app
+import tensorflow as tf
+
+from etc_realformer.errors import UserInputError
+
+EXIT_USER_ERROR = 2
+
+USER_ERRORS = (UserInputError, FileNotFoundError, NotADirectoryError,
+               IsADirectoryError, tf.errors.NotFoundError)
+
+
+def user_error_line(error: BaseException) -> str:
+  """The one line printed for a user's mistake."""
+  text = str(error).strip() or type(error).__name__
+  if isinstance(error, tf.errors.NotFoundError):
+    text = error.message
+  return "error: " + text
+
+
+def guarded(main: Callable[[List[str]], Optional[int]]
+            ) -> Callable[[List[str]], Optional[int]]:
+  """`main` with user mistakes turned into one line and exit code 2."""
+  def wrapped(argv):
+    try:
+      return main(argv)
+    except USER_ERRORS as e:
+      print(user_error_line(e), file=sys.stderr, flush=True)
+      sys.exit(EXIT_USER_ERROR)
+  return wrapped
+
+
+def run(main: Callable[[List[str]], Optional[int]]) -> None:
+  """`absl.app.run(main)` with `guarded` around it."""
+  app.run(guarded(main))

@@ -1,0 +1,106 @@
+"""`ExecutionConfig`: how the encoder computes its function, not what.
+
+`EtcConfig` is the model (what `etc_config.json` holds, plus the RealFormer
+options); these choices trade speed for memory and give the same outputs and
+gradients whatever their values (to float32 rounding), so a checkpoint never
+depends on them:
+
+    model = EtcModel(config, execution=ExecutionConfig(attention_chunk_len=2048))
+
+Gradient checkpointing (`EtcConfig.grad_checkpointing_period`) is also an
+execution choice, but the released config format carries it, so it stays in
+`EtcConfig`.
+"""
+
+import dataclasses
+from typing import Any, Union
+
+from etc_realformer.errors import UserInputError
+
+ATT_IMPLEMENTATIONS = ("auto", "sparse", "full")
+
+# `att_implementation = "auto"`: the dense path up to this static long length
+# (as the original), the sparse (blocked) path above it.
+AUTO_FULL_MAX_LEN = 1024
+
+# `attention_chunk_len = "auto"`: one piece up to this static long length,
+# chunks of AUTO_CHUNK_LEN queries above it (the best measured memory at
+# 8192 and 16384; docs/benchmarks.md, "Chunk length").
+AUTO = "auto"
+AUTO_UNCHUNKED_MAX_LEN = 4096
+AUTO_CHUNK_LEN = 2048
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecutionConfig:
+  """Speed/memory choices of the encoder (see the module docstring).
+
+  Attributes:
+    att_implementation: 'sparse' = blocked l2l attention (linear in the long
+      length), 'full' = dense [L, L] scores, 'auto' = full for static lengths
+      <= AUTO_FULL_MAX_LEN. `EtcModel.call` can override it per call.
+    recompute_attention: keep only the attention core's inputs for the
+      backward pass and recompute scores, softmaxes and dropout there: saves
+      the [L, 3b] / [L, G] / [G, L] score tensors for one more core pass.
+    attention_chunk_len: sparse path, static lengths: compute the core in
+      ceil(L / attention_chunk_len) chunks of queries, each recomputed alone
+      in the backward pass, so that one chunk's scores exist at a time.
+      0 = one piece; "auto" = one piece up to AUTO_UNCHUNKED_MAX_LEN tokens,
+      chunks of AUTO_CHUNK_LEN above. Not applied under XLA, whose schedule
+      does not keep the chunk order that bounds memory.
+    recompute_residual_streams: residual attention carries each layer's score
+      inputs (pre-scaled queries, keys, relative scores per id) instead of
+      the running score sums, and recomputes the sums where a layer reads
+      them (chunk by chunk on the sparse path): no [L, G]-sized stream
+      between layers, for O(layers^2) score products. For shallow models or
+      inputs of 8k tokens and more.
+  """
+  att_implementation: str = "auto"
+  recompute_attention: bool = False
+  attention_chunk_len: Union[int, str] = AUTO
+  recompute_residual_streams: bool = False
+
+  def __post_init__(self):
+    if self.att_implementation not in ATT_IMPLEMENTATIONS:
+      raise UserInputError(f"ExecutionConfig.att_implementation: "
+                       f"{self.att_implementation!r} is not one of "
+                       f"{ATT_IMPLEMENTATIONS}")
+    chunk = self.attention_chunk_len
+    if chunk != AUTO and (not isinstance(chunk, int) or
+                          isinstance(chunk, bool) or chunk < 0):
+      raise UserInputError(f"ExecutionConfig.attention_chunk_len: must be "
+                       f"{AUTO!r} or a non-negative integer, got {chunk!r}")
+
+  def implementation_for(self, long_len: Any,
+                         requested: Union[str, None] = None) -> str:
+    """'sparse' or 'full' for a static long length (None: dynamic).
+
+    Args:
+      long_len: the long length, an int when static.
+      requested: a per-call override of `att_implementation`.
+    """
+    impl = requested or self.att_implementation
+    if impl not in ATT_IMPLEMENTATIONS:
+      raise UserInputError(f"att_implementation: {impl!r} is not one of "
+                       f"{ATT_IMPLEMENTATIONS}")
+    if impl != "auto":
+      return impl
+    if isinstance(long_len, int) and long_len <= AUTO_FULL_MAX_LEN:
+      return "full"
+    return "sparse"
+
+  def chunk_len_for(self, long_len: Any) -> int:
+    """Queries per attention chunk for a long length (0 = one piece).
+
+    Resolves "auto"; a dynamic (non-int) length gets 0, since only static
+    lengths are chunked.
+    """
+    chunk = self.attention_chunk_len
+    if chunk != AUTO:
+      return chunk
+    if not isinstance(long_len, int) or long_len <= AUTO_UNCHUNKED_MAX_LEN:
+      return 0
+    return AUTO_CHUNK_LEN
+
+  def replace(self, **changes) -> "ExecutionConfig":
+    return dataclasses.replace(self, **changes)

@@ -1,1 +1,0 @@
-"""Fused CPU kernels (C++ custom ops) and their Python side."""
