@@ -8,16 +8,27 @@ Every task reader follows the same contract:
   inconsistency) raises `BadRecordError(file, record_id, field, reason)`.
   `RecordStats.handle_bad_record` then either re-raises it (`strict=True`)
   or skips it, counting it per reason and naming it in the stats JSON.
+
+Also here: `write_json` (how the tasks write their reports and submissions)
+and `find_manual_file` (where the TFDS builders look for a manually
+downloaded file).
 """
 
 import collections
 import dataclasses
 import json
-from typing import Any, Dict, List
+import os
+from typing import Any, Dict, List, Sequence
 
 import tensorflow as tf
 
 from etc_realformer.errors import UserInputError
+
+# Skip reasons every reader uses, as they appear in the stats JSON.
+MISSING_FIELD = "missing_field"
+WRONG_TYPE = "wrong_type"
+UNDECODABLE_TEXT = "undecodable_text"
+EMPTY_TEXT = "empty_text"
 
 
 class InputFileError(UserInputError):
@@ -43,16 +54,15 @@ class BadRecordError(UserInputError):
                 reason=self.reason, detail=self.detail)
 
 
-def load_json_array(path: str) -> List[Any]:
-  """Loads a file holding one JSON array, with errors that name the file.
+def load_json(path: str) -> Any:
+  """Loads a file holding one JSON value, with errors that name the file.
 
   Invalid UTF-8 bytes do not fail the whole file: they are decoded as lone
   surrogates (`surrogateescape`), so the record holding them can be reported
   as `undecodable_text` by `check_text` and skipped on its own.
 
   Raises:
-    InputFileError: the file is missing, unreadable, empty, not JSON, or its
-      top level is not an array.
+    InputFileError: the file is missing, unreadable, empty or not JSON.
   """
   try:
     with tf.io.gfile.GFile(path, "rb") as f:
@@ -66,6 +76,16 @@ def load_json_array(path: str) -> List[Any]:
     data = json.loads(text)
   except json.JSONDecodeError as e:
     raise InputFileError(f"{path}: not valid JSON: {e}") from e
+  return data
+
+
+def load_json_array(path: str) -> List[Any]:
+  """`load_json` of a file whose top level must be an array (of records).
+
+  Raises:
+    InputFileError: as `load_json`, or the top level is not an array.
+  """
+  data = load_json(path)
   if not isinstance(data, list):
     raise InputFileError(
         f"{path}: expected a JSON array of records at the top level, got "
@@ -80,6 +100,26 @@ def is_decodable(text: str) -> bool:
   except UnicodeEncodeError:
     return False
   return True
+
+
+def check_text(value: Any, file: str, record_id: str, field: str,
+               allow_empty: bool = False) -> str:
+  """`value` if it is a decodable (and, unless `allow_empty`, non-blank)
+  string.
+
+  Raises:
+    BadRecordError: `WRONG_TYPE`, `UNDECODABLE_TEXT` or `EMPTY_TEXT`, naming
+      the file, record and field.
+  """
+  if not isinstance(value, str):
+    raise BadRecordError(file, record_id, field, WRONG_TYPE,
+                         f"expected a string, got {type(value).__name__}")
+  if not is_decodable(value):
+    raise BadRecordError(file, record_id, field, UNDECODABLE_TEXT,
+                         "text is not valid UTF-8")
+  if not allow_empty and not value.strip():
+    raise BadRecordError(file, record_id, field, EMPTY_TEXT)
+  return value
 
 
 @dataclasses.dataclass
@@ -155,3 +195,36 @@ def record_id_of(record: Any, index: int, id_field: str = "id") -> str:
   if isinstance(record, dict) and isinstance(record.get(id_field), str):
     return record[id_field]
   return f"#{index}"
+
+
+def write_json(path: str, value: Any, sort_keys: bool = False) -> None:
+  """Writes `value` as UTF-8 JSON (non-ASCII kept, one-space indent, a final
+  newline): the tasks' submissions and reports."""
+  with tf.io.gfile.GFile(path, "w") as f:
+    json.dump(value, f, indent=1, sort_keys=sort_keys, ensure_ascii=False)
+    f.write("\n")
+
+
+def find_manual_file(manual_dir: str, filename: str,
+                     subdirs: Sequence[str] = ("",),
+                     instructions: str = "") -> str:
+  """The path of `filename` in `manual_dir` or one of its `subdirs`.
+
+  Args:
+    manual_dir: where the user put a manually downloaded dataset.
+    filename: the released file's name.
+    subdirs: folders below `manual_dir` to look in, in order ("" = itself).
+    instructions: the download instructions, appended to the error.
+
+  Raises:
+    InputFileError: the file is in none of them (the message lists where it
+      was looked for).
+  """
+  for subdir in subdirs:
+    path = os.path.join(manual_dir, subdir, filename)
+    if tf.io.gfile.exists(path):
+      return path
+  looked = [os.path.join(manual_dir, s) for s in subdirs]
+  raise InputFileError(
+      f"{filename} not found in manual_dir {manual_dir} (looked in "
+      f"{looked}). {instructions}".rstrip())
