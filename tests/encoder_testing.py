@@ -1,35 +1,115 @@
-"""Helpers for the encoder tests: tiny configs, random inputs, and an
-independent NumPy reference of the ETC-RealFormer forward pass.
+"""Helpers for the encoder tests: tiny configs and models, random inputs,
+training-step comparisons, and an independent NumPy reference of the
+ETC-RealFormer forward pass.
 
-The NumPy reference is written from the definitions (REFERENCE.md sections
-1 and 3), densely, over the concatenation [long keys (band-masked), global
-keys], so it shares no code or layout trick with the library.
+The NumPy reference is written from the definitions of the ETC paper
+(global-local attention with relative position terms, Post-LN layers) and
+the RealFormer paper (the running sum of the scaled scores before the mask;
+its running mean), densely, over the concatenation [long keys
+(band-masked), global keys], so it shares no code or layout trick with the
+library.
 """
 
+import dataclasses
 import math
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+import tensorflow as tf
 
-from etc_realformer import EtcConfig
+from etc_realformer import EtcConfig, EtcModel, ExecutionConfig
 
 PATTERNS = ("l2l", "l2g", "g2g", "g2l")
+_EXECUTION_FIELDS = {f.name for f in dataclasses.fields(ExecutionConfig)}
 
 
-def spy_chunked_calls(monkeypatch) -> List[int]:
-  """Records the chunk count of every chunked attention core built from now
-  on (empty: every layer computed its core whole)."""
-  from etc_realformer.layers import attention  # pylint: disable=g-import-not-at-top
-  calls: List[int] = []
-  original = attention.FusedGlobalLocalAttention._attend_chunked
+def split_changes(changes: Dict[str, Any]
+                  ) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+  """(EtcConfig fields, ExecutionConfig fields) of a dict of overrides."""
+  model = {k: v for k, v in changes.items() if k not in _EXECUTION_FIELDS}
+  execution = {k: v for k, v in changes.items() if k in _EXECUTION_FIELDS}
+  return model, execution
 
-  def spy(self, *args):
-    calls.append(args[9])  # num_chunks
-    return original(self, *args)
 
-  monkeypatch.setattr(attention.FusedGlobalLocalAttention, "_attend_chunked",
-                      spy)
-  return calls
+def tiny_model(config: Optional[EtcConfig] = None, **changes) -> EtcModel:
+  """A built `EtcModel` of `config` (default `tiny_config()`) with `changes`
+  to its EtcConfig and ExecutionConfig fields."""
+  model_changes, execution = split_changes(changes)
+  config = (config or tiny_config()).replace(**model_changes)
+  model = EtcModel(config, ExecutionConfig(**execution))
+  model.build()
+  return model
+
+
+def copy_weights(source: EtcModel, target: EtcModel) -> EtcModel:
+  """Assigns `source`'s weights to `target` (by released name; a shallower
+  target takes the first layers)."""
+  targets = target.official_variables()
+  for name, var in source.official_variables().items():
+    if name in targets:
+      targets[name].assign(var)
+  return target
+
+
+def twin_models(config: EtcConfig, **changes) -> Tuple[EtcModel, EtcModel]:
+  """Two models with the same weights: `config`, and `config` + `changes`
+  (EtcConfig or ExecutionConfig fields)."""
+  a = tiny_model(config)
+  randomize_relative_bias(a)
+  return a, copy_weights(a, tiny_model(config, **changes))
+
+
+def probes(config: EtcConfig, batch: int, long_len: int, global_len: int,
+           seed: int = 0) -> Tuple[np.ndarray, np.ndarray]:
+  """Random weights of the outputs in a scalar test loss."""
+  rng = np.random.RandomState(seed)
+  return (rng.normal(size=[batch, long_len, config.hidden_size]).astype(
+      np.float32),
+          rng.normal(size=[batch, global_len, config.hidden_size]).astype(
+              np.float32))
+
+
+def loss_and_grads(model: EtcModel, feats, probe: Sequence[np.ndarray],
+                   training: bool, impl: str = "sparse",
+                   use_function: bool = False):
+  """(outputs, loss, gradients) of sum(outputs * probes), dropout seeded.
+
+  Returns NumPy values; the gradients follow `model.trainable_variables`.
+  """
+  def step():
+    tf.random.set_seed(1234)  # the per-call dropout seed is drawn from here
+    with tf.GradientTape() as tape:
+      outs = model(feats, training=training, att_implementation=impl)
+      loss = sum(tf.reduce_sum(o * p) for o, p in zip(outs, probe))
+    return outs, loss, tape.gradient(loss, model.trainable_variables)
+  if use_function:
+    step = tf.function(step)
+  outs, loss, grads = step()
+  return ([o.numpy() for o in outs], float(loss),
+          [None if g is None else tf.convert_to_tensor(g).numpy()
+           for g in grads])
+
+
+def assert_same_training(a, b, relative: float = 2e-6) -> None:
+  """Two `loss_and_grads` results agree to float32 rounding.
+
+  Outputs and loss to 1e-5. Gradients of a few hundred are sums of larger
+  terms that two computations (or two runs: the executor may add partial
+  gradients in any order) round differently: float32 noise scales with the
+  gradient's magnitude, so each gradient is judged relative to its largest
+  element (`relative` x max |g|, plus 1e-5 for gradients that are noise).
+  """
+  outs_a, loss_a, grads_a = a
+  outs_b, loss_b, grads_b = b
+  for x, y in zip(outs_a, outs_b):
+    assert np.isfinite(y).all()
+    np.testing.assert_allclose(x, y, atol=1e-5, rtol=1e-5)
+  assert abs(loss_a - loss_b) < 1e-5 * max(1.0, abs(loss_a))
+  for ga, gb in zip(grads_a, grads_b):
+    assert (ga is None) == (gb is None)
+    if ga is not None:
+      atol = 1e-5 + relative * float(np.abs(ga).max())
+      np.testing.assert_allclose(ga, gb, atol=atol, rtol=1e-5)
 
 
 def tiny_config(**overrides) -> EtcConfig:

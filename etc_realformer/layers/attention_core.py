@@ -319,6 +319,9 @@ def side_inputs(spec: SideSpec, tensors: Mapping[str, tf.Tensor],
   """
   a, _ = spec.patterns
   b_len = spec.block_len
+  # Without ids the relative tables take no part (and get no gradient).
+  has_ids = any(side_masks.get(p + "_ids") is not None
+                for p in spec.patterns)
 
   def score_inputs(t, prefix, patterns):
     out = {}
@@ -332,7 +335,7 @@ def side_inputs(spec: SideSpec, tensors: Mapping[str, tf.Tensor],
             blocking.padded_blocks(t[p + "_k"], b_len, axis=2), "halo", 2, 1)
       else:
         out[prefix + p + "_k"] = ChunkInput(t[p + "_k"], "shared")
-    if t.get("per_id") is not None:
+    if has_ids and t.get("per_id") is not None:
       per_id = t["per_id"]
       if spec.band:  # [B, L, R, H] -> [B, nb, b, R, H]
         per_id = blocking.split_into_blocks(per_id, b_len, axis=1)

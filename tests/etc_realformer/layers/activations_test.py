@@ -1,10 +1,13 @@
-"""`lean_gelu`: the feed-forward's gelu with a recomputed, XLA-fused gradient."""
+"""`activations.gelu` (the feed-forward's gelu, with a recomputed, XLA-fused
+gradient) and the activations by config name."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from etc_realformer.layers.transformer import lean_gelu
+from etc_realformer.layers.activations import ACTIVATIONS
+from etc_realformer.layers.activations import gelu as lean_gelu
+from etc_realformer.layers.activations import get_activation
 
 
 def _grads(fn, x, dy):
@@ -59,3 +62,12 @@ def test_dynamic_shapes_in_one_function():
                       tf.ones_like(x))
     np.testing.assert_allclose(fn(x).numpy(), g_ref.numpy(), rtol=1e-5,
                                atol=1e-5)
+
+
+def test_every_config_name_has_an_activation():
+  x = tf.constant([-1.0, 0.0, 2.0])
+  for name in ACTIVATIONS:
+    assert get_activation(name)(x).shape == x.shape
+  assert get_activation("gelu") is lean_gelu
+  with pytest.raises(ValueError, match="swish"):
+    get_activation("swish")

@@ -32,3 +32,43 @@ def test_band_blocks_gradient_sums_the_three_copies():
   # those exist): 4 blocks of 3 for 10 positions.
   counts = np.array([2, 2, 2, 3, 3, 3, 3, 3, 3, 2], np.float32)
   np.testing.assert_array_equal(grad[0, :, 0], counts)
+
+
+@pytest.mark.parametrize("seq_len", [7, 8, 9])
+def test_padded_blocks_then_band_is_band_blocks(seq_len):
+  x = tf.constant(np.arange(2 * seq_len * 3, dtype=np.float32).reshape(
+      [2, seq_len, 3]))
+  padded = blocking.padded_blocks(x, 4, axis=1)
+  nb = -(-seq_len // 4)
+  assert padded.shape == (2, nb + 2, 4, 3)
+  np.testing.assert_array_equal(
+      blocking.band_from_padded(padded, 0, nb, axis=1).numpy(),
+      blocking.band_blocks(x, 4, axis=1).numpy())
+  # A chunk of blocks sees what the whole sees for those blocks.
+  np.testing.assert_array_equal(
+      blocking.band_from_padded(padded, 1, nb - 1, axis=1).numpy(),
+      blocking.band_blocks(x, 4, axis=1).numpy()[:, 1:])
+
+
+def test_merge_and_split_axes_are_inverse():
+  x = tf.reshape(tf.range(2 * 3 * 4 * 5), [2, 3, 4, 5])
+  merged = blocking.merge_axes(x, 1)
+  assert merged.shape == (2, 12, 5)
+  np.testing.assert_array_equal(blocking.split_axis(merged, 1, 4).numpy(),
+                                x.numpy())
+
+
+@pytest.mark.parametrize("seq_len,radius", [(9, 2), (10, 3), (4, 5)])
+def test_window_layouts_round_trip(seq_len, radius):
+  window = tf.constant(np.random.default_rng(1).normal(
+      size=[2, seq_len, 2 * radius + 1]).astype(np.float32))
+  in_range = blocking.window_in_range_mask(seq_len, radius).numpy()
+  window = window * in_range
+  blocked = blocking.window_to_blocked(window, radius)
+  np.testing.assert_allclose(
+      blocking.blocked_to_window(blocked, seq_len, radius).numpy(),
+      window.numpy())
+  full = blocking.window_to_full(window, radius)
+  assert full.shape == (2, seq_len, seq_len)
+  np.testing.assert_allclose(blocking.full_to_window(full, radius).numpy(),
+                             window.numpy())

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from etc_realformer.layers import dropout
 from etc_realformer.layers.dropout import keep_gain
 from etc_realformer.layers.dropout import stateless_dropout
 
@@ -57,3 +58,44 @@ def test_prescaled_applies_the_same_mask_without_scaling():
   unscaled = stateless_dropout(x, 0.2, seed, 4, True, prescaled=True).numpy()
   kept = unscaled != 0
   np.testing.assert_array_equal(unscaled[kept], x.numpy()[kept])
+
+
+def test_row_keep_mask_pieces_equal_the_whole():
+  seed = tf.constant([7, 11], tf.int32)
+  whole = dropout.row_keep_mask(seed, 3, 0.3, 0, tf.constant([2, 9, 3, 5]),
+                                row_axis=1).numpy()
+  assert whole.shape == (2, 9, 3, 5)
+  assert 0.5 < whole.mean() < 0.9
+  for start, size in ((0, 1), (1, 3), (4, 5), (8, 1)):
+    piece = dropout.row_keep_mask(seed, 3, 0.3, start,
+                                  tf.constant([2, size, 3, 5]), row_axis=1)
+    np.testing.assert_array_equal(piece.numpy(),
+                                  whole[:, start:start + size])
+  other = dropout.row_keep_mask(seed, 4, 0.3, 0, tf.constant([2, 9, 3, 5]),
+                                row_axis=1).numpy()
+  assert (other != whole).any()
+
+
+def test_row_dropout_scales_like_stateless_dropout():
+  x = tf.ones([2, 3, 40, 7])
+  seed = tf.constant([5, 6])
+  y = dropout.row_dropout(x, 0.25, seed, 2, True).numpy()
+  kept = y != 0
+  np.testing.assert_allclose(y[kept], keep_gain(0.25), rtol=1e-6)
+  assert abs(kept.mean() - 0.75) < 0.05
+  assert dropout.row_dropout(x, 0.25, seed, 2, False) is x
+
+
+def test_site_table_is_unique_per_layer():
+  offsets = [*dropout.ATTENTION_PROBS_OFFSET.values(),
+             dropout.ATTENTION_OUTPUT_LONG_OFFSET,
+             dropout.ATTENTION_OUTPUT_GLOBAL_OFFSET,
+             dropout.FEED_FORWARD_LONG_OFFSET,
+             dropout.FEED_FORWARD_GLOBAL_OFFSET]
+  assert len(set(offsets)) == len(offsets)
+  assert max(offsets) < dropout.SITES_PER_LAYER
+  sites = {dropout.SITE_EMBEDDING_LONG, dropout.SITE_EMBEDDING_GLOBAL}
+  for layer in range(3):
+    layer_sites = {dropout.layer_sites(layer) + o for o in offsets}
+    assert not sites & layer_sites
+    sites |= layer_sites

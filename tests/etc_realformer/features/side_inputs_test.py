@@ -170,140 +170,6 @@ def test_unbatched_inputs_give_unbatched_outputs(golden):
 # Global: 0 CLS, 1 question token, 2 paragraph token P1, 3 S1, 4 S2, 5 pad;
 # segments {0}, {1}, {2, 3, 4}, {5 = padding}.
 # Long: q1 q2 | w1 w2 (S1) w3 w4 (S2) | pad.
-MH_INPUTS = dict(
-    long_paragraph_breakpoints=[[0, 1, 0, 0, 0, 1, 0]],
-    long_paragraph_ids=[[-1, -1, 2, 2, 2, 2, -1]],
-    long_sentence_ids=[[1, 1, 3, 3, 4, 4, -1]],
-    global_paragraph_breakpoints=[[1, 1, 0, 0, 1, 0]],
-    local_radius=1,
-    relative_pos_max_distance=1,
-    ignore_hard_g2l_mask=[[1, 0, 0, 0, 0, 0]],  # CLS sees all long tokens.
-    ignore_hard_l2g_mask=[[1, 0, 0, 0, 0, 0, 0]],  # q1 sees all global.
-)
-_REAL_G = [1, 1, 1, 1, 1, 0]
-_PAD_G = [0, 0, 0, 0, 0, 1]
-MH_SOFT = dict(
-    # Local attention stops at the paragraph breakpoint after q2 and w4.
-    l2l_att_mask=[[[0, 1, 1], [1, 1, 0], [0, 1, 1], [1, 1, 1], [1, 1, 1],
-                   [1, 1, 0], [0, 1, 0]]],
-    g2g_att_mask=[[_REAL_G] * 5 + [_PAD_G]],
-    l2g_att_mask=[[_REAL_G] * 6 + [_PAD_G]],
-    g2l_att_mask=[[[1, 1, 1, 1, 1, 1, 0]] * 5 + [[0, 0, 0, 0, 0, 0, 1]]],
-    l2l_relative_att_ids=[[[2, 0, 1]] * 7],
-    # 5 = 2M+3 across global paragraph segments (padding is one too).
-    g2g_relative_att_ids=[[[0, 5, 5, 5, 5, 5],
-                           [5, 0, 5, 5, 5, 5],
-                           [5, 5, 0, 1, 1, 5],
-                           [5, 5, 2, 0, 1, 5],
-                           [5, 5, 2, 2, 0, 5],
-                           [5, 5, 5, 5, 5, 0]]],
-    # Own id 4 for the sentence token and the paragraph token.
-    l2g_relative_att_ids=[[[3, 4, 3, 3, 3, 3],
-                           [3, 4, 3, 3, 3, 3],
-                           [3, 3, 4, 4, 3, 3],
-                           [3, 3, 4, 4, 3, 3],
-                           [3, 3, 4, 3, 4, 3],
-                           [3, 3, 4, 3, 4, 3],
-                           [3, 3, 3, 3, 3, 3]]],
-)
-MH_HARD_L2G = [[[1, 1, 1, 1, 1, 0],  # q1 is exempt.
-                [0, 1, 0, 0, 0, 0],
-                [0, 0, 1, 1, 0, 0],
-                [0, 0, 1, 1, 0, 0],
-                [0, 0, 1, 0, 1, 0],
-                [0, 0, 1, 0, 1, 0],
-                [0, 0, 0, 0, 0, 0]]]
-MH_HARD_G2L = [[[1, 1, 1, 1, 1, 1, 0],  # CLS is exempt.
-                [1, 1, 0, 0, 0, 0, 0],
-                [0, 0, 1, 1, 1, 1, 0],
-                [0, 0, 1, 1, 0, 0, 0],
-                [0, 0, 0, 0, 1, 1, 0],
-                [0, 0, 0, 0, 0, 0, 0]]]
-
-
-@pytest.mark.parametrize("hard_g2l,hard_l2g", [(False, False), (True, False),
-                                               (False, True), (True, True)])
-def test_multihop(hard_g2l, hard_l2g):
-  out = si.make_multihop_side_inputs(
-      **MH_INPUTS, use_hard_g2l_mask=hard_g2l, use_hard_l2g_mask=hard_l2g)
-  expected = dict(MH_SOFT)
-  expected["g2l_relative_att_ids"] = np.transpose(
-      MH_SOFT["l2g_relative_att_ids"], [0, 2, 1])
-  if hard_l2g:
-    expected["l2g_att_mask"] = MH_HARD_L2G
-  if hard_g2l:
-    expected["g2l_att_mask"] = MH_HARD_G2L
-  _assert_equal(out, expected)
-
-
-def test_multihop_hard_without_ignore_masks():
-  inputs = dict(MH_INPUTS, ignore_hard_g2l_mask=None,
-                ignore_hard_l2g_mask=None)
-  out = si.make_multihop_side_inputs(**inputs, use_hard_g2l_mask=True,
-                                     use_hard_l2g_mask=True)
-  hard_g2l = np.array(MH_HARD_G2L)
-  hard_g2l[0, 0] = 0  # CLS links to no long token.
-  hard_l2g = np.array(MH_HARD_L2G)
-  hard_l2g[0, 0] = [0, 1, 0, 0, 0, 0]  # q1 sees its question token only.
-  _assert_equal(out, dict(g2l_att_mask=hard_g2l, l2g_att_mask=hard_l2g))
-
-
-def test_multihop_l2g_linked_ids():
-  # Link q1 to CLS and w3 to S1: only the relative ids change.
-  out = si.make_multihop_side_inputs(
-      **MH_INPUTS, use_hard_l2g_mask=True,
-      l2g_linked_ids=[[0, -1, -1, -1, 3, -1, -1]])
-  ids = np.array(MH_SOFT["l2g_relative_att_ids"])
-  ids[0, 0, 0] = 4
-  ids[0, 4, 3] = 4
-  _assert_equal(out, dict(l2g_relative_att_ids=ids,
-                          g2l_relative_att_ids=np.transpose(ids, [0, 2, 1]),
-                          l2g_att_mask=MH_HARD_L2G))
-
-
-def test_multihop_flat_sequence():
-  out = si.make_multihop_side_inputs(
-      **MH_INPUTS, use_hard_g2l_mask=True, flat_sequence=True,
-      l2g_linked_ids=[[0, -1, -1, -1, 3, -1, -1]])
-  _assert_equal(out, dict(
-      # One segment for all real tokens: local attention crosses paragraphs.
-      l2l_att_mask=[[[0, 1, 1], [1, 1, 1], [1, 1, 1], [1, 1, 1], [1, 1, 1],
-                     [1, 1, 0], [0, 1, 0]]],
-      g2g_att_mask=MH_SOFT["g2g_att_mask"],
-      l2g_att_mask=MH_SOFT["l2g_att_mask"],
-      # Sentence ids only: CLS and P1 are orphaned, the ignore mask unused.
-      g2l_att_mask=[[[0, 0, 0, 0, 0, 0, 0],
-                     [1, 1, 0, 0, 0, 0, 0],
-                     [0, 0, 0, 0, 0, 0, 0],
-                     [0, 0, 1, 1, 0, 0, 0],
-                     [0, 0, 0, 0, 1, 1, 0],
-                     [0, 0, 0, 0, 0, 0, 0]]],
-      # No cross-paragraph id; paragraph and linked ids play no part.
-      g2g_relative_att_ids=[[[0, 1, 1, 1, 1, 1],
-                             [2, 0, 1, 1, 1, 1],
-                             [2, 2, 0, 1, 1, 1],
-                             [2, 2, 2, 0, 1, 1],
-                             [2, 2, 2, 2, 0, 1],
-                             [2, 2, 2, 2, 2, 0]]],
-      l2g_relative_att_ids=[[[3, 4, 3, 3, 3, 3],
-                             [3, 4, 3, 3, 3, 3],
-                             [3, 3, 3, 4, 3, 3],
-                             [3, 3, 3, 4, 3, 3],
-                             [3, 3, 3, 3, 4, 3],
-                             [3, 3, 3, 3, 4, 3],
-                             [3, 3, 3, 3, 3, 3]]]))
-
-
-def test_multihop_unbatched():
-  batched = si.make_multihop_side_inputs(**MH_INPUTS, use_hard_g2l_mask=True)
-  single = si.make_multihop_side_inputs(
-      **{k: (v[0] if isinstance(v, list) else v)
-         for k, v in MH_INPUTS.items()}, use_hard_g2l_mask=True)
-  for key in KEYS:
-    np.testing.assert_array_equal(single[key], batched[key][0])
-
-
-# --------------------------------------------------------------- fixed block
 def test_fixed_block():
   # L = 7, 3 tokens per block -> G = 3; the third block is all padding.
   side, glob = si.make_fixed_block_side_inputs(
@@ -370,7 +236,7 @@ def test_tf_data_add_side_input_features(golden):
   features = {k: golden[k] for k in ("long_breakpoints", "global_breakpoints",
                                      "sentence_ids", "token_ids")}
   ds = tf.data.Dataset.from_tensor_slices(features).map(
-      lambda f: si.add_side_input_features(config, f))
+      lambda f: si.with_side_inputs(config, f, "breakpoints"))
   element = next(iter(ds.batch(2)))
   assert "l2l_relative_att_ids" not in element
   assert "token_ids" in element
@@ -387,17 +253,6 @@ def test_jit_compile_matches_eager(golden):
   compiled = fn(*[tf.constant(a) for a in args])
   for key in KEYS:
     np.testing.assert_array_equal(compiled[key], eager[key])
-
-  mh = tf.function(lambda **kw: si.make_multihop_side_inputs(
-      **kw, local_radius=1, relative_pos_max_distance=1,
-      use_hard_g2l_mask=True, use_hard_l2g_mask=True), jit_compile=True)
-  tensors = {k: tf.constant(v) for k, v in MH_INPUTS.items()
-             if isinstance(v, list)}
-  got = mh(**tensors)
-  want = si.make_multihop_side_inputs(**MH_INPUTS, use_hard_g2l_mask=True,
-                                      use_hard_l2g_mask=True)
-  for key in KEYS:
-    np.testing.assert_array_equal(got[key], want[key])
 
   fb = tf.function(lambda m: si.make_fixed_block_side_inputs(m, 3, 2, 1),
                    jit_compile=True)
@@ -464,22 +319,6 @@ def test_from_example_ids_errors():
         [[1, 1]], [[1]], [[0, 1]], 1, 1)
 
 
-@pytest.mark.parametrize("changes,match", [
-    (dict(long_sentence_ids=[[1, 1, 3, 3, 4, 6, -1]]), "long_sentence_ids"),
-    (dict(long_paragraph_ids=[[-2, -1, 2, 2, 2, 2, -1]]),
-     "long_paragraph_ids"),
-    (dict(l2g_linked_ids=[[0, 0, 0, 0, 0, 0, 0, 0]]), "l2g_linked_ids"),
-    (dict(ignore_hard_g2l_mask=[[1, 0, 0]]), "ignore_hard_g2l_mask"),
-    (dict(global_paragraph_breakpoints=[1, 1, 0, 0, 1, 0]), "rank"),
-    (dict(local_radius=-2), "local_radius"),
-])
-def test_multihop_errors(changes, match):
-  kwargs = dict(MH_INPUTS)
-  kwargs.update(changes)
-  with pytest.raises(ValueError, match=match):
-    si.make_multihop_side_inputs(**kwargs)
-
-
 @pytest.mark.parametrize("args,match", [
     (([[1, 1, 0]], 0, 1, 1), "num_tokens_per_block"),
     (([[[1, 1, 0]]], 2, 1, 1), "input_mask"),
@@ -491,16 +330,7 @@ def test_fixed_block_errors(args, match):
     si.make_fixed_block_side_inputs(*args)
 
 
-def test_tf_data_multihop_and_fixed_block_static_shapes():
-  ds = tf.data.Dataset.from_tensor_slices(
-      {k: v for k, v in MH_INPUTS.items() if isinstance(v, list)})
-  mh = ds.map(lambda f: si.make_multihop_side_inputs(
-      **f, local_radius=1, relative_pos_max_distance=1,
-      use_hard_g2l_mask=True))
-  assert mh.element_spec["l2l_att_mask"].shape == (7, 3)
-  assert mh.element_spec["g2g_relative_att_ids"].shape == (6, 6)
-  assert mh.element_spec["g2l_att_mask"].shape == (6, 7)
-
+def test_tf_data_fixed_block_static_shapes():
   fb = tf.data.Dataset.from_tensor_slices([[1, 1, 1, 1, 1, 0, 0]]).map(
       lambda m: si.make_fixed_block_side_inputs(m, 3, 2, 1))
   side_spec, glob_spec = fb.element_spec
@@ -514,3 +344,23 @@ def test_range_check_inside_tf_function_with_numpy_inputs():
       np.array([[0, 1, 0]]), np.array([[1, 0]]), np.array([[0, 2, 0]]), 1, 1))
   with pytest.raises(ValueError, match="sentence_ids"):
     fn()
+
+
+def test_from_features_by_layout(golden):
+  config = EtcConfig(vocab_size=30, local_radius=4,
+                     relative_pos_max_distance=2, relative_vocab_size=10)
+  breakpoints = {k: golden[k] for k in ("long_breakpoints",
+                                        "global_breakpoints", "sentence_ids")}
+  _assert_equal(si.from_features(config, breakpoints, "breakpoints"),
+                {k: golden[k] for k in KEYS})
+  # Input masks as example ids: the same pattern for unpacked examples.
+  long_mask = np.cumsum(golden["long_breakpoints"][:, ::-1], 1)[:, ::-1]
+  global_mask = np.cumsum(golden["global_breakpoints"][:, ::-1], 1)[:, ::-1]
+  masks = dict(long_input_mask=long_mask, global_input_mask=global_mask,
+               long_sentence_ids=golden["sentence_ids"])
+  _assert_equal(si.from_features(config, masks, "input_masks"),
+                {k: golden[k] for k in KEYS})
+  with pytest.raises(ValueError, match="missing"):
+    si.from_features(config, masks, "breakpoints")
+  with pytest.raises(ValueError, match="layout"):
+    si.from_features(config, masks, "paragraphs")

@@ -14,7 +14,7 @@ import pytest
 from tools import benchmark
 from tools import benchmark_plot
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = ["--hidden_size=32", "--num_heads=2", "--intermediate_size=64",
         "--local_radius=4", "--num_layers=1", "--repeats=2", "--warmup=1"]
 

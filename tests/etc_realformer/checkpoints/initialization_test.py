@@ -1,11 +1,13 @@
-"""init_checkpoint: released TF1 checkpoints, TF2 encoder / task-model ones."""
+"""`initialize_encoder` (init_checkpoint): released TF1 checkpoints, TF2
+encoder and task-model ones."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from etc_realformer import EtcConfig, EtcModel
-from etc_realformer.training import checkpointing
+from etc_realformer.checkpoints import initialization
+from etc_realformer.checkpoints.paths import resolve_checkpoint_path
 
 INPUT_KEYS = ("token_ids", "segment_ids", "global_token_ids",
               "global_segment_ids", "l2l_att_mask", "l2l_relative_att_ids",
@@ -29,8 +31,8 @@ def test_released_checkpoint_directory_reproduces_golden(golden_dir):
   encoder = EtcModel(config)
   encoder(features, training=False)
   # A released download: a directory with model.ckpt.* and no state file.
-  kind = checkpointing.initialize_encoder(encoder, str(golden_dir))
-  assert kind == checkpointing.CheckpointKind.OFFICIAL_TF1
+  kind = initialization.initialize_encoder(encoder, str(golden_dir))
+  assert kind == initialization.CheckpointKind.OFFICIAL_TF1
   long_output, global_output = encoder(features, training=False)
   np.testing.assert_allclose(long_output.numpy(), ref["long_output"],
                              atol=2e-5)
@@ -47,8 +49,8 @@ def test_tf2_encoder_and_task_model_checkpoints(golden_dir, tmp_path):
   prefix = tf.train.Checkpoint(encoder=source).save(str(tmp_path / "enc/c"))
   target = EtcModel(config)
   target(features, training=False)
-  assert checkpointing.initialize_encoder(target, prefix) == (
-      checkpointing.CheckpointKind.TF2_ENCODER)
+  assert initialization.initialize_encoder(target, prefix) == (
+      initialization.CheckpointKind.TF2_ENCODER)
   for a, b in zip(_weights(source), _weights(target)):
     np.testing.assert_array_equal(a, b)
 
@@ -62,18 +64,18 @@ def test_tf2_encoder_and_task_model_checkpoints(golden_dir, tmp_path):
   manager.save()
   target = EtcModel(config)
   target(features, training=False)
-  assert checkpointing.initialize_encoder(target, str(tmp_path / "task")) == (
-      checkpointing.CheckpointKind.TF2_TASK_MODEL)
+  assert initialization.initialize_encoder(target, str(tmp_path / "task")) == (
+      initialization.CheckpointKind.TF2_TASK_MODEL)
   for a, b in zip(_weights(source), _weights(target)):
     np.testing.assert_array_equal(a, b)
 
 
 def test_bad_checkpoints(tmp_path):
   with pytest.raises(FileNotFoundError):
-    checkpointing.resolve_checkpoint_path(str(tmp_path))
+    resolve_checkpoint_path(str(tmp_path))
   with pytest.raises(FileNotFoundError):
-    checkpointing.resolve_checkpoint_path(str(tmp_path / "missing"))
+    resolve_checkpoint_path(str(tmp_path / "missing"))
   prefix = tf.train.Checkpoint(other=tf.Variable(1.0)).save(
       str(tmp_path / "x"))
   with pytest.raises(ValueError, match="not a recognised checkpoint"):
-    checkpointing.checkpoint_kind(prefix)
+    initialization.checkpoint_kind(prefix)

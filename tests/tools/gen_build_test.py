@@ -8,7 +8,7 @@ import pytest
 
 from tools import gen_build
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _build_srcs():

@@ -1,4 +1,5 @@
-"""Same numbers on one device, on a 2-replica mirror, with accumulation.
+"""`EtcTrainer`: the same numbers on one device, on a 2-replica mirror and
+with gradient accumulation; string features dropped; one progress line.
 
 The check runs in a child process (this file run as a script) because the
 two logical CPU devices must be configured before TensorFlow starts. It
@@ -21,7 +22,8 @@ import sys
 import numpy as np
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
 
 
 def _child() -> None:
@@ -113,6 +115,57 @@ def test_mirrored_and_accumulated_match_one_device():
     for a, b in zip(one["weights"], other["weights"]):
       np.testing.assert_allclose(np.array(b), np.array(a), atol=1e-5,
                                  err_msg=name)
+
+
+def test_string_features_are_dropped_before_the_step():
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  from etc_realformer.training import optimization  # pylint: disable=g-import-not-at-top
+  from etc_realformer.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+
+  class Task:
+    seen = []
+
+    def per_example_loss(self, features, outputs):
+      self.seen.append(sorted(features))
+      return tf.reduce_sum(tf.square(outputs), -1)
+
+  model = tf_keras.Sequential([tf_keras.layers.Dense(2)])
+  model.build([None, 3])
+  wrapped = tf_keras.Model  # the trainer calls model(features)
+
+  class Model(wrapped):
+
+    def __init__(self):
+      super().__init__()
+      self.inner = model
+
+    def call(self, features, training=None):
+      return self.inner(features["x"])
+
+  data = {"x": np.ones([8, 3], np.float32),
+          "id": np.array([b"a"] * 8)}
+  dataset = tf.data.Dataset.from_tensor_slices(data).batch(4).repeat()
+  optimizer = optimization.build_optimizer(train_steps=4, learning_rate=0.1,
+                                           warmup_steps=0)
+  task = Task()
+  trainer = trainer_lib.EtcTrainer(task, Model(), optimizer,
+                                   tf.distribute.get_strategy(), dataset)
+  trainer.train(tf.constant(2))
+  assert int(optimizer.iterations.numpy()) == 2
+  assert task.seen and all(names == ["x"] for names in task.seen)
+
+
+def test_progress_line_is_printed_once(capsys):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from etc_realformer.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  step = tf.Variable(0, dtype=tf.int64)
+  action = trainer_lib.ProgressAction(step, total_steps=10)
+  step.assign(5)
+  action({"loss": np.float32(0.5)})
+  out, err = capsys.readouterr()
+  assert out.count("progress | step 5/10 | loss 0.5000") == 1
+  assert "progress" not in err
 
 
 if __name__ == "__main__":

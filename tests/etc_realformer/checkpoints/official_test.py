@@ -9,8 +9,9 @@ import tensorflow as tf
 from conftest import GOLDEN_DIR
 from encoder_testing import max_abs_diff, random_features, tiny_config
 from etc_realformer import EtcConfig, EtcModel, load_official_checkpoint
-from etc_realformer.checkpoints.official import (CheckpointMismatchError,
-                                                 save_official_checkpoint)
+from etc_realformer.checkpoints.official import CheckpointMismatchError
+from etc_realformer.checkpoints.official import is_official_checkpoint
+from etc_realformer.checkpoints.official import save_official_checkpoint
 
 
 def _sharing_combinations():
@@ -121,3 +122,22 @@ def test_unexpected_variables_are_errors_and_slots_are_skipped(tmp_path):
 def test_missing_checkpoint_is_a_clear_error(tmp_path):
   with pytest.raises(FileNotFoundError, match="no checkpoint"):
     load_official_checkpoint(EtcModel(tiny_config()), str(tmp_path))
+
+
+def test_variable_names_match_released_list():
+  config = EtcConfig.from_json_file(str(GOLDEN_DIR / "etc_config.json"))
+  model = EtcModel(config)
+  listed = {}
+  for line in (GOLDEN_DIR / "variables.txt").read_text().splitlines():
+    name, shape = line.split("\t")
+    listed[name] = [int(d) for d in shape.strip("[]").split(",") if d.strip()]
+  ours = {k: v.shape.as_list() for k, v in model.official_variables().items()}
+  assert ours == listed
+
+
+def test_loads_from_directory_and_index_path():
+  config = EtcConfig.from_json_file(str(GOLDEN_DIR / "etc_config.json"))
+  for path in (GOLDEN_DIR, GOLDEN_DIR / "model.ckpt.index"):
+    report = load_official_checkpoint(EtcModel(config), str(path))
+    assert len(report.loaded) == 54
+  assert is_official_checkpoint(str(GOLDEN_DIR))

@@ -1,0 +1,310 @@
+"""`FusedGlobalLocalAttention` and its strategies: whole, chunked (with
+recompute), recomputed, and residual streams carried as their sources, all
+computing the same function, gradients and dropout masks."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from encoder_testing import (assert_same_training, loss_and_grads,
+                             max_abs_diff, model_weights, numpy_reference,
+                             probes, random_features,
+                             randomize_relative_bias, tiny_config, tiny_model,
+                             twin_models)
+from etc_realformer import ExecutionConfig
+from etc_realformer.layers import attention
+from etc_realformer.layers.attention_inputs import prepare_side_inputs
+
+# (radius, long_len, global_len, chunk_len): chunks of one block and of
+# several, a last chunk shorter than the others, a length that is not a
+# multiple of the block, more chunks than global rows, one chunk.
+CASES = [(1, 7, 4, 2), (2, 13, 4, 3), (2, 12, 5, 6), (3, 16, 3, 4),
+         (2, 11, 4, 100)]
+
+
+# ---------------------------------------------------------------- the plan
+def _plan(**kwargs):
+  args = dict(execution=ExecutionConfig(), sparse=True, long_len=8192,
+              global_len=512, training=True, return_probs=False,
+              carries_streams=True, in_xla=False)
+  args.update(kwargs)
+  return attention.plan_attention(**args)
+
+
+def test_plan_chunks_long_static_sparse_inputs_only():
+  assert _plan().num_chunks == 4  # "auto": chunks of 2048 above 4096
+  assert _plan(long_len=4096).num_chunks == 0
+  assert _plan(sparse=False).num_chunks == 0
+  assert _plan(long_len=tf.constant(8192)).num_chunks == 0  # dynamic
+  assert _plan(return_probs=True).num_chunks == 0
+  fixed = ExecutionConfig(attention_chunk_len=3)
+  assert _plan(execution=fixed, long_len=13).num_chunks == 5
+  # One chunk is no chunking unless something asks for recomputation.
+  assert _plan(execution=fixed, long_len=3).num_chunks == 0
+
+
+def test_plan_skips_chunking_under_xla():
+  # Under XLA the chunk order does not bound memory (it raised the peak), so
+  # the core is computed whole there.
+  assert _plan(in_xla=True).num_chunks == 0
+  streams = ExecutionConfig(recompute_residual_streams=True)
+  assert _plan(execution=streams, in_xla=True) == (
+      attention.AttentionPlan(1, True))
+
+
+def test_plan_recomputes_when_asked():
+  recompute = ExecutionConfig(recompute_attention=True)
+  assert _plan(execution=recompute, long_len=100).num_chunks == 1
+  assert _plan(execution=recompute, long_len=100, sparse=False
+               ).num_chunks == 1
+  assert _plan(execution=recompute, long_len=100, training=False
+               ).num_chunks == 0
+  streams = ExecutionConfig(recompute_residual_streams=True)
+  assert _plan(execution=streams, long_len=100) == (
+      attention.AttentionPlan(1, True))
+  assert _plan(execution=streams, long_len=100, carries_streams=False) == (
+      attention.AttentionPlan(0, False))
+  # Dense path: the sums are rebuilt whole.
+  assert _plan(execution=streams, long_len=100, sparse=False) == (
+      attention.AttentionPlan(0, True))
+
+
+# ----------------------------------------------------------------- chunked
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+@pytest.mark.parametrize("radius,long_len,global_len,chunk_len", CASES)
+def test_chunked_equals_whole(residual, dropout, radius, long_len,
+                              global_len, chunk_len):
+  config = tiny_config(num_hidden_layers=3, local_radius=radius,
+                       residual_attention=residual,
+                       attention_probs_dropout_prob=dropout,
+                       hidden_dropout_prob=dropout)
+  whole, chunked = twin_models(config, attention_chunk_len=chunk_len)
+  # Padding, fully masked rows (random_features makes both).
+  feats = random_features(config, batch=2, long_len=long_len,
+                          global_len=global_len, seed=radius + long_len)
+  probe = probes(config, 2, long_len, global_len)
+  ref = loss_and_grads(whole, feats, probe, training=True)
+  assert_same_training(ref, loss_and_grads(chunked, feats, probe,
+                                           training=True))
+  if dropout:  # Dropout really was on.
+    eval_ref = loss_and_grads(whole, feats, probe, training=False)
+    assert abs(eval_ref[1] - ref[1]) > 1e-3
+
+
+@pytest.mark.parametrize("running_mean", [False, True])
+@pytest.mark.parametrize("changes", [
+    dict(attention_chunk_len=3),
+    dict(attention_chunk_len=3, recompute_residual_streams=True),
+    dict(recompute_residual_streams=True)])
+def test_strategies_match_numpy_reference_and_full(running_mean, changes):
+  model = tiny_model(tiny_config(num_hidden_layers=3, residual_attention=True,
+                                 residual_running_mean=running_mean),
+                     **changes)
+  randomize_relative_bias(model)
+  feats = random_features(model.config, batch=2, long_len=14, global_len=4,
+                          seed=5)
+  long_out, global_out = model(feats, att_implementation="sparse")
+  ref_long, ref_global = numpy_reference(model_weights(model), model.config,
+                                         feats)
+  assert max_abs_diff(long_out, ref_long) < 1e-5
+  assert max_abs_diff(global_out, ref_global) < 1e-5
+  full = model(feats, att_implementation="full")
+  assert max_abs_diff(long_out, full[0]) < 1e-5
+  assert max_abs_diff(global_out, full[1]) < 1e-5
+
+
+@pytest.mark.parametrize("pattern", ["l2l", "l2g", "g2g", "g2l"])
+@pytest.mark.parametrize("changes", [
+    dict(attention_chunk_len=3),
+    dict(attention_chunk_len=4, recompute_residual_streams=True)])
+def test_each_stream_alone(pattern, changes):
+  config = tiny_config(num_hidden_layers=4, residual_attention=True,
+                       residual_patterns=(pattern,),
+                       attention_probs_dropout_prob=0.2)
+  whole, other = twin_models(config, **changes)
+  feats = random_features(config, batch=2, long_len=10, global_len=4, seed=2)
+  probe = probes(config, 2, 10, 4)
+  assert_same_training(loss_and_grads(whole, feats, probe, training=True),
+                       loss_and_grads(other, feats, probe, training=True))
+
+
+@pytest.mark.parametrize("period", [0, 1])
+def test_chunked_in_tf_function_with_checkpointing(period):
+  config = tiny_config(num_hidden_layers=3, residual_attention=True,
+                       attention_probs_dropout_prob=0.2,
+                       hidden_dropout_prob=0.1)
+  whole, chunked = twin_models(config, attention_chunk_len=4,
+                               grad_checkpointing_period=period)
+  feats = random_features(config, batch=2, long_len=17, global_len=5, seed=4)
+  probe = probes(config, 2, 17, 5)
+  assert_same_training(
+      loss_and_grads(whole, feats, probe, training=True, use_function=True),
+      loss_and_grads(chunked, feats, probe, training=True,
+                     use_function=True))
+
+
+def test_chunked_without_relative_ids_and_side_inputs():
+  config = tiny_config(residual_attention=True)
+  whole, chunked = twin_models(config, attention_chunk_len=2)
+  feats = random_features(config, batch=1, long_len=9, global_len=3, seed=8,
+                          with_relative_ids=False)
+  for key in ("l2g_att_mask", "g2l_att_mask"):
+    del feats[key]
+  probe = probes(config, 1, 9, 3)
+  assert_same_training(loss_and_grads(whole, feats, probe, training=False),
+                       loss_and_grads(chunked, feats, probe, training=False))
+
+
+@pytest.mark.parametrize("changes", [
+    dict(attention_chunk_len=2),
+    # Recomputed streams are built whole for the probabilities.
+    dict(attention_chunk_len=2, recompute_residual_streams=True)])
+def test_probabilities_are_the_same_with_any_strategy(changes):
+  config = tiny_config(num_hidden_layers=3, residual_attention=True)
+  whole, other = twin_models(config, **changes)
+  feats = random_features(config, batch=2, long_len=9, global_len=3, seed=1)
+  _, _, probs_a = whole(feats, att_implementation="sparse",
+                        return_attention_probs=True)
+  _, _, probs_b = other(feats, att_implementation="sparse",
+                        return_attention_probs=True)
+  assert len(probs_a) == len(probs_b)
+  for layer_a, layer_b in zip(probs_a, probs_b):
+    assert sorted(layer_a) == sorted(layer_b)
+    for pattern in layer_a:
+      assert max_abs_diff(layer_a[pattern], layer_b[pattern]) < 1e-6
+
+
+@pytest.mark.parametrize("long_len", [7, 13])
+def test_auto_chunk_len_same_function(long_len):
+  # "auto" at these lengths is one piece; the same model with small fixed
+  # chunks gives the same function (the thresholds themselves are
+  # ExecutionConfig's, tested in execution_test.py).
+  config = tiny_config(num_hidden_layers=2, local_radius=2,
+                       residual_attention=True,
+                       attention_probs_dropout_prob=0.3)
+  auto, fixed = twin_models(config, attention_chunk_len=3)
+  feats = random_features(config, batch=2, long_len=long_len, global_len=4,
+                          seed=long_len)
+  probe = probes(config, 2, long_len, 4)
+  assert_same_training(loss_and_grads(auto, feats, probe, training=True),
+                       loss_and_grads(fixed, feats, probe, training=True))
+
+
+# -------------------------------------------------------------- recomputed
+@pytest.mark.parametrize("impl", ["full", "sparse"])
+def test_recomputed_core_same_loss_and_gradients(impl):
+  config = tiny_config(num_hidden_layers=2, hidden_dropout_prob=0.2,
+                       attention_probs_dropout_prob=0.2,
+                       residual_attention=True)
+  whole, recomputed = twin_models(config, recompute_attention=True)
+  feats = random_features(config, batch=2, long_len=10, global_len=3, seed=4)
+  probe = probes(config, 2, 10, 3, seed=1)
+  assert_same_training(
+      loss_and_grads(whole, feats, probe, training=True, impl=impl),
+      loss_and_grads(recomputed, feats, probe, training=True, impl=impl))
+
+
+# ------------------------------------------------------ recomputed streams
+@pytest.mark.parametrize("impl", ["sparse", "full"])
+@pytest.mark.parametrize("chunk_len", [0, 3, 100])
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+def test_recomputed_streams_same_outputs_and_gradients(impl, chunk_len,
+                                                       dropout):
+  config = tiny_config(num_hidden_layers=3, residual_attention=True,
+                       attention_probs_dropout_prob=dropout,
+                       hidden_dropout_prob=dropout)
+  sums, sources = twin_models(config, attention_chunk_len=chunk_len,
+                              recompute_residual_streams=True)
+  feats = random_features(config, batch=2, long_len=13, global_len=4, seed=3)
+  probe = probes(config, 2, 13, 4)
+  assert_same_training(loss_and_grads(sums, feats, probe, True, impl),
+                       loss_and_grads(sources, feats, probe, True, impl))
+
+
+@pytest.mark.parametrize("period", [0, 1, 2])
+def test_recomputed_streams_in_tf_function_with_checkpointing(period):
+  config = tiny_config(num_hidden_layers=4, residual_attention=True,
+                       attention_probs_dropout_prob=0.2,
+                       hidden_dropout_prob=0.1)
+  sums, sources = twin_models(config, attention_chunk_len=5,
+                              recompute_residual_streams=True,
+                              grad_checkpointing_period=period)
+  feats = random_features(config, batch=2, long_len=17, global_len=5, seed=4)
+  probe = probes(config, 2, 17, 5)
+  assert_same_training(
+      loss_and_grads(sums, feats, probe, True, use_function=True),
+      loss_and_grads(sources, feats, probe, True, use_function=True))
+
+
+def test_recomputed_streams_without_relative_ids():
+  config = tiny_config(residual_attention=True)
+  sums, sources = twin_models(config, attention_chunk_len=2,
+                              recompute_residual_streams=True)
+  feats = random_features(config, batch=1, long_len=9, global_len=3, seed=8,
+                          with_relative_ids=False)
+  probe = probes(config, 1, 9, 3)
+  assert_same_training(loss_and_grads(sums, feats, probe, True),
+                       loss_and_grads(sources, feats, probe, True))
+
+
+def test_recomputed_streams_are_score_inputs_not_score_tensors():
+  """What a layer hands to the next with recomputed streams: each earlier
+  layer's [B, H, N, D] queries and keys and [B, N, R, H] scores per id,
+  never an [N, keys] score tensor."""
+  model = tiny_model(tiny_config(num_hidden_layers=3, residual_attention=True),
+                     recompute_residual_streams=True)
+  config = model.config
+  feats = {k: tf.constant(v) for k, v in random_features(
+      config, batch=1, long_len=12, global_len=3, seed=6).items()}
+  long_x, global_x = model.embeddings(feats["token_ids"],
+                                      feats["global_token_ids"])
+  side = prepare_side_inputs(feats, batch_size=1, long_len=12, global_len=3,
+                             local_radius=config.local_radius, sparse=True)
+  streams = {}
+  for index in range(2):
+    block = model.blocks[index]
+    long_x, global_x, streams, _ = block(long_x, global_x, side,
+                                         streams=streams)
+    assert sorted(streams) == [attention.SOURCES]
+    assert len(streams[attention.SOURCES]) == index + 1
+  relative_width = config.relative_vocab_size * config.num_attention_heads
+  bound = 12 * max(config.hidden_size, relative_width)  # B = 1, L = 12
+  for src in streams[attention.SOURCES]:
+    for name, value in src.items():
+      assert value.shape.num_elements() <= bound, name
+  # The last layer asked for no streams returns none.
+  _, _, last, _ = model.blocks[2](long_x, global_x, side, streams=streams,
+                                  emit_streams=False)
+  assert last == {}
+
+
+def test_one_layer_is_the_same_with_any_stream_form():
+  config = tiny_config(num_hidden_layers=1, residual_attention=True)
+  sums, sources = twin_models(config, recompute_residual_streams=True)
+  feats = random_features(config, batch=2, long_len=9, global_len=3, seed=9)
+  for a, b in zip(sums(feats), sources(feats)):
+    np.testing.assert_array_equal(a, b)
+
+
+# ----------------------------------------------------------------- weights
+@pytest.mark.parametrize("share_qkv,share_kv", [(True, False), (False, True),
+                                                (False, False)])
+def test_sharing_options_decide_which_projections_exist(share_qkv, share_kv):
+  layer = attention.FusedGlobalLocalAttention(
+      hidden_size=8, num_heads=2, size_per_head=4, local_radius=1,
+      relative_vocab_size=8, att_dropout_prob=0.0, initializer="zeros",
+      share_qkv_projections=share_qkv, share_kv_projections=share_kv)
+  layer.build()
+  names = {k.split("/")[0] for k in layer.official_variables()
+           if k.endswith("projection/linear/kernel") or "_projection/" in k}
+  if share_qkv:
+    assert layer.projection("g2l_key") is layer.projection("l2l_key")
+    assert "global_query_projection" not in names
+  else:
+    assert "global_query_projection" in names
+    same = share_kv
+    assert (layer.projection("g2l_key") is layer.projection("g2g_key")) == (
+        same)
+    assert (layer.projection("l2g_value") is
+            layer.projection("l2l_value")) == same
