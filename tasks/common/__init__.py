@@ -1,12 +1,18 @@
 """Data plumbing shared by the task pipelines (WikiHop, HotpotQA, NQ, OpenKP).
 
 - `tokenization`: in-graph WordPiece / SentencePiece tokenizers behind one
-  interface, plus a regex sentence splitter that needs no download.
+  interface (ids, byte offsets, vocabulary lookups), plus a regex sentence
+  splitter that needs no download.
+- `featurizing`: the featurizers' shared graph helpers (`fit`,
+  `last_of_run`) and their special token ids per vocabulary kind
+  (`SpecialTokenIds`).
 - `records`: reading JSON inputs with clear errors, the bad-record policy
-  (skip, count and name; or fail on the first with `strict=True`) and the
-  stats JSON written next to every cache.
-- `tfrecords`: `tf.train.Example` writing/parsing driven by one feature spec.
-- `preprocessing`: what every task's preprocess CLI shares (output paths,
-  the all-or-nothing cache write, log and summary lines, common flags).
-- `synthetic`: the name pools and flags of the synthetic-data generators.
+  (skip, count and name; or fail on the first with `strict=True`), the stats
+  JSON written next to every cache, `write_json` for reports and
+  submissions, and `find_manual_file` for the TFDS builders.
+- `preprocessing`: what every task's preprocess CLI shares (the featurizing
+  skeleton, output paths, the all-or-nothing cache write, log and summary
+  lines, common flags).
+
+The TFRecord format itself is `etc_realformer.data.tfrecords`.
 """

@@ -16,7 +16,9 @@ identical across tasks:
   error, e.g. the first bad record under `--strict`) and the stats JSON;
 - `log_written` / `summary_line`: the log line and the printed summary;
 - `parse_token_ids`: a `--*token_ids` flag value -> the featurizer's ids;
-- `define_featurizer_flags`: the flags every preprocessing binary has.
+- `define_featurizer_flags`: the flags every preprocessing binary has, and
+  `require_flags`: the check of the required ones (a `UserInputError`, so
+  that `etc_realformer.cli` prints one line, not absl's usage text).
 """
 
 import os
@@ -30,6 +32,7 @@ from absl import logging
 import tensorflow as tf
 
 from etc_realformer.data import tfrecords
+from etc_realformer.errors import UserInputError
 from tasks.common import records
 
 # The flags `define_featurizer_flags` defines belong to (are key flags of,
@@ -199,3 +202,11 @@ def define_featurizer_flags(global_seq_len: int,
   flags.DEFINE_integer("global_seq_len", global_seq_len,
                        "Global input length.")
   flags.DEFINE_bool("lower_case", True, "Uncased vocabulary.")
+
+
+def require_flags(names: Sequence[str]) -> None:
+  """Raises `UserInputError` naming the absl flags of `names` left unset."""
+  missing = [f"--{n}" for n in names if flags.FLAGS[n].value in (None, "")]
+  if missing:
+    raise UserInputError(f"{', '.join(missing)} "
+                         f"{'is' if len(missing) == 1 else 'are'} required")

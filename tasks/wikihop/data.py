@@ -19,10 +19,10 @@ from typing import Any, Iterator, List, Optional
 from tasks.common import records
 
 # Skip reasons, as they appear in the stats JSON.
-MISSING_FIELD = "missing_field"
-WRONG_TYPE = "wrong_type"
-UNDECODABLE_TEXT = "undecodable_text"
-EMPTY_TEXT = "empty_text"
+MISSING_FIELD = records.MISSING_FIELD
+WRONG_TYPE = records.WRONG_TYPE
+UNDECODABLE_TEXT = records.UNDECODABLE_TEXT
+EMPTY_TEXT = records.EMPTY_TEXT
 EMPTY_SUPPORTS = "empty_supports"
 EMPTY_CANDIDATES = "empty_candidates"
 ANSWER_NOT_IN_CANDIDATES = "answer_not_in_candidates"
@@ -54,20 +54,6 @@ class WikiHopRecord:
                 answer=self.answer, supports=list(self.supports))
 
 
-def _check_text(value: Any, file: str, record_id: str, field: str,
-                allow_empty: bool = False) -> str:
-  if not isinstance(value, str):
-    raise records.BadRecordError(
-        file, record_id, field, WRONG_TYPE,
-        f"expected a string, got {type(value).__name__}")
-  if not records.is_decodable(value):
-    raise records.BadRecordError(file, record_id, field, UNDECODABLE_TEXT,
-                                 "text is not valid UTF-8")
-  if not allow_empty and not value.strip():
-    raise records.BadRecordError(file, record_id, field, EMPTY_TEXT)
-  return value
-
-
 def _check_text_list(value: Any, file: str, record_id: str, field: str,
                      empty_reason: str) -> List[str]:
   if not isinstance(value, list):
@@ -77,7 +63,7 @@ def _check_text_list(value: Any, file: str, record_id: str, field: str,
   if not value:
     raise records.BadRecordError(file, record_id, field, empty_reason)
   return [
-      _check_text(v, file, record_id, f"{field}[{i}]")
+      records.check_text(v, file, record_id, f"{field}[{i}]")
       for i, v in enumerate(value)
   ]
 
@@ -101,13 +87,13 @@ def validate_record(raw: Any, file: str, index: int) -> WikiHopRecord:
   for field in REQUIRED_FIELDS:
     if field not in raw:
       raise records.BadRecordError(file, record_id, field, MISSING_FIELD)
-  _check_text(raw["id"], file, record_id, "id")
-  query = _check_text(raw["query"], file, record_id, "query")
+  records.check_text(raw["id"], file, record_id, "id")
+  query = records.check_text(raw["query"], file, record_id, "query")
   candidates = _check_text_list(raw["candidates"], file, record_id,
                                 "candidates", EMPTY_CANDIDATES)
   supports = _check_text_list(raw["supports"], file, record_id, "supports",
                               EMPTY_SUPPORTS)
-  answer = _check_text(raw["answer"], file, record_id, "answer")
+  answer = records.check_text(raw["answer"], file, record_id, "answer")
   candidates = [normalize_candidate(c) for c in candidates]
   answer = normalize_candidate(answer)
   if answer not in candidates:

@@ -31,7 +31,8 @@ Layout (as the original ETC WikiHop preprocessing):
   query after its first, relation, word: "country_of tamoli" -> "tamoli")
   within one sentence get token type 2 instead of 1, so that the model is
   told where the question's entity is, as it is told where the candidates
-  are. The demo uses it (`tasks/wikihop/demo.py`).
+  are. The demo uses it (`demos/wikihop/demo.py`; docs/wikihop_demo.md,
+  "The query's subject typed (mark_query_subject)").
 - `ignore_hard_g2l_mask` is 1 on candidate and query global tokens (they see
   the whole long input even with hard g2l masking), as the original WikiHop
   model; the original passes no `ignore_hard_l2g_mask`, so none is emitted.
@@ -49,12 +50,12 @@ total number of sentences as well.
 """
 
 import dataclasses
-from typing import Dict, Optional, Tuple
+from typing import ClassVar, Dict, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
 
-from tasks.common import tfrecords
+from tasks.common import featurizing
 from tasks.common import tokenization
 
 # Token type ids (segment ids), shared by long and global inputs (16 rows).
@@ -73,30 +74,24 @@ PAD_ID = 0
 
 
 @dataclasses.dataclass(frozen=True)
-class GlobalTokenIds:
-  """Vocabulary ids used for the special global tokens."""
+class GlobalTokenIds(featurizing.SpecialTokenIds):
+  """Vocabulary ids used for the special global tokens.
+
+  The defaults are the original's: in a BERT vocabulary [unused0],
+  [unused2], [unused3], [unused4]; in ETC's SentencePiece vocabulary "</s>"
+  (the pre-training sentence token), "<unused_40>", "<unused_41>",
+  "<unused_42>".
+  """
   sentence: int
   question: int
   candidate: int
   paragraph: int
 
-  @classmethod
-  def for_vocabulary(cls, kind: str) -> "GlobalTokenIds":
-    """The original defaults for a tokenizer kind (wordpiece/sentencepiece)."""
-    if kind == tokenization.WORDPIECE:
-      return WORDPIECE_GLOBAL_TOKEN_IDS
-    if kind == tokenization.SENTENCEPIECE:
-      return SENTENCEPIECE_GLOBAL_TOKEN_IDS
-    raise ValueError(f"unknown tokenizer kind {kind!r}")
+  WORDPIECE: ClassVar = dict(sentence=1, question=3, candidate=4,
+                             paragraph=5)
+  SENTENCEPIECE: ClassVar = dict(sentence=1, question=41, candidate=42,
+                                 paragraph=43)
 
-
-# BERT vocab: [unused0], [unused2], [unused3], [unused4].
-WORDPIECE_GLOBAL_TOKEN_IDS = GlobalTokenIds(
-    sentence=1, question=3, candidate=4, paragraph=5)
-# ETC SentencePiece vocab: "</s>" (pre-training sentence token), and
-# "<unused_40>", "<unused_41>", "<unused_42>".
-SENTENCEPIECE_GLOBAL_TOKEN_IDS = GlobalTokenIds(
-    sentence=1, question=41, candidate=42, paragraph=43)
 
 # The int32 features the model (with the side-input code) consumes.
 MODEL_FEATURES: Tuple[str, ...] = (
@@ -160,34 +155,6 @@ def feature_spec(
   }
 
 
-def parse_tf_example(serialized: tf.Tensor, long_seq_len: int,
-                     global_seq_len: int) -> Dict[str, tf.Tensor]:
-  """Parses one cached `tf.train.Example` into `feature_spec` tensors."""
-  return tfrecords.parse_tf_example(
-      serialized, feature_spec(long_seq_len, global_seq_len))
-
-
-def make_dataset(file_patterns, long_seq_len: int,
-                 global_seq_len: int) -> tf.data.Dataset:
-  """Unbatched dataset of parsed WikiHop features from cached TFRecords."""
-  return tfrecords.make_dataset(file_patterns,
-                                feature_spec(long_seq_len, global_seq_len))
-
-
-def _fit(values: tf.Tensor, length: int, pad_value: int) -> tf.Tensor:
-  """Crops or pads a 1-D tensor to a static length."""
-  values = values[:length]
-  padded = tf.pad(values, [[0, length - tf.size(values)]],
-                  constant_values=pad_value)
-  return tf.ensure_shape(padded, [length])
-
-
-def _last_of_run(ids: tf.Tensor) -> tf.Tensor:
-  """<int32>[N]: 1 where ids[i] != ids[i + 1] or i is the last position."""
-  next_ids = tf.concat([ids[1:], [-(2**31) + 1]], axis=0)
-  return tf.cast(tf.not_equal(ids, next_ids), tf.int32)
-
-
 class WikiHopFeaturizer(tf.Module):
   """Raw WikiHop record strings -> ETC raw features, in TF ops.
 
@@ -219,8 +186,8 @@ class WikiHopFeaturizer(tf.Module):
       tokenizer: a ready tokenizer (instead of both paths).
       long_seq_len: L, the long input length.
       global_seq_len: G, the global input length.
-      global_token_ids: special global token ids; the vocabulary kind's
-        original defaults when None.
+      global_token_ids: special global token ids;
+        `GlobalTokenIds.for_tokenizer` when None.
       max_num_sentences: optional cap on the total number of document
         sentences (the original used 200 with G = 430).
       lower_case: uncased vocabulary (lower-case and strip accents).
@@ -238,7 +205,7 @@ class WikiHopFeaturizer(tf.Module):
     self.long_seq_len = int(long_seq_len)
     self.global_seq_len = int(global_seq_len)
     self.global_token_ids = (global_token_ids or
-                             GlobalTokenIds.for_vocabulary(tokenizer.kind))
+                             GlobalTokenIds.for_tokenizer(tokenizer))
     self.max_num_sentences = max_num_sentences
     self.mark_query_subject = bool(mark_query_subject)
     self._record_fn = tf.function(
@@ -494,7 +461,7 @@ class WikiHopFeaturizer(tf.Module):
     long_breakpoints = tf.concat([
         cand_last,
         tf.cast(query_range == query_keep - 1, i32),
-        _last_of_run(doc_token_doc),
+        featurizing.last_of_run(doc_token_doc),
     ], axis=0)
     long_sentence_ids = tf.concat(
         [cand_row, num_cands + query_range, doc_token_sent_id], axis=0)
@@ -515,18 +482,19 @@ class WikiHopFeaturizer(tf.Module):
       # Only matters on overflow, where the global side is cropped.
       return tf.where(index < G, index, -1)
 
+    fit = featurizing.fit
     features = {
-        "token_ids": _fit(token_ids, L, PAD_ID),
-        "segment_ids": _fit(segment_ids, L, 0),
-        "long_paragraph_breakpoints": _fit(long_breakpoints, L, 0),
-        "long_paragraph_ids": _fit(in_global(long_paragraph_ids), L, -1),
-        "long_sentence_ids": _fit(in_global(long_sentence_ids), L, -1),
-        "l2g_linked_ids": _fit(in_global(l2g_linked_ids), L, -1),
-        "global_token_ids": _fit(global_token_ids, G, PAD_ID),
-        "global_segment_ids": _fit(global_segment_ids, G, 0),
-        "global_paragraph_breakpoints": _fit(global_breakpoints, G, 0),
-        "ignore_hard_g2l_mask": _fit(ignore_hard_g2l, G, 0),
-        "candidate_mask": _fit(candidate_mask, G, 0),
+        "token_ids": fit(token_ids, L, PAD_ID),
+        "segment_ids": fit(segment_ids, L, 0),
+        "long_paragraph_breakpoints": fit(long_breakpoints, L, 0),
+        "long_paragraph_ids": fit(in_global(long_paragraph_ids), L, -1),
+        "long_sentence_ids": fit(in_global(long_sentence_ids), L, -1),
+        "l2g_linked_ids": fit(in_global(l2g_linked_ids), L, -1),
+        "global_token_ids": fit(global_token_ids, G, PAD_ID),
+        "global_segment_ids": fit(global_segment_ids, G, 0),
+        "global_paragraph_breakpoints": fit(global_breakpoints, G, 0),
+        "ignore_hard_g2l_mask": fit(ignore_hard_g2l, G, 0),
+        "candidate_mask": fit(candidate_mask, G, 0),
         "label": label,
         "num_candidates": num_cands,
         "example_id": tf.reshape(example_id, []),

@@ -8,26 +8,91 @@ features of `features.feature_spec`) and `DIR/dev.stats.json` (examples read,
 written, truncated and by how much, skipped per reason with the list of
 skipped records: file, id, field). Bad records are skipped unless `--strict`,
 which fails on the first one with an error naming file, record id and field.
+A missing or malformed input file or vocabulary is one line on stderr and
+exit code 2; the input is read and checked before the vocabulary is loaded.
 
-Featurization is `WikiHopFeaturizer`'s in-graph code, run through `tf.data`:
-the same ops an exported serving signature runs.
+Featurization is `WikiHopFeaturizer`'s in-graph code, run through `tf.data`
+(`preprocessing.featurize_records`): the same ops an exported serving
+signature runs.
 """
 
-from typing import List, Optional
+from typing import Dict, List, Optional, Tuple
 
-from absl import app
 from absl import flags
+import numpy as np
 import tensorflow as tf
 
+from etc_realformer import cli
+from etc_realformer.errors import UserInputError
 from tasks.common import preprocessing
 from tasks.common import records
-from tasks.common import tfrecords
 from tasks.wikihop import data
 from tasks.wikihop import features as features_lib
+
+# The featurizer's inputs per record (`to_inputs`).
+_INPUT_SIGNATURE = dict(
+    query=tf.TensorSpec([], tf.string),
+    candidates=tf.TensorSpec([None], tf.string),
+    supports=tf.TensorSpec([None], tf.string),
+    answer=tf.TensorSpec([], tf.string),
+    id=tf.TensorSpec([], tf.string))
+
 
 def output_paths(input_path: str, output_dir: str):
   """(tfrecord path, stats path) for an input file, e.g. dev.json."""
   return preprocessing.output_paths(input_path, output_dir)
+
+
+def read_file(input_path: str, strict: bool = False
+              ) -> Tuple[List[data.WikiHopRecord], records.RecordStats]:
+  """The valid records of a file and its stats so far (reads, skips).
+
+  Raises:
+    records.InputFileError: the input is missing, empty or malformed.
+    records.BadRecordError: in strict mode, the first bad record.
+  """
+  stats = records.RecordStats(input_file=input_path, strict=strict)
+  return list(data.read_records(input_path, stats=stats)), stats
+
+
+def write_features(valid: List[data.WikiHopRecord],
+                   stats: records.RecordStats, output_dir: str,
+                   featurizer: features_lib.WikiHopFeaturizer
+                   ) -> records.RecordStats:
+  """Featurizes `read_file`'s records into `output_dir`; returns the stats.
+
+  A record whose candidates alone do not fit the sequences is bad
+  (`data.TOO_LONG`).
+
+  Raises:
+    records.BadRecordError: in strict mode, the first record too long.
+  """
+  tf.io.gfile.makedirs(output_dir)
+  record_path, stats_path = output_paths(stats.input_file, output_dir)
+
+  def to_inputs(r: data.WikiHopRecord):
+    return dict(query=r.query, candidates=r.candidates, supports=r.supports,
+                answer=r.answer, id=r.id)
+
+  def featurize(r):
+    return featurizer.record_fn(r["query"], r["candidates"], r["supports"],
+                                r["answer"], r["id"])
+
+  def finish(record: data.WikiHopRecord, features: Dict[str, np.ndarray],
+             amounts: Dict[str, int]) -> Optional[records.BadRecordError]:
+    del features
+    # `overflow` is a verdict, not a truncation amount.
+    if not amounts.pop("overflow"):
+      return None
+    return records.BadRecordError(
+        stats.input_file, record.id, "candidates", data.TOO_LONG,
+        f"{len(record.candidates)} candidates do not fit long_seq_len "
+        f"{featurizer.long_seq_len} / global_seq_len "
+        f"{featurizer.global_seq_len}")
+
+  return preprocessing.featurize_records(
+      valid, to_inputs, _INPUT_SIGNATURE, featurize,
+      featurizer.feature_spec(), record_path, stats_path, stats, finish)
 
 
 def preprocess_file(input_path: str,
@@ -40,58 +105,8 @@ def preprocess_file(input_path: str,
     records.InputFileError: the input is missing, empty or malformed.
     records.BadRecordError: in strict mode, the first bad record.
   """
-  tf.io.gfile.makedirs(output_dir)
-  record_path, stats_path = output_paths(input_path, output_dir)
-  stats = records.RecordStats(input_file=input_path, strict=strict)
-  # Validate everything first (cheap, pure Python) so that strict mode fails
-  # with the original error before any TF work.
-  valid: List[data.WikiHopRecord] = list(
-      data.read_records(input_path, stats=stats))
-  by_id = {}
-  for r in valid:
-    by_id.setdefault(r.id, r)
-
-  def generate():
-    for r in valid:
-      yield dict(query=r.query, candidates=r.candidates, supports=r.supports,
-                 answer=r.answer, id=r.id)
-
-  # A generator (not one big constant) keeps memory flat on the 44k-record
-  # training file; the featurization itself runs in parallel map calls.
-  ds = tf.data.Dataset.from_generator(generate, output_signature=dict(
-      query=tf.TensorSpec([], tf.string),
-      candidates=tf.TensorSpec([None], tf.string),
-      supports=tf.TensorSpec([None], tf.string),
-      answer=tf.TensorSpec([], tf.string),
-      id=tf.TensorSpec([], tf.string),
-  )) if valid else None
-  spec = featurizer.feature_spec()
-
-  def featurize(r):
-    return featurizer.record_fn(r["query"], r["candidates"], r["supports"],
-                                r["answer"], r["id"])
-
-  def examples():
-    if ds is None:
-      return
-    mapped = preprocessing.ordered_map(ds, featurize)
-    for features, amounts in mapped.as_numpy_iterator():
-      record_id = features["example_id"].decode("utf-8", "surrogateescape")
-      if amounts.pop("overflow"):
-        record = by_id.get(record_id)
-        stats.handle_bad_record(records.BadRecordError(
-            input_path, record_id, "candidates", data.TOO_LONG,
-            f"{len(record.candidates) if record else '?'} candidates do not "
-            f"fit long_seq_len {featurizer.long_seq_len} / global_seq_len "
-            f"{featurizer.global_seq_len}"))
-        continue
-      stats.add_truncation({k: int(v) for k, v in amounts.items()})
-      stats.examples_written += 1
-      yield tfrecords.to_tf_example(features, spec)
-
-  preprocessing.write_cache(record_path, stats_path, examples(), stats)
-  preprocessing.log_written(input_path, record_path, stats)
-  return stats
+  valid, stats = read_file(input_path, strict)
+  return write_features(valid, stats, output_dir, featurizer)
 
 
 def make_featurizer(vocab: Optional[str], spm_model: Optional[str],
@@ -101,9 +116,11 @@ def make_featurizer(vocab: Optional[str], spm_model: Optional[str],
                     global_token_ids: Optional[List[str]] = None,
                     mark_query_subject: bool = False
                     ) -> features_lib.WikiHopFeaturizer:
+  """The featurizer of the binary's flags (`global_token_ids`: the
+  `--global_token_ids` strings, None for the vocabulary's defaults)."""
   ids = preprocessing.parse_token_ids(
       global_token_ids, features_lib.GlobalTokenIds, "global_token_ids",
-      "sentence,question,candidate,paragraph")
+      ",".join(features_lib.GlobalTokenIds.names()))
   return features_lib.WikiHopFeaturizer(
       vocab_path=vocab, spm_model_path=spm_model, long_seq_len=long_seq_len,
       global_seq_len=global_seq_len, global_token_ids=ids,
@@ -130,20 +147,22 @@ def _define_flags():
       "Give document mentions of the query's subject token type 2 (this "
       "project's option; the original does not; the model must be trained "
       "and served with the same setting).")
-  flags.mark_flags_as_required(["input", "output_dir"])
 
 
 def main(argv):
-  del argv
+  if len(argv) > 1:
+    raise UserInputError(f"unexpected arguments: {argv[1:]}")
+  preprocessing.require_flags(("input", "output_dir"))
   f = flags.FLAGS
+  valid, stats = read_file(f.input, strict=f.strict)
   featurizer = make_featurizer(f.vocab, f.spm_model, f.long_seq_len,
                                f.global_seq_len, f.max_num_sentences,
                                f.lower_case, f.global_token_ids,
                                f.mark_query_subject)
-  stats = preprocess_file(f.input, f.output_dir, featurizer, strict=f.strict)
+  stats = write_features(valid, stats, f.output_dir, featurizer)
   print(preprocessing.summary_line(f.input, stats))
 
 
 if __name__ == "__main__":
   _define_flags()
-  app.run(main)
+  cli.run(main)

@@ -1,59 +1,38 @@
-"""WikiHop: the model head, loss, metric, predictions and serving signatures.
+"""WikiHop (qangaroo): the registered task, `@register_task("wikihop")`.
 
-Model: ETC-RealFormer encoder, then one logit per global token (a Dense(1)
-over `global_output`); the softmax runs over the candidate global tokens only
-(`candidate_mask`; the others get a large negative logit, in float32 even
-under mixed precision), trained with cross-entropy against `label` (the
-answer's candidate index = its global index, as the candidates come first in
-the global input). Metric: accuracy. `predict` writes the official submission
-format, a JSON object `{id: answer}`.
+Data: the TFRecords of `preprocess.py` (`features.feature_spec`); side inputs
+from the paragraph / sentence layout ("multihop"). Model: `head.WikiHopModel`
+(one logit per candidate global token). Loss: cross-entropy over the
+candidates against `label` (the answer's candidate index); unlabelled
+examples add 0. Metric: accuracy. Predictions: the official submission
+format, a JSON object `{id: answer}`; on the eval set, `official_scores` is
+the official metric (`evaluate.py`: accuracy) against the gold answers, from
+`gold_file` or else the labels stored in the TFRecords. Export: besides the
+tensor signatures, `serve_raw(query, candidates, supports)`, which
+featurizes in the graph (needs `vocab_file` or `spm_model_file`).
 """
 
-import json
 import os
-from typing import Any, Callable, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-import gin
-import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from tasks import base
+from etc_realformer.training import task as task_lib
+from tasks.common import records
+from tasks.wikihop import decode
+from tasks.wikihop import evaluate
 from tasks.wikihop import features as wikihop_features
+from tasks.wikihop import head
 
-# Logit given to non-candidate global tokens (float32, so no overflow).
-NEG_INF = -1e9
-
-
-class WikiHopModel(base.EtcTaskModel):
-  """Encoder + one logit per global token, softmax support = candidates."""
-
-  def __init__(self, encoder, side_inputs_fn, initializer_range: float = 0.02,
-               **kwargs):
-    super().__init__(encoder, side_inputs_fn, **kwargs)
-    self.logits_layer = tf_keras.layers.Dense(
-        1, kernel_initializer=tf_keras.initializers.TruncatedNormal(
-            stddev=initializer_range),
-        name="wikihop_logits")
-
-  def head(self, features, long_output, global_output, training=None):
-    """Returns float32 `logits` [B, G] (non-candidates at NEG_INF),
-    `probabilities` [B, G] and the chosen global index `prediction` [B]."""
-    del long_output, training
-    logits = tf.cast(tf.squeeze(self.logits_layer(global_output), -1),
-                     tf.float32)
-    is_candidate = tf.cast(features["candidate_mask"], tf.bool)
-    logits = tf.where(is_candidate, logits, NEG_INF)
-    return {"logits": logits,
-            "probabilities": tf.nn.softmax(logits, axis=-1),
-            "prediction": tf.argmax(logits, axis=-1, output_type=tf.int32)}
+PREDICTIONS_FILE = "predictions.json"
 
 
-@gin.configurable
-class WikiHopTask(base.RawInputTask):
+@task_lib.register_task("wikihop")
+class WikiHopTask(task_lib.RawInputTask):
   """qangaroo WikiHop multiple-choice QA (see `tasks/wikihop/features.py`)."""
 
-  name = "wikihop"
+  side_input_layout = "multihop"
   raw_signatures_name = "raw-text signature"
 
   def __init__(self,
@@ -64,8 +43,7 @@ class WikiHopTask(base.RawInputTask):
                global_seq_len: int = 430,
                max_num_sentences: Optional[int] = None,
                mark_query_subject: bool = False,
-               train_scaffold: Optional[Callable[[base.Features, tf.Tensor],
-                                                 base.Features]] = None,
+               gold_file: Optional[str] = None,
                **kwargs):
     """WikiHop settings.
 
@@ -78,9 +56,10 @@ class WikiHopTask(base.RawInputTask):
       max_num_sentences: as in preprocessing.
       mark_query_subject: as in preprocessing (type-2 document mentions of
         the query's subject); the raw-text signature featurizes the same way.
-      train_scaffold: optional training-only curriculum (features, step) ->
-        features, e.g. `scaffold.SyntheticBridgeScaffold` (the demo's).
-      **kwargs: `base.Task` arguments (input patterns, model_config, ...).
+      gold_file: the qangaroo file of the eval set, for `official_scores`
+        over every gold record (default: the labels in the TFRecords, i.e.
+        the records preprocessing kept).
+      **kwargs: `Task` arguments (input patterns, model_config, ...).
     """
     super().__init__(long_seq_len=long_seq_len,
                      global_seq_len=global_seq_len, **kwargs)
@@ -89,7 +68,7 @@ class WikiHopTask(base.RawInputTask):
     self.lower_case = lower_case
     self.max_num_sentences = max_num_sentences
     self.mark_query_subject = mark_query_subject
-    self.train_scaffold = train_scaffold
+    self.gold_file = gold_file
 
   # ------------------------------------------------------------------ data
   def feature_spec(self):
@@ -99,21 +78,14 @@ class WikiHopTask(base.RawInputTask):
   def model_features(self) -> Tuple[str, ...]:
     return tuple(wikihop_features.MODEL_FEATURES)
 
-  def side_inputs(self, features):
-    return base.multihop_side_inputs(self.model_config, features)
-
   # ----------------------------------------------------------------- model
-  def build_model(self) -> WikiHopModel:
-    return WikiHopModel(self.build_encoder(), self.side_inputs,
-                        initializer_range=self.model_config.initializer_range,
-                        name="wikihop_model")
+  def build_model(self) -> head.WikiHopModel:
+    return head.WikiHopModel(
+        self.build_encoder(), self.side_inputs,
+        initializer_range=self.model_config.initializer_range,
+        name="wikihop_model")
 
   # -------------------------------------------------------- loss & metrics
-  def train_features(self, features, step):
-    if self.train_scaffold is None:
-      return features
-    return self.train_scaffold(features, step)
-
   def per_example_loss(self, features, outputs) -> tf.Tensor:
     """Cross-entropy over the candidates; 0 for unlabelled (-1) examples."""
     labels = tf.cast(features["label"], tf.int32)
@@ -133,22 +105,40 @@ class WikiHopTask(base.RawInputTask):
 
   # ------------------------------------------------------------ predictions
   def prediction_outputs(self, features, outputs):
-    answer = tf.gather(features["candidates"], outputs["prediction"],
-                       batch_dims=1)
-    return {"example_id": features["example_id"], "answer": answer,
+    """The id, the chosen candidate, its index and the gold answer ("" when
+    unlabelled), per example."""
+    candidates = features["candidates"]
+    return {"example_id": features["example_id"],
+            "answer": decode.chosen_candidate(candidates,
+                                              outputs["prediction"]),
+            "gold_answer": decode.chosen_candidate(
+                candidates, tf.cast(features["label"], tf.int32)),
             "prediction": outputs["prediction"]}
 
   def write_predictions(self, predictions: Mapping[str, Any],
                         output_dir: str) -> str:
     """`{id: answer}` JSON (the official WikiHop submission format)."""
-    result = {}
-    for example_id, answer in zip(predictions["example_id"],
-                                  predictions["answer"]):
-      result[example_id.decode("utf-8")] = answer.decode("utf-8")
-    path = os.path.join(output_dir, "predictions.json")
-    with tf.io.gfile.GFile(path, "w") as f:
-      json.dump(result, f, indent=1, sort_keys=True, ensure_ascii=False)
+    path = os.path.join(output_dir, PREDICTIONS_FILE)
+    records.write_json(path, decode.by_id(predictions["example_id"],
+                                          predictions["answer"]),
+                       sort_keys=True)
     return path
+
+  def official_scores(self, predictions: Mapping[str, Any],
+                      output_dir: str) -> Optional[Dict[str, Any]]:
+    """Accuracy of the predictions (`evaluate.evaluate`) against the gold
+    answers of `gold_file`, else those stored in the TFRecords; None when
+    there is no gold."""
+    del output_dir
+    if self.gold_file:
+      gold = evaluate.gold_answers(self.gold_file)
+    else:
+      gold = {k: v for k, v in decode.by_id(
+          predictions["example_id"], predictions["gold_answer"]).items() if v}
+    if not gold:
+      return None
+    return evaluate.evaluate(
+        decode.by_id(predictions["example_id"], predictions["answer"]), gold)
 
   # ----------------------------------------------------------------- export
   def serving_outputs(self, features, outputs):
@@ -165,8 +155,6 @@ class WikiHopTask(base.RawInputTask):
         mark_query_subject=self.mark_query_subject)
 
   def raw_serving_signatures(self, model, featurizer, names):
-    signatures = {}
-
     @tf.function(input_signature=[
         tf.TensorSpec([], tf.string, name="query"),
         tf.TensorSpec([None], tf.string, name="candidates"),
@@ -182,5 +170,4 @@ class WikiHopTask(base.RawInputTask):
       return {"answer": tf.gather(candidates, outputs["prediction"][0]),
               "candidate_probabilities": outputs["probabilities"][0, :num]}
 
-    signatures["serve_raw"] = serve_raw.get_concrete_function()
-    return signatures
+    return {"serve_raw": serve_raw.get_concrete_function()}

@@ -1,7 +1,7 @@
 """TFDS builder for WikiHop (qangaroo v1.1), from manually downloaded files.
 
   import tensorflow_datasets as tfds
-  from tasks.wikihop import tfds_builder  # registers "wiki_hop"
+  from tasks.wikihop import tfds_dataset  # registers "wiki_hop"
   ds = tfds.load("wiki_hop", split="validation",
                  download_and_prepare_kwargs=dict(
                      download_config=tfds.download.DownloadConfig(
@@ -16,7 +16,6 @@ logged, as in `preprocess.py`.
 import os
 
 from absl import logging
-import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from tasks.common import records
@@ -42,17 +41,6 @@ _CITATION = """\
 # qangaroo_v1.1/wikihop/).
 _SUBDIRS = ("", "wikihop", os.path.join("qangaroo_v1.1", "wikihop"))
 _SPLIT_FILES = {"train": "train.json", "validation": "dev.json"}
-
-
-def _find(manual_dir: str, filename: str) -> str:
-  for subdir in _SUBDIRS:
-    path = os.path.join(manual_dir, subdir, filename)
-    if tf.io.gfile.exists(path):
-      return path
-  raise records.InputFileError(
-      f"{filename} not found in manual_dir {manual_dir} (looked in "
-      f"{[os.path.join(manual_dir, s) for s in _SUBDIRS]}). "
-      f"{WikiHop.MANUAL_DOWNLOAD_INSTRUCTIONS}")
 
 
 class WikiHop(tfds.core.GeneratorBasedBuilder):
@@ -86,7 +74,9 @@ one holding the two files directly).
   def _split_generators(self, dl_manager: tfds.download.DownloadManager):
     manual_dir = os.fspath(dl_manager.manual_dir)
     return {
-        split: self._generate_examples(_find(manual_dir, filename))
+        split: self._generate_examples(records.find_manual_file(
+            manual_dir, filename, _SUBDIRS,
+            self.MANUAL_DOWNLOAD_INSTRUCTIONS))
         for split, filename in _SPLIT_FILES.items()
     }
 

@@ -1,0 +1,87 @@
+r"""The official WikiHop metric: accuracy of `{id: answer}` predictions.
+
+  python -m tasks.wikihop.evaluate PREDICTIONS.json GOLD.json
+
+Predictions are the submission format `{id: answer}` (what `--mode=predict`
+writes); gold is a qangaroo file (`dev.json`: records with `id` and
+`answer`). Answers are compared after `data.normalize_candidate`
+(`strip().lower()`), as candidates are. The accuracy is over ALL gold
+records: a record without a prediction counts as wrong.
+"""
+
+import json
+from typing import Any, Dict, List, Mapping
+
+from etc_realformer import cli
+from etc_realformer.errors import UserInputError
+from tasks.common import records
+from tasks.wikihop import data
+
+
+def evaluate(predictions: Mapping[str, str],
+             gold: Mapping[str, str]) -> Dict[str, Any]:
+  """Accuracy of `predictions` against `gold` (both `{id: answer}`).
+
+  Returns:
+    {"accuracy": correct / number of gold records (0 when none),
+     "num_correct", "num_gold", "num_predicted" (of the gold ids)}.
+  """
+  correct = sum(
+      1 for record_id, answer in gold.items()
+      if record_id in predictions and data.normalize_candidate(
+          predictions[record_id]) == data.normalize_candidate(answer))
+  return {"accuracy": correct / len(gold) if gold else 0.0,
+          "num_correct": correct, "num_gold": len(gold),
+          "num_predicted": sum(1 for i in gold if i in predictions)}
+
+
+def gold_answers(path: str) -> Dict[str, str]:
+  """`{id: normalized answer}` of a qangaroo file.
+
+  Raises:
+    records.InputFileError: the file is missing, empty or not a JSON array.
+    records.BadRecordError: a record without a usable `id` or `answer`.
+  """
+  gold = {}
+  for index, raw in enumerate(records.load_json_array(path)):
+    record_id = records.record_id_of(raw, index)
+    if not isinstance(raw, dict):
+      raise records.BadRecordError(path, record_id, "<record>",
+                                   data.WRONG_TYPE, "expected a JSON object")
+    for field in ("id", "answer"):
+      if field not in raw:
+        raise records.BadRecordError(path, record_id, field,
+                                     data.MISSING_FIELD)
+      records.check_text(raw[field], path, record_id, field)
+    gold[raw["id"]] = data.normalize_candidate(raw["answer"])
+  return gold
+
+
+def load_predictions(path: str) -> Dict[str, str]:
+  """A submission file `{id: answer}`.
+
+  Raises:
+    records.InputFileError: the file is missing, not JSON, or not an object
+      of strings.
+  """
+  value = records.load_json(path)
+  if not isinstance(value, dict) or not all(
+      isinstance(v, str) for v in value.values()):
+    raise records.InputFileError(
+        f"{path}: expected a JSON object {{id: answer}} of strings")
+  return value
+
+
+def evaluate_files(prediction_file: str, gold_file: str) -> Dict[str, Any]:
+  return evaluate(load_predictions(prediction_file), gold_answers(gold_file))
+
+
+def main(argv: List[str]) -> None:
+  if len(argv) != 3:
+    raise UserInputError(
+        "usage: python -m tasks.wikihop.evaluate PREDICTIONS.json GOLD.json")
+  print(json.dumps(evaluate_files(argv[1], argv[2]), indent=2))
+
+
+if __name__ == "__main__":
+  cli.run(main)
