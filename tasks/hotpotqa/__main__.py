@@ -1,10 +1,12 @@
 """`python -m tasks.hotpotqa [--gin_file=...] --mode=... --model_dir=...`.
 
-The shared runner with `gin/tasks/hotpotqa.gin` applied first and the
-official-metric `--mode=eval` (see `tasks.hotpotqa.runner`).
+The one runner (`tasks.run`) with `gin/tasks/hotpotqa.gin` applied first;
+further --gin_file/--gin_bindings override it. `--mode=eval` adds the
+official metric with the supporting-fact threshold search
+(`HotpotQATask.official_scores`).
 """
 
-from tasks.hotpotqa import runner
+from tasks import run
 
 if __name__ == "__main__":
-  runner.entry()
+  run.entry("tasks/hotpotqa.gin")

@@ -24,10 +24,10 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 from tasks.common import records
 
 # Skip reasons, as they appear in the stats JSON.
-MISSING_FIELD = "missing_field"
-WRONG_TYPE = "wrong_type"
-UNDECODABLE_TEXT = "undecodable_text"
-EMPTY_TEXT = "empty_text"
+MISSING_FIELD = records.MISSING_FIELD
+WRONG_TYPE = records.WRONG_TYPE
+UNDECODABLE_TEXT = records.UNDECODABLE_TEXT
+EMPTY_TEXT = records.EMPTY_TEXT
 EMPTY_CONTEXT = "empty_context"
 DUPLICATE_ID = "duplicate_id"
 # Training-only skips, raised once the features are built (as the original:
@@ -94,20 +94,6 @@ class HotpotRecord:
     return out
 
 
-def _check_text(value: Any, file: str, record_id: str, field: str,
-                allow_empty: bool = False) -> str:
-  if not isinstance(value, str):
-    raise records.BadRecordError(
-        file, record_id, field, WRONG_TYPE,
-        f"expected a string, got {type(value).__name__}")
-  if not records.is_decodable(value):
-    raise records.BadRecordError(file, record_id, field, UNDECODABLE_TEXT,
-                                 "text is not valid UTF-8")
-  if not allow_empty and not value.strip():
-    raise records.BadRecordError(file, record_id, field, EMPTY_TEXT)
-  return value
-
-
 def _check_paragraph(value: Any, file: str, record_id: str,
                      index: int) -> Tuple[str, Tuple[str, ...]]:
   field = f"context[{index}]"
@@ -116,12 +102,13 @@ def _check_paragraph(value: Any, file: str, record_id: str,
     raise records.BadRecordError(
         file, record_id, field, WRONG_TYPE,
         "expected [title, [sentences]]")
-  title = _check_text(value[0], file, record_id, f"{field}[0]")
+  title = records.check_text(value[0], file, record_id, f"{field}[0]")
   # Released paragraphs do hold empty / whitespace-only sentences; they are
   # kept (they get a global token and no long tokens), so sentence indices
   # stay those of the file.
   sentences = tuple(
-      _check_text(s, file, record_id, f"{field}[1][{j}]", allow_empty=True)
+      records.check_text(s, file, record_id, f"{field}[1][{j}]",
+                         allow_empty=True)
       for j, s in enumerate(value[1]))
   return title, sentences
 
@@ -139,8 +126,9 @@ def _check_supporting_facts(value: Any, file: str,
         not isinstance(fact[1], int) or isinstance(fact[1], bool)):
       raise records.BadRecordError(file, record_id, field, WRONG_TYPE,
                                    "expected [title, sent_id]")
-    facts.append((_check_text(fact[0], file, record_id, f"{field}[0]",
-                              allow_empty=True), fact[1]))
+    facts.append((records.check_text(fact[0], file, record_id,
+                                     f"{field}[0]", allow_empty=True),
+                  fact[1]))
   return tuple(facts)
 
 
@@ -166,8 +154,9 @@ def validate_record(raw: Any, file: str, index: int,
   for field in needed:
     if field not in raw:
       raise records.BadRecordError(file, record_id, field, MISSING_FIELD)
-  _check_text(raw["_id"], file, record_id, "_id")
-  question = _check_text(raw["question"], file, record_id, "question")
+  records.check_text(raw["_id"], file, record_id, "_id")
+  question = records.check_text(raw["question"], file, record_id,
+                                "question")
   context = raw["context"]
   if not isinstance(context, list):
     raise records.BadRecordError(
@@ -179,7 +168,7 @@ def validate_record(raw: Any, file: str, index: int,
                 for i, p in enumerate(context)]
   answer = None
   if "answer" in raw:
-    answer = _check_text(raw["answer"], file, record_id, "answer")
+    answer = records.check_text(raw["answer"], file, record_id, "answer")
   facts = None
   if "supporting_facts" in raw:
     facts = _check_supporting_facts(raw["supporting_facts"], file, record_id)

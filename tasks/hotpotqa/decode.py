@@ -12,7 +12,8 @@ the graph computes once, per title / sentence global token, the best span
 inside it (`sentence_best_spans`); choosing the answer for any threshold is
 then an argmax over the admissible tokens (`select_answer` in the graph,
 `decode_example` in Python). That is what makes the threshold search in
-`search_threshold` cheap.
+`search_threshold` cheap. `raw_outputs` maps one example's outputs back
+onto the raw inputs of the `serve_raw` signature.
 
 Answer text is cut from the original title / sentence string with the
 wordpieces' byte offsets, so it is the exact original substring (case,
@@ -25,6 +26,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
+from tasks.common import records as records_lib
 from tasks.hotpotqa import data
 from tasks.hotpotqa import evaluate
 from tasks.hotpotqa import features as features_lib
@@ -119,6 +121,69 @@ def select_answer(sp_probs: tf.Tensor, span_score: tf.Tensor,
   masked = tf.where(admissible, span_score, -1.0)
   best = tf.argmax(masked, axis=-1, output_type=tf.int32)
   return tf.where(tf.reduce_any(admissible, axis=-1), best, -1)
+
+
+def raw_outputs(feats: Mapping[str, tf.Tensor],
+                out: Mapping[str, tf.Tensor], titles: tf.Tensor,
+                sentences: tf.Tensor, num_sentences: tf.Tensor
+                ) -> Dict[str, tf.Tensor]:
+  """One example's model outputs mapped back onto the raw inputs."""
+  i32 = tf.int32
+  kinds = feats["global_kinds"]
+  para = feats["global_paragraph_ids"]
+  sent = feats["global_sentence_ids"]
+  probs = out["sp_probs"]
+  sent_starts = tf.cumsum(num_sentences, exclusive=True)  # [P]
+  num_paras = tf.size(titles)
+  num_sents = tf.size(sentences)
+
+  def scatter(kind, index_fn, size):
+    where = tf.where(tf.equal(kinds, kind))[:, 0]
+    index = index_fn(tf.gather(para, where), tf.gather(sent, where))
+    return tf.tensor_scatter_nd_update(
+        tf.fill([size], -1.0), index[:, tf.newaxis], tf.gather(probs, where))
+
+  flat_sentence = lambda p, s: tf.gather(sent_starts, p) + s  # noqa: E731
+  answer_type = out["answer_type"]
+  g = out["answer_global"]
+  is_span = tf.logical_and(tf.equal(answer_type, data.SPAN), g >= 0)
+  safe_g = tf.maximum(g, 0)
+  # Clamped so that the unselected branches of tf.where index safely.
+  g_para = tf.maximum(tf.gather(para, safe_g), 0)
+  g_sent = tf.gather(sent, safe_g)
+  start = tf.gather(out["span_start_byte"], safe_g)
+  end = tf.gather(out["span_end_byte"], safe_g)
+  texts = tf.concat([titles, sentences, [""]], axis=0)
+  text_index = tf.where(
+      is_span,
+      tf.where(g_sent < 0, g_para,
+               num_paras + flat_sentence(g_para, tf.maximum(g_sent, 0))),
+      num_paras + num_sents)
+  # Not a span: an empty cut of the "" sentinel (substr rejects positions
+  # past the end).
+  span_text = tf.strings.strip(tf.strings.substr(
+      tf.gather(texts, text_index), tf.where(is_span, start, 0),
+      tf.where(is_span, end - start, 0), unit="BYTE"))
+  answer = tf.where(
+      tf.equal(answer_type, data.YES), tf.constant("yes"),
+      tf.where(tf.equal(answer_type, data.NO), tf.constant("no"),
+               tf.where(is_span, span_text, tf.constant(""))))
+  minus_one = tf.constant(-1, i32)
+  return {
+      "answer": answer,
+      "answer_type": answer_type,
+      "answer_type_probabilities": out["answer_type_probs"],
+      "answer_paragraph": tf.where(is_span, g_para, minus_one),
+      "answer_sentence": tf.where(is_span, g_sent, minus_one),
+      "answer_start_byte": tf.where(is_span, start, minus_one),
+      "answer_end_byte": tf.where(is_span, end, minus_one),
+      "sentence_sp_probabilities": scatter(
+          features_lib.KIND_SENTENCE, flat_sentence, num_sents),
+      "title_sp_probabilities": scatter(
+          features_lib.KIND_TITLE, lambda p, s: p, num_paras),
+      "paragraph_sp_probabilities": scatter(
+          features_lib.KIND_PARAGRAPH, lambda p, s: p, num_paras),
+  }
 
 
 # --------------------------------------------------------------------- Python
@@ -230,8 +295,11 @@ def search_threshold(examples: Sequence[Mapping[str, np.ndarray]],
 
 def gold_of(records: Mapping[str, data.HotpotRecord],
             gold_file: Optional[str] = None) -> List[Dict[str, Any]]:
-  """Gold records: the released file if given, else the labelled records."""
+  """Gold records: the released file if given, else the labelled records.
+
+  Raises:
+    records.InputFileError: `gold_file` is missing or not a JSON array.
+  """
   if gold_file:
-    with tf.io.gfile.GFile(gold_file, "r") as f:
-      return json.load(f)
+    return records_lib.load_json_array(gold_file)
   return [r.to_json() for r in records.values() if r.has_labels]

@@ -24,8 +24,11 @@ import collections
 import json
 import re
 import string
-import sys
 from typing import Any, Dict, Iterable, List, Mapping, Sequence, Tuple
+
+from etc_realformer import cli
+from etc_realformer.errors import UserInputError
+from tasks.common import records
 
 METRIC_NAMES = ("em", "f1", "prec", "recall", "sp_em", "sp_f1", "sp_prec",
                 "sp_recall", "joint_em", "joint_f1", "joint_prec",
@@ -110,10 +113,28 @@ def evaluate(prediction: Mapping[str, Mapping[str, Any]],
 
 
 def evaluate_files(prediction_file: str, gold_file: str) -> Dict[str, float]:
-  with open(prediction_file, encoding="utf-8") as f:
-    prediction = json.load(f)
-  with open(gold_file, encoding="utf-8") as f:
-    gold = json.load(f)
+  """`evaluate` of a submission file against a released file.
+
+  Raises:
+    records.InputFileError: a file is missing or not JSON, the submission
+      is not an object with "answer" / "sp" objects, or the gold is not an
+      array.
+    records.BadRecordError: a gold record lacks `_id`, `answer` or
+      `supporting_facts`.
+  """
+  prediction = records.load_json(prediction_file)
+  if not isinstance(prediction, dict) or not all(
+      isinstance(prediction.get(k, {}), dict) for k in ("answer", "sp")):
+    raise records.InputFileError(
+        f"{prediction_file}: expected a JSON object "
+        '{"answer": {id: text}, "sp": {id: [[title, sent_id], ...]}}')
+  gold = records.load_json_array(gold_file)
+  for index, record in enumerate(gold):
+    for field in ("_id", "answer", "supporting_facts"):
+      if not isinstance(record, dict) or field not in record:
+        raise records.BadRecordError(
+            gold_file, records.record_id_of(record, index, "_id"), field,
+            records.MISSING_FIELD)
   return evaluate(prediction, gold)
 
 
@@ -142,9 +163,10 @@ def answer_type_counts(prediction: Mapping[str, Mapping[str, Any]],
 
 def main(argv: List[str]) -> None:
   if len(argv) != 3:
-    raise SystemExit(f"usage: {argv[0]} PREDICTIONS.json GOLD.json")
+    raise UserInputError(
+        "usage: python -m tasks.hotpotqa.evaluate PREDICTIONS.json GOLD.json")
   print(json.dumps(evaluate_files(argv[1], argv[2]), indent=2))
 
 
 if __name__ == "__main__":
-  main(sys.argv)
+  cli.run(main)

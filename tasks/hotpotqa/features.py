@@ -41,12 +41,12 @@ skipped -- a later, shorter sentence may still fit.
 
 import dataclasses
 import json
-from typing import Dict, Mapping, Optional, Sequence, Tuple
+from typing import ClassVar, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 
-from tasks.common import tfrecords
+from tasks.common import featurizing
 from tasks.common import tokenization
 from tasks.hotpotqa import data
 
@@ -65,41 +65,24 @@ BIO_BEGIN, BIO_INSIDE, BIO_OUTSIDE = 0, 1, 2
 
 
 @dataclasses.dataclass(frozen=True)
-class GlobalTokenIds:
-  """Vocabulary ids of the special global tokens (and the long CLS)."""
+class GlobalTokenIds(featurizing.SpecialTokenIds):
+  """Vocabulary ids of the special global tokens (and the long CLS).
+
+  The defaults are the original's: in a BERT vocabulary its "[CLS]" (101 in
+  the released ones), [unused0] (the pre-training sentence token), [unused2],
+  [unused4]; in ETC's SentencePiece vocabulary <unused_39>, </s>,
+  <unused_40>, <unused_42>.
+  """
   cls: int
   sentence: int
   question: int
   paragraph: int
 
-  @classmethod
-  def for_vocabulary(cls, kind: str) -> "GlobalTokenIds":
-    """The original defaults for a tokenizer kind (wordpiece/sentencepiece)."""
-    if kind == tokenization.WORDPIECE:
-      return WORDPIECE_GLOBAL_TOKEN_IDS
-    if kind == tokenization.SENTENCEPIECE:
-      return SENTENCEPIECE_GLOBAL_TOKEN_IDS
-    raise ValueError(f"unknown tokenizer kind {kind!r}")
+  WORDPIECE: ClassVar = dict(cls="[CLS]", sentence=1, question=3,
+                             paragraph=5)
+  SENTENCEPIECE: ClassVar = dict(cls=40, sentence=1, question=41,
+                                 paragraph=43)
 
-  @classmethod
-  def for_tokenizer(cls, tokenizer: tokenization.Tokenizer
-                    ) -> "GlobalTokenIds":
-    """The vocabulary kind's defaults; for WordPiece, CLS is the vocab's own
-    "[CLS]" (101 in the BERT vocabularies, elsewhere in small test ones)."""
-    ids = cls.for_vocabulary(tokenizer.kind)
-    if (tokenizer.kind == tokenization.WORDPIECE and
-        "[CLS]" in tokenizer.vocab):
-      ids = dataclasses.replace(ids, cls=tokenizer.token_id("[CLS]"))
-    return ids
-
-
-# BERT vocab: [CLS], [unused0] (pre-training sentence token), [unused2],
-# [unused4].
-WORDPIECE_GLOBAL_TOKEN_IDS = GlobalTokenIds(
-    cls=101, sentence=1, question=3, paragraph=5)
-# ETC SentencePiece vocab: <unused_39>, </s>, <unused_40>, <unused_42>.
-SENTENCEPIECE_GLOBAL_TOKEN_IDS = GlobalTokenIds(
-    cls=40, sentence=1, question=41, paragraph=43)
 
 # The int32 features the model reads (encoder inputs, side-input sources and
 # what the head needs to locate spans); the inputs of `serving_default`.
@@ -159,57 +142,6 @@ def feature_spec(
       "record_json": (tf.string, ()),
   })
   return spec
-
-
-def make_dataset(file_patterns, long_seq_len: int,
-                 global_seq_len: int) -> tf.data.Dataset:
-  """Unbatched dataset of parsed HotpotQA features from cached TFRecords."""
-  return tfrecords.make_dataset(file_patterns,
-                                feature_spec(long_seq_len, global_seq_len))
-
-
-def _fit(values: tf.Tensor, length: int, pad_value: int) -> tf.Tensor:
-  """Crops or pads a 1-D tensor to a static length."""
-  values = values[:length]
-  padded = tf.pad(values, [[0, length - tf.size(values)]],
-                  constant_values=pad_value)
-  return tf.ensure_shape(padded, [length])
-
-
-def _last_of_run(ids: tf.Tensor) -> tf.Tensor:
-  """<int32>[N]: 1 where ids[i] != ids[i + 1] or i is the last position."""
-  next_ids = tf.concat([ids[1:], [-(2**31) + 1]], axis=0)
-  return tf.cast(tf.not_equal(ids, next_ids), tf.int32)
-
-
-def tokenize_with_offsets(
-    tokenizer: tokenization.Tokenizer, texts: tf.Tensor
-) -> Tuple[tf.RaggedTensor, tf.RaggedTensor, tf.RaggedTensor]:
-  """Token ids with byte offsets [start, end) into each input string.
-
-  `tasks.common.tokenization.Tokenizer` has no offsets method yet, so this
-  reaches the tensorflow-text tokenizer it wraps (same model, same
-  normalization as `tokenizer.tokenize`).
-
-  Args:
-    tokenizer: a WordPiece or SentencePiece wrapper.
-    texts: <string>[N].
-
-  Returns:
-    <int32>[N, (n)] ids, and <int32>[N, (n)] start and end byte offsets.
-  """
-  texts = tf.convert_to_tensor(texts, tf.string)
-  inner = tokenizer._tokenizer  # pylint: disable=protected-access
-  if tokenizer.kind == tokenization.SENTENCEPIECE and tokenizer.lower_case:
-    # Lower-casing keeps byte lengths for all but a few non-ASCII letters.
-    texts = tf.strings.lower(texts, encoding="utf-8")
-  ids, starts, ends = inner.tokenize_with_offsets(texts)
-  out = []
-  for t in (ids, starts, ends):
-    while t.shape.rank > 2:
-      t = t.merge_dims(-2, -1)
-    out.append(tf.cast(t, tf.int32))
-  return out[0], out[1], out[2]
 
 
 class HotpotFeaturizer(tf.Module):
@@ -326,9 +258,7 @@ class HotpotFeaturizer(tf.Module):
     i32 = tf.int32
 
     # --- Question: each wordpiece is 1 long + 1 global token (prefix kept).
-    q_ids, _, _ = tokenize_with_offsets(self.tokenizer,
-                                        tf.reshape(question, [1]))
-    q_ids = q_ids.flat_values
+    q_ids = self.tokenizer.tokenize(tf.reshape(question, [1])).flat_values
     num_q = tf.size(q_ids, out_type=i32)
     q_keep = tf.minimum(num_q, tf.minimum(L, G) - 1)
 
@@ -339,8 +269,8 @@ class HotpotFeaturizer(tf.Module):
     text_para = tf.cast(texts.value_rowids(), i32)  # [T]
     text_pos = (tf.range(tf.size(text_para, out_type=i32)) -
                 tf.gather(tf.cast(texts.row_starts(), i32), text_para))
-    text_ids, text_starts, text_ends = tokenize_with_offsets(
-        self.tokenizer, texts.flat_values)  # [T, (n)]
+    text_ids, text_starts, text_ends = self.tokenizer.tokenize_with_offsets(
+        texts.flat_values)  # [T, (n)]
     text_lens = tf.cast(text_ids.row_lengths(), i32)  # [T]
 
     # --- Items in visiting order: per paragraph its paragraph token, then
@@ -396,8 +326,8 @@ class HotpotFeaturizer(tf.Module):
         tf.fill([1 + q_keep], -1),
         tf.where(k_kind == KIND_SENTENCE, k_pos - 2, -1)], axis=0)
     global_breakpoints = tf.concat([
-        [1], tf.cast(q_range == q_keep - 1, i32), _last_of_run(k_para)],
-                                   axis=0)
+        [1], tf.cast(q_range == q_keep - 1, i32),
+        featurizing.last_of_run(k_para)], axis=0)
     ignore_hard_g2l = tf.concat([[1], tf.zeros([q_keep + num_kept], i32)],
                                 axis=0)
 
@@ -426,8 +356,8 @@ class HotpotFeaturizer(tf.Module):
         tf.where(ctx_is_title, TITLE_TOKEN_TYPE_ID, SENTENCE_TOKEN_TYPE_ID)],
                             axis=0)
     long_breakpoints = tf.concat([
-        [1], tf.cast(q_range == q_keep - 1, i32), _last_of_run(ctx_para)],
-                                 axis=0)
+        [1], tf.cast(q_range == q_keep - 1, i32),
+        featurizing.last_of_run(ctx_para)], axis=0)
     long_sentence_ids = tf.concat(
         [[-1], 1 + q_range, tf.gather(text_global, ctx_text)], axis=0)
     long_paragraph_ids = tf.concat(
@@ -439,21 +369,22 @@ class HotpotFeaturizer(tf.Module):
         tf.fill([1 + q_keep], -1),
         tf.boolean_mask(text_ends.flat_values, token_keep)], axis=0)
 
+    fit = featurizing.fit
     features = {
-        "token_ids": _fit(token_ids, L, 0),
-        "segment_ids": _fit(segment_ids, L, 0),
-        "long_paragraph_breakpoints": _fit(long_breakpoints, L, 0),
-        "long_paragraph_ids": _fit(long_paragraph_ids, L, -1),
-        "long_sentence_ids": _fit(long_sentence_ids, L, -1),
-        "long_token_start": _fit(long_token_start, L, -1),
-        "long_token_end": _fit(long_token_end, L, -1),
-        "global_token_ids": _fit(global_token_ids, G, 0),
+        "token_ids": fit(token_ids, L, 0),
+        "segment_ids": fit(segment_ids, L, 0),
+        "long_paragraph_breakpoints": fit(long_breakpoints, L, 0),
+        "long_paragraph_ids": fit(long_paragraph_ids, L, -1),
+        "long_sentence_ids": fit(long_sentence_ids, L, -1),
+        "long_token_start": fit(long_token_start, L, -1),
+        "long_token_end": fit(long_token_end, L, -1),
+        "global_token_ids": fit(global_token_ids, G, 0),
         "global_segment_ids": tf.fill([G], GLOBAL_TOKEN_TYPE_ID),
-        "global_paragraph_breakpoints": _fit(global_breakpoints, G, 0),
-        "global_paragraph_ids": _fit(global_paragraph_ids, G, -1),
-        "global_sentence_ids": _fit(global_sentence_ids, G, -1),
-        "global_kinds": _fit(global_kinds, G, KIND_PAD),
-        "ignore_hard_g2l_mask": _fit(ignore_hard_g2l, G, 0),
+        "global_paragraph_breakpoints": fit(global_breakpoints, G, 0),
+        "global_paragraph_ids": fit(global_paragraph_ids, G, -1),
+        "global_sentence_ids": fit(global_sentence_ids, G, -1),
+        "global_kinds": fit(global_kinds, G, KIND_PAD),
+        "ignore_hard_g2l_mask": fit(ignore_hard_g2l, G, 0),
         "example_id": tf.reshape(example_id, []),
     }
     dropped_texts = ~text_keep

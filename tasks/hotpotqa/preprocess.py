@@ -18,22 +18,35 @@ title / sentence, are skipped and counted by reason (`no_supporting_facts`,
 `answer_not_found`, `answer_truncated`; with `--strict` they fail too).
 Non-training (dev) examples are always kept.
 
+A missing or malformed input file or vocabulary is one line on stderr and
+exit code 2; the input is read and checked before the vocabulary is loaded.
+
 The model features come from `HotpotFeaturizer`'s in-graph code, run through
-`tf.data` (the ops the exported `serve_raw` signature runs); labels are then
-added in Python (`features.add_labels`).
+`tf.data` (`preprocessing.featurize_records`: the ops the exported
+`serve_raw` signature runs); labels are then added in Python
+(`features.add_labels`).
 """
 
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
-from absl import app
 from absl import flags
+import numpy as np
 import tensorflow as tf
 
+from etc_realformer import cli
+from etc_realformer.errors import UserInputError
 from tasks.common import preprocessing
 from tasks.common import records
-from tasks.common import tfrecords
 from tasks.hotpotqa import data
 from tasks.hotpotqa import features as features_lib
+
+# The featurizer's inputs per record (`to_inputs`).
+_INPUT_SIGNATURE = dict(
+    question=tf.TensorSpec([], tf.string),
+    titles=tf.TensorSpec([None], tf.string),
+    sentences=tf.TensorSpec([None], tf.string),
+    num_sentences=tf.TensorSpec([None], tf.int32),
+    id=tf.TensorSpec([], tf.string))
 
 
 def output_paths(input_path: str, output_dir: str):
@@ -42,6 +55,71 @@ def output_paths(input_path: str, output_dir: str):
 
 
 default_is_training = preprocessing.default_is_training
+
+
+def read_file(input_path: str, is_training: Optional[bool] = None,
+              strict: bool = False
+              ) -> Tuple[List[data.HotpotRecord], records.RecordStats]:
+  """The valid records of a file and its stats so far (reads, skips).
+
+  `is_training` (default: `default_is_training`) requires labels.
+
+  Raises:
+    records.InputFileError: the input is missing, empty or malformed.
+    records.BadRecordError: in strict mode, the first bad record.
+  """
+  if is_training is None:
+    is_training = default_is_training(input_path)
+  stats = records.RecordStats(input_file=input_path, strict=strict)
+  return list(data.read_records(input_path, stats=stats,
+                                require_labels=is_training)), stats
+
+
+def write_features(valid: List[data.HotpotRecord],
+                   stats: records.RecordStats, output_dir: str,
+                   featurizer: features_lib.HotpotFeaturizer,
+                   is_training: Optional[bool] = None
+                   ) -> records.RecordStats:
+  """Featurizes `read_file`'s records into `output_dir`; returns the stats.
+
+  Labels are added per record (`features.add_labels`); with `is_training`
+  (default: `default_is_training` of the input) the training filter skips
+  what gives no training signal.
+
+  Raises:
+    records.BadRecordError: in strict mode, the first record the training
+      filter rejects.
+  """
+  if is_training is None:
+    is_training = default_is_training(stats.input_file)
+  tf.io.gfile.makedirs(output_dir)
+  record_path, stats_path = output_paths(stats.input_file, output_dir)
+
+  def to_inputs(r: data.HotpotRecord):
+    return dict(question=r.question, titles=list(r.titles),
+                sentences=[s for para in r.sentences for s in para],
+                num_sentences=[len(p) for p in r.sentences], id=r.id)
+
+  def featurize(r):
+    return featurizer.record_fn(r["question"], r["titles"], r["sentences"],
+                                r["num_sentences"], r["id"])
+
+  def finish(record: data.HotpotRecord, features: Dict[str, np.ndarray],
+             amounts: Dict[str, int]) -> Optional[records.BadRecordError]:
+    del amounts
+    reason = features_lib.add_labels(features, record, is_training)
+    if reason is None:
+      return None
+    if reason == data.NO_SUPPORTING_FACTS:
+      return records.BadRecordError(
+          stats.input_file, record.id, "supporting_facts", reason,
+          "no supporting fact among the kept tokens")
+    return records.BadRecordError(stats.input_file, record.id, "answer",
+                                  reason, f"answer {record.answer!r}")
+
+  return preprocessing.featurize_records(
+      valid, to_inputs, _INPUT_SIGNATURE, featurize,
+      featurizer.feature_spec(), record_path, stats_path, stats, finish)
 
 
 def preprocess_file(input_path: str,
@@ -55,58 +133,8 @@ def preprocess_file(input_path: str,
     records.InputFileError: the input is missing, empty or malformed.
     records.BadRecordError: in strict mode, the first bad record.
   """
-  if is_training is None:
-    is_training = default_is_training(input_path)
-  tf.io.gfile.makedirs(output_dir)
-  record_path, stats_path = output_paths(input_path, output_dir)
-  stats = records.RecordStats(input_file=input_path, strict=strict)
-  # Validate everything first (pure Python) so that strict mode fails with
-  # the original error before any TF work.
-  valid: List[data.HotpotRecord] = list(data.read_records(
-      input_path, stats=stats, require_labels=is_training))
-  by_id: Dict[str, data.HotpotRecord] = {r.id: r for r in valid}
-
-  def generate():
-    for r in valid:
-      yield dict(question=r.question, titles=list(r.titles),
-                 sentences=[s for para in r.sentences for s in para],
-                 num_sentences=[len(p) for p in r.sentences], id=r.id)
-
-  spec = featurizer.feature_spec()
-
-  def featurize(r):
-    return featurizer.record_fn(r["question"], r["titles"], r["sentences"],
-                                r["num_sentences"], r["id"])
-
-  def examples():
-    if not valid:
-      return
-    # A generator keeps memory flat on the 90k-record training file.
-    ds = tf.data.Dataset.from_generator(generate, output_signature=dict(
-        question=tf.TensorSpec([], tf.string),
-        titles=tf.TensorSpec([None], tf.string),
-        sentences=tf.TensorSpec([None], tf.string),
-        num_sentences=tf.TensorSpec([None], tf.int32),
-        id=tf.TensorSpec([], tf.string)))
-    mapped = preprocessing.ordered_map(ds, featurize)
-    for features, amounts in mapped.as_numpy_iterator():
-      record = by_id[features["example_id"].decode("utf-8")]
-      reason = features_lib.add_labels(features, record, is_training)
-      if reason is not None:
-        stats.handle_bad_record(records.BadRecordError(
-            input_path, record.id,
-            "supporting_facts" if reason == data.NO_SUPPORTING_FACTS
-            else "answer", reason,
-            f"answer {record.answer!r}" if reason != data.NO_SUPPORTING_FACTS
-            else "no supporting fact among the kept tokens"))
-        continue
-      stats.add_truncation({k: int(v) for k, v in amounts.items()})
-      stats.examples_written += 1
-      yield tfrecords.to_tf_example(features, spec)
-
-  preprocessing.write_cache(record_path, stats_path, examples(), stats)
-  preprocessing.log_written(input_path, record_path, stats)
-  return stats
+  valid, stats = read_file(input_path, is_training, strict)
+  return write_features(valid, stats, output_dir, featurizer, is_training)
 
 
 def make_featurizer(vocab: Optional[str], spm_model: Optional[str],
@@ -114,9 +142,11 @@ def make_featurizer(vocab: Optional[str], spm_model: Optional[str],
                     lower_case: bool = True,
                     global_token_ids: Optional[List[str]] = None
                     ) -> features_lib.HotpotFeaturizer:
+  """The featurizer of the binary's flags (`global_token_ids`: the
+  `--global_token_ids` strings, None for the vocabulary's defaults)."""
   ids = preprocessing.parse_token_ids(
       global_token_ids, features_lib.GlobalTokenIds, "global_token_ids",
-      "cls,sentence,question,paragraph")
+      ",".join(features_lib.GlobalTokenIds.names()))
   return features_lib.HotpotFeaturizer(
       vocab_path=vocab, spm_model_path=spm_model, long_seq_len=long_seq_len,
       global_seq_len=global_seq_len, global_token_ids=ids,
@@ -136,20 +166,22 @@ def _define_flags():
       "cls,sentence,question,paragraph global token ids; default: the "
       "original's for the vocabulary kind (WordPiece [CLS],1,3,5; "
       "SentencePiece 40,1,41,43).")
-  flags.mark_flags_as_required(["input", "output_dir"])
 
 
 def main(argv):
-  del argv
+  if len(argv) > 1:
+    raise UserInputError(f"unexpected arguments: {argv[1:]}")
+  preprocessing.require_flags(("input", "output_dir"))
   f = flags.FLAGS
+  valid, stats = read_file(f.input, f.is_training, f.strict)
   featurizer = make_featurizer(f.vocab, f.spm_model, f.long_seq_len,
                                f.global_seq_len, f.lower_case,
                                f.global_token_ids)
-  stats = preprocess_file(f.input, f.output_dir, featurizer,
-                          is_training=f.is_training, strict=f.strict)
+  stats = write_features(valid, stats, f.output_dir, featurizer,
+                         f.is_training)
   print(preprocessing.summary_line(f.input, stats))
 
 
 if __name__ == "__main__":
   _define_flags()
-  app.run(main)
+  cli.run(main)

@@ -1,7 +1,7 @@
 """TFDS builder for HotpotQA (distractor), from manually downloaded files.
 
   import tensorflow_datasets as tfds
-  from tasks.hotpotqa import tfds_builder  # registers "hotpot_qa_distractor"
+  from tasks.hotpotqa import tfds_dataset  # registers "hotpot_qa_distractor"
   ds = tfds.load("hotpot_qa_distractor", split="validation",
                  download_and_prepare_kwargs=dict(
                      download_config=tfds.download.DownloadConfig(
@@ -43,17 +43,6 @@ _CITATION = """\
 _SUBDIRS = ("", "hotpotqa", "hotpot")
 _SPLIT_FILES = {"train": "hotpot_train_v1.1.json",
                 "validation": "hotpot_dev_distractor_v1.json"}
-
-
-def _find(manual_dir: str, filename: str) -> str:
-  for subdir in _SUBDIRS:
-    path = os.path.join(manual_dir, subdir, filename)
-    if tf.io.gfile.exists(path):
-      return path
-  raise records.InputFileError(
-      f"{filename} not found in manual_dir {manual_dir} (looked in "
-      f"{[os.path.join(manual_dir, s) for s in _SUBDIRS]}). "
-      f"{HotpotQaDistractor.MANUAL_DOWNLOAD_INSTRUCTIONS}")
 
 
 def to_tfds_example(record: data.HotpotRecord) -> dict:
@@ -107,7 +96,8 @@ https://hotpotqa.github.io/ and pass as manual_dir the folder holding them
 
   def _split_generators(self, dl_manager: tfds.download.DownloadManager):
     manual_dir = os.fspath(dl_manager.manual_dir)
-    return {split: self._generate_examples(_find(manual_dir, filename))
+    return {split: self._generate_examples(records.find_manual_file(
+        manual_dir, filename, _SUBDIRS, self.MANUAL_DOWNLOAD_INSTRUCTIONS))
             for split, filename in _SPLIT_FILES.items()}
 
   def _generate_examples(self, path: str):
