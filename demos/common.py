@@ -13,9 +13,10 @@ call's inputs) stays in the demo; here, once:
 - `featurize_splits` (the task's preprocessing, one printed line a split),
   `configure_gin` (the demo's gin file, then the user's), `trainer_gin`;
 - `serve` (one call of an exported signature, in a fresh load);
-- `Stopwatch` and `print_lines` / `timing_line` (the `demo | ...` lines);
+- `Stopwatch`, `quiet_logging` and `print_lines` / `timing_line` (the
+  `demo | ...` lines, each printed once);
 - for the generators: `name_pools` (the invented one-word names they draw
-  from), `split_rng`, `require_flag`, `print_paths`.
+  from), `split_rng`, `write_dataset`, `print_paths`.
 """
 
 import dataclasses
@@ -24,16 +25,18 @@ import os
 import random
 import sys
 import time
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional
+from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional,
+                    Sequence, Tuple)
 
 from absl import flags
+from absl import logging
 import gin
 import numpy as np
 import tensorflow as tf
 import tensorflow_text  # pylint: disable=unused-import  # serve_raw's ops
 
-from etc_realformer.errors import UserInputError
 from tasks import run
+from tasks.common import tokenization
 
 # The flags `define_flags` / `define_dataset_flags` define belong to (are
 # key flags of, listed by `--help` of) the binary that calls them.
@@ -72,8 +75,8 @@ def define_dataset_flags(num_train: int, num_dev: int) -> None:
   """--output_dir, --num_train, --num_dev, --seed of a generator binary.
 
   Call only when run as a binary: the demos define flags of the same names.
-  `--output_dir` has no default; the generator raises a `UserInputError`
-  without it (`require_flag`).
+  `--output_dir` has no default: the generator checks it with
+  `tasks.common.preprocessing.require_flags`.
   """
   flags.DEFINE_string("output_dir", None, "Where to write.")
   flags.DEFINE_integer("num_train", num_train, "Training examples.")
@@ -204,6 +207,17 @@ def timing_line(seconds: Mapping[str, float]) -> str:
           f"{seconds['train_and_eval']:.0f} s)")
 
 
+def quiet_logging() -> None:
+  """Hides absl's INFO log unless `--verbosity` is given.
+
+  A demo's output is its printed lines (its own, the trainer's `progress |`
+  and the loop's `train |` / `eval |` ones); the loop also logs each line it
+  prints, which would show every line twice. Call at the start of `main`.
+  """
+  if not flags.FLAGS["verbosity"].present:
+    logging.set_verbosity(logging.WARNING)
+
+
 def print_lines(lines: Iterable[str]) -> None:
   """The demo's closing lines, each once, as `demo | <line>` on stdout."""
   text = "\n".join(f"demo | {line}" for line in lines)
@@ -246,12 +260,29 @@ def name_pools(seed: int, sizes: Mapping[str, int],
   return pools
 
 
-def require_flag(name: str) -> Any:
-  """The value of the absl flag `name`; a `UserInputError` when unset."""
-  value = flags.FLAGS[name].value
-  if value in (None, "", []):
-    raise UserInputError(f"--{name} is required")
-  return value
+def write_dataset(output_dir: str,
+                  splits: Mapping[str, Tuple[str, Sequence[Any]]],
+                  vocabulary: Sequence[str]) -> Dict[str, str]:
+  """Writes a synthetic dataset: each split's records as one JSON array (the
+  released formats) and a `vocab.txt`.
+
+  Args:
+    output_dir: created if missing.
+    splits: split -> (file name, records).
+    vocabulary: the tokens of `vocab.txt`, in id order.
+
+  Returns:
+    {split: path, ..., "vocab": path}.
+  """
+  os.makedirs(output_dir, exist_ok=True)
+  paths = {}
+  for split, (name, split_records) in splits.items():
+    paths[split] = os.path.join(output_dir, name)
+    with open(paths[split], "w", encoding="utf-8") as f:
+      json.dump(list(split_records), f)
+  paths["vocab"] = os.path.join(output_dir, "vocab.txt")
+  tokenization.write_vocab(paths["vocab"], vocabulary)
+  return paths
 
 
 def print_paths(paths: Mapping[str, str]) -> None:

@@ -1,6 +1,6 @@
 r"""Synthetic HotpotQA (distractor format): the project's learnable demo data.
 
-  python -m tasks.hotpotqa.synthetic --output_dir=DIR \
+  python -m demos.hotpotqa.synthetic --output_dir=DIR \
       [--num_train=2000 --num_dev=300 --seed=0 --num_paragraphs=4]
 
 writes `DIR/hotpot_train_v1.1.json` and `DIR/hotpot_dev_distractor_v1.json`
@@ -34,16 +34,14 @@ two-person kind, at most the chance of a 2-of-4 guess; `chance_joint_f1`
 measures the best such question-blind rule on a split.
 """
 
-import json
-import os
 import random
 from typing import Any, Dict, List, Sequence
 
-from absl import app
 from absl import flags
 
-from tasks.common import synthetic as common_synthetic
-from tasks.common import tokenization
+from demos import common
+from etc_realformer import cli
+from tasks.common import preprocessing
 from tasks.hotpotqa import evaluate
 
 TRAIN_FILE = "hotpot_train_v1.1.json"
@@ -69,7 +67,7 @@ SPECIAL_TOKENS = (("[PAD]",) + tuple(f"[unused{i}]" for i in range(99)) +
 PUNCTUATION = (".", ",", "?", "'", "-")
 
 
-POOLS = common_synthetic.name_pools(_POOL_SEED, POOL_SIZES)
+POOLS = common.name_pools(_POOL_SEED, POOL_SIZES)
 
 
 def vocabulary() -> List[str]:
@@ -144,8 +142,7 @@ def make_example(rng: random.Random, example_id: str,
 
 def make_split(num_examples: int, seed: int, split: str,
                **kwargs) -> List[dict]:
-  # One generator per split so that --num_train does not change dev.
-  rng = random.Random(f"{seed}-{split}")
+  rng = common.split_rng(seed, split)
   return [make_example(rng, f"SYN_{split}_{i}", **kwargs)
           for i in range(num_examples)]
 
@@ -153,18 +150,11 @@ def make_split(num_examples: int, seed: int, split: str,
 def write_dataset(output_dir: str, num_train: int = 2000, num_dev: int = 300,
                   seed: int = 0, num_paragraphs: int = 4) -> Dict[str, str]:
   """Writes the two JSON files and vocab.txt; returns their paths."""
-  os.makedirs(output_dir, exist_ok=True)
-  paths = {}
-  for split, name, count in (("train", TRAIN_FILE, num_train),
-                             ("dev", DEV_FILE, num_dev)):
-    path = os.path.join(output_dir, name)
-    with open(path, "w", encoding="utf-8") as f:
-      json.dump(make_split(count, seed, split,
-                           num_paragraphs=num_paragraphs), f)
-    paths[split] = path
-  paths["vocab"] = os.path.join(output_dir, "vocab.txt")
-  tokenization.write_vocab(paths["vocab"], vocabulary())
-  return paths
+  splits = {split: (name, make_split(count, seed, split,
+                                     num_paragraphs=num_paragraphs))
+            for split, name, count in (("train", TRAIN_FILE, num_train),
+                                       ("dev", DEV_FILE, num_dev))}
+  return common.write_dataset(output_dir, splits, vocabulary())
 
 
 def chance_joint_f1(gold: Sequence[Dict[str, Any]], seed: int = 0) -> float:
@@ -194,19 +184,20 @@ def chance_joint_f1(gold: Sequence[Dict[str, Any]], seed: int = 0) -> float:
 
 
 def _define_flags():
-  """Flags only when run as a binary."""
-  common_synthetic.define_dataset_flags(num_train=2000, num_dev=300)
+  """Flags only when run as a binary (the demo defines flags of the same
+  names)."""
+  common.define_dataset_flags(num_train=2000, num_dev=300)
   flags.DEFINE_integer("num_paragraphs", 4, "Paragraphs (people) per record.")
 
 
 def main(argv):
   del argv
+  preprocessing.require_flags(("output_dir",))
   f = flags.FLAGS
-  paths = write_dataset(f.output_dir, f.num_train, f.num_dev, f.seed,
-                        f.num_paragraphs)
-  print(json.dumps(paths, indent=2))
+  common.print_paths(write_dataset(f.output_dir, f.num_train, f.num_dev,
+                                   f.seed, f.num_paragraphs))
 
 
 if __name__ == "__main__":
   _define_flags()
-  app.run(main)
+  cli.run(main)

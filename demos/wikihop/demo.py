@@ -1,46 +1,42 @@
 r"""The embedded demo: synthetic multi-hop WikiHop, end to end, on a CPU.
 
-  python -m tasks.wikihop.demo --output_dir=demo_out
+  python -m demos.wikihop.demo --output_dir=demo_out
 
-1. writes synthetic qangaroo-format data (`tasks.wikihop.synthetic`: each
-   answer needs a 2-document reasoning chain) and its vocab.txt;
+1. writes synthetic qangaroo-format data (`demos.wikihop.synthetic`: each
+   answer needs a 2-document reasoning chain; docs/wikihop_demo.md, "The
+   synthetic task") and its vocab.txt;
 2. featurizes it to TFRecords (`tasks.wikihop.preprocess`, the in-graph
    featurizer, with the query's subject typed in the documents);
 3. trains a tiny ETC-RealFormer from scratch (long 128, global 48 -- every
    synthetic example fits without truncation --, hidden 64, 4 layers, 4
    heads, local radius 8, residual attention on, the from-scratch init
-   priors) with the shared runner, evaluating on dev at the end;
+   priors) with the one runner, evaluating on dev at the end;
 4. exports a versioned SavedModel and answers one dev query through its
    raw-text signature `serve_raw` (tokenization and feature building in the
    graph);
-5. prints the measured dev accuracy and the wall time.
+5. prints the measured dev accuracy and the wall time (`demo | ...` lines).
 
 Everything goes to --output_dir (data/, model/ with checkpoints, TensorBoard
-summaries and operative_config.gin, export/). The same run with the binary:
-`python -m tasks.wikihop --gin_file=OUTPUT_DIR/demo.gin --mode=train_and_eval
---model_dir=...`.
+summaries and operative_config.gin, export/, demo_results.json). The same
+run with the binary: `python -m tasks.wikihop --gin_file=OUTPUT_DIR/demo.gin
+--mode=train_and_eval --model_dir=...`. `--bridge_scaffold` trains with the
+bridge scaffold instead (`demos.wikihop.scaffold`).
 """
 
 import json
 import os
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
-from absl import app
 from absl import flags
-from absl import logging
 
-# Defines --gin_file / --gin_bindings: applied after the demo's config.
+from demos import common
+# Registers the scaffold's task before gin is parsed (the runner finds only
+# the tasks/* packages).
+from demos.wikihop import scaffold  # pylint: disable=unused-import
+from demos.wikihop import synthetic
+from etc_realformer import cli
 from tasks import run
-from tasks.common import demo as demo_lib
-
-DEMO_FLAGS = demo_lib.define_flags(output_dir="demo_out", train_steps=6000,
-                                    num_train=6000)
-BRIDGE_SCAFFOLD = flags.DEFINE_bool(
-    "bridge_scaffold", False,
-    "Add the bridge-mark curriculum of docs/wikihop_demo.md, session 7 (the "
-    "bridge city typed like the query's subject in early training batches "
-    "only). Not needed by the default since session 8; kept for "
-    "experiments.")
+from tasks.wikihop import preprocess
 
 LONG_SEQ_LEN = 128
 GLOBAL_SEQ_LEN = 48
@@ -49,17 +45,18 @@ GLOBAL_SEQ_LEN = 48
 def demo_gin(data_dir: str, train_steps: int, seed: int,
              bridge_scaffold: bool = False) -> str:
   """The demo's gin config (also written to OUTPUT_DIR/demo.gin)."""
+  vocab_size = common.vocab_size(os.path.join(data_dir, "vocab.txt"))
   text = f"""\
 include 'tasks/wikihop.gin'
 include 'models/etc_tiny.gin'
 include 'strategies/cpu.gin'
 
-etc_config.vocab_size = {_vocab_size(data_dir)}
+etc_config.vocab_size = {vocab_size}
 etc_config.hidden_size = 64
 # Following a village -> city -> country chain takes four attention steps
-# (docs/wikihop_demo.md): gather each sentence, match the bridge city across
-# documents, read it next to the country mention, read that mention from the
-# candidate's global token.
+# (docs/wikihop_demo.md, "What the model must learn"): gather each sentence,
+# match the bridge city across documents, read it next to the country
+# mention, read that mention from the candidate's global token.
 etc_config.num_hidden_layers = 4
 etc_config.num_attention_heads = 4
 etc_config.intermediate_size = 128
@@ -72,7 +69,8 @@ etc_config.use_hard_g2l_mask = True
 # From-scratch priors (EtcConfig docstrings): sentence tokens start reading
 # their own sentence, attention starts by copying what it attends to, and
 # queries start matching keys of the same content. Without them the chain
-# stays at chance (docs/wikihop_demo.md, sessions 5-8).
+# stays at chance (docs/wikihop_demo.md, "The from-scratch initialisation
+# priors").
 etc_config.own_sentence_bias_init = 20.0
 etc_config.value_output_identity_init = 1.0
 etc_config.query_key_identity_init = 0.25
@@ -85,72 +83,64 @@ WikiHopTask.predict_input = '{data_dir}/dev.tfrecord'
 WikiHopTask.vocab_file = '{data_dir}/vocab.txt'
 WikiHopTask.seed = {seed}
 # The query's village is typed in the documents (featurizer option, the same
-# at training and at serving).
+# at training and at serving; docs/wikihop_demo.md, "The query's subject
+# typed (mark_query_subject)").
 WikiHopTask.mark_query_subject = True
 
-""" + demo_lib.trainer_gin(train_steps) + """
+""" + common.trainer_gin(train_steps) + """
 # Adam 5e-4 decaying linearly over the run, no warmup, no weight decay; XLA.
 # When the chain is picked up is a matter of chance; at 5e-4 it was by
 # step 2,700 in all 8 runs measured, at 1e-3 at 800-4,500 or not at all (a
 # constant 1e-3: in none of 2 runs), at 2e-3-3e-3 the output went uniform
-# (docs/wikihop_demo.md, sessions 8-9).
+# (docs/wikihop_demo.md, "Learning rate 5e-4").
 optimizer.learning_rate = 5e-4
 optimizer.warmup_steps = 0
 optimizer.weight_decay_rate = 0.0
 # At initialisation the global queries' relative tables of layers 1-3 get
 # gradients of 1e-11..5e-7 (RMS, measured), under the fine-tuning default
 # epsilon 1e-6, with which the chain was not learned in 3 runs of
-# 2,500-3,000 steps; with 1e-7 or 1e-8 it was in 7 runs of 8.
+# 2,500-3,000 steps; with 1e-7 or 1e-8 it was in 7 runs of 8
+# (docs/wikihop_demo.md, "Adam epsilon 1e-8").
 optimizer.epsilon = 1e-8
 TrainerConfig.jit_compile = True
 """
   if bridge_scaffold:
     text += f"""
-# --bridge_scaffold (docs/wikihop_demo.md, session 7): the bridge city typed
-# like the subject in training batches only, all for 300 steps, then a
-# fraction falling to half.
-WikiHopTask.train_scaffold = @SyntheticBridgeScaffold()
-SyntheticBridgeScaffold.vocab_file = '{data_dir}/vocab.txt'
-SyntheticBridgeScaffold.hold_steps = 300
-SyntheticBridgeScaffold.fade_steps = 1000
-SyntheticBridgeScaffold.floor = 0.5
-SyntheticBridgeScaffold.seed = {seed}
+# --bridge_scaffold (docs/wikihop_demo.md, "The bridge scaffold"): the WikiHop
+# task whose model types the bridge city like the subject in training batches
+# only, all for 300 training calls, then a fraction falling to half. The
+# WikiHopTask bindings above apply to it.
+task_class.cls = @WikiHopBridgeScaffoldTask
+WikiHopBridgeScaffoldTask.hold_steps = 300
+WikiHopBridgeScaffoldTask.fade_steps = 1000
+WikiHopBridgeScaffoldTask.floor = 0.5
+WikiHopBridgeScaffoldTask.scaffold_seed = {seed}
 """
   return text
 
 
-def _vocab_size(data_dir: str) -> int:
-  with open(os.path.join(data_dir, "vocab.txt"), encoding="utf-8") as f:
-    return sum(1 for _ in f)
-
-
 def make_data(data_dir: str, num_train: int, num_dev: int, seed: int,
-              mark_query_subject: bool = False) -> None:
-  """Synthetic JSON + vocab, then TFRecords (rewritten every time)."""
-  from tasks.wikihop import preprocess  # pylint: disable=g-import-not-at-top
-  from tasks.wikihop import synthetic  # pylint: disable=g-import-not-at-top
-  synthetic.write_dataset(data_dir, num_train=num_train, num_dev=num_dev,
-                          seed=seed)
+              mark_query_subject: bool = False,
+              hops: int = 2) -> Dict[str, str]:
+  """Synthetic JSON + vocab, then TFRecords (rewritten every time); returns
+  the paths of `synthetic.write_dataset`."""
+  paths = synthetic.write_dataset(data_dir, num_train=num_train,
+                                  num_dev=num_dev, seed=seed, hops=hops)
   featurizer = preprocess.make_featurizer(
-      os.path.join(data_dir, "vocab.txt"), None, LONG_SEQ_LEN,
-      GLOBAL_SEQ_LEN, mark_query_subject=mark_query_subject)
-  demo_lib.featurize_splits(
-      {split: os.path.join(data_dir, f"{split}.json")
-       for split in ("train", "dev")},
-      data_dir, featurizer, preprocess.preprocess_file)
+      paths["vocab"], None, LONG_SEQ_LEN, GLOBAL_SEQ_LEN,
+      mark_query_subject=mark_query_subject)
+  common.featurize_splits({split: paths[split] for split in ("train", "dev")},
+                          data_dir, featurizer, preprocess.preprocess_file)
+  return paths
 
 
-def ask(export_path: str, record: Dict) -> Dict:
+def ask(export_path: str, record: Dict[str, Any]) -> Dict[str, Any]:
   """Answers one qangaroo record through the SavedModel's `serve_raw`."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  import tensorflow_text  # pylint: disable=g-import-not-at-top,unused-import
-  loaded = tf.saved_model.load(export_path)
-  out = loaded.signatures["serve_raw"](
-      query=tf.constant(record["query"]),
-      candidates=tf.constant(record["candidates"]),
-      supports=tf.constant(record["supports"]))
-  probs: List[float] = out["candidate_probabilities"].numpy().tolist()
-  return {"answer": out["answer"].numpy().decode("utf-8"),
+  out = common.serve(export_path, query=record["query"],
+                     candidates=record["candidates"],
+                     supports=record["supports"])
+  probs: List[float] = out["candidate_probabilities"].tolist()
+  return {"answer": out["answer"].decode("utf-8"),
           "probabilities": dict(zip(record["candidates"], probs))}
 
 
@@ -158,25 +148,24 @@ def run_demo(output_dir: str, num_train: int = 6000, num_dev: int = 300,
              seed: int = 0, train_steps: int = 6000,
              gin_files: Optional[List[str]] = None,
              gin_bindings: Optional[List[str]] = None,
-             bridge_scaffold: bool = False) -> Dict:
+             bridge_scaffold: bool = False) -> Dict[str, Any]:
   """Runs the whole demo; returns dev accuracy, timings and the answer."""
-  clock = demo_lib.Stopwatch()
-  dirs = demo_lib.DemoDirs.under(output_dir)
-  make_data(dirs.data, num_train, num_dev, seed, mark_query_subject=True)
+  clock = common.Stopwatch()
+  dirs = common.DemoDirs.under(output_dir)
+  paths = make_data(dirs.data, num_train, num_dev, seed,
+                    mark_query_subject=True)
   clock.lap("data")
 
-  run.register_tasks()
-  demo_lib.configure_gin(dirs, demo_gin(dirs.data, train_steps, seed,
-                                        bridge_scaffold),
-                         gin_files, gin_bindings)
+  common.configure_gin(dirs, demo_gin(dirs.data, train_steps, seed,
+                                      bridge_scaffold),
+                       gin_files, gin_bindings)
   results = run.run("train_and_eval", dirs.model)
   clock.lap("train_and_eval")
   export_path = run.run("export", dirs.model,
                         export_dir=dirs.export)["export_path"]
 
-  with open(os.path.join(dirs.data, "dev.json"), encoding="utf-8") as f:
+  with open(paths["dev"], encoding="utf-8") as f:
     record = json.load(f)[0]
-  answer = ask(export_path, record)
   summary = {
       "dev_accuracy": results["accuracy"],
       "dev_loss": results["loss"],
@@ -184,35 +173,50 @@ def run_demo(output_dir: str, num_train: int = 6000, num_dev: int = 300,
       "export_path": export_path,
       "query": record["query"],
       "gold": record["answer"],
-      **answer,
+      **ask(export_path, record),
       "seconds": clock.summary(),
   }
-  with open(os.path.join(dirs.output, "demo_results.json"), "w") as f:
-    json.dump(summary, f, indent=2)
+  common.write_results(dirs, summary)
   return summary
+
+
+def summary_lines(s: Dict[str, Any]) -> List[str]:
+  """The demo's closing lines (without the `demo | ` prefix)."""
+  best = max(s["probabilities"], key=s["probabilities"].get)
+  return [
+      f"query: {s['query']!r}",
+      f"served answer (SavedModel serve_raw): {s['answer']!r} "
+      f"(p={s['probabilities'][best]:.3f}); gold: {s['gold']!r}",
+      f"dev accuracy: {s['dev_accuracy']:.4f} (step {s['global_step']}, "
+      f"dev loss {s['dev_loss']:.4f})",
+      common.timing_line(s["seconds"]),
+      f"SavedModel: {s['export_path']}",
+  ]
+
+
+def define_flags() -> None:
+  """The binary's flags (not at import: other demos define the same names)."""
+  common.define_flags(output_dir="demo_out", train_steps=6000,
+                      num_train=6000)
+  flags.DEFINE_bool(
+      "bridge_scaffold", False,
+      "Train with the bridge-mark curriculum (the bridge city typed like the "
+      "query's subject in early training batches only; docs/wikihop_demo.md, "
+      "\"The bridge scaffold\"). The default does not need it; kept for "
+      "experiments.")
 
 
 def main(argv):
   del argv
-  f = DEMO_FLAGS
-  s = run_demo(f.output_dir.value, num_train=f.num_train.value,
-               num_dev=f.num_dev.value, seed=f.seed.value,
-               train_steps=f.train_steps.value,
-               gin_files=flags.FLAGS.gin_file,
-               gin_bindings=flags.FLAGS.gin_bindings,
-               bridge_scaffold=BRIDGE_SCAFFOLD.value)
-  logging.info("demo results: %s", s)
-  best = max(s["probabilities"], key=s["probabilities"].get)
-  print(f"\ndemo | query: {s['query']!r}\n"
-        f"demo | served answer (SavedModel serve_raw): {s['answer']!r} "
-        f"(p={s['probabilities'][best]:.3f}); gold: {s['gold']!r}\n"
-        f"demo | dev accuracy: {s['dev_accuracy']:.4f} "
-        f"(step {s['global_step']}, dev loss {s['dev_loss']:.4f})\n"
-        f"demo | wall time: {s['seconds']['total']:.0f} s "
-        f"(data {s['seconds']['data']:.0f} s, train+eval "
-        f"{s['seconds']['train_and_eval']:.0f} s)\n"
-        f"demo | SavedModel: {s['export_path']}", flush=True)
+  common.quiet_logging()
+  f = flags.FLAGS
+  summary = run_demo(f.output_dir, num_train=f.num_train, num_dev=f.num_dev,
+                     seed=f.seed, train_steps=f.train_steps,
+                     gin_files=f.gin_file, gin_bindings=f.gin_bindings,
+                     bridge_scaffold=f.bridge_scaffold)
+  common.print_lines(summary_lines(summary))
 
 
 if __name__ == "__main__":
-  app.run(main)
+  define_flags()
+  cli.run(main)

@@ -1,12 +1,12 @@
 r"""Learnability probe for the WikiHop demo: which reasoning paths train.
 
-  python -m tools.wikihop_probe --data_dir=DIR [--steps=800 --layers=3
+  python -m demos.wikihop.probe --data_dir=DIR [--steps=800 --layers=3
       --init=0.05 --lr=1e-3 --batch_size=16 --diagnostic=none]
 
-Trains the demo's tiny ETC-RealFormer (`tasks.wikihop.demo.demo_gin`, same
+Trains the demo's tiny ETC-RealFormer (`demos.wikihop.demo.demo_gin`, same
 features, same task head and loss) with a plain XLA-compiled Adam loop, and
 prints train loss and dev accuracy every `--every` steps. DIR holds the
-output of `tasks.wikihop.synthetic.write_dataset` featurized at the demo's
+output of `demos.wikihop.synthetic.write_dataset` featurized at the demo's
 lengths (`--make_data` writes it: the demo's `--num_train`, and `--hops`).
 
 `--diagnostic` swaps the task for a control that needs a known number of
@@ -45,80 +45,42 @@ product), so only the bridge is a curriculum and dev measures the chain
 with the village given. `--marking=type` marks by token type 2 (the
 featurizer option's) instead of replacing the token by the mark id.
 
-Why a tool: the demo's dev accuracy sat at chance for seven sessions (see
-`docs/wikihop_demo.md`), and this is how that was narrowed down; it is
-not a benchmark and not a test.
+Why a tool: the demo's dev accuracy sat at chance for a long time, and this is
+how the cause was narrowed down (docs/wikihop_demo.md, "The learnability
+probe"); it is not a benchmark and not a test.
 """
 
 import os
 import time
 from typing import Dict, Optional
 
-from absl import app
 from absl import flags
+import gin
 import numpy as np
 import tensorflow as tf
+import tf_keras
 
-# Define --gin_file / --gin_bindings (extra bindings apply after the demo's)
-# and the demo's --num_train (used by --make_data).
+from demos.wikihop import demo
+from demos.wikihop import scaffold
+from etc_realformer import cli
+# Defines --gin_file / --gin_bindings (extra bindings apply after the
+# demo's).
 from tasks import run
-from tasks.wikihop import demo
+from tasks.common import preprocessing
 from tasks.wikihop import features as wikihop_features
-from tasks.wikihop import scaffold
+from tasks.wikihop import task as wikihop_task
 
-flags.DEFINE_string("data_dir", None, "Featurized synthetic data.")
-flags.DEFINE_bool("make_data", False, "Write the data first.")
-flags.DEFINE_integer("hops", 1, "With --make_data: 1, 2 or 3.")
-flags.DEFINE_integer("steps", 800, "Optimizer steps.")
-flags.DEFINE_integer("every", 100, "Report interval.")
-flags.DEFINE_integer("layers", 3, "Encoder layers.")
-flags.DEFINE_integer("hidden", 64, "Hidden size (intermediate 2x).")
-flags.DEFINE_integer("heads", 4, "Attention heads.")
-flags.DEFINE_float("init", 0.05, "initializer_range.")
-flags.DEFINE_float("lr", 1e-3, "Adam learning rate (linear decay to 0).")
-flags.DEFINE_integer("batch_size", 16, "Training batch size.")
-flags.DEFINE_enum("diagnostic", "none",
-                  ["none", "smallest_candidate", "smallest_village",
-                   "marked_query_mentions", "marked_chain"],
-                  "See the module docstring.")
-flags.DEFINE_integer(
-    "mark_fade_steps", 0, "With marked_query_mentions or marked_chain: > 0 "
-    "fades the (village) marks out over this many steps (a curriculum; dev "
-    "is then unmarked).")
-flags.DEFINE_integer("mark_hold_steps", 300,
-                     "Steps with every example marked before the fade.")
-flags.DEFINE_integer("bridge_hold_steps", 300,
-                     "marked_chain: steps before the bridge marks fade.")
-flags.DEFINE_integer("bridge_fade_steps", 0,
-                     "marked_chain: > 0 fades the bridge marks over this "
-                     "many steps (0: as the village marks).")
-flags.DEFINE_float("bridge_floor", 0.0,
-                   "marked_chain: the bridge marks fade down to this "
-                   "fraction of the examples, not to 0.")
-flags.DEFINE_bool("keep_village_marks", False,
-                  "marked_chain: the village stays marked, in dev too.")
-flags.DEFINE_enum("marking", "token", ["token", "type"],
-                  "How a mention is marked: its token replaced by the mark "
-                  "id, or its token type set to 2.")
 FLAGS = flags.FLAGS
 
 # Token type ids of `tasks.wikihop.features`.
-_DOC, _QUERY, _CANDIDATE = 1, 3, 4
-_MARK_ID = 6  # [unused5] in the synthetic vocabulary: free.
-_PERIOD_ID = 15  # "." in the synthetic vocabulary: ends every fact sentence.
-_MARK_TYPE = wikihop_features.QUERY_SUBJECT_TOKEN_TYPE_ID
-
-
-def make_data(data_dir: str, num_train: int, hops: int) -> None:
-  from tasks.wikihop import preprocess, synthetic  # pylint: disable=g-import-not-at-top
-  synthetic.write_dataset(data_dir, num_train=num_train, num_dev=300,
-                          seed=0, hops=hops)
-  featurizer = preprocess.make_featurizer(
-      os.path.join(data_dir, "vocab.txt"), None, demo.LONG_SEQ_LEN,
-      demo.GLOBAL_SEQ_LEN)
-  for split in ("train", "dev"):
-    preprocess.preprocess_file(os.path.join(data_dir, f"{split}.json"),
-                               data_dir, featurizer)
+_DOC = wikihop_features.SENTENCE_TOKEN_TYPE_ID
+_QUERY = wikihop_features.QUESTION_TOKEN_TYPE_ID
+_CANDIDATE = wikihop_features.CANDIDATE_TOKEN_TYPE_ID
+# How the controls mark a mention: its token replaced by MARK_ID, or its token
+# type set to MARK_TYPE (the featurizer's typed subject).
+MARK_ID = 6  # [unused5] in the synthetic vocabulary: free.
+MARK_TYPE = wikihop_features.QUERY_SUBJECT_TOKEN_TYPE_ID
+PERIOD_ID = 15  # "." in the synthetic vocabulary: ends every fact sentence.
 
 
 def _query_village_mentions(seg: tf.Tensor, tok: tf.Tensor) -> tf.Tensor:
@@ -137,7 +99,7 @@ def _bridge_city_mentions(seg: tf.Tensor, tok: tf.Tensor, sid: tf.Tensor,
   the period of the query village's sentence), as the demo's scaffold finds
   them once the village is typed."""
   typed = tf.where(village, wikihop_features.QUERY_SUBJECT_TOKEN_TYPE_ID, seg)
-  return scaffold.bridge_mentions(tok, typed, sid, _PERIOD_ID)
+  return scaffold.bridge_mentions(tok, typed, sid, PERIOD_ID)
 
 
 def _keep_marks(mark: tf.Tensor, prob: Optional[tf.Tensor]) -> tf.Tensor:
@@ -190,20 +152,59 @@ def diagnostic_batch(batch: Dict, kind: str,
       bridge = _bridge_city_mentions(seg, tok, sid, village)
       mark = tf.logical_or(mark, _keep_marks(bridge, bridge_mark_prob))
     if marking == "type":
-      batch["segment_ids"] = tf.where(mark, _MARK_TYPE, seg)
+      batch["segment_ids"] = tf.where(mark, MARK_TYPE, seg)
     else:
-      batch["token_ids"] = tf.where(mark, _MARK_ID, tok)
+      batch["token_ids"] = tf.where(mark, MARK_ID, tok)
   return batch
+
+
+def define_flags() -> None:
+  """The binary's flags (not at import: the demos define flags of the same
+  names, e.g. --num_train)."""
+  flags.DEFINE_integer("num_train", 6000, "With --make_data: train size.")
+  flags.DEFINE_string("data_dir", None, "Featurized synthetic data.")
+  flags.DEFINE_bool("make_data", False, "Write the data first.")
+  flags.DEFINE_integer("hops", 1, "With --make_data: 1, 2 or 3.")
+  flags.DEFINE_integer("steps", 800, "Optimizer steps.")
+  flags.DEFINE_integer("every", 100, "Report interval.")
+  flags.DEFINE_integer("layers", 3, "Encoder layers.")
+  flags.DEFINE_integer("hidden", 64, "Hidden size (intermediate 2x).")
+  flags.DEFINE_integer("heads", 4, "Attention heads.")
+  flags.DEFINE_float("init", 0.05, "initializer_range.")
+  flags.DEFINE_float("lr", 1e-3, "Adam learning rate (linear decay to 0).")
+  flags.DEFINE_integer("batch_size", 16, "Training batch size.")
+  flags.DEFINE_enum("diagnostic", "none",
+                    ["none", "smallest_candidate", "smallest_village",
+                     "marked_query_mentions", "marked_chain"],
+                    "See the module docstring.")
+  flags.DEFINE_integer(
+      "mark_fade_steps", 0, "With marked_query_mentions or marked_chain: > 0 "
+      "fades the (village) marks out over this many steps (a curriculum; dev "
+      "is then unmarked).")
+  flags.DEFINE_integer("mark_hold_steps", 300,
+                       "Steps with every example marked before the fade.")
+  flags.DEFINE_integer("bridge_hold_steps", 300,
+                       "marked_chain: steps before the bridge marks fade.")
+  flags.DEFINE_integer("bridge_fade_steps", 0,
+                       "marked_chain: > 0 fades the bridge marks over this "
+                       "many steps (0: as the village marks).")
+  flags.DEFINE_float("bridge_floor", 0.0,
+                     "marked_chain: the bridge marks fade down to this "
+                     "fraction of the examples, not to 0.")
+  flags.DEFINE_bool("keep_village_marks", False,
+                    "marked_chain: the village stays marked, in dev too.")
+  flags.DEFINE_enum("marking", "token", ["token", "type"],
+                    "How a mention is marked: its token replaced by the mark "
+                    "id, or its token type set to 2.")
 
 
 def main(argv):
   del argv
-  import gin  # pylint: disable=g-import-not-at-top
-  import tf_keras  # pylint: disable=g-import-not-at-top
-
+  preprocessing.require_flags(("data_dir",))
   data_dir = os.path.abspath(FLAGS.data_dir)
   if FLAGS.make_data:
-    make_data(data_dir, FLAGS.num_train, FLAGS.hops)
+    # The demo's data at other hops: 300 dev records, seed 0, nothing typed.
+    demo.make_data(data_dir, FLAGS.num_train, 300, 0, hops=FLAGS.hops)
   gin_path = os.path.join(data_dir, "probe.gin")
   with open(gin_path, "w") as f:
     f.write(demo.demo_gin(data_dir, FLAGS.steps, 0))
@@ -217,8 +218,7 @@ def main(argv):
       f"etc_config.intermediate_size = {2 * FLAGS.hidden}",
       f"etc_config.num_attention_heads = {FLAGS.heads}",
       *FLAGS.gin_bindings])  # --gin_bindings: defined by tasks.run
-  from tasks.wikihop.task import WikiHopTask  # pylint: disable=g-import-not-at-top
-  task = WikiHopTask()
+  task = wikihop_task.WikiHopTask()
   numeric = lambda b: {k: v for k, v in b.items() if v.dtype != tf.string}
   train = iter(task.build_inputs("train", FLAGS.batch_size))
   dev = numeric(next(iter(task.build_inputs("eval", 300))))
@@ -295,5 +295,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["data_dir"])
-  app.run(main)
+  define_flags()
+  cli.run(main)

@@ -1,6 +1,6 @@
 r"""Synthetic multi-hop WikiHop data: the project's embedded demo data set.
 
-  python -m tasks.wikihop.synthetic --output_dir=DIR \
+  python -m demos.wikihop.synthetic --output_dir=DIR \
       [--num_train=2000 --num_dev=300 --seed=0 --hops=2]
 
 writes `DIR/train.json` and `DIR/dev.json` in the exact qangaroo format
@@ -55,16 +55,14 @@ global tokens. Everything is deterministic given --seed (the name pools and the
 vocabulary do not depend on it).
 """
 
-import json
-import os
 import random
 from typing import Dict, List, Sequence
 
-from absl import app
 from absl import flags
 
-from tasks.common import synthetic as common_synthetic
-from tasks.common import tokenization
+from demos import common
+from etc_realformer import cli
+from tasks.common import preprocessing
 
 # Name pools are built from syllables with their own fixed seed, so the
 # vocabulary is the same for every data seed.
@@ -80,7 +78,7 @@ POOL_SIZES = {"village": 150, "city": 150, "region": 100, "country": 60}
 # bridge is a fifth of that average; in the 10-token templates of earlier
 # versions ("Tamoli is a village in the city of Berunda.") it was a tenth,
 # and a tiny model trained from scratch did not find the match
-# (docs/wikihop_demo.md, session 8).
+# (docs/wikihop_demo.md, "Short fact sentences").
 TEMPLATES = {
     ("village", "country"): (
         "{head} is in {tail}.",
@@ -115,7 +113,7 @@ SPECIAL_TOKENS = ("[PAD]",) + tuple(f"[unused{i}]" for i in range(10)) + (
 PUNCTUATION = (".", ",", "_", "'", "-")
 
 
-POOLS = common_synthetic.name_pools(_POOL_SEED, POOL_SIZES)
+POOLS = common.name_pools(_POOL_SEED, POOL_SIZES)
 
 
 def chain_types(hops: int) -> Sequence[str]:
@@ -198,9 +196,7 @@ def query_chain(record: dict) -> List[str]:
 
 def make_split(num_examples: int, seed: int, split: str, hops: int = 2,
                **kwargs) -> List[dict]:
-  # One generator per split, derived from the seed, so that changing
-  # --num_train does not change dev.
-  rng = random.Random(f"{seed}-{split}")
+  rng = common.split_rng(seed, split)
   return [make_example(rng, f"SYN_{split}_{i}", hops=hops, **kwargs)
           for i in range(num_examples)]
 
@@ -208,22 +204,15 @@ def make_split(num_examples: int, seed: int, split: str, hops: int = 2,
 def write_dataset(output_dir: str, num_train: int = 2000, num_dev: int = 300,
                   seed: int = 0, hops: int = 2) -> Dict[str, str]:
   """Writes train.json, dev.json and vocab.txt; returns their paths."""
-  os.makedirs(output_dir, exist_ok=True)
-  paths = {}
-  for split, count in (("train", num_train), ("dev", num_dev)):
-    path = os.path.join(output_dir, f"{split}.json")
-    with open(path, "w", encoding="utf-8") as f:
-      json.dump(make_split(count, seed, split, hops=hops), f)
-    paths[split] = path
-  paths["vocab"] = os.path.join(output_dir, "vocab.txt")
-  tokenization.write_vocab(paths["vocab"], vocabulary())
-  return paths
+  splits = {split: (f"{split}.json", make_split(count, seed, split, hops))
+            for split, count in (("train", num_train), ("dev", num_dev))}
+  return common.write_dataset(output_dir, splits, vocabulary())
 
 
 def _define_flags():
   """Flags only when run as a binary: importing must not define them (the
-  training binaries define flags of the same names)."""
-  common_synthetic.define_dataset_flags(num_train=2000, num_dev=300)
+  demo defines flags of the same names)."""
+  common.define_dataset_flags(num_train=2000, num_dev=300)
   flags.DEFINE_integer(
       "hops", 2, "Facts per chain: 2 or 3 (multi-hop), or 1 (single-fact "
       "lookup among distractor documents, for models too shallow for 2).")
@@ -231,11 +220,12 @@ def _define_flags():
 
 def main(argv):
   del argv
+  preprocessing.require_flags(("output_dir",))
   f = flags.FLAGS
-  paths = write_dataset(f.output_dir, f.num_train, f.num_dev, f.seed, f.hops)
-  print(json.dumps(paths, indent=2))
+  common.print_paths(write_dataset(f.output_dir, f.num_train, f.num_dev,
+                                   f.seed, f.hops))
 
 
 if __name__ == "__main__":
   _define_flags()
-  app.run(main)
+  cli.run(main)
