@@ -1,19 +1,22 @@
-"""Gin plumbing of the runner: every gin file parses, model sizes, switches."""
+"""The runner: task discovery, gin plumbing (every gin file parses, model
+sizes, the released config as the base), flags, and one-line errors."""
 
 import glob
 import os
+import subprocess
+import sys
 
 import gin
 import pytest
-import tensorflow as tf
 import tf_keras
 
-from etc_realformer.training import distribution
+from etc_realformer.errors import UserInputError
 from etc_realformer.training import experiment
-from tasks import base
+from etc_realformer.training import task as task_lib
 from tasks import run
 
 GIN_DIR = run.GIN_ROOT
+REPO = os.path.dirname(GIN_DIR)
 
 
 @pytest.fixture(autouse=True)
@@ -40,7 +43,7 @@ def test_every_gin_file_parses(path):
 ])
 def test_model_sizes_turn_residual_attention_on(size, expected):
   run.parse_gin([f"models/{size}.gin"], ["etc_config.vocab_size = 100"])
-  config = base.etc_config()
+  config = task_lib.etc_config()
   for field, value in expected.items():
     assert getattr(config, field) == value, field
   assert config.local_radius == 84
@@ -55,7 +58,7 @@ def test_released_config_json_is_the_base(golden_dir):
   run.parse_gin([], [
       f"etc_config.config_file = '{golden_dir / 'etc_config.json'}'",
       "etc_config.residual_attention = True"])
-  config = base.etc_config()
+  config = task_lib.etc_config()
   assert (config.hidden_size, config.num_hidden_layers) == (32, 2)
   assert config.residual_attention
 
@@ -66,7 +69,7 @@ def test_wikihop_task_and_trainer_from_gin(tmp_path):
       "TrainerConfig.train_steps = 7",
       "TrainerConfig.grad_accum_steps = 2",
       "optimizer.optimizer_type = 'lamb'"])
-  task = run.task_class()()
+  task = task_lib.task_class()()
   assert task.name == "wikihop"
   assert (task.long_seq_len, task.global_seq_len) == (4096, 430)
   assert task.model_config.hidden_size == 64
@@ -75,29 +78,35 @@ def test_wikihop_task_and_trainer_from_gin(tmp_path):
   assert (config.train_steps, config.grad_accum_steps) == (7, 2)
 
 
-def test_strategy_selection():
-  assert distribution.build_strategy("off") is tf.distribute.get_strategy()
-  one = distribution.build_strategy("one_device")
-  assert isinstance(one, tf.distribute.OneDeviceStrategy)
-  with pytest.raises(ValueError, match="distribution_strategy"):
-    distribution.build_strategy("parameter_server")
-  run.parse_gin(["strategies/one_gpu.gin"], [])
-  assert gin.query_parameter("strategy.num_gpus") == 1
-
-
-@pytest.mark.parametrize("name,policy", [
-    (None, "float32"), ("bfloat16", "mixed_bfloat16"),
-    ("float16", "mixed_float16")])
-def test_precision_switch(name, policy):
-  distribution.set_precision(name)
-  assert tf_keras.mixed_precision.global_policy().name == policy
-  with pytest.raises(ValueError, match="mixed_precision"):
-    distribution.set_precision("int8")
-
-
 def test_runner_flags_cover_all_modes():
   from absl import flags  # pylint: disable=g-import-not-at-top
   assert set(flags.FLAGS["mode"].parser.enum_values) == set(experiment.MODES)
   for name in ("gin_file", "gin_bindings", "model_dir", "export_dir",
                "checkpoint", "predictions_dir"):
     assert name in flags.FLAGS
+
+
+def test_tasks_are_discovered():
+  names = set(task_lib.registered_tasks())
+  assert {"wikihop", "hotpotqa", "nq", "openkp"} <= names
+
+
+def test_gin_errors_are_user_errors():
+  with pytest.raises(UserInputError, match="gin"):
+    run.parse_gin(["no_such_file.gin"], [])
+  with pytest.raises(UserInputError, match="gin"):
+    run.parse_gin([], ["NoSuchConfigurable.x = 1"])
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--mode=eval"], "--model_dir"),
+    (["--model_dir=/tmp/x", "--gin_file=missing_dir/nope.gin"], "gin"),
+])
+def test_binary_reports_user_mistakes_in_one_line(args, message):
+  result = subprocess.run([sys.executable, "-m", "tasks.run", *args],
+                          cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+  assert result.returncode == 2, result.stderr[-2000:]
+  lines = [l for l in result.stderr.splitlines() if l.startswith("error:")]
+  assert len(lines) == 1 and message in lines[0], result.stderr[-2000:]
+  assert "Traceback" not in result.stderr
