@@ -1,12 +1,13 @@
 """`EtcConfig`: the model configuration, compatible with `etc_config.json`.
 
-The released ETC checkpoints ship an `etc_config.json`; `EtcConfig.from_json_file`
-reads it unchanged. `EtcConfig` describes the function the encoder computes;
-how it is computed (attention path, chunking, recomputation) is an
-`etc_realformer.execution.ExecutionConfig`. The RealFormer options (`residual_attention`,
-`residual_patterns`, `residual_running_mean`) are this project's additions: a
-released JSON has none of them, so it loads with residual attention off and
-reproduces the original ETC exactly.
+The released ETC checkpoints ship an `etc_config.json`;
+`EtcConfig.from_json_file` reads it unchanged. `EtcConfig` describes the
+function the encoder computes; how it is computed (attention path, chunking,
+recomputation) is an `etc_realformer.execution.ExecutionConfig`. The
+RealFormer options (`residual_attention`, `residual_patterns`,
+`residual_running_mean`) are this project's additions: a released JSON has
+none of them, so it loads with residual attention off and reproduces the
+original ETC exactly.
 """
 
 import copy
@@ -149,7 +150,8 @@ class EtcConfig:
       fail("relative_vocab_size",
            f"{self.relative_vocab_size} is too small for "
            f"relative_pos_max_distance {self.relative_pos_max_distance}: "
-           f"needs at least {min_relative_vocab_size(self.relative_pos_max_distance)}"
+           f"needs at least "
+           f"{min_relative_vocab_size(self.relative_pos_max_distance)}"
            f" (2*M+1 distance ids + {NUM_OTHER_RELATIVE_IDS} others)")
     if self.max_absolute_position_embeddings < 0:
       fail("max_absolute_position_embeddings", "must not be negative")

@@ -5,7 +5,7 @@ options); these choices trade speed for memory and give the same outputs and
 gradients whatever their values (to float32 rounding), so a checkpoint never
 depends on them:
 
-    model = EtcModel(config, execution=ExecutionConfig(attention_chunk_len=2048))
+    model = EtcModel(config, ExecutionConfig(attention_chunk_len=2048))
 
 Gradient checkpointing (`EtcConfig.grad_checkpointing_period`) is also an
 execution choice, but the released config format carries it, so it stays in

@@ -28,7 +28,8 @@ def resolve_checkpoint_path(path: str) -> str:
       return os.path.join(path, candidates[0])
     if not candidates:
       raise FileNotFoundError(f"no checkpoint (*.index) in directory {path}")
-    raise UserInputError(f"several checkpoints in {path}: {candidates}; pass one "
+    raise UserInputError(f"several checkpoints in {path}: {candidates}; "
+                         "pass one "
                      "prefix")
   for suffix in (".index", ".data-00000-of-00001"):
     if path.endswith(suffix):

@@ -14,6 +14,7 @@ from etc_realformer.features import validation
 from etc_realformer.features.side_inputs import global_local_core
 from etc_realformer.features.side_inputs import assemble
 from etc_realformer.features.side_inputs import links
+from etc_realformer.features.side_inputs import soft_masks
 from etc_realformer.features.validation import SideInputs
 
 
@@ -82,9 +83,9 @@ def make_multihop_side_inputs(
       negative `relative_pos_max_distance`, non-binary breakpoints, or
       sentence/paragraph/linked ids outside [-1, G) at non-padding tokens.
   """
-  local_radius = validation.check_int("local_radius", local_radius, 1)
-  relative_pos_max_distance = validation.check_int("relative_pos_max_distance",
-                                         relative_pos_max_distance, 0)
+  local_radius, relative_pos_max_distance = (
+      validation.check_radius_and_distance(local_radius,
+                                           relative_pos_max_distance))
   t, unbatched = validation.prepare(
       dict(long_paragraph_breakpoints=long_paragraph_breakpoints,
            long_paragraph_ids=long_paragraph_ids,
@@ -93,7 +94,8 @@ def make_multihop_side_inputs(
            l2g_linked_ids=l2g_linked_ids),
       dict(global_paragraph_breakpoints=global_paragraph_breakpoints,
            ignore_hard_g2l_mask=ignore_hard_g2l_mask))
-  validation.check_binary("long_paragraph_breakpoints", t["long_paragraph_breakpoints"])
+  validation.check_binary("long_paragraph_breakpoints",
+                          t["long_paragraph_breakpoints"])
   validation.check_binary("global_paragraph_breakpoints",
                 t["global_paragraph_breakpoints"])
 
@@ -107,17 +109,16 @@ def make_multihop_side_inputs(
     global_static_len = t["global_paragraph_breakpoints"].shape[1]
     for name in ("long_sentence_ids", "long_paragraph_ids", "l2g_linked_ids"):
       if name in t:
-        validation.check_ids_in_range(name, t[name], t["long_paragraph_breakpoints"],
-                            -1, global_static_len,
-                            real_from_breakpoints=True)
+        validation.check_ids_in_range(
+            name, t[name], t["long_paragraph_breakpoints"], -1,
+            global_static_len, real_from_breakpoints=True)
 
     if flat_sequence:
       # No structure beyond sentences: the plain ETC pattern over the masks.
-      result = global_local_core(long_input_mask, global_input_mask,
-                                  t["long_sentence_ids"], local_radius,
-                                  relative_pos_max_distance,
-                                  bool(use_hard_g2l_mask),
-                                  bool(use_hard_l2g_mask))
+      result = global_local_core(
+          long_input_mask, global_input_mask, t["long_sentence_ids"],
+          local_radius, relative_pos_max_distance, bool(use_hard_g2l_mask),
+          bool(use_hard_l2g_mask))
       return validation.finish(result, unbatched)
 
     result = _multihop_core(
@@ -145,14 +146,10 @@ def _multihop_core(long_segments, global_segments, long_input_mask,
   """Structured multi-hop side inputs from batched int32 tensors."""
   global_len = validation.dim(global_segments, 1)
 
-  # Local attention stays inside a long paragraph.
-  l2l_att_mask = masks.make_local_segmented_att_mask(long_segments,
-                                                     local_radius)
-  # Everything else only separates real tokens from padding.
-  g2g_att_mask = masks.make_segmented_att_mask(global_input_mask)
-  l2g_att_mask = masks.make_cross_segmented_att_mask(long_input_mask,
-                                                     global_input_mask)
-  g2l_att_mask = tf.transpose(l2g_att_mask, [0, 2, 1])
+  # Local attention stays inside a long paragraph; everything else only
+  # separates real tokens from padding.
+  l2l_att_mask, g2g_att_mask, l2g_att_mask, g2l_att_mask = soft_masks(
+      long_segments, long_input_mask, global_input_mask, local_radius)
 
   # A long token belongs to its sentence token and to its paragraph token.
   belongs = tf.logical_or(links(long_sentence_ids, global_len),

@@ -15,8 +15,8 @@ multi-hop variant, 2M+3 for g2g pairs in different paragraphs. Everything here
 reproduces the original ETC feature code exactly (see `tests/`).
 
 The multi-hop variant (paragraph structure, WikiHop and HotpotQA) is in
-`multihop`; `from_features` builds the side inputs of a task's raw features
-by its layout, the one place the tasks call.
+`multihop`; `layouts.from_features` builds the side inputs of a task's raw
+features by its layout, the one place the tasks call.
 
 When `relative_pos_max_distance` is 0 the four `*_relative_att_ids` entries
 are present with value None (as in the original); the model then adds no
@@ -41,7 +41,7 @@ from etc_realformer.features import masks
 from etc_realformer.features import relative_positions as rp
 from etc_realformer.features import validation
 from etc_realformer.features.validation import SideInputs
-from etc_realformer.features.validation import drop_none_values  # pylint: disable=unused-import
+from etc_realformer.features.validation import drop_none_values
 
 SIDE_INPUT_KEYS: Tuple[str, ...] = (
     "l2l_att_mask", "g2g_att_mask", "l2g_att_mask", "g2l_att_mask",
@@ -112,22 +112,33 @@ def assemble(l2l_att_mask: tf.Tensor, g2g_att_mask: tf.Tensor,
   return result
 
 
-def global_local_core(long_example_ids: tf.Tensor,
-                       global_example_ids: tf.Tensor,
-                       sentence_ids: tf.Tensor,
-                       local_radius: int,
-                       relative_pos_max_distance: int,
-                       use_hard_g2l_mask: bool,
-                       use_hard_l2g_mask: bool) -> SideInputs:
-  """Side inputs from batched int32 example ids (no argument checks)."""
-  l2l_att_mask = masks.make_local_segmented_att_mask(long_example_ids,
+def soft_masks(local_segments: tf.Tensor, long_ids: tf.Tensor,
+               global_ids: tf.Tensor, local_radius: int
+               ) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+  """The four masks before any hard masking: l2l inside the window and
+  inside `local_segments`, g2g / l2g / g2l between equal ids.
+
+  g2l is the transpose of the *soft* l2g mask: the hard masks are applied to
+  each direction independently.
+  """
+  l2l_att_mask = masks.make_local_segmented_att_mask(local_segments,
                                                      local_radius)
-  g2g_att_mask = masks.make_segmented_att_mask(global_example_ids)
-  l2g_att_mask = masks.make_cross_segmented_att_mask(long_example_ids,
-                                                     global_example_ids)
-  # g2l starts as the transpose of the *soft* l2g mask: the hard masks are
-  # applied to each direction independently.
-  g2l_att_mask = tf.transpose(l2g_att_mask, [0, 2, 1])
+  g2g_att_mask = masks.make_segmented_att_mask(global_ids)
+  l2g_att_mask = masks.make_cross_segmented_att_mask(long_ids, global_ids)
+  return (l2l_att_mask, g2g_att_mask, l2g_att_mask,
+          tf.transpose(l2g_att_mask, [0, 2, 1]))
+
+
+def global_local_core(long_example_ids: tf.Tensor,
+                      global_example_ids: tf.Tensor,
+                      sentence_ids: tf.Tensor,
+                      local_radius: int,
+                      relative_pos_max_distance: int,
+                      use_hard_g2l_mask: bool,
+                      use_hard_l2g_mask: bool) -> SideInputs:
+  """Side inputs from batched int32 example ids (no argument checks)."""
+  l2l_att_mask, g2g_att_mask, l2g_att_mask, g2l_att_mask = soft_masks(
+      long_example_ids, long_example_ids, global_example_ids, local_radius)
 
   # [B, L, G]: global token g is long token i's sentence.
   own_sentence = links(sentence_ids, validation.dim(global_example_ids, 1))
@@ -179,21 +190,20 @@ def make_global_local_side_inputs_from_example_ids(
     ValueError: on bad ranks, dtypes, mismatched shapes, `local_radius` < 1,
       negative `relative_pos_max_distance`, or sentence ids out of range.
   """
-  local_radius = validation.check_int("local_radius", local_radius, 1)
-  relative_pos_max_distance = validation.check_int("relative_pos_max_distance",
-                                         relative_pos_max_distance, 0)
+  local_radius, relative_pos_max_distance = (
+      validation.check_radius_and_distance(local_radius,
+                                           relative_pos_max_distance))
   t, unbatched = validation.prepare(
       dict(long_example_ids=long_example_ids, sentence_ids=sentence_ids),
       dict(global_example_ids=global_example_ids))
   validation.check_ids_in_range("sentence_ids", t["sentence_ids"],
-                      t["long_example_ids"], 0,
-                      t["global_example_ids"].shape[1])
+                                t["long_example_ids"], 0,
+                                t["global_example_ids"].shape[1])
   with tf.name_scope("make_global_local_side_inputs"):
-    result = global_local_core(t["long_example_ids"], t["global_example_ids"],
-                                t["sentence_ids"], local_radius,
-                                relative_pos_max_distance,
-                                bool(use_hard_g2l_mask),
-                                bool(use_hard_l2g_mask))
+    result = global_local_core(
+        t["long_example_ids"], t["global_example_ids"], t["sentence_ids"],
+        local_radius, relative_pos_max_distance, bool(use_hard_g2l_mask),
+        bool(use_hard_l2g_mask))
   return validation.finish(result, unbatched)
 
 
@@ -214,13 +224,8 @@ def make_global_local_side_inputs(
   Args:
     long_breakpoints: <int>[B, L] zeros and ones.
     global_breakpoints: <int>[B, G] zeros and ones.
-    sentence_ids: <int>[B, L] global token index of every long token, in
-      [0, G) for non-padding tokens (padding: any value).
-    local_radius: `r` >= 1, the l2l window half-width.
-    relative_pos_max_distance: `M` >= 0; 0 skips relative ids (None values).
-    use_hard_g2l_mask: If True, a global token sees only the long tokens of
-      its own sentence.
-    use_hard_l2g_mask: If True, a long token sees only its own global token.
+    sentence_ids, local_radius, relative_pos_max_distance, use_hard_g2l_mask,
+      use_hard_l2g_mask: as `make_global_local_side_inputs_from_example_ids`.
 
   Returns:
     Dict with the eight `SIDE_INPUT_KEYS` (see
@@ -230,9 +235,9 @@ def make_global_local_side_inputs(
     ValueError: as `make_global_local_side_inputs_from_example_ids`, and when
       a breakpoint tensor holds values other than 0 and 1.
   """
-  local_radius = validation.check_int("local_radius", local_radius, 1)
-  relative_pos_max_distance = validation.check_int("relative_pos_max_distance",
-                                         relative_pos_max_distance, 0)
+  local_radius, relative_pos_max_distance = (
+      validation.check_radius_and_distance(local_radius,
+                                           relative_pos_max_distance))
   t, unbatched = validation.prepare(
       dict(long_breakpoints=long_breakpoints, sentence_ids=sentence_ids),
       dict(global_breakpoints=global_breakpoints))
@@ -244,14 +249,13 @@ def make_global_local_side_inputs(
     global_example_ids = masks.example_ids_from_breakpoints(
         t["global_breakpoints"])
     validation.check_ids_in_range("sentence_ids", t["sentence_ids"],
-                        t["long_breakpoints"], 0,
-                        t["global_breakpoints"].shape[1],
-                        real_from_breakpoints=True)
-    result = global_local_core(long_example_ids, global_example_ids,
-                                t["sentence_ids"], local_radius,
-                                relative_pos_max_distance,
-                                bool(use_hard_g2l_mask),
-                                bool(use_hard_l2g_mask))
+                                  t["long_breakpoints"], 0,
+                                  t["global_breakpoints"].shape[1],
+                                  real_from_breakpoints=True)
+    result = global_local_core(
+        long_example_ids, global_example_ids, t["sentence_ids"],
+        local_radius, relative_pos_max_distance, bool(use_hard_g2l_mask),
+        bool(use_hard_l2g_mask))
   return validation.finish(result, unbatched)
 
 
@@ -294,9 +298,9 @@ def make_fixed_block_side_inputs(
   """
   num_tokens_per_block = validation.check_int("num_tokens_per_block",
                                     num_tokens_per_block, 1)
-  local_radius = validation.check_int("local_radius", local_radius, 1)
-  relative_pos_max_distance = validation.check_int("relative_pos_max_distance",
-                                         relative_pos_max_distance, 0)
+  local_radius, relative_pos_max_distance = (
+      validation.check_radius_and_distance(local_radius,
+                                           relative_pos_max_distance))
   global_token_id = validation.check_int("global_token_id", global_token_id, 0)
   t, unbatched = validation.prepare(dict(input_mask=input_mask), {})
   input_mask = t["input_mask"]
@@ -319,88 +323,15 @@ def make_fixed_block_side_inputs(
                                    [batch_size, long_len])
     sentence_ids.set_shape(input_mask.shape)
 
-    side_inputs = global_local_core(input_mask, global_input_mask,
-                                     sentence_ids, local_radius,
-                                     relative_pos_max_distance,
-                                     bool(use_hard_g2l_mask),
-                                     bool(use_hard_l2g_mask))
+    side_inputs = global_local_core(
+        input_mask, global_input_mask, sentence_ids, local_radius,
+        relative_pos_max_distance, bool(use_hard_g2l_mask),
+        bool(use_hard_l2g_mask))
     global_inputs = dict(
         global_token_ids=global_token_id * global_input_mask,
         global_input_mask=global_input_mask,
         global_breakpoints=masks.breakpoints_from_input_mask(
             global_input_mask),
         sentence_ids=sentence_ids)
-  return validation.finish(side_inputs, unbatched), validation.finish(global_inputs, unbatched)
-
-
-
-
-# ------------------------------------------------------------ by feature set
-# How each kind of task stores the structure the side inputs come from:
-# layout -> the raw feature names it reads.
-LAYOUT_FEATURES = {
-    # One example per row, breakpoints at the last token (ETC pre-training,
-    # NQ): `make_global_local_side_inputs`.
-    "breakpoints": ("long_breakpoints", "global_breakpoints",
-                    "sentence_ids"),
-    # Input masks as example ids (OpenKP):
-    # `make_global_local_side_inputs_from_example_ids`.
-    "input_masks": ("long_input_mask", "global_input_mask",
-                    "long_sentence_ids"),
-    # Paragraphs, sentences and exemptions (WikiHop, HotpotQA):
-    # `multihop.make_multihop_side_inputs`.
-    "multihop": ("long_paragraph_breakpoints", "long_paragraph_ids",
-                 "long_sentence_ids", "global_paragraph_breakpoints",
-                 "ignore_hard_g2l_mask"),
-}
-
-
-def from_features(config, features: Mapping[str, Any], layout: str
-                  ) -> SideInputs:
-  """The eight side inputs of a task's raw features (batched or not).
-
-  Args:
-    config: an `EtcConfig` (reads `local_radius`, `relative_pos_max_distance`,
-      `use_hard_g2l_mask`, `use_hard_l2g_mask`).
-    features: the raw features `LAYOUT_FEATURES[layout]` names (multihop:
-      `l2g_linked_ids` too when present).
-    layout: a key of `LAYOUT_FEATURES`.
-
-  Returns:
-    The eight `SIDE_INPUT_KEYS` (ids None when M is 0).
-  """
-  if layout not in LAYOUT_FEATURES:
-    raise ValueError(f"side-input layout {layout!r} is not one of "
-                     f"{sorted(LAYOUT_FEATURES)}")
-  missing = [k for k in LAYOUT_FEATURES[layout] if k not in features]
-  if missing:
-    raise ValueError(f"features for the {layout!r} side inputs: missing "
-                     f"{missing}")
-  options = dict(local_radius=config.local_radius,
-                 relative_pos_max_distance=config.relative_pos_max_distance,
-                 use_hard_g2l_mask=config.use_hard_g2l_mask,
-                 use_hard_l2g_mask=config.use_hard_l2g_mask)
-  if layout == "breakpoints":
-    return make_global_local_side_inputs(
-        features["long_breakpoints"], features["global_breakpoints"],
-        features["sentence_ids"], **options)
-  if layout == "input_masks":
-    return make_global_local_side_inputs_from_example_ids(
-        features["long_input_mask"], features["global_input_mask"],
-        features["long_sentence_ids"], **options)
-  from etc_realformer.features import multihop  # pylint: disable=g-import-not-at-top
-  return multihop.make_multihop_side_inputs(
-      long_paragraph_breakpoints=features["long_paragraph_breakpoints"],
-      long_paragraph_ids=features["long_paragraph_ids"],
-      long_sentence_ids=features["long_sentence_ids"],
-      global_paragraph_breakpoints=features["global_paragraph_breakpoints"],
-      ignore_hard_g2l_mask=features["ignore_hard_g2l_mask"],
-      l2g_linked_ids=features.get("l2g_linked_ids"), **options)
-
-
-def with_side_inputs(config, features: Mapping[str, Any], layout: str
-                     ) -> Dict[str, Any]:
-  """`features` plus their side inputs, without None entries (for
-  `tf.data.Dataset.map`)."""
-  return {**features,
-          **drop_none_values(from_features(config, features, layout))}
+  return (validation.finish(side_inputs, unbatched),
+          validation.finish(global_inputs, unbatched))

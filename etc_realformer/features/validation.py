@@ -22,6 +22,15 @@ def check_int(name: str, value: Any, minimum: int) -> int:
   return int(value)
 
 
+def check_radius_and_distance(local_radius: Any,
+                              relative_pos_max_distance: Any
+                              ) -> Tuple[int, int]:
+  """(r >= 1, M >= 0) as Python ints, or a ValueError naming the argument."""
+  return (check_int("local_radius", local_radius, 1),
+          check_int("relative_pos_max_distance", relative_pos_max_distance,
+                    0))
+
+
 def to_int32(name: str, value: Any) -> tf.Tensor:
   """Converts to an int32 tensor; rejects float and string inputs."""
   try:
@@ -86,7 +95,8 @@ def prepare(long_args: Mapping[str, Any],
 
 
 def static_values(tensor: tf.Tensor) -> Optional[np.ndarray]:
-  """The tensor's values if known at trace time (eager or constant), else None."""
+  """The tensor's values if known at trace time (eager or constant), else
+  None."""
   try:
     return tf.get_static_value(tensor)
   except (TypeError, ValueError, NotImplementedError):

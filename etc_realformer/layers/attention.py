@@ -129,11 +129,11 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
 
   def __init__(self,
                hidden_size: int,
-               num_heads: int,
+               num_attention_heads: int,
                size_per_head: int,
                local_radius: int,
                relative_vocab_size: Optional[int],
-               att_dropout_prob: float,
+               attention_probs_dropout_prob: float,
                initializer,
                share_kv_projections: bool = False,
                share_qkv_projections: bool = True,
@@ -163,12 +163,12 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
         sqrt(factor) times one orthogonal Q.
     """
     super().__init__(**kwargs)
+    num_heads = num_attention_heads
     self.hidden_size = hidden_size
     self.num_heads = num_heads
     self.size_per_head = size_per_head
     self.local_radius = local_radius
-    self.relative_vocab_size = relative_vocab_size
-    self.att_dropout_prob = att_dropout_prob
+    self.attention_probs_dropout_prob = attention_probs_dropout_prob
     self.share_att_output_projection = share_att_output_projection
     self.layer_index = layer_index
     self.residual_patterns = tuple(residual_patterns)
@@ -344,7 +344,7 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
     sources: List[Dict[str, Dict[str, tf.Tensor]]] = []
     if plan.stream_sources:
       sources = list(streams.get(SOURCES, ()))
-    rate = self.att_dropout_prob
+    rate = self.attention_probs_dropout_prob
 
     def spec(patterns, band):
       side_carried = tuple(p for p in patterns if p in carried)

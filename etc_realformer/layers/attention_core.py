@@ -24,10 +24,10 @@ A query side holds two patterns that share ONE softmax: the long side
 
 The layouts (see `etc_realformer.layers.blocking`):
 
-  side    path     queries            first pattern's scores   second's
-  long    sparse   [B, H, n, b, D]    l2l [B, H, n, b, 3b]      l2g [B, H, n, b, G]
-  long    full     [B, H, n, D]       l2l [B, H, n, L]          l2g [B, H, n, G]
-  global  either   [B, H, n, D]       g2g [B, H, n, G]          g2l [B, H, n, L]
+  side    path    queries          first pattern      second pattern
+  long    sparse  [B, H, n, b, D]  l2l [B,H,n,b,3b]   l2g [B,H,n,b,G]
+  long    full    [B, H, n, D]     l2l [B,H,n,L]      l2g [B,H,n,G]
+  global  either  [B, H, n, D]     g2g [B,H,n,G]      g2l [B,H,n,L]
 
 with n the chunk's rows (query blocks of b = r + 1 on the sparse long side,
 queries elsewhere). Each RealFormer stream keeps its pattern's layout (l2l in

@@ -242,7 +242,8 @@ def window_to_blocked(window: tf.Tensor, local_radius: int) -> tf.Tensor:
 
 def blocked_to_window(blocked: tf.Tensor, seq_len: Dim,
                       local_radius: int) -> tf.Tensor:
-  """Inverse of `window_to_blocked`: <T>[B, ..., nb, b, 3b] -> [B, ..., L, 2r+1]."""
+  """Inverse of `window_to_blocked`: <T>[B, ..., nb, b, 3b] ->
+  [B, ..., L, 2r+1]."""
   window = unskew_left(blocked, offset=1, width=2 * local_radius + 1)
   lead = _leading_shape(window, 3)
   nb, b = dim(window, -3), dim(window, -2)
@@ -269,7 +270,8 @@ def window_to_full(window: tf.Tensor, local_radius: int) -> tf.Tensor:
 
 
 def full_to_window(full: tf.Tensor, local_radius: int) -> tf.Tensor:
-  """Inverse of `window_to_full` on the band: <T>[..., L, L] -> [..., L, 2r+1]."""
+  """Inverse of `window_to_full` on the band: <T>[..., L, L] ->
+  [..., L, 2r+1]."""
   r = local_radius
   padded = tf.pad(full, [[0, 0]] * (full.shape.rank - 1) + [[r, r]])
   return unskew_left(padded, offset=0, width=2 * r + 1)

@@ -76,11 +76,24 @@ def stateless_dropout(x: tf.Tensor, rate: float, seed: Optional[tf.Tensor],
   Returns:
     A tensor like `x`.
   """
-  if not training or rate == 0.0:
+  if not _applies(rate, seed, training):
     return x
+  return _apply(x, _keep_mask(tf.shape(x), rate, fold_seed(seed, site)),
+                rate, prescaled)
+
+
+def _applies(rate: float, seed: Optional[tf.Tensor], training: bool) -> bool:
+  """Whether dropout changes anything (and then it needs a seed)."""
+  if not training or rate == 0.0:
+    return False
   if seed is None:
-    raise ValueError("stateless_dropout needs a seed when training")
-  keep = _keep_mask(tf.shape(x), rate, fold_seed(seed, site))
+    raise ValueError("dropout needs a seed when training")
+  return True
+
+
+def _apply(x: tf.Tensor, keep: tf.Tensor, rate: float,
+           prescaled: bool) -> tf.Tensor:
+  """Zeroes `x` where not `keep`; scales the rest unless `prescaled`."""
   if not prescaled:
     x = x * tf.cast(keep_gain(rate), x.dtype)
   return tf.where(keep, x, tf.zeros_like(x))
@@ -155,15 +168,11 @@ def row_dropout(probs: tf.Tensor, rate: float, seed: Optional[tf.Tensor],
   Returns:
     A tensor like `probs`.
   """
-  if not training or rate == 0.0:
+  if not _applies(rate, seed, training):
     return probs
-  if seed is None:
-    raise ValueError("row_dropout needs a seed when training")
-  keep = row_keep_mask(seed, site, rate, row_start, tf.shape(probs),
-                       row_axis)
-  if not prescaled:
-    probs = probs * tf.cast(keep_gain(rate), probs.dtype)
-  return tf.where(keep, probs, tf.zeros_like(probs))
+  return _apply(probs, row_keep_mask(seed, site, rate, row_start,
+                                     tf.shape(probs), row_axis),
+                rate, prescaled)
 
 
 def row_keep_mask(seed: tf.Tensor, site: int, rate: float, row_start: Dim,

@@ -8,12 +8,11 @@ With `share_feed_forward_params` the long and global sides share the
 feed-forward weights and its LayerNorm (separate dropout masks).
 """
 
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional
 
 import tensorflow as tf
 import tf_keras
 
-from etc_realformer.execution import ExecutionConfig
 from etc_realformer.layers import dropout as dropout_lib
 from etc_realformer.layers.attention import FusedGlobalLocalAttention
 from etc_realformer.layers.attention_inputs import PreparedSideInputs
@@ -27,37 +26,23 @@ class GlobalLocalTransformerBlock(tf_keras.layers.Layer):
 
   def __init__(self,
                index: int,
+               attention_cfg: Mapping[str, Any],
                hidden_size: int,
-               num_heads: int,
-               size_per_head: int,
                intermediate_size: int,
-               local_radius: int,
-               relative_vocab_size: Optional[int],
                initializer,
                hidden_act: str = "gelu",
                hidden_dropout_prob: float = 0.1,
-               attention_probs_dropout_prob: float = 0.1,
                share_feed_forward_params: bool = True,
-               share_kv_projections: bool = False,
-               share_qkv_projections: bool = True,
-               share_att_output_projection: bool = False,
                use_pre_activation_order: bool = False,
-               residual_patterns: Tuple[str, ...] = (),
-               residual_running_mean: bool = False,
-               execution: Optional[ExecutionConfig] = None,
-               attention_init: Optional[Mapping[str, Any]] = None,
                **kwargs):
     """Args are the `EtcConfig` fields of the same names, and:
 
     Args:
-      index: the layer's index (dropout sites, running mean).
+      index: the layer's index (dropout sites, RealFormer's running mean).
+      attention_cfg: the `FusedGlobalLocalAttention` arguments (all but
+        `layer_index`, `initializer` and `name`), shared by every layer (as
+        Model Garden's `TransformerScaffold` takes its `attention_cfg`).
       initializer: of every kernel.
-      residual_patterns: the patterns whose scores RealFormer carries
-        (empty: off).
-      execution: how attention runs (`ExecutionConfig`).
-      attention_init: the from-scratch priors passed to
-        `FusedGlobalLocalAttention` (`global_relative_initial_biases`,
-        `value_output_identity_init`, `query_key_identity_init`).
     """
     super().__init__(**kwargs)
     self.index = index
@@ -67,17 +52,8 @@ class GlobalLocalTransformerBlock(tf_keras.layers.Layer):
     self.use_pre_activation_order = use_pre_activation_order
     self.site = dropout_lib.layer_sites(index)
     self.attention = FusedGlobalLocalAttention(
-        hidden_size=hidden_size, num_heads=num_heads,
-        size_per_head=size_per_head, local_radius=local_radius,
-        relative_vocab_size=relative_vocab_size,
-        att_dropout_prob=attention_probs_dropout_prob,
-        initializer=initializer,
-        share_kv_projections=share_kv_projections,
-        share_qkv_projections=share_qkv_projections,
-        share_att_output_projection=share_att_output_projection,
-        layer_index=index, residual_patterns=residual_patterns,
-        residual_running_mean=residual_running_mean, execution=execution,
-        name="fused_global_local_att", **dict(attention_init or {}))
+        layer_index=index, initializer=initializer,
+        name="fused_global_local_att", **attention_cfg)
     self.long_att_norm = layer_norm("layer_norm_0")
     self.global_att_norm = layer_norm("layer_norm_1")
 

@@ -28,6 +28,17 @@ from etc_realformer.layers.attention_inputs import prepare_side_inputs
 from etc_realformer.layers.embedding import EtcEmbeddings
 from etc_realformer.layers.transformer import GlobalLocalTransformerBlock
 
+# EtcConfig fields the layers take under the same names.
+_ATTENTION_FIELDS = (
+    "hidden_size", "num_attention_heads", "local_radius",
+    "relative_vocab_size", "attention_probs_dropout_prob",
+    "share_kv_projections", "share_qkv_projections",
+    "share_att_output_projection", "residual_running_mean",
+    "value_output_identity_init", "query_key_identity_init")
+_BLOCK_FIELDS = ("hidden_size", "intermediate_size", "hidden_act",
+                 "hidden_dropout_prob", "share_feed_forward_params",
+                 "use_pre_activation_order")
+
 
 class EtcModel(tf_keras.layers.Layer):
   """The ETC encoder, with RealFormer residual attention per pattern.
@@ -58,35 +69,20 @@ class EtcModel(tf_keras.layers.Layer):
         max_absolute_position_embeddings=(
             config.max_absolute_position_embeddings),
         name="embeddings")
-    attention_init = {
-        "value_output_identity_init": config.value_output_identity_init,
-        "query_key_identity_init": config.query_key_identity_init}
+    attention_cfg = {f: getattr(config, f) for f in _ATTENTION_FIELDS}
+    attention_cfg.update(
+        size_per_head=config.size_per_head, execution=self.execution,
+        residual_patterns=(tuple(config.residual_patterns)
+                           if config.residual_attention else ()))
     if config.own_sentence_bias_init:
-      attention_init["global_relative_initial_biases"] = {
+      attention_cfg["global_relative_initial_biases"] = {
           own_sentence_id(config.relative_pos_max_distance):
               config.own_sentence_bias_init}
-    residual_patterns = (tuple(config.residual_patterns)
-                         if config.residual_attention else ())
     self.blocks = [
         GlobalLocalTransformerBlock(
-            index=i, hidden_size=config.hidden_size,
-            num_heads=config.num_attention_heads,
-            size_per_head=config.size_per_head,
-            intermediate_size=config.intermediate_size,
-            local_radius=config.local_radius,
-            relative_vocab_size=config.relative_vocab_size,
-            initializer=init, hidden_act=config.hidden_act,
-            hidden_dropout_prob=config.hidden_dropout_prob,
-            attention_probs_dropout_prob=config.attention_probs_dropout_prob,
-            share_feed_forward_params=config.share_feed_forward_params,
-            share_kv_projections=config.share_kv_projections,
-            share_qkv_projections=config.share_qkv_projections,
-            share_att_output_projection=config.share_att_output_projection,
-            use_pre_activation_order=config.use_pre_activation_order,
-            residual_patterns=residual_patterns,
-            residual_running_mean=config.residual_running_mean,
-            execution=self.execution, attention_init=attention_init,
-            name=f"layer_{i}")
+            index=i, attention_cfg=attention_cfg, initializer=init,
+            name=f"layer_{i}",
+            **{f: getattr(config, f) for f in _BLOCK_FIELDS})
         for i in range(config.num_hidden_layers)]
 
   def build(self, input_shape=None):

@@ -1,8 +1,9 @@
 """Runs one mode (train, eval, train_and_eval, predict, export) of a task.
 
 Task-agnostic: everything task-specific comes from the
-`etc_realformer.training.task.Task` object. Everything tunable is gin (`TrainerConfig`, `build_optimizer`,
-`build_strategy`, `set_precision`, the task class and `etc_config`).
+`etc_realformer.training.task.Task` object. Everything tunable is gin
+(`TrainerConfig`, `build_optimizer`, `build_strategy`, `set_precision`, the
+task class, `etc_config` and `execution_config`).
 """
 
 import dataclasses

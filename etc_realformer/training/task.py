@@ -7,7 +7,7 @@ configurable) and provides:
 
 * data: `feature_spec()` (the raw per-example features stored in TFRecords)
   and `side_input_layout` (which raw features the ETC masks and relative ids
-  come from; `etc_realformer.features.side_inputs.LAYOUT_FEATURES`). The base
+  come from; `etc_realformer.features.layouts.LAYOUT_FEATURES`). The base
   turns them into the input pipeline (`build_inputs`: TFRecords -> parsed,
   batched, sharded per worker) and into the side inputs, built inside the
   model from the raw features so that every exported signature takes raw
@@ -39,6 +39,7 @@ import tf_keras
 from etc_realformer.config import EtcConfig
 from etc_realformer.data import tfrecords
 from etc_realformer.execution import ExecutionConfig
+from etc_realformer.features import layouts
 from etc_realformer.features import side_inputs as side_inputs_lib
 
 Features = Dict[str, tf.Tensor]
@@ -150,7 +151,7 @@ class Task(abc.ABC):
 
   name: str = "task"
   # Which raw features the side inputs come from
-  # (`side_inputs.LAYOUT_FEATURES`).
+  # (`etc_realformer.features.layouts.LAYOUT_FEATURES`).
   side_input_layout: str = "breakpoints"
 
   def __init__(self,
@@ -199,8 +200,8 @@ class Task(abc.ABC):
 
   def side_inputs(self, features: Features) -> Dict[str, Optional[tf.Tensor]]:
     """The eight side inputs from batched raw features ([B, L] / [B, G])."""
-    return side_inputs_lib.from_features(self.model_config, features,
-                                         self.side_input_layout)
+    return layouts.from_features(self.model_config, features,
+                                 self.side_input_layout)
 
   def model_features(self) -> Tuple[str, ...]:
     """Names of the features the model reads (default: the fixed-shape

@@ -230,20 +230,6 @@ def test_tf_data_map_keeps_static_shapes(golden):
   _assert_equal(next(iter(batch_first)), {k: golden[k] for k in KEYS})
 
 
-def test_tf_data_add_side_input_features(golden):
-  config = EtcConfig(vocab_size=30, local_radius=4,
-                     relative_pos_max_distance=0, relative_vocab_size=None)
-  features = {k: golden[k] for k in ("long_breakpoints", "global_breakpoints",
-                                     "sentence_ids", "token_ids")}
-  ds = tf.data.Dataset.from_tensor_slices(features).map(
-      lambda f: si.with_side_inputs(config, f, "breakpoints"))
-  element = next(iter(ds.batch(2)))
-  assert "l2l_relative_att_ids" not in element
-  assert "token_ids" in element
-  np.testing.assert_array_equal(element["l2l_att_mask"],
-                                golden["l2l_att_mask"])
-
-
 def test_jit_compile_matches_eager(golden):
   args = (golden["long_breakpoints"], golden["global_breakpoints"],
           golden["sentence_ids"])
@@ -344,23 +330,3 @@ def test_range_check_inside_tf_function_with_numpy_inputs():
       np.array([[0, 1, 0]]), np.array([[1, 0]]), np.array([[0, 2, 0]]), 1, 1))
   with pytest.raises(ValueError, match="sentence_ids"):
     fn()
-
-
-def test_from_features_by_layout(golden):
-  config = EtcConfig(vocab_size=30, local_radius=4,
-                     relative_pos_max_distance=2, relative_vocab_size=10)
-  breakpoints = {k: golden[k] for k in ("long_breakpoints",
-                                        "global_breakpoints", "sentence_ids")}
-  _assert_equal(si.from_features(config, breakpoints, "breakpoints"),
-                {k: golden[k] for k in KEYS})
-  # Input masks as example ids: the same pattern for unpacked examples.
-  long_mask = np.cumsum(golden["long_breakpoints"][:, ::-1], 1)[:, ::-1]
-  global_mask = np.cumsum(golden["global_breakpoints"][:, ::-1], 1)[:, ::-1]
-  masks = dict(long_input_mask=long_mask, global_input_mask=global_mask,
-               long_sentence_ids=golden["sentence_ids"])
-  _assert_equal(si.from_features(config, masks, "input_masks"),
-                {k: golden[k] for k in KEYS})
-  with pytest.raises(ValueError, match="missing"):
-    si.from_features(config, masks, "breakpoints")
-  with pytest.raises(ValueError, match="layout"):
-    si.from_features(config, masks, "paragraphs")

@@ -292,8 +292,9 @@ def test_one_layer_is_the_same_with_any_stream_form():
                                                 (False, False)])
 def test_sharing_options_decide_which_projections_exist(share_qkv, share_kv):
   layer = attention.FusedGlobalLocalAttention(
-      hidden_size=8, num_heads=2, size_per_head=4, local_radius=1,
-      relative_vocab_size=8, att_dropout_prob=0.0, initializer="zeros",
+      hidden_size=8, num_attention_heads=2, size_per_head=4, local_radius=1,
+      relative_vocab_size=8, attention_probs_dropout_prob=0.0,
+      initializer="zeros",
       share_qkv_projections=share_qkv, share_kv_projections=share_kv)
   layer.build()
   names = {k.split("/")[0] for k in layer.official_variables()
