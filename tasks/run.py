@@ -31,6 +31,8 @@ import gin
 
 from etc_realformer import cli
 from etc_realformer.errors import UserInputError
+from etc_realformer.training import experiment
+from etc_realformer.training import task as task_lib
 
 FLAGS = flags.FLAGS
 
@@ -58,9 +60,8 @@ TASKS_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def register_tasks() -> None:
-  """Imports the training spine's configurables and every task package's
-  `task` module (so their gin configurables exist)."""
-  importlib.import_module("etc_realformer.training.experiment")
+  """Imports every task package's `task` module (so that its gin
+  configurables exist; the training spine's come with this module)."""
   for info in pkgutil.iter_modules([TASKS_DIR]):
     if info.ispkg and os.path.exists(
         os.path.join(TASKS_DIR, info.name, "task.py")):
@@ -85,8 +86,6 @@ def parse_gin(gin_files: Sequence[str], gin_bindings: Sequence[str]) -> None:
 
 def run(mode: str, model_dir: str, **kwargs):
   """Builds the gin-configured task and runs one mode (library entry)."""
-  from etc_realformer.training import experiment  # pylint: disable=g-import-not-at-top
-  from etc_realformer.training import task as task_lib  # pylint: disable=g-import-not-at-top
   task = task_lib.task_class()()
   return experiment.run_experiment(task, mode, model_dir, **kwargs)
 

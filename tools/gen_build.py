@@ -123,6 +123,43 @@ def _deps(path: pathlib.Path, modules: Dict[str, str]) -> List[str]:
   return sorted(deps)
 
 
+def import_cycles() -> List[List[str]]:
+  """Cycles in the import graph of the project's modules (each as a list of
+  module names, the first repeated at the end); [] when there are none."""
+  sources = source_files()
+  modules = {_module_name(p): _module_name(p) for p in sources}
+  graph = {_module_name(p): [d for d in _deps(p, modules)
+                             if not _is_package_of(d, _module_name(p))]
+           for p in sources}
+  return find_cycles(graph)
+
+
+def find_cycles(graph: Dict[str, List[str]]) -> List[List[str]]:
+  """The cycles a depth-first walk of `graph` (node -> its deps) meets."""
+  cycles, state, stack = [], {}, []
+
+  def visit(node):
+    state[node] = "open"
+    stack.append(node)
+    for dep in graph.get(node, ()):
+      if state.get(dep) == "open":
+        cycles.append(stack[stack.index(dep):] + [dep])
+      elif dep not in state:
+        visit(dep)
+    stack.pop()
+    state[node] = "done"
+
+  for node in sorted(graph):
+    if node not in state:
+      visit(node)
+  return cycles
+
+
+def _is_package_of(package: str, module: str) -> bool:
+  """A module's own package `__init__` (imported by Python anyway)."""
+  return module.startswith(package + ".")
+
+
 def _fmt_list(items: List[str], indent: int = 4) -> str:
   if not items:
     return "[]"

@@ -20,6 +20,7 @@ import tf_keras
 
 from etc_realformer.checkpoints import initialization
 from etc_realformer.checkpoints.paths import resolve_checkpoint_path
+from etc_realformer.export import saved_model
 from etc_realformer.training import distribution
 from etc_realformer.training import optimization
 from etc_realformer.training import task as task_lib
@@ -194,7 +195,6 @@ def run_experiment(task, mode: str, model_dir: str,
     print(f"predictions | {path}", flush=True)
     return {"predictions_file": path}
   # export
-  from etc_realformer.export import saved_model  # pylint: disable=g-import-not-at-top
   path = saved_model.export_task_model(
       task, model, export_dir or os.path.join(model_dir, "export"))
   print(f"export | {path}", flush=True)

@@ -41,6 +41,7 @@ from etc_realformer.data import tfrecords
 from etc_realformer.execution import ExecutionConfig
 from etc_realformer.features import layouts
 from etc_realformer.features import side_inputs as side_inputs_lib
+from etc_realformer.networks.etc_model import EtcModel
 
 Features = Dict[str, tf.Tensor]
 FeatureSpec = tfrecords.FeatureSpec
@@ -281,7 +282,6 @@ class Task(abc.ABC):
 
   # ----------------------------------------------------------------- model
   def build_encoder(self) -> tf_keras.layers.Layer:
-    from etc_realformer.networks.etc_model import EtcModel  # pylint: disable=g-import-not-at-top
     return EtcModel(self.model_config, self.execution)
 
   @abc.abstractmethod

@@ -53,3 +53,13 @@ def test_bazel_query(tmp_path):
       cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert result.returncode == 0, result.stderr[-3000:]
   assert "//:etc_realformer_networks_etc_model" in result.stdout
+
+
+def test_no_import_cycles():
+  assert gen_build.import_cycles() == []
+
+
+def test_cycle_finder_finds_a_cycle():
+  graph = {"a": ["b"], "b": ["c"], "c": ["a", "d"], "d": []}
+  assert gen_build.find_cycles(graph) == [["a", "b", "c", "a"]]
+  assert gen_build.find_cycles({"a": ["b"], "b": []}) == []
