@@ -1,10 +1,7 @@
-"""`python -m tasks.nq [--gin_file=...] --mode=... --model_dir=...`.
+"""`python -m tasks.nq [--gin_file=...] --mode=... --model_dir=...`: the one
+runner (`tasks.run`) with `gin/tasks/nq.gin` applied first."""
 
-The shared runner with `gin/tasks/nq.gin` applied first and the
-official-scorer `--mode=eval` (see `tasks.nq.runner`).
-"""
-
-from tasks.nq import runner
+from tasks import run
 
 if __name__ == "__main__":
-  runner.entry()
+  run.entry("tasks/nq.gin")

@@ -49,13 +49,10 @@ import tensorflow as tf
 
 from tasks.common import records
 
-# Skip reasons, as they appear in the stats JSON.
+# Skip reasons of NQ, as they appear in the stats JSON (besides the common
+# `records.MISSING_FIELD`, `WRONG_TYPE`, `UNDECODABLE_TEXT`, `EMPTY_TEXT`).
 BAD_JSON = "bad_json"
-MISSING_FIELD = "missing_field"
-WRONG_TYPE = "wrong_type"
 BAD_VALUE = "bad_value"
-UNDECODABLE_TEXT = "undecodable_text"
-EMPTY_TEXT = "empty_text"
 EMPTY_DOCUMENT = "empty_document"
 SPAN_OUT_OF_RANGE = "span_out_of_range"
 DUPLICATE_ID = "duplicate_id"
@@ -65,6 +62,11 @@ FULL = "full"
 SIMPLIFIED = "simplified"
 
 YES_NO_VALUES = ("YES", "NO", "NONE")
+
+# Answer types (the classes of the model's answer type head), in the
+# original's order; `labels_of` picks one per example.
+NULL, YES, NO, LONG, SHORT = range(5)
+ANSWER_TYPES: Tuple[str, ...] = ("null", "yes", "no", "long", "short")
 
 # An HTML tag token of the simplified format ("<P>", "</Td>",
 # '<Td_colspan="2">'); the full format flags them with `html_token`.
@@ -149,7 +151,7 @@ class NqRecord:
 class Labels:
   """Example-level training labels (first annotation), token spans.
 
-  answer_type: `features.ANSWER_TYPES` index (-1 when unlabelled).
+  answer_type: `ANSWER_TYPES` index (-1 when unlabelled).
   long_span / short_span: [start, end) document token spans, (-1, -1) none.
   """
   answer_type: int
@@ -168,8 +170,6 @@ def labels_of(record: NqRecord, predict_la_when_no_sa: bool = False
   `predict_la_when_no_sa` the short span of an example without short
   answers is its long answer (an option of the original, off by default).
   """
-  # Imported here: features imports tensorflow-text at module level.
-  from tasks.nq import features  # pylint: disable=g-import-not-at-top
   if not record.annotations:
     return Labels(-1, (-1, -1), (-1, -1))
   a = record.annotations[0]
@@ -183,19 +183,23 @@ def labels_of(record: NqRecord, predict_la_when_no_sa: bool = False
   else:
     short_span = (-1, -1)
   if a.yes_no_answer == "YES":
-    answer_type = features.YES
+    answer_type = YES
   elif a.yes_no_answer == "NO":
-    answer_type = features.NO
+    answer_type = NO
   elif a.short_answers:
-    answer_type = features.SHORT
+    answer_type = SHORT
   elif long_span[0] >= 0:
-    answer_type = features.LONG
+    answer_type = LONG
   else:
-    answer_type = features.NULL
+    answer_type = NULL
   return Labels(answer_type, long_span, short_span)
 
 
 # ---------------------------------------------------------------- validation
+_TYPE_NAMES = {int: "an integer", bool: "true/false", list: "a list",
+               dict: "an object"}
+
+
 class _Checker:
   """Field checks for one record; errors name file, example id and field."""
 
@@ -210,42 +214,34 @@ class _Checker:
 
   def get(self, obj: Dict[str, Any], key: str, field: str) -> Any:
     if key not in obj:
-      raise self.error(field, MISSING_FIELD)
+      raise self.error(field, records.MISSING_FIELD)
     return obj[key]
 
-  def int_(self, value: Any, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-      raise self.error(field, WRONG_TYPE,
-                       f"expected an integer, got {type(value).__name__}")
+  def typed(self, value: Any, field: str, kind: type) -> Any:
+    """`value` if it is a `kind` (int, bool, list or dict; a bool is no
+    int)."""
+    if not isinstance(value, kind) or (kind is int and
+                                       isinstance(value, bool)):
+      raise self.error(field, records.WRONG_TYPE,
+                       f"expected {_TYPE_NAMES[kind]}, got "
+                       f"{type(value).__name__}")
     return value
+
+  def int_(self, value: Any, field: str) -> int:
+    return self.typed(value, field, int)
 
   def bool_(self, value: Any, field: str) -> bool:
-    if not isinstance(value, bool):
-      raise self.error(field, WRONG_TYPE,
-                       f"expected true/false, got {type(value).__name__}")
-    return value
-
-  def text(self, value: Any, field: str, allow_empty: bool = False) -> str:
-    if not isinstance(value, str):
-      raise self.error(field, WRONG_TYPE,
-                       f"expected a string, got {type(value).__name__}")
-    if not records.is_decodable(value):
-      raise self.error(field, UNDECODABLE_TEXT, "text is not valid UTF-8")
-    if not allow_empty and not value.strip():
-      raise self.error(field, EMPTY_TEXT)
-    return value
+    return self.typed(value, field, bool)
 
   def list_(self, value: Any, field: str) -> List[Any]:
-    if not isinstance(value, list):
-      raise self.error(field, WRONG_TYPE,
-                       f"expected a list, got {type(value).__name__}")
-    return value
+    return self.typed(value, field, list)
 
   def dict_(self, value: Any, field: str) -> Dict[str, Any]:
-    if not isinstance(value, dict):
-      raise self.error(field, WRONG_TYPE,
-                       f"expected an object, got {type(value).__name__}")
-    return value
+    return self.typed(value, field, dict)
+
+  def text(self, value: Any, field: str, allow_empty: bool = False) -> str:
+    return records.check_text(value, self.file, self.record_id, field,
+                              allow_empty)
 
   def span(self, value: Any, field: str, num_tokens: int,
            allow_null: bool) -> Span:
@@ -291,7 +287,7 @@ def _read_document(c: _Checker, raw: Dict[str, Any]):
     n = len(tokens)
     return (tokens, [is_html_tag(t) for t in tokens], [-1] * n, [-1] * n,
             SIMPLIFIED)
-  raise c.error("document_tokens", MISSING_FIELD,
+  raise c.error("document_tokens", records.MISSING_FIELD,
                 "neither document_tokens nor document_text")
 
 

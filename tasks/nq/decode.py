@@ -37,14 +37,14 @@ from typing import Any, Dict, Iterable, List, Mapping, Sequence
 import numpy as np
 import tensorflow as tf
 
-from tasks.nq import features as features_lib
+from tasks.nq import data
 
 DIFFERENCE, RATIO = "difference", "ratio"
 SCORE_MODES = (DIFFERENCE, RATIO)
 # Scores of masked positions / missing answers (float32-safe).
 NEG_INF = -1e9
 NO_ANSWER_SCORE = -1e9
-YES_NO = {features_lib.YES: "YES", features_lib.NO: "NO"}
+YES_NO = {data.YES: "YES", data.NO: "NO"}
 
 # Features `window_answers` reads.
 DECODE_FEATURES = (
@@ -225,8 +225,8 @@ def document_answer(windows: Mapping[str, tf.Tensor],
   w = tf.where(any_long, w, 0)
   picked = {k: v[w] for k, v in windows.items()}
   answer_type = tf.argmax(answer_type_logits[w], output_type=tf.int32)
-  is_yes = any_long & tf.equal(answer_type, features_lib.YES)
-  is_no = any_long & tf.equal(answer_type, features_lib.NO)
+  is_yes = any_long & tf.equal(answer_type, data.YES)
+  is_no = any_long & tf.equal(answer_type, data.NO)
   yes_no = tf.where(is_yes, "YES", tf.where(is_no, "NO", "NONE"))
   span_ok = any_long & ~(is_yes | is_no) & (picked["short_start"] >= 0)
 
@@ -254,6 +254,17 @@ def document_answer(windows: Mapping[str, tf.Tensor],
       "yes_no_answer": yes_no,
       "window": tf.where(any_long, w, -1),
   }
+
+
+def span_text(doc_tokens: tf.Tensor, is_html: tf.Tensor, start: tf.Tensor,
+              end: tf.Tensor) -> tf.Tensor:
+  """The non-HTML tokens of [start, end) joined by spaces ("" when -1): an
+  answer's text for the serving signatures."""
+  start = tf.maximum(start, 0)
+  end = tf.maximum(end, start)
+  tokens = doc_tokens[start:end]
+  keep = tf.logical_not(is_html[start:end])
+  return tf.strings.reduce_join(tf.boolean_mask(tokens, keep), separator=" ")
 
 
 # --------------------------------------------------------------------- Python

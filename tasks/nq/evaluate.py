@@ -31,19 +31,33 @@ threshold counts, the rest count as null), the R@P table, and the F1 / P / R
 ignoring scores (`compute_final_f1`).
 """
 
-import glob as glob_lib
 import json
-import sys
 import tempfile
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 from absl import flags
+import tensorflow as tf
+
+from etc_realformer import cli
+from etc_realformer.errors import UserInputError
 
 NULL_SPAN = (-1, -1, -1, -1)
+# The report's headline numbers (`summary`): the rest is the official
+# metric dict and the scores ignoring the thresholds.
+SUMMARY_KEYS = (
+    "long_f1", "long_precision", "long_recall", "long_threshold", "short_f1",
+    "short_precision", "short_recall", "short_threshold", "num_gold",
+    "num_predicted", "num_missing", "gold_with_long_answer",
+    "gold_with_short_answer")
 
 
 def _official():
-  """The official modules; their absl flags made readable (see the doc)."""
+  """The official modules; their absl flags made readable (see the doc).
+
+  Imported here, not at the top: importing them defines absl flags
+  (--gold_path, --predictions_path, --num_threads, ...), which must not land
+  in every binary that imports the NQ task.
+  """
   # pylint: disable=g-import-not-at-top
   from natural_questions import eval_utils
   from natural_questions import nq_eval
@@ -60,11 +74,7 @@ def gold_files(gold_path: str) -> List[str]:
     pattern = pattern.strip()
     if not pattern:
       continue
-    if "://" in pattern:
-      import tensorflow as tf  # pylint: disable=g-import-not-at-top
-      matched = tf.io.gfile.glob(pattern)
-    else:
-      matched = glob_lib.glob(pattern)
+    matched = tf.io.gfile.glob(pattern)
     if not matched:
       raise FileNotFoundError(f"NQ gold: no file matches {pattern!r}")
     files.extend(sorted(matched))
@@ -76,13 +86,12 @@ def read_gold(gold_path: str) -> Dict[int, list]:
   eval_utils, _ = _official()
   gold = {}
   for path in gold_files(gold_path):
-    if "://" in path:
-      import tensorflow as tf  # pylint: disable=g-import-not-at-top
-      with tf.io.gfile.GFile(path, "rb") as f:
+    with tf.io.gfile.GFile(path, "rb") as f:
+      try:
         gold.update(eval_utils.read_annotation_from_one_split(f))
-    else:
-      with open(path, "rb") as f:
-        gold.update(eval_utils.read_annotation_from_one_split(f))
+      except (OSError, EOFError, ValueError, KeyError, TypeError) as e:
+        raise UserInputError(f"{path}: not an NQ gold file (gzipped JSON "
+                             f"lines with annotations): {e!r}") from e
   return gold
 
 
@@ -100,17 +109,25 @@ def gold_answer_counts(gold: Dict[int, list]) -> Dict[str, int]:
 
 
 def score_dicts(gold: Dict[int, list], predictions: Dict[int, Any],
-                allow_missing: bool = True) -> Dict[str, Any]:
-  """Official metrics from parsed gold and predictions (`NQLabel` dicts)."""
+                allow_missing: bool = True,
+                gold_name: str = "") -> Dict[str, Any]:
+  """Official metrics from parsed gold and predictions (`NQLabel` dicts).
+
+  Raises:
+    UserInputError: a predicted example id is not in the gold, or (without
+      `allow_missing`) a gold example has no prediction; the message names
+      `gold_name` (the gold files).
+  """
   eval_utils, nq_eval = _official()
+  where = f"the gold {gold_name}".rstrip()
   extra = set(predictions) - set(gold)
   if extra:
-    raise ValueError(f"{len(extra)} predicted example ids are not in the "
-                     f"gold, e.g. {sorted(extra)[:3]}")
+    raise UserInputError(f"{len(extra)} predicted example ids are not in "
+                         f"{where}, e.g. {sorted(extra)[:3]}")
   missing = set(gold) - set(predictions)
   if missing and not allow_missing:
-    raise ValueError(f"{len(missing)} gold example ids have no prediction, "
-                     f"e.g. {sorted(missing)[:3]}")
+    raise UserInputError(f"{len(missing)} example ids of {where} have no "
+                         f"prediction, e.g. {sorted(missing)[:3]}")
   predictions = dict(predictions)
   for example_id in missing:
     predictions[example_id] = eval_utils.NQLabel(
@@ -156,34 +173,48 @@ def score(gold_path: str, predictions_path: str,
     gold_with_short_answer, "official" (the scorer's whole metric dict) and
     "ignoring_scores" (its F1 / P / R without a threshold).
   """
-  eval_utils, _ = _official()
-  if "://" in predictions_path:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    with tempfile.NamedTemporaryFile("wb", suffix=".json") as local:
-      local.write(tf.io.gfile.GFile(predictions_path, "rb").read())
-      local.flush()
-      predictions = eval_utils.read_prediction_json(local.name)
-  else:
-    predictions = eval_utils.read_prediction_json(predictions_path)
-  return score_dicts(read_gold(gold_path), predictions,
-                     allow_missing=allow_missing)
+  with tf.io.gfile.GFile(predictions_path, "r") as f:
+    text = f.read()
+  try:
+    submission = json.loads(text)
+  except json.JSONDecodeError as e:
+    raise UserInputError(f"{predictions_path}: not valid JSON: {e}") from e
+  return score_predictions(gold_path, submission, allow_missing,
+                           predictions_name=predictions_path)
 
 
-def parse_predictions(submission: Dict[str, Any]) -> Dict[int, Any]:
+def parse_predictions(submission: Dict[str, Any],
+                      name: str = "predictions") -> Dict[int, Any]:
   """The official reader's view (`read_prediction_json`) of an in-memory
-  predictions object (it only reads files: a temporary one)."""
+  predictions object (it only reads files: a temporary one).
+
+  Raises:
+    UserInputError: not the official format (the message names `name`).
+  """
   eval_utils, _ = _official()
   with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
     json.dump(submission, f)
     f.flush()
-    return eval_utils.read_prediction_json(f.name)
+    try:
+      return eval_utils.read_prediction_json(f.name)
+    except (KeyError, TypeError, ValueError) as e:
+      raise UserInputError(f"{name}: not in the official NQ predictions "
+                           f"format: {e!r}") from e
 
 
 def score_predictions(gold_path: str, predictions: Dict[str, Any],
-                      allow_missing: bool = True) -> Dict[str, Any]:
+                      allow_missing: bool = True,
+                      predictions_name: str = "predictions"
+                      ) -> Dict[str, Any]:
   """`score` for an in-memory predictions object."""
-  return score_dicts(read_gold(gold_path), parse_predictions(predictions),
-                     allow_missing=allow_missing)
+  return score_dicts(read_gold(gold_path),
+                     parse_predictions(predictions, predictions_name),
+                     allow_missing=allow_missing, gold_name=gold_path)
+
+
+def summary(report: Dict[str, Any]) -> Dict[str, Any]:
+  """The headline numbers of a report (`SUMMARY_KEYS`)."""
+  return {k: report[k] for k in SUMMARY_KEYS}
 
 
 def _finite(value):
@@ -204,24 +235,28 @@ def summary_line(report: Dict[str, Any]) -> str:
           f"{report['num_gold']} gold, {report['num_missing']} missing")
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: List[str]) -> None:
   """CLI: the official flags (`--gold_path`, `--predictions_path`, the
   non-null thresholds) and `--allow_missing`."""
-  # pylint: disable=g-import-not-at-top
-  from natural_questions import nq_eval  # noqa: F401  (defines the flags)
-  # pylint: enable=g-import-not-at-top
-  flags.DEFINE_bool("allow_missing", True,
-                    "Score gold examples without a prediction as null.")
-  argv = flags.FLAGS(argv if argv is not None else sys.argv)
   if len(argv) > 1:
-    raise SystemExit(f"unexpected arguments: {argv[1:]}")
-  if not flags.FLAGS.gold_path or not flags.FLAGS.predictions_path:
-    raise SystemExit("--gold_path and --predictions_path are required")
-  report = score(flags.FLAGS.gold_path, flags.FLAGS.predictions_path,
-                 allow_missing=flags.FLAGS.allow_missing)
+    raise UserInputError(f"unexpected arguments: {argv[1:]}")
+  f = flags.FLAGS
+  if not f.gold_path or not f.predictions_path:
+    raise UserInputError("--gold_path and --predictions_path are required")
+  report = score(f.gold_path, f.predictions_path,
+                 allow_missing=f.allow_missing)
   print(summary_line(report))
   print(json.dumps(report, indent=1, sort_keys=True))
 
 
+def define_flags() -> None:
+  """The official scorer's flags (defined by importing it) and
+  --allow_missing; only when run as a binary."""
+  _official()
+  flags.DEFINE_bool("allow_missing", True,
+                    "Score gold examples without a prediction as null.")
+
+
 if __name__ == "__main__":
-  main()
+  define_flags()
+  cli.run(main)

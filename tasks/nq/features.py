@@ -41,9 +41,9 @@ Model inputs (`MODEL_FEATURES`):
   global_token_ids   int32 [G]  see above; 0 = padding.
   global_segment_ids int32 [G]  all 0.
   global_breakpoints int32 [G]  1 at the last real global token.
-  `nq_side_inputs(config, features)` turns the breakpoints and sentence ids
-  into the eight ETC side inputs (`make_global_local_side_inputs`, as the
-  original).
+  The task builds the eight ETC side inputs from the breakpoints and
+  sentence ids (its `side_input_layout` "breakpoints":
+  `make_global_local_side_inputs`, as the original).
 
 Bookkeeping (for decoding / scoring; int32 unless noted):
   example_id               int64 []  the NQ `example_id`.
@@ -77,7 +77,7 @@ Bookkeeping (for decoding / scoring; int32 unless noted):
                                 otherwise or unknown.
 
 Labels (`LABEL_FEATURES`; from the FIRST annotation, as the original):
-  answer_type  []  `ANSWER_TYPES` index: 0 null, 1 yes, 2 no, 3 long,
+  answer_type  []  `data.ANSWER_TYPES` index: 0 null, 1 yes, 2 no, 3 long,
                4 short; -1 for an unlabelled example (serving, test set).
                Per example: yes/no if `yes_no_answer` is YES/NO, else short
                if there are short answers, else long if there is a long
@@ -93,16 +93,15 @@ Labels (`LABEL_FEATURES`; from the FIRST annotation, as the original):
 """
 
 import dataclasses
-from typing import Dict, Optional, Tuple
+from typing import ClassVar, Dict, Optional, Tuple
 
+import numpy as np
 import tensorflow as tf
 
-from tasks.common import tfrecords
+from etc_realformer.errors import UserInputError
+from tasks.common import featurizing
 from tasks.common import tokenization
-
-# Answer types (the answer type head's classes), in the original's order.
-NULL, YES, NO, LONG, SHORT = range(5)
-ANSWER_TYPES: Tuple[str, ...] = ("null", "yes", "no", "long", "short")
+from tasks.nq import data
 
 # Original settings.
 DEFAULT_LONG_SEQ_LEN = 4096
@@ -155,35 +154,16 @@ def feature_spec(
   return spec
 
 
-def make_dataset(file_patterns, long_seq_len: int = DEFAULT_LONG_SEQ_LEN,
-                 global_seq_len: int = DEFAULT_GLOBAL_SEQ_LEN
-                 ) -> tf.data.Dataset:
-  """Unbatched dataset of parsed NQ windows from cached TFRecords."""
-  return tfrecords.make_dataset(file_patterns,
-                                feature_spec(long_seq_len, global_seq_len))
-
-
-def nq_side_inputs(config, features):
-  """The eight ETC side inputs for NQ windows (batched or not).
-
-  As the original (`input_utils.add_side_input_features`): the global-local
-  pattern from `long_breakpoints`, `global_breakpoints` and `sentence_ids`,
-  with the config's local radius, relative distance and hard masks.
-  """
-  from etc_realformer.features import side_inputs  # pylint: disable=g-import-not-at-top
-  return side_inputs.make_global_local_side_inputs(
-      long_breakpoints=features["long_breakpoints"],
-      global_breakpoints=features["global_breakpoints"],
-      sentence_ids=features["sentence_ids"],
-      local_radius=config.local_radius,
-      relative_pos_max_distance=config.relative_pos_max_distance,
-      use_hard_g2l_mask=config.use_hard_g2l_mask,
-      use_hard_l2g_mask=config.use_hard_l2g_mask)
-
-
 @dataclasses.dataclass(frozen=True)
-class NqTokenIds:
-  """Vocabulary ids the featurizer writes besides the text's wordpieces."""
+class NqTokenIds(featurizing.SpecialTokenIds):
+  """Vocabulary ids the featurizer writes besides the text's wordpieces.
+
+  `NqTokenIds.for_tokenizer(tokenizer)` gives the original's: WordPiece
+  [CLS], [SEP], [unused102] (HTML start tag), [unused103] (end tag);
+  SentencePiece (ETC's ALBERT-style model) <unused_63>, <unused_2>,
+  <unused_35>, <unused_36>; it raises `UserInputError` when the vocabulary
+  lacks one (pass explicit ids then).
+  """
   cls: int
   sep: int
   html_start: int
@@ -193,34 +173,16 @@ class NqTokenIds:
   global_sentence: int = 1    # [unused0] / <unused_0>
   global_trailing: int = 0   # the final [SEP]'s global token (original: 0)
 
-  @classmethod
-  def for_tokenizer(cls, tokenizer: tokenization.Tokenizer) -> "NqTokenIds":
-    """The original's ids, looked up by name in the tokenizer's vocabulary.
-
-    WordPiece: [CLS], [SEP], [unused102] (HTML start tag), [unused103] (end
-    tag). SentencePiece (ETC's ALBERT-style model): <unused_63>, <unused_2>,
-    <unused_35>, <unused_36>.
-
-    Raises:
-      ValueError: a name is missing from the vocabulary (pass explicit ids).
-    """
-    if tokenizer.kind == tokenization.WORDPIECE:
-      names = ("[CLS]", "[SEP]", "[unused102]", "[unused103]")
-      vocab = {t: i for i, t in enumerate(tokenizer.vocab)}
-      missing = [n for n in names if n not in vocab]
-      ids = [vocab.get(n) for n in names]
-    else:
-      names = ("<unused_63>", "<unused_2>", "<unused_35>", "<unused_36>")
-      inner = tokenizer._tokenizer  # pylint: disable=protected-access
-      ids = [int(i) for i in inner.string_to_id(tf.constant(names)).numpy()]
-      unk = int(inner.string_to_id(tf.constant("<unk>")).numpy())
-      missing = [n for n, i in zip(names, ids) if i == unk]
-    if missing:
-      raise ValueError(
-          f"vocabulary has no {missing}: the NQ featurizer needs cls, sep and "
-          "the HTML start/end tokens; pass NqTokenIds(...) explicitly")
-    return cls(cls=ids[0], sep=ids[1], html_start=ids[2], html_end=ids[3],
-               global_cls=ids[0])
+  _FIXED: ClassVar = {"global_question": 35, "global_sentence": 1,
+                      "global_trailing": 0}
+  WORDPIECE: ClassVar = {"cls": "[CLS]", "sep": "[SEP]",
+                         "html_start": "[unused102]",
+                         "html_end": "[unused103]", "global_cls": "[CLS]",
+                         **_FIXED}
+  SENTENCEPIECE: ClassVar = {"cls": "<unused_63>", "sep": "<unused_2>",
+                             "html_start": "<unused_35>",
+                             "html_end": "<unused_36>",
+                             "global_cls": "<unused_63>", **_FIXED}
 
 
 # Tags whose elements are NQ long-answer candidates (used only when a caller
@@ -328,7 +290,7 @@ class NqFeaturizer(tf.Module):
       lower_case: uncased vocabulary.
 
     Raises:
-      ValueError: lengths that leave no room for the document or for the
+      UserInputError: lengths that leave no room for the document or for the
         question's global tokens, or a vocabulary without the special tokens.
     """
     super().__init__(name="nq_featurizer")
@@ -336,18 +298,18 @@ class NqFeaturizer(tf.Module):
       tokenizer = tokenization.make_tokenizer(vocab_path, spm_model_path,
                                               lower_case=lower_case)
     if max_question_len < 1:
-      raise ValueError(f"max_question_len must be >= 1, got "
-                       f"{max_question_len}")
+      raise UserInputError(f"max_question_len must be >= 1, got "
+                           f"{max_question_len}")
     if long_seq_len < max_question_len + 4:
-      raise ValueError(
+      raise UserInputError(
           f"long_seq_len {long_seq_len} leaves no document wordpiece after "
           f"[CLS] + {max_question_len} question wordpieces + 2 [SEP]")
     if global_seq_len < max_question_len + 3:
-      raise ValueError(
+      raise UserInputError(
           f"global_seq_len {global_seq_len} must hold [CLS], "
           f"{max_question_len} + 1 question tokens and a sentence token")
     if not 1 <= stride <= long_seq_len - max_question_len - 3:
-      raise ValueError(
+      raise UserInputError(
           f"stride {stride} must be in [1, long_seq_len - max_question_len "
           f"- 3 = {long_seq_len - max_question_len - 3}] (no gaps)")
     self.tokenizer = tokenizer
@@ -462,7 +424,7 @@ class NqFeaturizer(tf.Module):
     return self.featurize(question, tokens, is_html, **kwargs)
 
   def featurize_record(self, record, predict_la_when_no_sa: bool = False
-                       ) -> Tuple[Dict[str, "np.ndarray"], Dict[str, int]]:
+                       ) -> Tuple[Dict[str, np.ndarray], Dict[str, int]]:
     """Eager helper: a `data.NqRecord` -> (numpy features [W, ...], stats)."""
     features, stats = self._record_fn(
         *record_inputs(record, predict_la_when_no_sa))
@@ -618,8 +580,8 @@ class NqFeaturizer(tf.Module):
     short_start, short_end, short_in = span_positions(short_span)
     window_type = tf.fill([num_windows], answer_type)
     window_type = tf.where(
-        ((window_type == SHORT) & ~short_in) |
-        ((window_type == LONG) & ~long_in), NULL, window_type)
+        ((window_type == data.SHORT) & ~short_in) |
+        ((window_type == data.LONG) & ~long_in), data.NULL, window_type)
 
     zeros_l = tf.zeros([num_windows, L], i32)
     features = {
@@ -666,30 +628,28 @@ class NqFeaturizer(tf.Module):
     return features, stats
 
 
-def record_inputs(record, predict_la_when_no_sa: bool = False
+def record_inputs(record: data.NqRecord,
+                  predict_la_when_no_sa: bool = False
                   ) -> Tuple[tf.Tensor, ...]:
   """The 14 `NqFeaturizer.record_fn` inputs for a `data.NqRecord`."""
-  from tasks.nq import data  # pylint: disable=g-import-not-at-top
   labels = data.labels_of(record, predict_la_when_no_sa)
-  cands = record.candidates
+  spans = [c.span for c in record.candidates]
+
+  def vector(values, dtype):
+    values = list(values)
+    return tf.constant(values, dtype, shape=[len(values)])
+
   return (
       tf.constant(record.question, tf.string),
-      tf.constant(list(record.tokens), tf.string, shape=[record.num_tokens]),
-      tf.constant(list(record.token_is_html), tf.bool,
-                  shape=[record.num_tokens]),
-      tf.constant([c.span.start_token for c in cands], tf.int32,
-                  shape=[len(cands)]),
-      tf.constant([c.span.end_token for c in cands], tf.int32,
-                  shape=[len(cands)]),
-      tf.constant([c.top_level for c in cands], tf.bool, shape=[len(cands)]),
-      tf.constant(list(record.token_start_byte), tf.int64,
-                  shape=[record.num_tokens]),
-      tf.constant(list(record.token_end_byte), tf.int64,
-                  shape=[record.num_tokens]),
-      tf.constant([c.span.start_byte for c in cands], tf.int64,
-                  shape=[len(cands)]),
-      tf.constant([c.span.end_byte for c in cands], tf.int64,
-                  shape=[len(cands)]),
+      vector(record.tokens, tf.string),
+      vector(record.token_is_html, tf.bool),
+      vector([s.start_token for s in spans], tf.int32),
+      vector([s.end_token for s in spans], tf.int32),
+      vector([c.top_level for c in record.candidates], tf.bool),
+      vector(record.token_start_byte, tf.int64),
+      vector(record.token_end_byte, tf.int64),
+      vector([s.start_byte for s in spans], tf.int64),
+      vector([s.end_byte for s in spans], tf.int64),
       tf.constant(record.example_id, tf.int64),
       tf.constant(labels.answer_type, tf.int32),
       tf.constant(labels.long_span, tf.int32),

@@ -27,26 +27,26 @@ gives the same windows. Dev files keep every window.
 `--tfds=NAME:SPLIT` reads a TFDS dataset instead, once its features are
 checked: the TFDS `natural_questions` builder lacks the long-answer
 candidates and byte offsets, so it fails at once with the list of missing
-fields and what to download (`tasks/nq/tfds_data.py`).
+fields and what to download (`tasks/nq/tfds_dataset.py`).
 
 The features come from `NqFeaturizer`'s in-graph code (the ops a serving
 signature runs), one document at a time.
 """
 
 import dataclasses
-import json
 import os
 import random
 from typing import Any, Dict, List, Optional, Sequence
 
-from absl import app
 from absl import flags
 from absl import logging
 import tensorflow as tf
 
+from etc_realformer import cli
+from etc_realformer.data import tfrecords
+from etc_realformer.errors import UserInputError
 from tasks.common import preprocessing
 from tasks.common import records
-from tasks.common import tfrecords
 from tasks.nq import data
 from tasks.nq import features as features_lib
 
@@ -57,7 +57,7 @@ class NqStats(records.RecordStats):
   is_training: bool = False
   windows_written: int = 0
   windows_by_answer_type: Dict[str, int] = dataclasses.field(
-      default_factory=lambda: {t: 0 for t in features_lib.ANSWER_TYPES})
+      default_factory=lambda: {t: 0 for t in data.ANSWER_TYPES})
   windows_downsampled: int = 0
   settings: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -127,6 +127,7 @@ def preprocess_file(input_path: str,
   Raises:
     records.InputFileError: the input is unreadable, corrupt or empty.
     records.BadRecordError: in strict mode, the first bad line or record.
+    UserInputError: a rate outside [0, 1].
   """
   if is_training is None:
     is_training = default_is_training(input_path)
@@ -138,7 +139,7 @@ def preprocess_file(input_path: str,
                      ("include_unknown_rate_for_unanswerable",
                       include_unknown_rate_for_unanswerable)):
     if rate is not None and not 0.0 <= rate <= 1.0:
-      raise ValueError(f"{name} must be in [0, 1], got {rate}")
+      raise UserInputError(f"{name} must be in [0, 1], got {rate}")
   rate_answerable = include_unknown_rate
   rate_unanswerable = unanswerable_rate(include_unknown_rate,
                                         include_unknown_rate_for_unanswerable)
@@ -162,7 +163,7 @@ def preprocess_file(input_path: str,
       windows, amounts = featurizer.featurize_record(record,
                                                      predict_la_when_no_sa)
       example_type = data.labels_of(record, predict_la_when_no_sa).answer_type
-      rate = (rate_unanswerable if example_type == features_lib.NULL
+      rate = (rate_unanswerable if example_type == data.NULL
               else rate_answerable)
       stats.add_truncation({
           "question_tokens_dropped": amounts["question_tokens_dropped"],
@@ -176,14 +177,14 @@ def preprocess_file(input_path: str,
       for w in range(amounts["windows"]):
         window = {k: v[w] for k, v in windows.items()}
         answer_type = int(window["answer_type"])
-        if (is_training and answer_type == features_lib.NULL and
+        if (is_training and answer_type == data.NULL and
             rng.random() >= rate):
           stats.windows_downsampled += 1
           continue
         stats.windows_written += 1
         if answer_type >= 0:
           stats.windows_by_answer_type[
-              features_lib.ANSWER_TYPES[answer_type]] += 1
+              data.ANSWER_TYPES[answer_type]] += 1
         yield tfrecords.to_tf_example(window, spec)
 
   preprocessing.write_cache(record_path, stats_path, examples(), stats)
@@ -215,10 +216,7 @@ def preprocess(inputs: Sequence[str] | str, output_dir: str,
                          examples_skipped=stats.num_skipped))
   summary = total.to_dict()
   summary["files"] = per_file
-  with tf.io.gfile.GFile(os.path.join(output_dir, "nq_stats.json"),
-                         "w") as f:
-    json.dump(summary, f, indent=2)
-    f.write("\n")
+  records.write_json(os.path.join(output_dir, "nq_stats.json"), summary)
   return total
 
 
@@ -226,24 +224,27 @@ def preprocess_tfds(name_and_split: str, output_dir: str,
                     featurizer: features_lib.NqFeaturizer,
                     data_dir: Optional[str] = None, **kwargs) -> NqStats:
   """`preprocess_file` over a TFDS split ("NAME:SPLIT") whose features have
-  every field of `tfds_data.REQUIRED_FIELDS`.
+  every field of `tfds_dataset.REQUIRED_FIELDS`.
 
   Raises:
-    tfds_data.TfdsFieldsMissingError: they do not (the TFDS
+    tfds_dataset.TfdsFieldsMissingError: they do not (the TFDS
       natural_questions builder), before anything is downloaded or written.
   """
-  from tasks.nq import tfds_data  # pylint: disable=g-import-not-at-top
-  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  # Imported here: TFDS takes seconds to import and only --tfds needs it.
+  # pylint: disable=g-import-not-at-top
+  import tensorflow_datasets as tfds
+  from tasks.nq import tfds_dataset
+  # pylint: enable=g-import-not-at-top
   name, _, split = name_and_split.partition(":")
   if not split:
-    raise ValueError(f"--tfds needs NAME:SPLIT, got {name_and_split!r}")
-  builder = tfds_data.check_tfds_builder(name, data_dir=data_dir)
+    raise UserInputError(f"--tfds needs NAME:SPLIT, got {name_and_split!r}")
+  builder = tfds_dataset.check_tfds_builder(name, data_dir=data_dir)
   label = f"{name}-{split}"
 
   def read_fn(stats, require_labels):
     examples = tfds.as_numpy(builder.as_dataset(split=split))
-    return tfds_data.records_from_tfds(examples, label, stats=stats,
-                                       require_labels=require_labels)
+    return tfds_dataset.records_from_tfds(examples, label, stats=stats,
+                                          require_labels=require_labels)
 
   return preprocess_file(label, output_dir, featurizer, read_fn=read_fn,
                          **kwargs)
@@ -297,17 +298,20 @@ def _define_flags():
       "cls,sep,html_start,html_end,global_cls ids; default: looked up by "
       "name ([CLS],[SEP],[unused102],[unused103] / <unused_63>,<unused_2>,"
       "<unused_35>,<unused_36>).")
-  flags.mark_flags_as_required(["output_dir"])
 
 
 def main(argv):
-  del argv
+  if len(argv) > 1:
+    raise UserInputError(f"unexpected arguments: {argv[1:]}")
+  preprocessing.require_flags(["output_dir"])
   f = flags.FLAGS
+  if bool(f.input) == bool(f.tfds):
+    raise UserInputError("give exactly one of --input and --tfds")
+  # The files first: a missing one fails before the vocabulary is loaded.
+  inputs = data.expand_inputs(f.input) if f.input else None
   featurizer = make_featurizer(f.vocab, f.spm_model, f.long_seq_len,
                                f.global_seq_len, f.stride, f.max_question_len,
                                f.lower_case, f.token_ids)
-  if bool(f.input) == bool(f.tfds):
-    raise app.UsageError("give exactly one of --input and --tfds")
   kwargs = dict(
       is_training=f.is_training, strict=f.strict,
       include_unknown_rate=f.include_unknown_rate,
@@ -318,7 +322,7 @@ def main(argv):
     stats = preprocess_tfds(f.tfds, f.output_dir, featurizer,
                             data_dir=f.tfds_data_dir, **kwargs)
   else:
-    stats = preprocess(f.input, f.output_dir, featurizer, **kwargs)
+    stats = preprocess(inputs, f.output_dir, featurizer, **kwargs)
   print(f"{f.input or f.tfds}: read {stats.examples_read}, written "
         f"{stats.examples_written} examples / {stats.windows_written} "
         f"windows, downsampled {stats.windows_downsampled}, skipped "
@@ -327,4 +331,4 @@ def main(argv):
 
 if __name__ == "__main__":
   _define_flags()
-  app.run(main)
+  cli.run(main)

@@ -1,23 +1,19 @@
-"""Natural Questions: the model heads, loss, metrics, predictions, export.
+"""Natural Questions: the task (data, loss, metrics, predictions, official
+scores, export).
 
-Model: ETC-RealFormer encoder over each window (`tasks/nq/features.py`), then
-- four position heads over the long tokens, one Dense(4) on the long output
-  (as the original): long-answer start / end and short-answer start / end
-  logits, masked to the document's positions and [CLS] (position 0, "no
-  answer"), as the original's `mask_long_output`;
-- a 5-way answer type (null / yes / no / long / short, `features.ANSWER_TYPES`)
-  from position 0: the global [CLS] token by default
-  (`answer_type_source='global'`); `'long'` reads the long [CLS] token, as the
-  original did.
+Model (`head.NqModel`): the ETC-RealFormer encoder over each window
+(`features.py`), four position heads (long / short answer start and end) and
+a 5-way answer type head. Side inputs: the "breakpoints" layout (long and
+global breakpoints, sentence ids), as the original.
 Loss: the mean of the five cross-entropies (four position labels, 0 = [CLS]
 when the window does not hold the span; the answer type), as the original;
 an unlabelled window (answer_type -1) adds 0.
 
-Decoding (in the graph, per window, see `decode.py`): the best whole
-candidate and the best short span inside it, scores relative to [CLS].
-`predict` aggregates the windows of each `example_id` into the official
-predictions JSON and, with `gold_file` set (the five-way annotated
-`nq-dev-*.jsonl.gz`), scores it with the official scorer (`evaluate.py`).
+Predictions: the windows of each `example_id` are aggregated into the
+official predictions JSON (`decode.py`). On the eval set `official_scores`
+scores them with the official scorer (`evaluate.py`) against `gold_file`
+(the five-way annotated `nq-dev-*.jsonl.gz`): long / short best-threshold
+F1, P, R, with the whole report in `nq_eval.json`.
 
 Export: `serving_default` / `serve_examples` (per window), and with a
 vocabulary `serve_raw` (question + document tokens + HTML flags, candidates
@@ -26,80 +22,30 @@ in-graph featurizer cuts the windows, the model runs on all of them and the
 document's answer is decoded in the graph.
 """
 
-import json
 import os
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from absl import logging
-import gin
 import tensorflow as tf
 import tf_keras
 
-from tasks import base
+from etc_realformer.training import task as task_lib
+from tasks.common import records
 from tasks.nq import decode
+from tasks.nq import evaluate
 from tasks.nq import features as features_lib
+from tasks.nq import head
 
 PREDICTIONS_FILE = "predictions.json"
 SCORES_FILE = "nq_eval.json"
-GLOBAL, LONG = "global", "long"
-POSITION_HEADS = ("long_start", "long_end", "short_start", "short_end")
+POSITION_HEADS = head.POSITION_HEADS
 
 
-class NqModel(base.EtcTaskModel):
-  """Encoder + the four position heads, the answer type head, decoding."""
-
-  def __init__(self, encoder, side_inputs_fn, initializer_range: float = 0.02,
-               answer_type_source: str = GLOBAL,
-               max_short_answer_length: int = 32,
-               score_mode: str = decode.DIFFERENCE, **kwargs):
-    super().__init__(encoder, side_inputs_fn, **kwargs)
-    if answer_type_source not in (GLOBAL, LONG):
-      raise ValueError(f"answer_type_source must be {GLOBAL!r} or {LONG!r}, "
-                       f"got {answer_type_source!r}")
-    if score_mode not in decode.SCORE_MODES:
-      raise ValueError(f"score_mode must be one of {decode.SCORE_MODES}, got "
-                       f"{score_mode!r}")
-    self.answer_type_source = answer_type_source
-    self.max_short_answer_length = int(max_short_answer_length)
-    self.score_mode = score_mode
-    def dense(units, name):
-      return tf_keras.layers.Dense(
-          units, kernel_initializer=tf_keras.initializers.TruncatedNormal(
-              stddev=initializer_range), name=name)
-
-    self.position_layer = dense(4, "positions")
-    self.answer_type_layer = dense(len(features_lib.ANSWER_TYPES),
-                                   "answer_type")
-
-  def head(self, features, long_output, global_output, training=None):
-    """float32 outputs: `<head>_logits` [B, L] for the four POSITION_HEADS,
-    answer_type_logits / _probs [B, 5], answer_type [B]; outside training
-    also the per-window decoding (`decode.WINDOW_OUTPUTS`, [B] each)."""
-    f32 = tf.float32
-    logits = tf.cast(self.position_layer(long_output), f32)  # [B, L, 4]
-    dmap = features["doc_token_map"]
-    outputs = {f"{name}_logits": decode.mask_long_logits(logits[..., i], dmap)
-               for i, name in enumerate(POSITION_HEADS)}
-    cls = (global_output if self.answer_type_source == GLOBAL
-           else long_output)[:, 0]
-    type_logits = tf.cast(self.answer_type_layer(cls), f32)
-    outputs.update(
-        answer_type_logits=type_logits,
-        answer_type_probs=tf.nn.softmax(type_logits, axis=-1),
-        answer_type=tf.argmax(type_logits, axis=-1, output_type=tf.int32))
-    if not training:
-      outputs.update(decode.window_answers(
-          *(outputs[f"{name}_logits"] for name in POSITION_HEADS), features,
-          max_short_answer_length=self.max_short_answer_length,
-          score_mode=self.score_mode))
-    return outputs
-
-
-@gin.configurable
-class NaturalQuestionsTask(base.RawInputTask):
+@task_lib.register_task("nq")
+class NaturalQuestionsTask(task_lib.RawInputTask):
   """Natural Questions (see `tasks/nq/features.py` for the windows)."""
 
-  name = "nq"
+  side_input_layout = "breakpoints"
   raw_signatures_name = "raw-input signatures"
 
   def __init__(self,
@@ -110,7 +56,7 @@ class NaturalQuestionsTask(base.RawInputTask):
                global_seq_len: int = features_lib.DEFAULT_GLOBAL_SEQ_LEN,
                stride: int = features_lib.DEFAULT_STRIDE,
                max_question_len: int = features_lib.DEFAULT_MAX_QUESTION_LEN,
-               answer_type_source: str = GLOBAL,
+               answer_type_source: str = head.GLOBAL,
                max_short_answer_length: int = 32,
                score_mode: str = decode.DIFFERENCE,
                gold_file: Optional[str] = None,
@@ -129,17 +75,14 @@ class NaturalQuestionsTask(base.RawInputTask):
       max_short_answer_length: longest short answer, in wordpieces.
       score_mode: 'difference' (logit - [CLS] logit) or 'ratio' (logit /
         [CLS] logit, the original's); see `decode.py`.
-      gold_file: the five-way annotated gold (`nq-dev-??.jsonl.gz` glob,
-        original download format) of the predicted split: `predict` then
-        also scores with the official scorer.
-      **kwargs: `base.Task` arguments (input patterns, model_config, ...).
+      gold_file: the five-way annotated gold of the eval split
+        (`nq-dev-??.jsonl.gz` glob, original download format):
+        `official_scores` scores against it.
+      **kwargs: `Task` arguments (input patterns, model_config, ...).
     """
     super().__init__(long_seq_len=long_seq_len,
                      global_seq_len=global_seq_len, **kwargs)
-    if answer_type_source not in (GLOBAL, LONG):
-      raise ValueError(f"answer_type_source must be {GLOBAL!r} or {LONG!r}")
-    if score_mode not in decode.SCORE_MODES:
-      raise ValueError(f"score_mode must be one of {decode.SCORE_MODES}")
+    head.check_settings(answer_type_source, score_mode)
     self.vocab_file = vocab_file
     self.spm_model_file = spm_model_file
     self.lower_case = lower_case
@@ -160,12 +103,9 @@ class NaturalQuestionsTask(base.RawInputTask):
         k for k in decode.DECODE_FEATURES
         if k not in features_lib.MODEL_FEATURES)
 
-  def side_inputs(self, features):
-    return features_lib.nq_side_inputs(self.model_config, features)
-
   # ----------------------------------------------------------------- model
-  def build_model(self) -> NqModel:
-    return NqModel(
+  def build_model(self) -> head.NqModel:
+    return head.NqModel(
         self.build_encoder(), self.side_inputs,
         initializer_range=self.model_config.initializer_range,
         answer_type_source=self.answer_type_source,
@@ -235,31 +175,37 @@ class NaturalQuestionsTask(base.RawInputTask):
     kept.update({k: outputs[k] for k in decode.WINDOW_OUTPUTS})
     return kept
 
+  def submission(self, predictions: Mapping[str, Any]) -> Dict[str, Any]:
+    """The official predictions object: one prediction per document."""
+    return decode.predictions_json(decode.unbatch(predictions))
+
   def write_predictions(self, predictions: Mapping[str, Any],
                         output_dir: str) -> str:
-    """Writes the official predictions JSON (one per document); with
-    `gold_file`, also every gold id (null when it has no window) and the
-    official scores in `nq_eval.json`. Returns the predictions' path."""
-    from tasks.nq import evaluate  # pylint: disable=g-import-not-at-top
-    gold = evaluate.read_gold(self.gold_file) if self.gold_file else {}
-    submission = decode.predictions_json(decode.unbatch(predictions),
-                                         example_ids=sorted(gold))
+    """Writes the official predictions JSON; returns its path."""
     path = os.path.join(output_dir, PREDICTIONS_FILE)
-    _write_json(path, submission)
-    if not gold:
-      return path
-    known = {p["example_id"] for p in submission["predictions"]}
-    unknown = known - set(gold)
-    if unknown:
-      raise ValueError(f"{len(unknown)} predicted example ids are not in "
-                       f"NaturalQuestionsTask.gold_file {self.gold_file!r}")
-    report = evaluate.score_dicts(
-        gold, evaluate.parse_predictions(submission), allow_missing=False)
-    _write_json(os.path.join(output_dir, SCORES_FILE), report)
-    line = evaluate.summary_line(report)
-    logging.info(line)
-    print(line, flush=True)
+    records.write_json(path, self.submission(predictions))
     return path
+
+  def official_scores(self, predictions: Mapping[str, Any],
+                      output_dir: str) -> Optional[Dict[str, Any]]:
+    """The official NQ scores of the eval set's predictions against
+    `gold_file` (a gold document without a window counts as a null
+    prediction): `evaluate.summary` of the report, which is written whole to
+    `output_dir/nq_eval.json`. None without `gold_file`.
+
+    Raises:
+      UserInputError: a predicted example id is not in `gold_file`.
+    """
+    if not self.gold_file:
+      logging.warning("NaturalQuestionsTask.gold_file is not set: no "
+                      "official NQ scores")
+      return None
+    report = evaluate.score_predictions(
+        self.gold_file, self.submission(predictions),
+        predictions_name=f"predictions of {self.input_patterns['eval']}")
+    records.write_json(os.path.join(output_dir, SCORES_FILE), report)
+    logging.info(evaluate.summary_line(report))
+    return evaluate.summary(report)
 
   # ----------------------------------------------------------------- export
   def serving_outputs(self, features, outputs):
@@ -284,10 +230,10 @@ class NaturalQuestionsTask(base.RawInputTask):
           {k: out[k] for k in decode.WINDOW_OUTPUTS},
           out["answer_type_logits"])
       doc["num_windows"] = tf.shape(windows["token_ids"])[0]
-      doc["long_answer_text"] = span_text(
+      doc["long_answer_text"] = decode.span_text(
           doc_tokens, doc_token_is_html, doc["long_start_token"],
           doc["long_end_token"])
-      doc["short_answer_text"] = span_text(
+      doc["short_answer_text"] = decode.span_text(
           doc_tokens, doc_token_is_html, doc["short_start_token"],
           doc["short_end_token"])
       return doc
@@ -334,18 +280,3 @@ class NaturalQuestionsTask(base.RawInputTask):
     signatures["serve_text"] = serve_text.get_concrete_function()
     return signatures
 
-
-def span_text(doc_tokens: tf.Tensor, is_html: tf.Tensor, start: tf.Tensor,
-              end: tf.Tensor) -> tf.Tensor:
-  """The non-HTML tokens of [start, end) joined by spaces ("" when -1)."""
-  start = tf.maximum(start, 0)
-  end = tf.maximum(end, start)
-  tokens = doc_tokens[start:end]
-  keep = tf.logical_not(is_html[start:end])
-  return tf.strings.reduce_join(tf.boolean_mask(tokens, keep), separator=" ")
-
-
-def _write_json(path: str, value: Any) -> None:
-  with tf.io.gfile.GFile(path, "w") as f:
-    json.dump(value, f, indent=1)
-    f.write("\n")

@@ -1,6 +1,6 @@
 r"""Synthetic Natural Questions files in the released formats (tests, demos).
 
-  python -m tasks.nq.synthetic --output_dir=DIR [--num_train=200 \
+  python -m demos.nq.synthetic --output_dir=DIR [--num_train=200 \
       --num_dev=50 --seed=0 --num_filler=6]
 
 writes, deterministically for a seed:
@@ -40,16 +40,19 @@ paragraphs a document has ~150-300 tokens: several windows at a small
 `long_seq_len` (64-128), and answers outside some windows.
 """
 
+import gzip
 import json
 import os
 import random
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from absl import app
 from absl import flags
 
-from tasks.common import synthetic as common_synthetic
+from demos import common
+from etc_realformer import cli
+from tasks.common import preprocessing
 from tasks.common import tokenization
+from tasks.nq import data
 
 TRAIN_FILE = "nq-train-00.jsonl.gz"
 DEV_FILE = "nq-dev-00.jsonl.gz"
@@ -80,7 +83,7 @@ QUESTION_WORDS = ("what", "is", "the", "of", "tell", "me", "about", "a",
 TAG_WORDS = ("h1", "p", "table", "tr", "td", "ul", "li")
 
 
-POOLS = common_synthetic.name_pools(
+POOLS = common.name_pools(
     _POOL_SEED, POOL_SIZES,
     used=(ATTRIBUTES + KIND_WORDS + FILLER_WORDS + QUESTION_WORDS +
           TAG_WORDS))
@@ -313,8 +316,7 @@ def simplify(record: Dict[str, Any]) -> Dict[str, Any]:
 
 def make_split(num_examples: int, seed: int, split: str,
                num_filler: int = 6) -> List[Dict[str, Any]]:
-  # One generator per split so that --num_train does not change dev.
-  rng = random.Random(f"{seed}-{split}")
+  rng = common.split_rng(seed, split)
   num_annotations = 5 if split == "dev" else 1
   ids = set()
   out = []
@@ -337,7 +339,6 @@ def write_dataset(output_dir: str, num_train: int = 200, num_dev: int = 50,
   one with a candidate past the document's end), for tests of the skip
   policy.
   """
-  from tasks.nq import data  # pylint: disable=g-import-not-at-top
   os.makedirs(output_dir, exist_ok=True)
   train = make_split(num_train, seed, "train", num_filler)
   dev = make_split(num_dev, seed, "dev", num_filler)
@@ -354,7 +355,6 @@ def write_dataset(output_dir: str, num_train: int = 200, num_dev: int = 50,
   data.write_jsonl(paths["train"], train_lines)
   if bad_train_lines:
     # A line that is not JSON, after the others (must not stop the file).
-    import gzip  # pylint: disable=g-import-not-at-top
     with gzip.open(paths["train"], "ab") as f:
       f.write(b'{"example_id": 2, "question_text": "cut off\n')
   data.write_jsonl(paths["dev"], dev)
@@ -364,18 +364,18 @@ def write_dataset(output_dir: str, num_train: int = 200, num_dev: int = 50,
 
 
 def _define_flags():
-  common_synthetic.define_dataset_flags(num_train=200, num_dev=50)
+  common.define_dataset_flags(num_train=200, num_dev=50)
   flags.DEFINE_integer("num_filler", 6, "Filler paragraphs per document.")
 
 
 def main(argv):
   del argv
+  preprocessing.require_flags(["output_dir"])
   f = flags.FLAGS
-  paths = write_dataset(f.output_dir, f.num_train, f.num_dev, f.seed,
-                        f.num_filler)
-  print(json.dumps(paths, indent=2))
+  common.print_paths(write_dataset(f.output_dir, f.num_train, f.num_dev,
+                                   f.seed, f.num_filler))
 
 
 if __name__ == "__main__":
   _define_flags()
-  app.run(main)
+  cli.run(main)

@@ -117,6 +117,8 @@ def check_tfds_builder(name: str = "natural_questions",
                        data_dir: Optional[str] = None):
   """The TFDS builder for `name` once its features pass `check_features`
   (nothing is downloaded to check)."""
+  # Imported here: TFDS takes seconds to import, and the rest of this module
+  # (the checks and the conversion) works on plain dicts without it.
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
   builder = tfds.builder(name, data_dir=data_dir)
   check_features(builder.info.features, builder.info.full_name)
@@ -210,7 +212,7 @@ def records_from_tfds(examples: Iterable[Dict[str, Any]], name: str,
         raw = tfds_example_to_json(example)
       except (KeyError, ValueError, TypeError, IndexError) as e:
         raise records.BadRecordError(name, f"#{index}", "<example>",
-                                     data.WRONG_TYPE, repr(e)[:200]) from e
+                                     records.WRONG_TYPE, repr(e)[:200]) from e
       yield data.validate_record(raw, name, index + 1, require_labels)
     except records.BadRecordError as e:
       stats.handle_bad_record(e)
