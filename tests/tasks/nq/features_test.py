@@ -1,13 +1,18 @@
-"""Tests for tasks.nq.features: windows, global tokens, labels, side inputs."""
+"""Tests for tasks.nq.features: windows, global tokens, labels, side inputs
+(the task's "breakpoints" layout over the features), special ids."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from etc_realformer.config import EtcConfig
+from etc_realformer.errors import UserInputError
+from etc_realformer.features import side_inputs
 from tasks.common import tokenization
 from tasks.nq import data
 from tasks.nq import features as F
+from tasks.nq import task
+from tokenization_testing import train_sentencepiece
 
 SPECIAL = (["[PAD]"] + [f"[unused{i}]" for i in range(99)] +
            ["[UNK]", "[CLS]", "[SEP]", "[MASK]"] +
@@ -223,15 +228,15 @@ def test_full_global_input_shares_the_last_token(vocab):
 
 @pytest.mark.parametrize("ann,types,which", [
     # Short answer "b c" inside candidate 0: window 0 only.
-    (annotation(long=(3, 15), short=(5, 7)), [F.SHORT, F.NULL, F.NULL],
+    (annotation(long=(3, 15), short=(5, 7)), [data.SHORT, data.NULL, data.NULL],
      "short"),
     # Long answer = candidate 3 (wordpieces 20..28): window 2 only.
-    (annotation(long=(22, 31)), [F.NULL, F.NULL, F.LONG], "long"),
+    (annotation(long=(22, 31)), [data.NULL, data.NULL, data.LONG], "long"),
     # Candidate 1 (wordpieces 13..19): cut by window 0, whole in window 1.
-    (annotation(long=(15, 22)), [F.NULL, F.LONG, F.NULL], "long"),
+    (annotation(long=(15, 22)), [data.NULL, data.LONG, data.NULL], "long"),
     # Yes/no: the type stays in every window (as the original).
-    (annotation(long=(22, 31), yes_no="YES"), [F.YES, F.YES, F.YES], "long"),
-    (annotation(), [F.NULL] * 3, None),
+    (annotation(long=(22, 31), yes_no="YES"), [data.YES, data.YES, data.YES], "long"),
+    (annotation(), [data.NULL] * 3, None),
 ])
 def test_labels_in_and_out_of_window(vocab, ann, types, which):
   f = featurizer(vocab)
@@ -252,9 +257,9 @@ def test_labels_in_and_out_of_window(vocab, ann, types, which):
         assert end + 1 >= len(dm) or dm[end + 1] != span["end_token"] - 1
       else:
         assert start == 0 and end == 0
-    if types[w] in (F.SHORT,):
+    if types[w] in (data.SHORT,):
       assert feats["short_start"][w] > 0
-    if types[w] == F.LONG:
+    if types[w] == data.LONG:
       assert feats["long_start"][w] > 0
 
 
@@ -288,8 +293,9 @@ def test_spec_shapes_and_side_inputs(vocab):
   config = EtcConfig(vocab_size=200, hidden_size=8, num_hidden_layers=1,
                      num_attention_heads=2, intermediate_size=8,
                      local_radius=3, relative_pos_max_distance=2)
-  side = F.nq_side_inputs(config, {k: tf.constant(feats[k])
-                                   for k in F.MODEL_FEATURES})
+  side = side_inputs.from_features(
+      config, {k: tf.constant(feats[k]) for k in F.MODEL_FEATURES},
+      task.NaturalQuestionsTask.side_input_layout)
   assert side["l2l_att_mask"].shape == (3, 24, 7)
   assert side["g2l_att_mask"].shape == (3, 16, 24)
   # Padding global tokens see no real long token, real ones do.
@@ -332,11 +338,10 @@ def test_featurize_raw_tokens_matches_record(vocab):
 
 
 def test_sentencepiece_needs_its_special_ids(tmp_path):
-  from tests.test_common_tokenization import train_sentencepiece
   model = train_sentencepiece(tmp_path / "sp.model",
                               [" ".join(WORDS[:16])] * 20, vocab_size=40)
   tok = tokenization.SentencePieceTokenizer(model)
-  with pytest.raises(ValueError, match="unused_63"):
+  with pytest.raises(UserInputError, match="unused_63"):
     F.NqTokenIds.for_tokenizer(tok)
   f = F.NqFeaturizer(tokenizer=tok, long_seq_len=24, global_seq_len=16,
                      stride=8, max_question_len=4,
@@ -348,9 +353,9 @@ def test_sentencepiece_needs_its_special_ids(tmp_path):
 
 
 def test_bad_settings(vocab):
-  with pytest.raises(ValueError, match="global_seq_len"):
+  with pytest.raises(UserInputError, match="global_seq_len"):
     F.NqFeaturizer(vocab, long_seq_len=64, global_seq_len=6,
                    max_question_len=4, stride=8)
-  with pytest.raises(ValueError, match="stride"):
+  with pytest.raises(UserInputError, match="stride"):
     F.NqFeaturizer(vocab, long_seq_len=24, global_seq_len=16,
                    max_question_len=4, stride=30)

@@ -1,15 +1,19 @@
-"""Tests for tasks.nq.synthetic: released formats, every case, determinism."""
+"""Tests for demos.nq.synthetic: released formats, every case, determinism,
+the binary."""
 
 import collections
 import gzip
 import json
+import subprocess
+import sys
 
 import pytest
 
+from demos.nq import synthetic
+import e2e_testing
 from tasks.common import records
 from tasks.nq import data
 from tasks.nq import features as F
-from tasks.nq import synthetic
 
 
 @pytest.fixture(scope="module")
@@ -67,9 +71,9 @@ def test_every_case_is_present(files):
   train = list(data.read_records(files["train"]))
   dev = list(data.read_records(files["dev"]))
   types = collections.Counter(data.labels_of(r).answer_type for r in train)
-  for t in (F.NULL, F.LONG, F.SHORT):
+  for t in (data.NULL, data.LONG, data.SHORT):
     assert types[t] > 0, types
-  assert types[F.YES] + types[F.NO] > 0
+  assert types[data.YES] + types[data.NO] > 0
   # Nested candidates, HTML tokens, tokens outside every candidate.
   for r in train:
     assert any(not c.top_level for c in r.candidates)
@@ -92,13 +96,13 @@ def test_answers_follow_the_question(files):
   for r in data.read_records(files["train"]):
     labels = data.labels_of(r)
     words = r.question.split()
-    if labels.answer_type == F.SHORT:
+    if labels.answer_type == data.SHORT:
       s, e = labels.short_span
       value = r.tokens[s]
       assert e == s + 1
       long_text = r.tokens[labels.long_span[0]:labels.long_span[1]]
       assert words[3] in long_text and value in long_text
-    if labels.answer_type == F.NULL:
+    if labels.answer_type == data.NULL:
       assert not any(t == words[3] for t in r.tokens)
 
 
@@ -112,9 +116,9 @@ def test_multi_window_with_answers_outside_some_windows(files):
     window_counts.append(stats["windows"])
     assert stats["question_tokens_dropped"] == 0
     assert (feats["token_ids"] != 100).all()  # every word in the vocab
-    if data.labels_of(r).answer_type in (F.SHORT, F.LONG):
-      outside += int((feats["answer_type"] == F.NULL).sum())
-      assert (feats["answer_type"] != F.NULL).any()  # inside one window
+    if data.labels_of(r).answer_type in (data.SHORT, data.LONG):
+      outside += int((feats["answer_type"] == data.NULL).sum())
+      assert (feats["answer_type"] != data.NULL).any()  # inside one window
   assert min(window_counts) >= 3
   assert outside > 0
 
@@ -131,3 +135,18 @@ def test_deterministic_for_a_seed(tmp_path):
   vocab = synthetic.vocabulary()
   assert vocab[101] == "[CLS]" and vocab[107] == "[unused102]"
   assert vocab[108] == "[unused103]" and vocab[35] == "[unused34]"
+
+
+def test_binary_writes_the_files_and_needs_an_output_dir(tmp_path):
+  out = e2e_testing.run_binary(
+      ["demos.nq.synthetic", f"--output_dir={tmp_path}", "--num_train=2",
+       "--num_dev=1"])
+  paths = json.loads(out[out.index("{"):out.index("}") + 1])
+  assert sorted(paths) == ["dev", "simplified_train", "train", "vocab"]
+  assert len(list(data.read_records(paths["dev"]))) == 1
+  proc = subprocess.run([sys.executable, "-m", "demos.nq.synthetic"],
+                        cwd=e2e_testing.REPO, capture_output=True, text=True,
+                        env=dict(e2e_testing.env(), TF_CPP_MIN_LOG_LEVEL="3"),
+                        timeout=300)
+  assert proc.returncode == 2
+  assert proc.stderr.strip().splitlines() == ["error: --output_dir is required"]

@@ -1,5 +1,7 @@
-"""Tests for tasks.nq.preprocess: TFRecords + stats, downsampling, strict."""
+"""Tests for tasks.nq.preprocess: TFRecords + stats, downsampling, strict,
+the binary (and its one-line errors)."""
 
+import gzip
 import json
 import os
 import subprocess
@@ -7,13 +9,15 @@ import sys
 
 import pytest
 
+from demos.nq import synthetic
+import e2e_testing
+from etc_realformer.data import tfrecords
+from etc_realformer.errors import UserInputError
 from tasks.common import records
 from tasks.nq import data
 from tasks.nq import features as F
 from tasks.nq import preprocess
-from tasks.nq import synthetic
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 L, G, STRIDE, QLEN = 64, 24, 24, 8
 
 
@@ -31,8 +35,8 @@ def featurizer(files):
                                     max_question_len=QLEN)
 
 
-def _count(path):
-  return sum(1 for _ in F.make_dataset(path, L, G))
+def windows(path):
+  return tfrecords.make_dataset(path, F.feature_spec(L, G))
 
 
 def test_writes_tfrecords_and_stats(files, featurizer, tmp_path):
@@ -46,8 +50,8 @@ def test_writes_tfrecords_and_stats(files, featurizer, tmp_path):
   assert {(s["id"], s["field"]) for s in saved["skipped_records"]} == {
       ("1", "long_answer_candidates[0]"), ("line 14", "<line>")}
   assert saved["is_training"] and saved["windows_downsampled"] == 0
-  assert saved["windows_written"] == stats.windows_written == _count(
-      record_path)
+  assert saved["windows_written"] == stats.windows_written == sum(
+      1 for _ in windows(record_path))
   assert sum(saved["windows_by_answer_type"].values()) == (
       saved["windows_written"])
   assert saved["windows_written"] > saved["examples_written"]  # multi-window
@@ -56,7 +60,7 @@ def test_writes_tfrecords_and_stats(files, featurizer, tmp_path):
   assert summary["windows_written"] == saved["windows_written"]
   assert summary["files"][0]["input_file"] == files["train"]
   # Parsed windows carry the spec.
-  first = next(iter(F.make_dataset(record_path, L, G)))
+  first = next(iter(windows(record_path)))
   assert set(first) == set(F.feature_spec(L, G))
   assert first["token_ids"].shape == (L,)
 
@@ -103,7 +107,7 @@ def test_strict_fails_and_leaves_no_output(files, featurizer, tmp_path):
 
 
 def test_bad_rate(files, featurizer, tmp_path):
-  with pytest.raises(ValueError, match="include_unknown_rate"):
+  with pytest.raises(UserInputError, match="include_unknown_rate"):
     preprocess.preprocess_file(files["train"], str(tmp_path), featurizer,
                                include_unknown_rate=1.5)
 
@@ -115,8 +119,8 @@ def test_cli(files, tmp_path):
          f"--vocab={files['vocab']}", f"--output_dir={tmp_path}",
          f"--long_seq_len={L}", f"--global_seq_len={G}", f"--stride={STRIDE}",
          f"--max_question_len={QLEN}", "--include_unknown_rate=0.5"]
-  env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
-  out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO,
+  out = subprocess.run(cmd, capture_output=True, text=True,
+                       env=e2e_testing.env(), cwd=e2e_testing.REPO,
                        timeout=300)
   assert out.returncode == 0, out.stderr[-2000:]
   assert "written 24 examples" in out.stdout
@@ -126,13 +130,34 @@ def test_cli(files, tmp_path):
   assert (tmp_path / "simplified-nq-train.tfrecord").exists()
 
 
-def test_tfds_natural_questions_is_refused_before_writing(featurizer,
-                                                          tmp_path):
-  pytest.importorskip("tensorflow_datasets")
-  from tasks.nq import tfds_data
-  with pytest.raises(tfds_data.TfdsFieldsMissingError,
-                     match="long_answer_candidates.top_level"):
-    preprocess.preprocess_tfds("natural_questions:train",
-                               str(tmp_path / "out"), featurizer,
-                               data_dir=str(tmp_path / "tfds"))
+def run_failing(args):
+  """The binary's stderr lines; asserts exit code 2 (a user's mistake)."""
+  proc = subprocess.run(
+      [sys.executable, "-m", "tasks.nq.preprocess", *args],
+      capture_output=True, text=True, cwd=e2e_testing.REPO, timeout=300,
+      env=dict(e2e_testing.env(), TF_CPP_MIN_LOG_LEVEL="3"))
+  assert proc.returncode == 2, proc.stdout[-1000:] + proc.stderr[-2000:]
+  return proc.stderr.strip().splitlines()
+
+
+def test_cli_missing_input_is_one_line(tmp_path):
+  missing = str(tmp_path / "nq-dev-07.jsonl.gz")
+  # The vocabulary is missing too: the input is checked before it is read.
+  (line,) = run_failing([f"--input={missing}",
+                         f"--vocab={tmp_path / 'no_vocab.txt'}",
+                         f"--output_dir={tmp_path / 'out'}"])
+  assert missing in line
   assert not (tmp_path / "out").exists()
+
+
+def test_cli_truncated_json_line_under_strict_is_one_line(files, tmp_path):
+  with gzip.open(files["dev"], "rb") as f:
+    first = f.readline()
+  cut = tmp_path / "nq-dev-cut.jsonl"
+  cut.write_bytes(first + first[:len(first) // 2] + b"\n")
+  (line,) = run_failing([f"--input={cut}", f"--vocab={files['vocab']}",
+                         f"--output_dir={tmp_path / 'out'}", "--strict",
+                         f"--long_seq_len={L}", f"--global_seq_len={G}",
+                         f"--stride={STRIDE}", f"--max_question_len={QLEN}"])
+  assert str(cut) in line and "line 2" in line and data.BAD_JSON in line
+  assert not list((tmp_path / "out").glob("*.tfrecord"))

@@ -9,15 +9,15 @@ Gold (five annotators each, the official rule: answered when >= 2 gave one):
 
 import gzip
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
+import e2e_testing
+from etc_realformer.errors import UserInputError
 from tasks.nq import evaluate as E
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NULL = {"start_byte": -1, "end_byte": -1, "start_token": -1, "end_token": -1}
 
 
@@ -145,23 +145,28 @@ def test_missing_predictions_are_null_or_an_error(tmp_path, gold_path):
   report = E.score(gold_path, path)
   assert report["num_missing"] == 2 and report["num_predicted"] == 2
   assert report["long_f1"] == 1.0  # 3 and 4 should be null anyway
-  with pytest.raises(ValueError, match="no prediction"):
+  with pytest.raises(UserInputError, match="no prediction"):
     E.score(gold_path, path, allow_missing=False)
   extra = write_predictions(tmp_path, PERFECT + [prediction(99)], "x.json")
-  with pytest.raises(ValueError, match="not in the gold"):
+  with pytest.raises(UserInputError, match="not in the gold"):
     E.score(gold_path, extra)
   with pytest.raises(FileNotFoundError):
     E.score(str(tmp_path / "nope-*.jsonl.gz"), path)
 
 
-def test_in_memory_predictions(gold_path):
+def test_in_memory_predictions_and_the_summary(gold_path):
   report = E.score_predictions(gold_path, {"predictions": PERFECT})
   assert report["long_f1"] == report["short_f1"] == 1.0
   json.dumps(report)  # JSON-safe (no inf / nan)
+  summary = E.summary(report)
+  assert set(summary) == set(E.SUMMARY_KEYS)
+  assert "official" not in summary and summary["num_gold"] == 4
 
 
-def _env():
-  return dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
+def test_malformed_predictions_name_their_source(gold_path):
+  with pytest.raises(UserInputError, match="mine.json: not in the official"):
+    E.score_predictions(gold_path, {"predictions": [{"example_id": 1}]},
+                        predictions_name="mine.json")
 
 
 def test_library_call_in_a_process_without_parsed_flags(tmp_path, gold_path):
@@ -174,7 +179,7 @@ def test_library_call_in_a_process_without_parsed_flags(tmp_path, gold_path):
             "print('RESULT', json.dumps([r['long_f1'], r['short_f1'], "
             "r['gold_with_long_answer']]))\n")
   proc = subprocess.run([sys.executable, "-c", script], cwd=str(tmp_path),
-                        env=_env(), capture_output=True, text=True,
+                        env=e2e_testing.env(), capture_output=True, text=True,
                         timeout=120)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert json.loads(proc.stdout.split("RESULT ", 1)[1]) == [1.0, 1.0, 2]
@@ -188,8 +193,8 @@ def test_cli_and_the_official_threshold_flags(tmp_path, gold_path):
   def cli(*args):
     proc = subprocess.run(
         [sys.executable, "-m", "tasks.nq.evaluate", f"--gold_path={gold_path}",
-         f"--predictions_path={only_3}", *args], cwd=REPO, env=_env(),
-        capture_output=True, text=True, timeout=120)
+         f"--predictions_path={only_3}", *args], cwd=e2e_testing.REPO,
+        env=e2e_testing.env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.startswith("nq official | long F1/P/R ")
     return json.loads(proc.stdout.split("\n", 1)[1])
@@ -200,3 +205,16 @@ def test_cli_and_the_official_threshold_flags(tmp_path, gold_path):
   assert report["gold_with_long_answer"] == 3
   assert report["long_precision"] == 1.0
   assert report["long_recall"] == pytest.approx(1 / 3)
+
+
+def test_cli_missing_gold_is_one_line_and_exit_code_2(tmp_path):
+  predictions = write_predictions(tmp_path, PERFECT)
+  proc = subprocess.run(
+      [sys.executable, "-m", "tasks.nq.evaluate",
+       f"--gold_path={tmp_path}/nope-*.jsonl.gz",
+       f"--predictions_path={predictions}"],
+      cwd=e2e_testing.REPO, capture_output=True, text=True, timeout=120,
+      env=dict(e2e_testing.env(), TF_CPP_MIN_LOG_LEVEL="3"))
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  lines = proc.stderr.strip().splitlines()
+  assert len(lines) == 1 and "nope-*.jsonl.gz" in lines[0], lines

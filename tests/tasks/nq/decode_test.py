@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tasks.nq import data
 from tasks.nq import decode as D
-from tasks.nq import features as F
 
 L, G, Q = 24, 8, 2
 FIRST = Q + 2  # first document position
@@ -81,7 +81,7 @@ def run_windows(logits, answer_type_logits=None, k=4, score_mode="difference",
   num = len(windows)
   if answer_type_logits is None:
     answer_type_logits = np.zeros([num, 5], np.float32)
-    answer_type_logits[:, F.SHORT] = 1.0
+    answer_type_logits[:, data.SHORT] = 1.0
   out["answer_type_logits"] = np.asarray(answer_type_logits, np.float32)
   out["example_id"] = np.full([num], -7, np.int64)
   out["window_index"] = np.arange(num, dtype=np.int32)
@@ -199,20 +199,20 @@ def test_yes_no_from_the_chosen_window_replaces_the_short_answer():
   logits.set("ls", 1, 16, 3.0).set("le", 1, 23, 2.0)
   logits.set("ss", 1, 18, 3.0).set("se", 1, 18, 3.0)
   types = np.zeros([3, 5], np.float32)
-  types[0, F.NO] = 5.0  # another window's NO is not read
-  types[1, F.YES] = 5.0
+  types[0, data.NO] = 5.0  # another window's NO is not read
+  types[1, data.YES] = 5.0
   pred, doc = python_and_graph(run_windows(logits, types))
   assert pred["yes_no_answer"] == "YES"
   assert pred["short_answers"] == []
   assert pred["long_answer"]["start_token"] == 16
   assert pred["short_answers_score"] == pytest.approx(6.0)  # kept (original)
-  assert doc["answer_type"] == F.YES
+  assert doc["answer_type"] == data.YES
   types[1] = 0.0
-  types[1, F.NO] = 5.0
+  types[1, data.NO] = 5.0
   pred, _ = python_and_graph(run_windows(logits, types))
   assert pred["yes_no_answer"] == "NO"
   types[1] = 0.0
-  types[1, F.LONG] = 5.0  # long only: the short span stays (the original)
+  types[1, data.LONG] = 5.0  # long only: the short span stays (the original)
   pred, _ = python_and_graph(run_windows(logits, types))
   assert pred["yes_no_answer"] == "NONE"
   assert pred["short_answers"][0]["start_token"] == 18
@@ -264,3 +264,11 @@ def test_mask_long_logits_keeps_document_and_cls():
   masked = D.mask_long_logits(tf.ones([1, 6]), dmap).numpy()[0]
   np.testing.assert_array_equal(masked > D.NEG_INF / 2,
                                 [True, False, False, True, True, False])
+
+
+def test_span_text_joins_the_non_html_tokens():
+  tokens = tf.constant(["<P>", "a", "b", "</P>", "c"])
+  is_html = tf.constant([True, False, False, True, False])
+  assert D.span_text(tokens, is_html, 0, 4).numpy() == b"a b"
+  assert D.span_text(tokens, is_html, 2, 5).numpy() == b"b c"
+  assert D.span_text(tokens, is_html, -1, -1).numpy() == b""

@@ -1,4 +1,5 @@
-"""Tests for tasks.nq.data: both formats, streaming, the bad-record policy."""
+"""Tests for tasks.nq.data: both formats, streaming, the bad-record policy,
+the example-level labels."""
 
 import copy
 import gzip
@@ -8,7 +9,6 @@ import pytest
 
 from tasks.common import records
 from tasks.nq import data
-from tasks.nq import features as F
 
 
 def full_record(example_id=7, **overrides):
@@ -88,7 +88,7 @@ def test_full_format_gz(tmp_path):
   assert a.candidate_index == 0 and a.yes_no_answer == "NONE"
   assert a.short_answers[0].start_token == 5
   labels = data.labels_of(r)
-  assert labels == data.Labels(F.SHORT, (3, 8), (5, 6))
+  assert labels == data.Labels(data.SHORT, (3, 8), (5, 6))
   back = data.record_to_json(r)
   assert back["document_tokens"] == full_record()["document_tokens"]
 
@@ -103,25 +103,25 @@ def test_simplified_plain_jsonl(tmp_path):
       "a", "b", "c", "d"]
   assert set(r.token_start_byte) == {-1}
   assert r.candidates[0].span == data.Span(0, 5, -1, -1)
-  assert data.labels_of(r).answer_type == F.YES
+  assert data.labels_of(r).answer_type == data.YES
 
 
 @pytest.mark.parametrize("annotation,expected", [
     (dict(long_answer=dict(start_token=-1, end_token=-1, candidate_index=-1),
           short_answers=[], yes_no_answer="NONE"),
-     data.Labels(F.NULL, (-1, -1), (-1, -1))),
+     data.Labels(data.NULL, (-1, -1), (-1, -1))),
     (dict(long_answer=dict(start_token=3, end_token=8, candidate_index=0),
           short_answers=[], yes_no_answer="NONE"),
-     data.Labels(F.LONG, (3, 8), (-1, -1))),
+     data.Labels(data.LONG, (3, 8), (-1, -1))),
     (dict(long_answer=dict(start_token=3, end_token=8, candidate_index=0),
           short_answers=[], yes_no_answer="NO"),
-     data.Labels(F.NO, (3, 8), (-1, -1))),
+     data.Labels(data.NO, (3, 8), (-1, -1))),
     # Several short spans are merged, first start to last end.
     (dict(long_answer=dict(start_token=3, end_token=8, candidate_index=0),
           short_answers=[dict(start_token=4, end_token=5),
                          dict(start_token=6, end_token=7)],
           yes_no_answer="NONE"),
-     data.Labels(F.SHORT, (3, 8), (4, 7))),
+     data.Labels(data.SHORT, (3, 8), (4, 7))),
 ])
 def test_labels_of_first_annotation(tmp_path, annotation, expected):
   other = dict(long_answer=dict(start_token=8, end_token=13,
@@ -253,74 +253,3 @@ def test_write_jsonl_round_trip(tmp_path):
   data.write_jsonl(path, [data.record_to_json(record)])
   (again,) = list(data.read_records(path))
   assert again == record
-
-
-# ------------------------------------------------------------------- TFDS
-def _tfds_example(record):
-  """A numpy TFDS-layout example (with the fields TFDS 0.1.0 lacks)."""
-  import numpy as np
-  toks = record["document_tokens"]
-  cands = record["long_answer_candidates"]
-  anns = record["annotations"]
-
-  def col(items, key, dtype=np.int64):
-    return np.array([x[key] for x in items], dtype=dtype)
-
-  return {
-      "id": str(record["example_id"]).encode(),
-      "question": {"text": record["question_text"].encode()},
-      "document": {"url": b"u", "tokens": {
-          "token": np.array([t["token"].encode() for t in toks]),
-          "is_html": col(toks, "html_token", bool),
-          "start_byte": col(toks, "start_byte"),
-          "end_byte": col(toks, "end_byte")}},
-      "long_answer_candidates": {
-          **{k: col(cands, k) for k in ("start_token", "end_token",
-                                        "start_byte", "end_byte")},
-          "top_level": col(cands, "top_level", bool)},
-      "annotations": {
-          "id": np.array([str(a["annotation_id"]).encode() for a in anns]),
-          "long_answer": {k: col([a["long_answer"] for a in anns], k)
-                          for k in ("start_token", "end_token", "start_byte",
-                                    "end_byte", "candidate_index")},
-          "short_answers": {k: [col(a["short_answers"], k) for a in anns]
-                            for k in ("start_token", "end_token",
-                                      "start_byte", "end_byte")},
-          "yes_no_answer": np.array([-1] * len(anns))},
-  }
-
-
-def test_tfds_natural_questions_builder_is_refused_with_instructions(
-    tmp_path):
-  pytest.importorskip("tensorflow_datasets")
-  from tasks.nq import tfds_data
-  with pytest.raises(tfds_data.TfdsFieldsMissingError) as e:
-    tfds_data.check_tfds_builder("natural_questions",
-                                 data_dir=str(tmp_path))
-  for field in ("long_answer_candidates.top_level",
-                "long_answer_candidates.start_byte",
-                "document.tokens.start_byte",
-                "annotations.long_answer.candidate_index"):
-    assert field in e.value.missing and field in str(e.value)
-  assert "nq-train-??.jsonl.gz" in str(e.value)
-  assert isinstance(e.value, records.InputFileError)
-  assert not list(tmp_path.iterdir()) or all(
-      not p.name.endswith(".tfrecord") for p in tmp_path.rglob("*"))
-
-
-def test_tfds_examples_with_every_field_convert(tmp_path):
-  from tasks.nq import tfds_data
-  paths = list(tfds_data.REQUIRED_FIELDS) + ["document.html"]
-  assert tfds_data.missing_fields(paths) == []
-  assert tfds_data.missing_fields(["id"])[0] == "question.text"
-  good = full_record(11)
-  bad = _tfds_example(full_record(12))
-  del bad["long_answer_candidates"]
-  stats = records.RecordStats()
-  got = list(tfds_data.records_from_tfds(
-      [_tfds_example(good), bad], "tfds-nq", stats=stats))
-  assert stats.skipped == {data.WRONG_TYPE: 1}
-  (record,) = got
-  expected = data.validate_record(
-      dict(good, document_url="u"), "tfds-nq", 1)
-  assert record == expected

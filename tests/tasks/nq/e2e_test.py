@@ -1,22 +1,31 @@
 """Natural Questions end to end on small files in the released formats.
 
-synthetic nq-train/dev-00.jsonl.gz + vocab.txt (`tasks.nq.synthetic`) ->
+synthetic nq-train/dev-00.jsonl.gz + vocab.txt (`demos.nq.synthetic`) ->
 preprocess (windows) -> train a tiny model a few steps in process (loss goes
-down) -> predict (official predictions JSON, official scores against the
-five-way dev gold) -> `python -m tasks.nq --mode=eval` (in-graph metrics,
-then the official scorer) -> export -> a fresh process serves every
-signature; `serve_raw` decodes a dev document as the batch predictions did.
-Run with `pytest -s` to see the loss curve and the scores.
+down) -> predict (official predictions JSON) -> export ->
+`python -m tasks.run --gin_file=tasks/nq.gin --mode=eval` (in-graph metrics,
+then the official scorer against the five-way dev gold, equal to scoring the
+predictions file) -> a fresh process serves every signature; `serve_raw`
+decodes a dev document as the batch predictions did. Run with `pytest -s` to
+see the loss curve and the scores.
 """
 
 import json
 import os
 import re
 
+import gin
+import numpy as np
 import pytest
+import tensorflow as tf
 
+from demos.nq import synthetic
 import e2e_testing
-from tasks.nq import synthetic
+from tasks import run
+from tasks.nq import data
+from tasks.nq import decode
+from tasks.nq import evaluate
+from tasks.nq import preprocess
 
 LONG, GLOBAL, STRIDE, QUESTION = 128, 48, 64, 16
 SEED = 5
@@ -50,12 +59,7 @@ def tiny_gin(data_dir: str, path: str) -> str:
 
 
 @pytest.mark.slow  # ~100 s on 2 busy cores
-def test_preprocess_train_predict_score_export_serve(tmp_path, capsys):
-  import gin  # pylint: disable=g-import-not-at-top
-  from tasks import run  # pylint: disable=g-import-not-at-top
-  from tasks.nq import data  # pylint: disable=g-import-not-at-top
-  from tasks.nq import preprocess  # pylint: disable=g-import-not-at-top
-
+def test_preprocess_train_predict_export_score_serve(tmp_path, capsys):
   data_dir = str(tmp_path / "data")
   paths = synthetic.write_dataset(data_dir, num_train=64, num_dev=12,
                                   seed=SEED)
@@ -79,9 +83,8 @@ def test_preprocess_train_predict_score_export_serve(tmp_path, capsys):
         r"^progress \| step (\d+)/\d+ \| loss ([\d.]+)", out, re.M)]
     assert [s for s, _ in steps] == [10, 20, 30, 40, 50, 60]
     assert steps[-1][1] < 0.7 * steps[0][1], steps
-    # 2. Predict: official predictions + official scores on the dev gold.
+    # 2. Predict: the official predictions JSON.
     run.run("predict", model_dir)
-    out = capsys.readouterr().out
     # 3. Export a versioned SavedModel.
     export_path = run.run("export", model_dir,
                           export_dir=str(tmp_path / "export"))["export_path"]
@@ -89,7 +92,6 @@ def test_preprocess_train_predict_score_export_serve(tmp_path, capsys):
     gin.clear_config()
   with capsys.disabled():
     print(f"\nnq e2e loss curve: {steps}")
-    print(re.search(r"^nq official \|.*$", out, re.M).group(0))
 
   predictions_dir = os.path.join(model_dir, "predictions")
   with open(os.path.join(predictions_dir, "predictions.json")) as f:
@@ -109,24 +111,31 @@ def test_preprocess_train_predict_score_export_serve(tmp_path, capsys):
       for s in p["short_answers"]:
         assert la["start_token"] <= s["start_token"] < s["end_token"] <= la[
             "end_token"]
-  with open(os.path.join(predictions_dir, "nq_eval.json")) as f:
-    scores = json.load(f)
+  scores = evaluate.score(paths["dev"],
+                          os.path.join(predictions_dir, "predictions.json"))
   assert scores["num_gold"] == len(dev) and scores["num_missing"] == 0
   assert 0 < scores["gold_with_long_answer"] < len(dev)
-  for k in ("long_f1", "short_f1"):
-    assert 0.0 <= scores[k] <= 1.0
 
-  # 4. The binary's eval: in-graph metrics, then the official scorer.
+  # 4. The runner's eval with the NQ gin: in-graph metrics, then the
+  # official scorer on the eval set's predictions.
   output = e2e_testing.run_binary(
-      ["tasks.nq", f"--gin_file={gin_file}", "--mode=eval",
-       f"--model_dir={model_dir}"], timeout=300)
-  assert re.search(r"eval official \| long F1 [\d.]+ \| short F1 [\d.]+",
-                   output), output[-2000:]
+      ["tasks.run", "--gin_file=tasks/nq.gin", f"--gin_file={gin_file}",
+       "--mode=eval", f"--model_dir={model_dir}"], timeout=300)
+  line = re.search(r"^eval official \| (\{.*\})$", output, re.M)
+  assert line, output[-2000:]
+  official = json.loads(line.group(1))
+  with capsys.disabled():
+    print(f"nq e2e official: {official}")
   with open(os.path.join(model_dir, "eval_results.json")) as f:
     results = json.load(f)
   assert "answer_type_accuracy" in results and "long_span_accuracy" in results
-  assert results["official"]["long_f1"] == pytest.approx(scores["long_f1"])
-  assert results["official"]["short_f1"] == pytest.approx(scores["short_f1"])
+  assert results["official"] == official
+  assert official["num_gold"] == len(dev) and official["num_missing"] == 0
+  for k in ("long_f1", "short_f1"):
+    assert 0.0 <= official[k] <= 1.0
+    assert official[k] == pytest.approx(scores[k], rel=1e-6, abs=1e-9)
+  with open(os.path.join(model_dir, "eval_predictions", "nq_eval.json")) as f:
+    assert json.load(f)["long_f1"] == official["long_f1"]
 
   # 5. A fresh process (no project code) serves every signature.
   record = next(r for r in dev if by_id[r.example_id]["long_answer"][
@@ -215,14 +224,6 @@ def test_oracle_logits_decode_to_the_labelled_answers(tmp_path):
   """Logits peaked at the featurizer's window labels decode, through
   `window_answers` and the document aggregation, to the first annotation's
   answers (the labels' source), and the official scorer agrees."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tasks.nq import data  # pylint: disable=g-import-not-at-top
-  from tasks.nq import decode  # pylint: disable=g-import-not-at-top
-  from tasks.nq import evaluate  # pylint: disable=g-import-not-at-top
-  from tasks.nq import features as F  # pylint: disable=g-import-not-at-top
-  from tasks.nq import preprocess  # pylint: disable=g-import-not-at-top
-
   paths = synthetic.write_dataset(str(tmp_path), num_train=1, num_dev=24,
                                   seed=SEED)
   featurizer = preprocess.make_featurizer(paths["vocab"], None, LONG, GLOBAL,
@@ -268,7 +269,7 @@ def test_oracle_logits_decode_to_the_labelled_answers(tmp_path):
     shorts = [(s["start_token"], s["end_token"]) for s in p["short_answers"]
               if p["short_answers_score"] > 0]
     expected = ([tuple(labels.short_span)]
-                if labels.answer_type == F.SHORT else [])
+                if labels.answer_type == data.SHORT else [])
     assert shorts == expected, record.example_id
   assert checked >= 15
   # The official scorer on these predictions (nulls below score 0) against

@@ -1,16 +1,22 @@
-"""NQ task: heads and loss shapes, masking, metrics, training, predictions,
-gin settings (random windows laid out as `tasks/nq/features.py` says)."""
+"""NQ task: the model's heads (shapes, masking), loss, metrics, training,
+predictions, official scores, gin settings (random windows laid out as
+`tasks/nq/features.py` says; hand-made predictions for the scores)."""
 
 import gzip
 import json
-import os
 
+import gin
 import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
 
 from etc_realformer.config import EtcConfig
+from etc_realformer.errors import UserInputError
+from etc_realformer.training import experiment
+from etc_realformer.training import task as task_lib
+from tasks import run
+from tasks.nq import data
 from tasks.nq import decode
 from tasks.nq import features as F
 from tasks.nq import task as T
@@ -90,7 +96,7 @@ def random_windows(batch=4, seed=0):
   def pos(b, token):
     return first + token - 10 * b
 
-  out["answer_type"][:] = [F.SHORT, F.YES, F.NULL, -1][:batch]
+  out["answer_type"][:] = [data.SHORT, data.YES, data.NULL, -1][:batch]
   out["long_start"][0], out["long_end"][0] = pos(0, 5), pos(0, 9)
   out["short_start"][0], out["short_end"][0] = pos(0, 6), pos(0, 7)
   if batch > 1:
@@ -192,26 +198,31 @@ def test_answer_type_source_and_bad_settings():
     _task(score_mode="max")
 
 
-def _gold_file(path, example_ids):
+def span(start, end):
+  """Token span [start, end) with bytes 7 x the tokens (-1: null)."""
+  if start < 0:
+    return {"start_token": -1, "end_token": -1, "start_byte": -1,
+            "end_byte": -1}
+  return {"start_token": start, "end_token": end, "start_byte": 7 * start,
+          "end_byte": 7 * end}
+
+
+def write_gold(path, examples):
+  """Five-way gold: example_id -> five (long, short or None) pairs."""
   with gzip.open(path, "wt") as f:
-    for example_id in example_ids:
-      null = {"start_byte": -1, "end_byte": -1, "start_token": -1,
-              "end_token": -1}
-      record = {"example_id": example_id, "annotations": [
-          {"long_answer": {"start_byte": 20, "end_byte": 39,
-                           "start_token": 5, "end_token": 10},
-           "short_answers": [], "yes_no_answer": "NONE"}] * 2 + [
-               {"long_answer": null, "short_answers": [],
-                "yes_no_answer": "NONE"}] * 3}
-      f.write(json.dumps(record) + "\n")
+    for example_id, annotators in examples.items():
+      annotations = [
+          {"long_answer": dict(span(*(long or (-1, -1))),
+                               candidate_index=0 if long else -1),
+           "short_answers": [span(*short)] if short else [],
+           "yes_no_answer": "NONE"} for long, short in annotators]
+      f.write(json.dumps({"example_id": example_id,
+                          "annotations": annotations}) + "\n")
+  return str(path)
 
 
-def test_write_predictions_official_format_and_scores(setup, tmp_path,
-                                                      capsys):
-  _, model, batch, _ = setup
-  gold = str(tmp_path / "nq-dev-00.jsonl.gz")
-  _gold_file(gold, [100, 101, 102])  # 102: no window, predicted null
-  task = _task(gold_file=gold)
+def test_write_predictions_official_format(setup, tmp_path):
+  task, model, batch, _ = setup
   outputs = model(batch, training=False)
   predictions = {k: v.numpy() for k, v in
                  task.prediction_outputs(batch, outputs).items()}
@@ -219,12 +230,11 @@ def test_write_predictions_official_format_and_scores(setup, tmp_path,
   with open(path) as f:
     submission = json.load(f)
   by_id = {p["example_id"]: p for p in submission["predictions"]}
-  assert sorted(by_id) == [100, 101, 102]
+  assert sorted(by_id) == [100, 101]
   for p in submission["predictions"]:
     assert set(p) == {"example_id", "long_answer", "long_answer_score",
                       "short_answers", "short_answers_score", "yes_no_answer"}
     assert p["yes_no_answer"] in ("NONE", "YES", "NO")
-  assert by_id[102]["long_answer"]["start_token"] == -1
   # The long answer is one of the candidates that example 100's windows
   # hold (window 1 adds candidates 4 and 5 to window 0's 0..3).
   in_100 = batch["example_id"].numpy() == 100
@@ -233,28 +243,86 @@ def test_write_predictions_official_format_and_scores(setup, tmp_path,
   long_answer = by_id[100]["long_answer"]
   assert long_answer["start_token"] in starts
   assert long_answer["end_token"] == long_answer["start_token"] + 5
+  # The model's predictions score against gold with a document more.
+  gold = write_gold(tmp_path / "nq-dev-00.jsonl.gz", {
+      i: [((5, 10), None)] * 2 + [(None, None)] * 3 for i in (100, 101, 102)})
+  scores = _task(gold_file=gold).official_scores(predictions, str(tmp_path))
+  assert scores["num_gold"] == 3 and scores["num_missing"] == 1
+  assert scores["gold_with_long_answer"] == 3
+  assert 0.0 <= scores["long_f1"] <= 1.0
+
+
+def hand_made_predictions():
+  """Windows of documents 1 (two windows: the second has the answer) and 2
+  (no eligible candidate); document 3 has none."""
+  windows = []
+  for example_id, index, long_, short, score in (
+      (1, 0, (0, 8), None, 0.5), (1, 1, (10, 20), (12, 14), 2.0),
+      (2, 0, None, None, 0.0)):
+    w = {k: -1 for k in decode.WINDOW_OUTPUTS}
+    w.update(long_score=decode.NO_ANSWER_SCORE,
+             short_score=decode.NO_ANSWER_SCORE)
+    if long_:
+      s = span(*long_)
+      w.update(long_candidate=index, long_score=score,
+               long_start_token=s["start_token"],
+               long_end_token=s["end_token"],
+               long_start_byte_pred=s["start_byte"],
+               long_end_byte_pred=s["end_byte"])
+    if short:
+      s = span(*short)
+      w.update(short_start=5, short_score=1.0,
+               short_start_token=s["start_token"],
+               short_end_token=s["end_token"],
+               short_start_byte_pred=s["start_byte"],
+               short_end_byte_pred=s["end_byte"])
+    w.update(example_id=example_id, window_index=index,
+             answer_type_logits=np.eye(5)[data.SHORT])
+    windows.append(w)
+  return {k: np.array([w[k] for w in windows]) for k in windows[0]}
+
+
+def test_official_scores_of_hand_made_predictions(tmp_path):
+  gold = write_gold(tmp_path / "nq-dev-00.jsonl.gz", {
+      # Long [10, 20) by all five, short [12, 14) by three: both answered.
+      1: [((10, 20), (12, 14))] * 3 + [((10, 20), None)] * 2,
+      2: [(None, None)] * 5,                        # null
+      3: [((30, 40), None)] * 2 + [(None, None)] * 3,   # long, 2 of 5
+  })
+  task = _task(gold_file=gold)
+  predictions = hand_made_predictions()
+  scores = task.official_scores(predictions, str(tmp_path))
+  # Long: document 1 right, 3 (no window: null) missed -> P 1, R 1/2.
+  assert scores["long_precision"] == pytest.approx(1.0)
+  assert scores["long_recall"] == pytest.approx(0.5)
+  assert scores["long_f1"] == pytest.approx(2 / 3)
+  # Short: document 1's is the only gold short answer, and right.
+  assert scores["short_f1"] == pytest.approx(1.0)
+  assert (scores["num_gold"], scores["num_predicted"],
+          scores["num_missing"]) == (3, 2, 1)
+  assert "official" not in scores  # the summary; the file has it all
   with open(tmp_path / T.SCORES_FILE) as f:
     report = json.load(f)
-  assert report["num_gold"] == 3 and report["num_missing"] == 0
-  assert report["gold_with_long_answer"] == 3
-  assert 0.0 <= report["long_f1"] <= 1.0
-  assert "nq official | long F1/P/R" in capsys.readouterr().out
-  # Without gold: only the predictions.
-  os.remove(path)
-  path = _task().write_predictions(predictions, str(tmp_path))
-  with open(path) as f:
-    assert len(json.load(f)["predictions"]) == 2
+  assert report["long_f1"] == scores["long_f1"] and "official" in report
+  # The submission holds only the predicted documents.
+  with open(task.write_predictions(predictions, str(tmp_path))) as f:
+    submitted = json.load(f)["predictions"]
+  assert [p["example_id"] for p in submitted] == [1, 2]
+  assert submitted[0]["long_answer"] == span(10, 20)
+  # Without gold: no scores; a predicted id the gold lacks: an error.
+  assert _task().official_scores(predictions, str(tmp_path)) is None
+  other = write_gold(tmp_path / "other.jsonl.gz",
+                     {1: [(None, None)] * 5})
+  with pytest.raises(UserInputError, match="other.jsonl.gz"):
+    _task(gold_file=other).official_scores(predictions, str(tmp_path))
 
 
 def test_gin_file_gives_the_original_settings():
-  import gin  # pylint: disable=g-import-not-at-top
-  from etc_realformer.training import experiment  # pylint: disable=g-import-not-at-top
-  from tasks import run  # pylint: disable=g-import-not-at-top
   gin.clear_config()
   try:
     run.register_tasks()
     run.parse_gin(["tasks/nq.gin"], ["etc_config.vocab_size = 100"])
-    task = run.task_class()()
+    task = task_lib.task_class()()
     assert isinstance(task, T.NaturalQuestionsTask)
     assert (task.long_seq_len, task.global_seq_len) == (4096, 230)
     assert (task.stride, task.max_question_len) == (2048, 32)
