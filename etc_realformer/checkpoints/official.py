@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from etc_realformer.checkpoints.paths import resolve_checkpoint_path
 from etc_realformer.errors import UserInputError
+from etc_realformer.networks.etc_model import ROOT_LEVEL_TABLES
 
 # Optimizer slots and bookkeeping that a released checkpoint may hold.
 _SKIPPED = re.compile(
@@ -46,6 +47,17 @@ def is_official_checkpoint(path: str, root: str = "etc_document_bert") -> bool:
   return any(name.startswith(root + "/") for name, _ in names)
 
 
+def checkpoint_names(model, root: str = "etc_document_bert"
+                     ) -> Dict[str, tf.Variable]:
+  """The model's variables by their names in a released-format checkpoint
+  whose encoder scope is `root` (the absolute position tables sit at the
+  checkpoint's root, as the original writes them)."""
+  scope = model.name + "/"
+  return {(f"{root}/{name[len(scope):]}" if name.startswith(scope)
+           else name): var
+          for name, var in model.official_variables().items()}
+
+
 def load_official_checkpoint(model, path: str,
                              root: str = "etc_document_bert") -> LoadReport:
   """Loads a released ETC checkpoint into `model` (an `EtcModel`).
@@ -66,17 +78,18 @@ def load_official_checkpoint(model, path: str,
   prefix = resolve_checkpoint_path(path)
   reader = tf.train.load_checkpoint(prefix)
   shapes = reader.get_variable_to_shape_map()
-  expected = {f"{root}/" + name.split("/", 1)[1]: var
-              for name, var in model.official_variables().items()}
+  expected = checkpoint_names(model, root)
 
   skipped, ignored, unexpected = [], [], []
   for name in sorted(shapes):
     if _SKIPPED.search(name):
       skipped.append(name)
-    elif not name.startswith(root + "/"):
-      ignored.append(name)
-    elif name not in expected:
+    elif name in expected:
+      continue
+    elif name.startswith(root + "/") or name.startswith(ROOT_LEVEL_TABLES):
       unexpected.append(name)
+    else:
+      ignored.append(name)
   missing = sorted(set(expected) - set(shapes))
   misshaped = [f"{name}: checkpoint {shapes[name]} vs model "
                f"{var.shape.as_list()}"
@@ -145,8 +158,7 @@ def save_official_checkpoint(model, prefix: str,
   Returns:
     `prefix`.
   """
-  variables = {f"{root}/" + name.split("/", 1)[1]: var
-               for name, var in model.official_variables().items()}
+  variables = checkpoint_names(model, root)
   names = sorted(variables)
   tf.io.gfile.makedirs(os.path.dirname(prefix) or ".")
   # SaveV2 is exactly what `tf.compat.v1.train.Saver` runs underneath; it

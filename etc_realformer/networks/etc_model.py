@@ -28,6 +28,11 @@ from etc_realformer.layers.attention_inputs import prepare_side_inputs
 from etc_realformer.layers.embedding import EtcEmbeddings
 from etc_realformer.layers.transformer import GlobalLocalTransformerBlock
 
+# Variables the original writes at the checkpoint's root, not under the
+# encoder's scope (`etc_document_bert/`).
+ROOT_LEVEL_TABLES = ("position_emb_lookup_long/",
+                     "position_emb_lookup_global/")
+
 # EtcConfig fields the layers take under the same names.
 _ATTENTION_FIELDS = (
     "hidden_size", "num_attention_heads", "local_radius",
@@ -274,7 +279,9 @@ class EtcModel(tf_keras.layers.Layer):
     if not self.built:
       self.build()
     root = self.name
-    out = {f"{root}/{k}": v
+    # The original creates the absolute position tables outside its encoder
+    # scope, at the checkpoint's root.
+    out = {(k if k.startswith(ROOT_LEVEL_TABLES) else f"{root}/{k}"): v
            for k, v in self.embeddings.official_variables().items()}
     for block in self.blocks:
       for k, v in block.official_variables().items():

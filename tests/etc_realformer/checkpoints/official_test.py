@@ -141,3 +141,29 @@ def test_loads_from_directory_and_index_path():
     report = load_official_checkpoint(EtcModel(config), str(path))
     assert len(report.loaded) == 54
   assert is_official_checkpoint(str(GOLDEN_DIR))
+
+
+def test_absolute_position_tables_sit_at_the_checkpoint_root(tmp_path):
+  # As the original ETC writes them: outside `etc_document_bert/`.
+  config = tiny_config(num_hidden_layers=1,
+                       max_absolute_position_embeddings=16)
+  source = EtcModel(config)
+  source.build()
+  prefix = save_official_checkpoint(source, str(tmp_path / "model.ckpt"))
+  names = {n for n, _ in tf.train.list_variables(prefix)}
+  assert "position_emb_lookup_long/embedding_table" in names
+  assert "position_emb_lookup_global/embedding_table" in names
+  assert not any(n.startswith("etc_document_bert/position_emb_lookup")
+                 for n in names)
+  # A checkpoint written with the tables under the encoder scope (as this
+  # project once did) is not the released layout: refused, named.
+  moved = {("etc_document_bert/" + n if n.startswith("position_emb") else n):
+           tf.train.load_variable(prefix, n) for n in names}
+  wrong = str(tmp_path / "wrong.ckpt")
+  order = sorted(moved)
+  tf.raw_ops.SaveV2(prefix=wrong, tensor_names=order,
+                    shape_and_slices=[""] * len(order),
+                    tensors=[tf.constant(moved[n]) for n in order])
+  with pytest.raises(CheckpointMismatchError,
+                     match="etc_document_bert/position_emb_lookup_long"):
+    load_official_checkpoint(EtcModel(config), wrong)
