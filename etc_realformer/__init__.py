@@ -6,10 +6,12 @@ Public API::
   from etc_realformer import (EtcConfig, ExecutionConfig, EtcModel,
                               make_global_local_side_inputs,
                               load_official_checkpoint)
+  from etc_realformer import BertConfig, BertModel, load_bert_checkpoint
 """
 
 import importlib
 
+from etc_realformer.bert_config import BertConfig
 from etc_realformer.config import EtcConfig
 from etc_realformer.execution import ExecutionConfig
 
@@ -21,10 +23,12 @@ _LAZY = {
     "make_multihop_side_inputs": "etc_realformer.features.multihop",
     "make_fixed_block_side_inputs": "etc_realformer.features.side_inputs",
     "load_official_checkpoint": "etc_realformer.checkpoints.official",
+    "BertModel": "etc_realformer.networks.bert_model",
+    "load_bert_checkpoint": "etc_realformer.checkpoints.bert",
     "official_variable_names": "etc_realformer.checkpoints.official",
 }
 
-__all__ = ["EtcConfig", "ExecutionConfig", *_LAZY]
+__all__ = ["BertConfig", "EtcConfig", "ExecutionConfig", *_LAZY]
 
 
 def __getattr__(name):

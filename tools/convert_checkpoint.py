@@ -10,11 +10,10 @@ task's `init_checkpoint`) reads it back with identical weights.
 
 import os
 
-from absl import app
 from absl import flags
 from absl import logging
-import tensorflow as tf
 
+from etc_realformer import cli
 from etc_realformer.checkpoints.converted import save_converted_checkpoint
 from etc_realformer.checkpoints.official import load_official_checkpoint
 from etc_realformer.config import EtcConfig
@@ -52,4 +51,4 @@ def main(argv):
 
 if __name__ == "__main__":
   flags.mark_flags_as_required(["official_dir", "output_dir"])
-  app.run(main)
+  cli.run(main)

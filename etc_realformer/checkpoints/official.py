@@ -12,7 +12,7 @@ partially loaded.
 
 import os
 import re
-from typing import Dict, List, NamedTuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional
 
 from absl import logging
 import tensorflow as tf
@@ -143,7 +143,8 @@ def _sharing_hint(names: List[str]) -> str:
 
 
 def save_official_checkpoint(model, prefix: str,
-                             root: str = "etc_document_bert") -> str:
+                             root: str = "etc_document_bert",
+                             extra: Optional[Mapping[str, Any]] = None) -> str:
   """Writes the encoder as a name-based checkpoint in the released layout.
 
   The file reads back with `load_official_checkpoint` here and with
@@ -154,11 +155,17 @@ def save_official_checkpoint(model, prefix: str,
     model: an `EtcModel`.
     prefix: output checkpoint prefix, e.g. `.../model.ckpt`.
     root: top-level scope name.
+    extra: more tensors to write by name (e.g. a pre-training head at the
+      checkpoint's root).
 
   Returns:
     `prefix`.
   """
-  variables = checkpoint_names(model, root)
+  variables = dict(checkpoint_names(model, root))
+  for name, value in (extra or {}).items():
+    if name in variables:
+      raise ValueError(f"extra tensor {name!r} is a model variable")
+    variables[name] = value
   names = sorted(variables)
   tf.io.gfile.makedirs(os.path.dirname(prefix) or ".")
   # SaveV2 is exactly what `tf.compat.v1.train.Saver` runs underneath; it

@@ -13,7 +13,7 @@ Other keys (labels, ids) are ignored, so a task's whole feature dict can be
 passed. There is no pooler: heads read the long and global outputs.
 """
 
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -43,6 +43,26 @@ _ATTENTION_FIELDS = (
 _BLOCK_FIELDS = ("hidden_size", "intermediate_size", "hidden_act",
                  "hidden_dropout_prob", "share_feed_forward_params",
                  "use_pre_activation_order")
+
+
+class EncoderOutput(NamedTuple):
+  """Everything `EtcModel.encode` computes.
+
+  Attributes:
+    long_output, global_output: <T>[B, L, hidden], <T>[B, G, hidden].
+    embedding_long, embedding_global: the embeddings after their LayerNorm,
+      before dropout.
+    layer_outputs: with `return_layer_outputs`, (long, global) after each
+      layer; else None.
+    attention_probs: with `return_attention_probs`, per layer a dict
+      pattern -> probabilities (see `EtcModel.call`); else None.
+  """
+  long_output: tf.Tensor
+  global_output: tf.Tensor
+  embedding_long: tf.Tensor
+  embedding_global: tf.Tensor
+  layer_outputs: Optional[List[Tuple[tf.Tensor, tf.Tensor]]] = None
+  attention_probs: Optional[List[Dict[str, tf.Tensor]]] = None
 
 
 class EtcModel(tf_keras.layers.Layer):
@@ -202,6 +222,25 @@ class EtcModel(tf_keras.layers.Layer):
       with `return_attention_probs`, a third element: a list (one per layer)
       of probability dicts. T is the layer's compute dtype.
     """
+    out = self.encode(features, training=training,
+                      return_attention_probs=return_attention_probs,
+                      att_implementation=att_implementation)
+    if return_attention_probs:
+      return out.long_output, out.global_output, out.attention_probs
+    return out.long_output, out.global_output
+
+  def encode(self, features: Mapping[str, Any],
+             training: Optional[bool] = None,
+             return_attention_probs: bool = False,
+             return_layer_outputs: bool = False,
+             att_implementation: Optional[str] = None) -> "EncoderOutput":
+    """`call` with everything it can return (see `EncoderOutput`).
+
+    Args:
+      return_layer_outputs: keep every layer's outputs (gradient
+        checkpointing then recomputes nothing: they are kept anyway).
+      (others as `call`.)
+    """
     cfg = self.config
     training = bool(training) if training is not None else False
     inputs = self._check_inputs(features)
@@ -222,7 +261,7 @@ class EtcModel(tf_keras.layers.Layer):
                      cfg.attention_probs_dropout_prob):
       seed = dropout_lib.new_call_seed()
 
-    long_x, global_x = self.embeddings(
+    embedding_long, embedding_global = self.embeddings(
         inputs["token_ids"], inputs["global_token_ids"],
         segment_ids=inputs.get("segment_ids"),
         global_segment_ids=inputs.get("global_segment_ids"),
@@ -231,10 +270,10 @@ class EtcModel(tf_keras.layers.Layer):
         long_embedding_adder=inputs.get("long_embedding_adder"),
         global_embedding_adder=inputs.get("global_embedding_adder"))
     long_x = dropout_lib.stateless_dropout(
-        long_x, cfg.hidden_dropout_prob, seed,
+        embedding_long, cfg.hidden_dropout_prob, seed,
         dropout_lib.SITE_EMBEDDING_LONG, training)
     global_x = dropout_lib.stateless_dropout(
-        global_x, cfg.hidden_dropout_prob, seed,
+        embedding_global, cfg.hidden_dropout_prob, seed,
         dropout_lib.SITE_EMBEDDING_GLOBAL, training)
 
     side = prepare_side_inputs(
@@ -244,6 +283,7 @@ class EtcModel(tf_keras.layers.Layer):
         sparse=impl == "sparse")
 
     all_probs: List[Dict[str, tf.Tensor]] = []
+    layer_outputs: List[Tuple[tf.Tensor, tf.Tensor]] = []
     streams: Dict[str, tf.Tensor] = {}
     period = cfg.grad_checkpointing_period
     num_layers = len(self.blocks)
@@ -252,9 +292,9 @@ class EtcModel(tf_keras.layers.Layer):
       end = min(start + period, num_layers) if period else num_layers
       chunk = self.blocks[start:end]
       # Every chunk but the last is recomputed in the backward pass; probs
-      # are an analysis output, so that path never recomputes.
+      # and layer outputs are analysis outputs, so then nothing recomputes.
       recompute = (period and end < num_layers and
-                   not return_attention_probs)
+                   not return_attention_probs and not return_layer_outputs)
       if recompute:
         long_x, global_x, streams = _recomputed_chunk(
             chunk, long_x, global_x, streams, side, training, seed)
@@ -267,11 +307,15 @@ class EtcModel(tf_keras.layers.Layer):
               emit_streams=block is not self.blocks[-1])
           if return_attention_probs:
             all_probs.append(probs)
+          if return_layer_outputs:
+            layer_outputs.append((long_x, global_x))
       start = end
 
-    if return_attention_probs:
-      return long_x, global_x, all_probs
-    return long_x, global_x
+    return EncoderOutput(
+        long_output=long_x, global_output=global_x,
+        embedding_long=embedding_long, embedding_global=embedding_global,
+        layer_outputs=layer_outputs if return_layer_outputs else None,
+        attention_probs=all_probs if return_attention_probs else None)
 
   # ------------------------------------------------------------ checkpoints
   def official_variables(self) -> Dict[str, tf.Variable]:
