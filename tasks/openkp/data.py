@@ -41,12 +41,10 @@ import tensorflow as tf
 
 from tasks.common import records
 
-# Skip reasons, as they appear in the stats JSON.
+# Skip reasons of OpenKP, as they appear in the stats JSON (besides the
+# common `records.MISSING_FIELD`, `WRONG_TYPE`, `UNDECODABLE_TEXT`,
+# `EMPTY_TEXT`).
 NOT_JSON = "not_json"
-MISSING_FIELD = "missing_field"
-WRONG_TYPE = "wrong_type"
-UNDECODABLE_TEXT = "undecodable_text"
-EMPTY_TEXT = "empty_text"
 INVALID_VDOM = "invalid_vdom"
 VDOM_NOT_CONTIGUOUS = "vdom_not_contiguous"
 VDOM_TEXT_MISMATCH = "vdom_text_mismatch"
@@ -176,13 +174,7 @@ def _bad(file, record_id, field, reason, detail=""):
 
 
 def _check_text(value: Any, file: str, record_id: str, field: str) -> str:
-  if not isinstance(value, str):
-    raise _bad(file, record_id, field, WRONG_TYPE,
-               f"expected a string, got {type(value).__name__}")
-  if not records.is_decodable(value):
-    raise _bad(file, record_id, field, UNDECODABLE_TEXT,
-               "text is not valid UTF-8")
-  return value
+  return records.check_text(value, file, record_id, field, allow_empty=True)
 
 
 def _is_number(value: Any) -> bool:
@@ -269,16 +261,14 @@ def validate_record(raw: Any, file: str, line: int,
   if record_id.startswith("#"):
     record_id = f"line {line + 1}"
   if not isinstance(raw, dict):
-    raise _bad(file, record_id, "<record>", WRONG_TYPE,
+    raise _bad(file, record_id, "<record>", records.WRONG_TYPE,
                f"expected a JSON object, got {type(raw).__name__}")
   required = ("url", "text", "VDOM") + (("KeyPhrases",) if labeled else ())
   for field in required:
     if field not in raw:
-      raise _bad(file, record_id, field, MISSING_FIELD)
+      raise _bad(file, record_id, field, records.MISSING_FIELD)
   url = _check_text(raw["url"], file, record_id, "url")
-  text = _check_text(raw["text"], file, record_id, "text")
-  if not text.strip():
-    raise _bad(file, record_id, "text", EMPTY_TEXT)
+  text = records.check_text(raw["text"], file, record_id, "text")
   vdom_str = _check_text(raw["VDOM"], file, record_id, "VDOM")
   words = text.split(" ")
   vdom = parse_vdom(vdom_str, words, file, record_id)
@@ -289,7 +279,7 @@ def validate_record(raw: Any, file: str, line: int,
   if labeled:
     raw_kps = raw["KeyPhrases"]
     if not isinstance(raw_kps, list):
-      raise _bad(file, record_id, "KeyPhrases", WRONG_TYPE,
+      raise _bad(file, record_id, "KeyPhrases", records.WRONG_TYPE,
                  f"expected a list of word lists, got "
                  f"{type(raw_kps).__name__}")
     text_lower = text.lower()
@@ -297,7 +287,7 @@ def validate_record(raw: Any, file: str, line: int,
     for i, items in enumerate(raw_kps):
       if not isinstance(items, list) or not all(
           isinstance(w, str) for w in items):
-        raise _bad(file, record_id, f"KeyPhrases[{i}]", WRONG_TYPE,
+        raise _bad(file, record_id, f"KeyPhrases[{i}]", records.WRONG_TYPE,
                    "expected a list of strings")
       _check_text(" ".join(items), file, record_id, f"KeyPhrases[{i}]")
       phrase = join_keyphrase(items)

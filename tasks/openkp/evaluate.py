@@ -22,7 +22,13 @@ document with no keyphrase is left out (counted as `empty_references`).
 import json
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
+from absl import flags
 import numpy as np
+import tensorflow as tf
+
+from etc_realformer import cli
+from etc_realformer.errors import UserInputError
+from tasks.common import records
 
 DEPTHS = (1, 3, 5)
 METRIC_NAMES: Tuple[str, ...] = tuple(
@@ -102,23 +108,33 @@ def evaluate(references: Mapping[str, Sequence[Any]],
   return out
 
 
-def _open(path: str, mode: str):
-  """Local files without TensorFlow (a fast CLI); URLs (gs://) with gfile."""
-  if "://" in path:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    return tf.io.gfile.GFile(path, mode)
-  return open(path, mode, encoding="utf-8")
-
-
 def read_keyphrases(path: str) -> Dict[str, List[Any]]:
-  """url -> KeyPhrases from a jsonl file (first line wins for a url)."""
+  """url -> KeyPhrases from a jsonl file (first line wins for a url; a line
+  without KeyPhrases has none).
+
+  Raises:
+    UserInputError: a line is not a JSON object with a string `url` (the
+      message names the file and line); FileNotFoundError: no file.
+  """
   out: Dict[str, List[Any]] = {}
-  with _open(path, "r") as f:
-    for line in f:
+  with tf.io.gfile.GFile(path, "r") as f:
+    for number, line in enumerate(f, 1):
       if not line.strip():
         continue
-      record = json.loads(line)
-      out.setdefault(record["url"], record.get("KeyPhrases") or [])
+      try:
+        record = json.loads(line)
+      except json.JSONDecodeError as e:
+        raise UserInputError(f"{path}: line {number}: not valid JSON: "
+                             f"{e}") from e
+      if not isinstance(record, dict) or not isinstance(record.get("url"),
+                                                        str):
+        raise UserInputError(f"{path}: line {number}, field 'url': "
+                             "expected an object with a string url")
+      keyphrases = record.get("KeyPhrases") or []
+      if not isinstance(keyphrases, list):
+        raise UserInputError(f"{path}: line {number}, field 'KeyPhrases': "
+                             "expected a list of keyphrases")
+      out.setdefault(record["url"], keyphrases)
   return out
 
 
@@ -129,22 +145,24 @@ def evaluate_files(reference_path: str, predictions_path: str
 
 
 def main(argv):
-  del argv
-  from absl import flags  # pylint: disable=g-import-not-at-top
+  if len(argv) > 1:
+    raise UserInputError(f"unexpected arguments: {argv[1:]}")
   f = flags.FLAGS
+  for name in ("reference", "predictions"):
+    if not f[name].value:
+      raise UserInputError(f"--{name} is required")
   results = evaluate_files(f.reference, f.predictions)
-  text = json.dumps(results, indent=2, sort_keys=True)
-  print(text)
+  print(json.dumps(results, indent=2, sort_keys=True))
   if f.output:
-    with _open(f.output, "w") as out:
-      out.write(text + "\n")
+    records.write_json(f.output, results, sort_keys=True)
 
 
-if __name__ == "__main__":
-  from absl import app  # pylint: disable=g-import-not-at-top
-  from absl import flags  # pylint: disable=g-import-not-at-top
+def _define_flags():
   flags.DEFINE_string("reference", None, "Gold jsonl (OpenKPDev.jsonl).")
   flags.DEFINE_string("predictions", None, "Predicted jsonl.")
   flags.DEFINE_string("output", None, "Optional metrics JSON to write.")
-  flags.mark_flags_as_required(["reference", "predictions"])
-  app.run(main)
+
+
+if __name__ == "__main__":
+  _define_flags()
+  cli.run(main)

@@ -16,7 +16,7 @@ Layout (as the original ETC OpenKP featurization):
 - `word_mask[w]`: 1 for the kept words (some words have no wordpiece, e.g.
   the empty words of double spaces; they still count as words).
 - `global_vdom_features[g]`: the element's 20 raw VDOM numbers; the model
-  turns them into embeddings (`task.VdomEmbedding`), so scaling ranges can
+  turns them into embeddings (`head.VdomEmbedding`), so scaling ranges can
   change without re-preprocessing.
 - Labels (`label_start`, `label_length`, 3 slots, -1 padding): the (start
   word, length) of each gold keyphrase's first whole-word occurrence inside a
@@ -29,13 +29,14 @@ drops the whole element that does not fit; keeping its fitting words loses
 less text and a single huge first element no longer empties the document.)
 """
 
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from tasks.common import tfrecords
+from etc_realformer.errors import UserInputError
+from tasks.common import featurizing
 from tasks.common import tokenization
 from tasks.openkp import data
 
@@ -175,13 +176,19 @@ def parse_vdom_tf(vdom: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
   return starts, ends, features
 
 
-def _fit(values: tf.Tensor, length: int, pad_value) -> tf.Tensor:
-  """Crops or pads the first axis to a static length."""
-  values = values[:length]
-  pad = [[0, length - tf.shape(values)[0]]] + [[0, 0]] * (
-      values.shape.rank - 1)
-  padded = tf.pad(values, pad, constant_values=pad_value)
-  return tf.ensure_shape(padded, [length] + values.shape[1:].as_list())
+# `OpenKPFeaturizer.featurize_tf`'s inputs: the text, each VDOM element's
+# first word and its 20 numbers.
+INPUT_SIGNATURE = (
+    tf.TensorSpec([], tf.string, name="text"),
+    tf.TensorSpec([None], tf.int32, name="element_starts"),
+    tf.TensorSpec([None, NUM_VDOM_FEATURES], tf.float32,
+                  name="element_features"))
+
+
+def record_inputs(record: data.OpenKPRecord
+                  ) -> Tuple[str, List[int], List[Tuple[float, ...]]]:
+  """A validated record's `INPUT_SIGNATURE` values."""
+  return record.text, record.element_starts, record.element_features
 
 
 class OpenKPFeaturizer(tf.Module):
@@ -216,16 +223,13 @@ class OpenKPFeaturizer(tf.Module):
       tokenizer = tokenization.make_tokenizer(vocab_path, spm_model_path,
                                               lower_case=lower_case)
     if long_seq_len < 1 or global_seq_len < 1:
-      raise ValueError(f"sequence lengths must be positive, got long "
-                       f"{long_seq_len}, global {global_seq_len}")
+      raise UserInputError(f"sequence lengths must be positive, got long "
+                           f"{long_seq_len}, global {global_seq_len}")
     self.tokenizer = tokenizer
     self.long_seq_len = int(long_seq_len)
     self.global_seq_len = int(global_seq_len)
-    self._featurize_fn = tf.function(
-        self._featurize, input_signature=[
-            tf.TensorSpec([], tf.string),
-            tf.TensorSpec([None], tf.int32),
-            tf.TensorSpec([None, NUM_VDOM_FEATURES], tf.float32)])
+    self._featurize_fn = tf.function(self._featurize,
+                                     input_signature=INPUT_SIGNATURE)
 
   def feature_spec(self):
     return feature_spec(self.long_seq_len, self.global_seq_len)
@@ -263,9 +267,7 @@ class OpenKPFeaturizer(tf.Module):
     labels, url and gold keyphrases) and stats (with `keyphrases_truncated`:
     gold positions lost to truncation or too long, and
     `keyphrases_across_elements`: gold phrases found only across elements)."""
-    features, stats = self.featurize_tf(
-        tf.constant(record.text), tf.constant(record.element_starts, tf.int32),
-        tf.constant(record.element_features, tf.float32))
+    features, stats = self.featurize_tf(*record_inputs(record))
     out = {k: v.numpy() for k, v in features.items()}
     stats = {k: int(v.numpy()) for k, v in stats.items()}
     add_record_fields(out, record, stats)
@@ -300,16 +302,17 @@ class OpenKPFeaturizer(tf.Module):
         tf.gather(word_element, tf.maximum(num_words - 1, 0)) + 1)
     num_elements = tf.where(num_words > 0, num_elements, 0)
 
+    fit = featurizing.fit
     features = {
-        "token_ids": _fit(token_ids, L, PAD_ID),
-        "long_input_mask": _fit(tf.ones([num_pieces], i32), L, 0),
-        "long_word_ids": _fit(piece_word, L, 0),
-        "long_sentence_ids": _fit(piece_element, L, 0),
-        "word_mask": _fit(tf.ones([num_words], i32), L, 0),
-        "global_token_ids": _fit(
+        "token_ids": fit(token_ids, L, PAD_ID),
+        "long_input_mask": fit(tf.ones([num_pieces], i32), L, 0),
+        "long_word_ids": fit(piece_word, L, 0),
+        "long_sentence_ids": fit(piece_element, L, 0),
+        "word_mask": fit(tf.ones([num_words], i32), L, 0),
+        "global_token_ids": fit(
             tf.fill([num_elements], ELEMENT_TOKEN_ID), G, PAD_ID),
-        "global_input_mask": _fit(tf.ones([num_elements], i32), G, 0),
-        "global_vdom_features": _fit(element_features[:num_elements], G, 0.0),
+        "global_input_mask": fit(tf.ones([num_elements], i32), G, 0),
+        "global_vdom_features": fit(element_features[:num_elements], G, 0.0),
         "num_words": num_words,
         "words": kept_words,
     }
@@ -337,9 +340,3 @@ def add_record_fields(features: Dict[str, np.ndarray],
   # (as the original), still counted by the metric.
   stats["keyphrases_across_elements"] = len(gold) - len(positions)
 
-
-def parse_tf_example(serialized: tf.Tensor, long_seq_len: int,
-                     global_seq_len: int) -> Dict[str, tf.Tensor]:
-  """Parses one cached `tf.train.Example` into `feature_spec` tensors."""
-  return tfrecords.parse_tf_example(
-      serialized, feature_spec(long_seq_len, global_seq_len))

@@ -22,13 +22,13 @@ others, where they count against the metric as they should.
 
 from typing import Optional
 
-from absl import app
 from absl import flags
 import tensorflow as tf
 
+from etc_realformer import cli
+from etc_realformer.errors import UserInputError
 from tasks.common import preprocessing
 from tasks.common import records
-from tasks.common import tfrecords
 from tasks.openkp import data
 from tasks.openkp import features as features_lib
 
@@ -72,39 +72,23 @@ def preprocess_file(input_path: str,
   # that strict mode fails before any TF work.
   valid = data.read_records(input_path, stats=stats, labeled=labeled)
   data.write_jsonl(dedup_path, valid)
-  spec = featurizer.feature_spec()
 
-  def generate():
-    for r in valid:
-      yield (r.text, r.element_starts, r.element_features)
+  def finish(record, features, amounts):
+    """Labels, url and gold keyphrases; a training document whose gold the
+    truncation cut is skipped."""
+    features_lib.add_record_fields(features, record, amounts)
+    if (labeled and skip_unlabeled and
+        not (features["label_start"] >= 0).any()):
+      return records.BadRecordError(
+          input_path, record.url, "KeyPhrases", data.KEYPHRASES_TRUNCATED,
+          f"no gold keyphrase within the first {features['num_words']} "
+          f"words / {featurizer.long_seq_len} wordpieces")
+    return None
 
-  ds = tf.data.Dataset.from_generator(generate, output_signature=(
-      tf.TensorSpec([], tf.string), tf.TensorSpec([None], tf.int32),
-      tf.TensorSpec([None, features_lib.NUM_VDOM_FEATURES], tf.float32)))
-  # Outputs stay aligned with `valid`.
-  mapped = preprocessing.ordered_map(ds, featurizer.featurize_tf)
-
-  def examples():
-    if not valid:
-      return
-    for record, (features, amounts) in zip(valid,
-                                           mapped.as_numpy_iterator()):
-      amounts = {k: int(v) for k, v in amounts.items()}
-      features_lib.add_record_fields(features, record, amounts)
-      if (labeled and skip_unlabeled and
-          not (features["label_start"] >= 0).any()):
-        stats.handle_bad_record(records.BadRecordError(
-            input_path, record.url, "KeyPhrases", data.KEYPHRASES_TRUNCATED,
-            f"no gold keyphrase within the first {features['num_words']} "
-            f"words / {featurizer.long_seq_len} wordpieces"))
-        continue
-      stats.add_truncation(amounts)
-      stats.examples_written += 1
-      yield tfrecords.to_tf_example(features, spec)
-
-  preprocessing.write_cache(record_path, stats_path, examples(), stats)
-  preprocessing.log_written(input_path, record_path, stats)
-  return stats
+  return preprocessing.featurize_records(
+      valid, features_lib.record_inputs, features_lib.INPUT_SIGNATURE,
+      featurizer.featurize_tf, featurizer.feature_spec(), record_path,
+      stats_path, stats, finish)
 
 
 def make_featurizer(vocab: Optional[str], spm_model: Optional[str],
@@ -126,12 +110,17 @@ def _define_flags():
   flags.DEFINE_enum("labeled", "auto", ["auto", "true", "false"],
                     "Whether KeyPhrases are required (auto: not for files "
                     "named *Eval*).")
-  flags.mark_flags_as_required(["input", "output_dir"])
 
 
 def main(argv):
-  del argv
+  if len(argv) > 1:
+    raise UserInputError(f"unexpected arguments: {argv[1:]}")
+  preprocessing.require_flags(["input", "output_dir"])
   f = flags.FLAGS
+  # The files first: a missing one fails before the vocabulary is loaded.
+  for path in f.input:
+    if not tf.io.gfile.exists(path):
+      raise records.InputFileError(f"{path}: no such input file")
   featurizer = make_featurizer(f.vocab, f.spm_model, f.long_seq_len,
                                f.global_seq_len, f.lower_case)
   labeled = {"auto": None, "true": True, "false": False}[f.labeled]
@@ -143,4 +132,4 @@ def main(argv):
 
 if __name__ == "__main__":
   _define_flags()
-  app.run(main)
+  cli.run(main)

@@ -1,7 +1,7 @@
 """TFDS builder for OpenKP (MS MARCO), from manually downloaded jsonl files.
 
   import tensorflow_datasets as tfds
-  from tasks.openkp import tfds_builder  # registers "open_kp"
+  from tasks.openkp import tfds_dataset  # registers "open_kp"
   ds = tfds.load("open_kp", split="validation",
                  download_and_prepare_kwargs=dict(
                      download_config=tfds.download.DownloadConfig(
@@ -46,16 +46,6 @@ _SPLIT_FILES = {"train": "OpenKPTrain.jsonl",
                 "test": "OpenKPEvalPublic.jsonl"}
 
 
-def _find(manual_dir: str, filename: str) -> str:
-  for subdir in ("", "OpenKP", "openkp"):
-    path = os.path.join(manual_dir, subdir, filename)
-    if tf.io.gfile.exists(path):
-      return path
-  raise records.InputFileError(
-      f"{filename} not found in manual_dir {manual_dir}. "
-      f"{OpenKp.MANUAL_DOWNLOAD_INSTRUCTIONS}")
-
-
 class OpenKp(tfds.core.GeneratorBasedBuilder):
   """OpenKP from the released jsonl files."""
 
@@ -89,7 +79,9 @@ manual_dir (or a folder holding an OpenKP/ subfolder with them).
 
   def _split_generators(self, dl_manager: tfds.download.DownloadManager):
     manual_dir = os.fspath(dl_manager.manual_dir)
-    return {split: self._generate_examples(_find(manual_dir, name))
+    return {split: self._generate_examples(records.find_manual_file(
+        manual_dir, name, subdirs=("", "OpenKP", "openkp"),
+        instructions=self.MANUAL_DOWNLOAD_INSTRUCTIONS))
             for split, name in _SPLIT_FILES.items()}
 
   def _generate_examples(self, path: str):
