@@ -1,12 +1,13 @@
-"""End to end through the binaries, on small files in the released format.
+"""OpenKP end to end through the binaries, on small files in the released
+format.
 
 OpenKP{Train,Dev,EvalPublic}.jsonl (written here, with invalid VDOMs, missing
 keyphrases, a duplicate URL and non-ASCII text) + vocab.txt ->
 `tasks.openkp.preprocess` -> `python -m tasks.openkp --mode=train_and_eval`
-(loss goes down; in-graph P/R/F1) -> predict (jsonl, scored by the official
-metric, which must equal the in-graph eval metric) -> export -> a
-fresh process queries every signature, `serve_raw` with the raw text and VDOM
-string.
+(loss goes down; in-graph P/R/F1) -> eval (the official metric on the eval
+set's predictions, which must equal the in-graph metric) -> predict (jsonl)
+-> export -> a fresh process queries every signature, `serve_raw` with the
+raw text and VDOM string.
 """
 
 import json
@@ -14,13 +15,14 @@ import os
 import random
 import re
 
+import gin
 import pytest
 
 import e2e_testing
-from tests import test_openkp_data as data_testing
+import openkp_testing as data_testing
+from tasks import run
 
 LONG, GLOBAL = 64, 8
-
 
 
 def add_bad_lines(path: str, rng: random.Random) -> None:
@@ -53,7 +55,7 @@ def tiny_gin(data_dir: str, path: str) -> str:
       f"OpenKPTask.train_input = '{data_dir}/OpenKPTrain.tfrecord'",
       f"OpenKPTask.eval_input = '{data_dir}/OpenKPDev.tfrecord'",
       f"OpenKPTask.predict_input = '{data_dir}/OpenKPDev.tfrecord'",
-      f"OpenKPTask.predict_reference = '{data_dir}/OpenKPDev.dedup.jsonl'",
+      f"OpenKPTask.gold_file = '{data_dir}/OpenKPDev.dedup.jsonl'",
       f"OpenKPTask.vocab_file = '{data_dir}/vocab.txt'",
       "OpenKPTask.seed = 1",
       "optimizer.learning_rate = 3e-3",
@@ -108,20 +110,18 @@ def test_preprocess_train_predict_score_export_serve(tmp_path):
   for name in ("precision_at_1", "recall_at_3", "f1_at_5"):
     assert 0.0 <= eval_results[name] <= 1.0
 
-  # 3. Predict in this process (the runner's library entry): the jsonl and
-  # its official scores, equal to the in-graph eval metric.
-  import gin  # pylint: disable=g-import-not-at-top
-  from tasks import run  # pylint: disable=g-import-not-at-top
+  # 3. Eval and predict in this process (the runner's library entry): the
+  # official scores of the eval set's predictions equal the in-graph metric.
   run.register_tasks()
   gin.clear_config()
   try:
     run.parse_gin(["tasks/openkp.gin", gin_file], [])
+    results = run.run("eval", model_dir)
     run.run("predict", model_dir)
     run.parse_gin([], [
-        f"OpenKPTask.predict_input = '{data_dir}/OpenKPEvalPublic.tfrecord'",
-        "OpenKPTask.predict_reference = None"])
+        f"OpenKPTask.predict_input = '{data_dir}/OpenKPEvalPublic.tfrecord'"])
     run.run("predict", model_dir,
-            predictions_dir=str(tmp_path / "eval_predictions"))
+            predictions_dir=str(tmp_path / "public_predictions"))
   finally:
     gin.clear_config()
   pred_dir = os.path.join(model_dir, "predictions")
@@ -135,15 +135,16 @@ def test_preprocess_train_predict_score_export_serve(tmp_path):
     phrases = [kp[0] for kp in p["KeyPhrases"]]
     assert len(phrases) == 5 and len(set(phrases)) == 5
     assert all(kp == kp.lower() for kp in phrases)
-  with open(os.path.join(pred_dir, "metrics.json")) as f:
-    official = json.load(f)
+  official = results["official"]
   assert official["num_documents"] == 8
   print("openkp e2e dev scores:", official)
   for k in (1, 3, 5):
     for m in ("precision", "recall", "f1"):
       assert official[f"{m}@{k}"] == pytest.approx(
-          eval_results[f"{m}_at_{k}"], abs=1e-5), (m, k)
-  with open(tmp_path / "eval_predictions" / "predictions.jsonl") as f:
+          results[f"{m}_at_{k}"], abs=1e-5), (m, k)
+  with open(os.path.join(model_dir, "eval_predictions", "metrics.json")) as f:
+    assert json.load(f) == official
+  with open(tmp_path / "public_predictions" / "predictions.jsonl") as f:
     assert len(f.readlines()) == 4
 
   # 4. Export (in this process too, to save a process start), then 5. serve

@@ -1,13 +1,15 @@
-"""Tests for the OpenKP TFDS builder on small files in the released format."""
+"""Tests for tasks.openkp.tfds_dataset: the TFDS builder on small files in
+the released format."""
 
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from tasks.openkp import tfds_builder
-from tests.test_openkp_data import make_record
-from tests.test_openkp_data import vdom_features
-from tests.test_openkp_data import write_jsonl
+from openkp_testing import make_record
+from openkp_testing import vdom_features
+from openkp_testing import write_jsonl
+from tasks.common import records
+from tasks.openkp import tfds_dataset
 
 
 def test_builder_reads_manual_dir(tmp_path):
@@ -21,7 +23,7 @@ def test_builder_reads_manual_dir(tmp_path):
   unlabeled = dict(good)
   del unlabeled["KeyPhrases"]
   write_jsonl(str(manual / "OpenKPEvalPublic.jsonl"), [unlabeled])
-  builder = tfds_builder.OpenKp(data_dir=str(tmp_path / "data"))
+  builder = tfds_dataset.OpenKp(data_dir=str(tmp_path / "data"))
   builder.download_and_prepare(
       download_config=tfds.download.DownloadConfig(manual_dir=str(tmp_path)))
   splits = builder.info.splits
@@ -39,7 +41,8 @@ def test_builder_reads_manual_dir(tmp_path):
 
 
 def test_builder_names_missing_files(tmp_path):
-  builder = tfds_builder.OpenKp(data_dir=str(tmp_path / "data"))
-  with pytest.raises(Exception, match="OpenKPTrain.jsonl not found"):
+  builder = tfds_dataset.OpenKp(data_dir=str(tmp_path / "data"))
+  with pytest.raises(records.InputFileError,
+                     match="OpenKPTrain.jsonl not found"):
     builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
         manual_dir=str(tmp_path)))

@@ -1,12 +1,24 @@
-"""Tests for the OpenKP model pieces: visual features, the n-gram head and
-its masking, the label distribution and loss, decoding."""
+"""Tests for tasks.openkp.task: the model's n-gram head and its masking, the
+visual feature switches, the label distribution and loss, the in-graph
+metric (= the official one), decoding through the task, predictions and
+official scores, gin settings."""
 
+import json
+import random
+
+import gin
 import numpy as np
 import pytest
 import tensorflow as tf
+import tf_keras
 
 from etc_realformer import EtcConfig
+from etc_realformer.training import experiment
+from etc_realformer.training import task as task_lib
+from tasks import run
 from tasks.openkp import decode
+from tasks.openkp import evaluate as E
+from tasks.openkp import head
 from tasks.openkp import task as T
 
 TINY = EtcConfig(vocab_size=60, hidden_size=16, num_hidden_layers=1,
@@ -14,30 +26,6 @@ TINY = EtcConfig(vocab_size=60, hidden_size=16, num_hidden_layers=1,
                  relative_pos_max_distance=2, relative_vocab_size=8,
                  residual_attention=True)
 L, G = 24, 4
-
-
-def test_font_buckets_and_coordinate_scaling_by_hand():
-  sizes = [-3, 0, 0.4, 1, 8, 8.5, 9, 24, 25, 29, 30, 49, 50, 200]
-  # Cutoffs 0, 8..24, 29, 34, 39, 44, 49: id = first cutoff >= round(size);
-  # 8.5 rounds half to even (8), as Python's round.
-  assert T.font_ids(tf.constant(sizes, tf.float32)).numpy().tolist() == [
-      0, 0, 0, 1, 1, 1, 2, 17, 18, 18, 19, 22, 23, 23]
-  assert T.FONT_ID_VOCAB_SIZE == 24
-  scaled = T.scale_to_unit(tf.constant([-100.0, -50.0, 725.0, 1500.0, 9e9]),
-                           -50.0, 1500.0)
-  np.testing.assert_allclose(scaled.numpy(), [-1, -1, 0, 1, 1])
-
-
-def test_dense_visual_inputs():
-  layer = T.VdomEmbedding(8)
-  element = [100.0, 1500.0, 6000.0, -5.0, 1, 1, 0, 1, 16, 0]
-  parent = [-50.0, 0.0, -50.0, 18000.0, 1, 0, 1, 0, 30, 1]
-  dense = layer.dense_inputs(tf.constant([element + parent])).numpy()[0]
-  expected = [(100 - 725) / 775, 1, 1, -1,  # x, y, width, height
-              -1, -1, -1, 1,                # parent
-              1, 1, 1, 0, 1]                # inline, leaf, p-heading/leaf/bold
-  np.testing.assert_allclose(dense, expected, rtol=1e-6)
-  assert layer(tf.zeros([2, 3, 20])).shape == [2, 3, 8]
 
 
 def _features(num_words=5, labels=((1, 2),)):
@@ -65,7 +53,7 @@ def _features(num_words=5, labels=((1, 2),)):
 
 
 def _task(**kwargs):
-  tf.keras.utils.set_random_seed(0)
+  tf_keras.utils.set_random_seed(0)
   return T.OpenKPTask(model_config=TINY, long_seq_len=L, global_seq_len=G,
                       **kwargs)
 
@@ -77,7 +65,7 @@ def test_head_masks_cells_past_the_last_word_and_loss_is_finite():
   logits = model(feats, training=False)["logits"].numpy()
   assert logits.shape == (2, 5, L) and logits.dtype == np.float32
   for n in range(1, 6):
-    valid = logits[0, n - 1] > T.NEG_INF / 2
+    valid = logits[0, n - 1] > head.NEG_INF / 2
     # The n-word phrase at s needs words s..s+n-1 < 5.
     assert valid.tolist() == [s + n <= 5 for s in range(L)], n
   loss = task.per_example_loss(feats, {"logits": tf.constant(logits)})
@@ -98,18 +86,12 @@ def test_visual_feature_switches(use_global, use_long):
                use_visual_features_in_long=use_long)
   model = task.build_model()
   feats = {k: tf.constant(v) for k, v in _features().items()}
-  seen = {}
-  original_call = model.encoder.call
-
-  def spy(inputs, **kwargs):
-    seen.update({k: k in inputs for k in ("global_embedding_adder",
-                                          "long_embedding_adder")})
-    return original_call(inputs, **kwargs)
-
-  model.encoder.call = spy
   base = model(feats, training=False)["logits"]
-  assert seen == {"global_embedding_adder": use_global,
-                  "long_embedding_adder": use_long}
+  inputs = model.encoder_inputs(feats)
+  assert {k: k in inputs for k in ("global_embedding_adder",
+                                   "long_embedding_adder")} == {
+                                       "global_embedding_adder": use_global,
+                                       "long_embedding_adder": use_long}
   changed = dict(feats)
   changed["global_vdom_features"] = feats["global_vdom_features"] + 500.0
   other = model(changed, training=False)["logits"]
@@ -176,7 +158,6 @@ def test_decoding_matches_python_and_takes_distinct_lowercased_phrases():
 @pytest.mark.parametrize("policy,xla", [("mixed_bfloat16", False),
                                         ("float32", True)])
 def test_gradient_step_under_xla_and_mixed_precision(policy, xla):
-  import tf_keras  # pylint: disable=g-import-not-at-top
   tf_keras.mixed_precision.set_global_policy(policy)
   try:
     task = _task()
@@ -203,7 +184,7 @@ def test_gradient_step_under_xla_and_mixed_precision(policy, xla):
 
 
 def test_decoding_a_document_without_words():
-  logits = np.full([1, 5, 8], T.NEG_INF, np.float32)
+  logits = np.full([1, 5, 8], head.NEG_INF, np.float32)
   phrases, scores, starts, _ = decode.top_phrases(
       tf.constant(logits), tf.zeros([1, 0], tf.string), tf.constant([0]))
   assert phrases.numpy().tolist() == [[b""] * 5]
@@ -212,13 +193,11 @@ def test_decoding_a_document_without_words():
 
 
 def test_gin_file_gives_the_original_settings():
-  import gin  # pylint: disable=g-import-not-at-top
-  from etc_realformer.training import experiment  # pylint: disable=g-import-not-at-top
-  from tasks import run  # pylint: disable=g-import-not-at-top
   gin.clear_config()
   try:
+    run.register_tasks()
     run.parse_gin(["tasks/openkp.gin"], ["etc_config.vocab_size = 100"])
-    task = run.task_class()()
+    task = task_lib.task_class()()
     assert isinstance(task, T.OpenKPTask)
     assert (task.long_seq_len, task.global_seq_len) == (4096, 512)
     assert task.use_visual_features_in_global
@@ -230,3 +209,65 @@ def test_gin_file_gives_the_original_settings():
     assert (config.train_batch_size, config.train_steps) == (64, 4178)
   finally:
     gin.clear_config()
+
+
+def test_in_graph_scores_equal_the_official_ones():
+  rng = random.Random(0)
+  vocab = ["a", "b", "c", "d", "e", "f", "g"]
+  phrases, golds, rows = [], [], []
+  for _ in range(40):
+    predicted = rng.sample(vocab, rng.randint(0, 5))
+    gold = rng.sample(vocab, rng.randint(1, 3))
+    p, r, f = E.score_document(predicted, gold)
+    rows.append([p[k - 1] for k in E.DEPTHS] + [r[k - 1] for k in E.DEPTHS] +
+                [f[k - 1] for k in E.DEPTHS])
+    phrases.append(predicted + [""] * (5 - len(predicted)))
+    golds.append(gold + [""] * (3 - len(gold)))
+  scores, weight = T.keyphrase_scores(tf.constant(phrases),
+                                      tf.constant(golds))
+  got = np.stack([scores[n].numpy() for n in T.METRIC_NAMES], axis=1)
+  np.testing.assert_allclose(got, np.array(rows), rtol=1e-6)
+  assert weight.numpy().tolist() == [1.0] * 40
+  # No gold: weight 0; a repeated gold phrase counts once.
+  scores, weight = T.keyphrase_scores(tf.constant([["a", "", "", "", ""]]),
+                                      tf.constant([["", ""]]))
+  assert weight.numpy().tolist() == [0.0]
+  scores, _ = T.keyphrase_scores(tf.constant([["a", "", "", "", ""]]),
+                                 tf.constant([["a", "a"]]))
+  assert scores["recall_at_1"].numpy().tolist() == [1.0]
+
+
+def hand_made_predictions():
+  """Two documents' `prediction_outputs` (phrases best first, "" = none)."""
+  return {
+      "url": np.array([b"http://a", b"http://b"], dtype=object),
+      "phrases": np.array([[b"kp one", b"x", b"kp two", b"", b""],
+                           [b"y", b"z", b"", b"", b""]], dtype=object),
+  }
+
+
+def test_predictions_and_official_scores_of_hand_made_predictions(tmp_path):
+  gold = tmp_path / "OpenKPDev.dedup.jsonl"
+  gold.write_text("".join(json.dumps(r) + "\n" for r in (
+      {"url": "http://a", "text": "t", "KeyPhrases": [["kp", "one"],
+                                                      ["kp", "two"]]},
+      {"url": "http://b", "text": "t", "KeyPhrases": [["z"]]},
+      {"url": "http://c", "text": "t", "KeyPhrases": [["w"]]})))
+  task = _task(gold_file=str(gold))
+  predictions = hand_made_predictions()
+  path = task.write_predictions(predictions, str(tmp_path))
+  with open(path) as f:
+    lines = [json.loads(line) for line in f]
+  assert lines == [
+      {"url": "http://a", "KeyPhrases": [["kp one"], ["x"], ["kp two"]]},
+      {"url": "http://b", "KeyPhrases": [["y"], ["z"]]}]
+  scores = task.official_scores(predictions, str(tmp_path))
+  # a: hits at ranks 1 and 3 of 2 gold; b: a hit at rank 2 of 1; c: none.
+  assert scores["num_documents"] == 3 and scores["missing_predictions"] == 1
+  assert scores["precision@1"] == pytest.approx((1 + 0 + 0) / 3)
+  assert scores["recall@3"] == pytest.approx((1 + 1 + 0) / 3)
+  assert scores["f1@3"] == pytest.approx((2 / 3 * 2 / (2 / 3 + 1) +
+                                          1 / 3 * 2 / (1 / 3 + 1)) / 3)
+  with open(tmp_path / T.METRICS_FILE) as f:
+    assert json.load(f) == scores
+  assert _task().official_scores(predictions, str(tmp_path)) is None

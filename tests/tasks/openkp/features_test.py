@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from openkp_testing import make_record
+from openkp_testing import vdom_features
 from tasks.openkp import data
 from tasks.openkp import features as F
-from tests.test_common_tokenization import train_sentencepiece
-from tests.test_common_tokenization import write_test_vocab
-from tests.test_openkp_data import make_record
-from tests.test_openkp_data import vdom_features
+from tokenization_testing import train_sentencepiece
+from tokenization_testing import write_test_vocab
 
 
 @pytest.fixture(scope="module")

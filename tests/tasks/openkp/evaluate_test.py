@@ -1,17 +1,16 @@
-"""Tests for tasks.openkp.evaluate (the official metric) and its in-graph
-twin `task.keyphrase_scores`, on hand-computed cases."""
+"""Tests for tasks.openkp.evaluate (the official metric) on hand-computed
+cases, its file reader and its CLI (the in-graph twin is tested with the
+task)."""
 
 import json
-import random
 import subprocess
 import sys
 
-import numpy as np
 import pytest
-import tensorflow as tf
 
+import e2e_testing
+from etc_realformer.errors import UserInputError
 from tasks.openkp import evaluate as E
-from tasks.openkp import task as T
 
 
 def test_one_document_by_hand():
@@ -57,32 +56,6 @@ def test_averaged_per_document_with_official_normalization():
       (2 * 0.4 / 1.4 + 2 * 0.2 / 1.2 + 0) / 3)
 
 
-def test_in_graph_scores_equal_the_official_ones():
-  rng = random.Random(0)
-  vocab = ["a", "b", "c", "d", "e", "f", "g"]
-  phrases, golds, rows = [], [], []
-  for _ in range(40):
-    predicted = rng.sample(vocab, rng.randint(0, 5))
-    gold = rng.sample(vocab, rng.randint(1, 3))
-    p, r, f = E.score_document(predicted, gold)
-    rows.append([p[k - 1] for k in E.DEPTHS] + [r[k - 1] for k in E.DEPTHS] +
-                [f[k - 1] for k in E.DEPTHS])
-    phrases.append(predicted + [""] * (5 - len(predicted)))
-    golds.append(gold + [""] * (3 - len(gold)))
-  scores, weight = T.keyphrase_scores(tf.constant(phrases),
-                                      tf.constant(golds))
-  got = np.stack([scores[n].numpy() for n in T.METRIC_NAMES], axis=1)
-  np.testing.assert_allclose(got, np.array(rows), rtol=1e-6)
-  assert weight.numpy().tolist() == [1.0] * 40
-  # No gold: weight 0; a repeated gold phrase counts once.
-  scores, weight = T.keyphrase_scores(tf.constant([["a", "", "", "", ""]]),
-                                      tf.constant([["", ""]]))
-  assert weight.numpy().tolist() == [0.0]
-  scores, _ = T.keyphrase_scores(tf.constant([["a", "", "", "", ""]]),
-                                 tf.constant([["a", "a"]]))
-  assert scores["recall_at_1"].numpy().tolist() == [1.0]
-
-
 def test_cli_scores_files(tmp_path):
   ref = tmp_path / "ref.jsonl"
   pred = tmp_path / "pred.jsonl"
@@ -94,6 +67,18 @@ def test_cli_scores_files(tmp_path):
   proc = subprocess.run(
       [sys.executable, "-m", "tasks.openkp.evaluate", f"--reference={ref}",
        f"--predictions={pred}", f"--output={out}"],
-      capture_output=True, text=True, timeout=120)
+      cwd=e2e_testing.REPO, env=e2e_testing.env(), capture_output=True,
+      text=True, timeout=120)
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert json.loads(out.read_text())["precision@1"] == 1.0
+
+
+def test_malformed_files_name_the_file_line_and_field(tmp_path):
+  cut = tmp_path / "cut.jsonl"
+  cut.write_text('{"url": "u", "KeyPhrases": [["a"]]}\n{"url": "v", "Key')
+  with pytest.raises(UserInputError, match="cut.jsonl: line 2"):
+    E.read_keyphrases(str(cut))
+  no_url = tmp_path / "no_url.jsonl"
+  no_url.write_text('{"KeyPhrases": [["a"]]}\n')
+  with pytest.raises(UserInputError, match="no_url.jsonl: line 1, field 'url'"):
+    E.read_keyphrases(str(no_url))
