@@ -40,6 +40,7 @@ import tensorflow as tf
 
 from etc_realformer import cli
 from etc_realformer.errors import UserInputError
+from tasks.common import records
 
 NULL_SPAN = (-1, -1, -1, -1)
 # The report's headline numbers (`summary`): the rest is the official
@@ -173,14 +174,8 @@ def score(gold_path: str, predictions_path: str,
     gold_with_short_answer, "official" (the scorer's whole metric dict) and
     "ignoring_scores" (its F1 / P / R without a threshold).
   """
-  with tf.io.gfile.GFile(predictions_path, "r") as f:
-    text = f.read()
-  try:
-    submission = json.loads(text)
-  except json.JSONDecodeError as e:
-    raise UserInputError(f"{predictions_path}: not valid JSON: {e}") from e
-  return score_predictions(gold_path, submission, allow_missing,
-                           predictions_name=predictions_path)
+  return score_predictions(gold_path, records.load_json(predictions_path),
+                           allow_missing, predictions_name=predictions_path)
 
 
 def parse_predictions(submission: Dict[str, Any],
