@@ -49,6 +49,7 @@ from tasks.common import preprocessing
 from tasks.common import records
 from tasks.nq import data
 from tasks.nq import features as features_lib
+from tasks.nq import tfds_dataset
 
 
 @dataclasses.dataclass
@@ -231,10 +232,7 @@ def preprocess_tfds(name_and_split: str, output_dir: str,
       natural_questions builder), before anything is downloaded or written.
   """
   # Imported here: TFDS takes seconds to import and only --tfds needs it.
-  # pylint: disable=g-import-not-at-top
-  import tensorflow_datasets as tfds
-  from tasks.nq import tfds_dataset
-  # pylint: enable=g-import-not-at-top
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
   name, _, split = name_and_split.partition(":")
   if not split:
     raise UserInputError(f"--tfds needs NAME:SPLIT, got {name_and_split!r}")
