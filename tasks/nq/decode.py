@@ -37,6 +37,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Sequence
 import numpy as np
 import tensorflow as tf
 
+from etc_realformer.errors import UserInputError
 from tasks.nq import data
 
 DIFFERENCE, RATIO = "difference", "ratio"
@@ -83,8 +84,8 @@ def relative_scores(logits: tf.Tensor, score_mode: str = DIFFERENCE
     return logits - null
   if score_mode == RATIO:
     return tf.math.divide_no_nan(logits, null)
-  raise ValueError(f"score_mode must be one of {SCORE_MODES}, got "
-                   f"{score_mode!r}")
+  raise UserInputError(f"score_mode must be one of {SCORE_MODES}, got "
+                       f"{score_mode!r}")
 
 
 def _byte_span(start: tf.Tensor, end: tf.Tensor):
@@ -154,7 +155,8 @@ def window_answers(long_start_logits: tf.Tensor, long_end_logits: tf.Tensor,
   # Short answer: spans [i, i + k], k < K, inside [lo, hi].
   k = int(max_short_answer_length)
   if k < 1:
-    raise ValueError(f"max_short_answer_length must be >= 1, got {k}")
+    raise UserInputError(
+        f"max_short_answer_length must be >= 1, got {k}")
   starts = tf.range(long_len)[:, tf.newaxis]  # [L, 1]
   ends = starts + tf.range(k)[tf.newaxis]  # [L, K]
   safe_ends = tf.minimum(ends, long_len - 1)

@@ -15,6 +15,7 @@
 import tensorflow as tf
 import tf_keras
 
+from etc_realformer.errors import UserInputError
 from etc_realformer.training import task as task_lib
 from tasks.nq import data
 from tasks.nq import decode
@@ -25,13 +26,14 @@ POSITION_HEADS = ("long_start", "long_end", "short_start", "short_end")
 
 
 def check_settings(answer_type_source: str, score_mode: str) -> None:
-  """Raises ValueError for an unknown answer type source or score mode."""
+  """Raises UserInputError for an unknown answer type source or score
+  mode."""
   if answer_type_source not in ANSWER_TYPE_SOURCES:
-    raise ValueError(f"answer_type_source must be {GLOBAL!r} or {LONG!r}, "
-                     f"got {answer_type_source!r}")
+    raise UserInputError(f"answer_type_source must be {GLOBAL!r} or "
+                         f"{LONG!r}, got {answer_type_source!r}")
   if score_mode not in decode.SCORE_MODES:
-    raise ValueError(f"score_mode must be one of {decode.SCORE_MODES}, got "
-                     f"{score_mode!r}")
+    raise UserInputError(f"score_mode must be one of {decode.SCORE_MODES}, "
+                         f"got {score_mode!r}")
 
 
 class NqModel(task_lib.EtcTaskModel):

@@ -20,6 +20,7 @@ from typing import Mapping, Optional, Sequence, Tuple
 import tensorflow as tf
 import tf_keras
 
+from etc_realformer.errors import UserInputError
 from etc_realformer.layers import activations
 from etc_realformer.training import task as task_lib
 from tasks.openkp import features as features_lib
@@ -61,8 +62,8 @@ class VdomEmbedding(tf_keras.layers.Layer):
                extra_dense_layers: int = 1, **kwargs):
     super().__init__(**kwargs)
     if extra_dense_layers not in (0, 1):
-      raise ValueError(f"extra_dense_layers must be 0 or 1, got "
-                       f"{extra_dense_layers}")
+      raise UserInputError(f"extra_dense_layers must be 0 or 1, got "
+                           f"{extra_dense_layers}")
     self.hidden_size = hidden_size
     self.coord_ranges = dict(DEFAULT_COORD_RANGES, **(coord_ranges or {}))
 

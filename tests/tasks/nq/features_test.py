@@ -7,7 +7,6 @@ import tensorflow as tf
 
 from etc_realformer.config import EtcConfig
 from etc_realformer.errors import UserInputError
-from etc_realformer.features import side_inputs
 from tasks.common import tokenization
 from tasks.nq import data
 from tasks.nq import features as F
@@ -235,7 +234,7 @@ def test_full_global_input_shares_the_last_token(vocab):
     # Candidate 1 (wordpieces 13..19): cut by window 0, whole in window 1.
     (annotation(long=(15, 22)), [data.NULL, data.LONG, data.NULL], "long"),
     # Yes/no: the type stays in every window (as the original).
-    (annotation(long=(22, 31), yes_no="YES"), [data.YES, data.YES, data.YES], "long"),
+    (annotation(long=(22, 31), yes_no="YES"), [data.YES] * 3, "long"),
     (annotation(), [data.NULL] * 3, None),
 ])
 def test_labels_in_and_out_of_window(vocab, ann, types, which):
@@ -293,9 +292,9 @@ def test_spec_shapes_and_side_inputs(vocab):
   config = EtcConfig(vocab_size=200, hidden_size=8, num_hidden_layers=1,
                      num_attention_heads=2, intermediate_size=8,
                      local_radius=3, relative_pos_max_distance=2)
-  side = side_inputs.from_features(
-      config, {k: tf.constant(feats[k]) for k in F.MODEL_FEATURES},
-      task.NaturalQuestionsTask.side_input_layout)
+  nq = task.NaturalQuestionsTask(model_config=config, long_seq_len=24,
+                                 global_seq_len=16)
+  side = nq.side_inputs({k: tf.constant(feats[k]) for k in F.MODEL_FEATURES})
   assert side["l2l_att_mask"].shape == (3, 24, 7)
   assert side["g2l_att_mask"].shape == (3, 16, 24)
   # Padding global tokens see no real long token, real ones do.
