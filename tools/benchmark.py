@@ -25,6 +25,11 @@ timed alone; the record keeps every time, the median and the minimum.
   on this machine by work outside the products.
 * `--mode=finetune`: a WikiHop training step (encoder + head + loss + AdamW
   update) at 4096/430 on WikiHop-shaped random features; examples/s.
+* `--mode=xla_export --export_dir=DIR`: the encoder step of each spec traced
+  with `jit_compile`, written as its XLA module (serialized HLO), inputs and
+  argument list to `DIR/<variant>-L<L>-<pass>/`, for `tools/xla_runner.py`
+  to compile and time with jax/jaxlib alone (e.g. on a GPU machine without
+  TensorFlow). Nothing is timed here.
 
 A run that exceeds `--timeout_per_run` or `--max_rss_gib` (the parent polls
 the child's RSS), or that dies (e.g. the kernel's OOM killer) or raises, is
@@ -111,10 +116,16 @@ def build_parser() -> argparse.ArgumentParser:
       prog="python -m tools.benchmark",
       description="ETC-RealFormer encoder benchmark (see module docstring).")
   a = p.add_argument
-  a("--mode", choices=("encoder", "matmul_floor", "finetune"),
+  a("--mode", choices=("encoder", "matmul_floor", "finetune", "xla_export"),
     default="encoder",
     help="encoder: the step; matmul_floor: the same step's matrix products "
-    "alone; finetune: a WikiHop training step")
+    "alone; finetune: a WikiHop training step; xla_export: the step's XLA "
+    "module for tools/xla_runner.py")
+  a("--export_dir", default=None,
+    help="--mode=xla_export: where each spec's module directory goes")
+  a("--xla_reference", type=_on_off, default=[False],
+    help="--mode=xla_export: also run the step once in TensorFlow (with XLA) "
+    "and store its value, for the runner's check")
   # Axes.
   a("--lengths", type=_csv_ints, default=[1024, 2048, 4096, 8192, 16384],
     help="long lengths L (comma list)")
@@ -250,7 +261,8 @@ def variant_name(spec: Dict[str, Any]) -> str:
   dtype = {"float32": "f32", "mixed_bfloat16": "bf16",
            "mixed_float16": "f16"}[spec["dtype"]]
   parts = {"encoder": [spec["impl"]], "matmul_floor": ["floor", spec["impl"]],
-           "finetune": ["wikihop"]}[spec["kind"]]
+           "finetune": ["wikihop"],
+           "xla_export": ["export", spec["impl"]]}[spec["kind"]]
   parts += ["res" if spec["residual"] else "nores", dtype]
   if spec["xla"]:
     parts.append("xla")
@@ -270,7 +282,8 @@ def variant_name(spec: Dict[str, Any]) -> str:
 def encoder_specs(args: argparse.Namespace) -> Iterator[Dict[str, Any]]:
   """One spec per (variant, length, pass), lengths innermost per variant
   (kind "encoder", or "matmul_floor" with --mode=matmul_floor)."""
-  kind = "matmul_floor" if args.mode == "matmul_floor" else "encoder"
+  kind = args.mode if args.mode in ("matmul_floor", "xla_export") else (
+      "encoder")
   g_mode = (f"L/{args.global_ratio}" if args.global_len == "ratio"
             else str(int(args.global_len)))
   for impl in args.impls:
@@ -439,6 +452,10 @@ def summary_line(r: Dict[str, Any]) -> Optional[str]:
     return (f"# finetune {r['variant']}: {r['examples_per_s']:.3f} "
             f"examples/s (batch {r['batch_size']}, L={r['long_len']}, "
             f"G={r['global_len']}); optimizer: {r['optimizer']}")
+  if r["record_type"] == "xla_export":
+    return (f"# xla_export {r['variant']} {r['pass']} L={r['long_len']}: "
+            f"{r['num_arguments']} arguments, {r['hlo_bytes']} bytes of HLO "
+            f"-> {r['export_dir']}")
   if r["record_type"] == "matmul_floor":
     return (f"# matmul floor {r['variant']} {r['pass']} L={r['long_len']}: "
             f"{r['matmul_count']} products, {r['matmul_gflop']:.1f} GFLOP "
@@ -467,6 +484,16 @@ def main(argv: Optional[List[str]] = None) -> List[Dict[str, Any]]:
   machine = machine_info()
   specs = list(finetune_specs(args) if args.mode == "finetune"
                else encoder_specs(args))
+  if args.mode == "xla_export":
+    if not args.export_dir:
+      raise SystemExit("--mode=xla_export needs --export_dir")
+    for spec in specs:
+      spec["xla"] = True  # the module is the jit_compile one
+      spec["export_dir"] = os.path.abspath(os.path.join(
+          args.export_dir,
+          f"{variant_name(spec).replace('/', '_')}-L{spec['long_len']}-"
+          f"{spec['pass']}"))
+      spec["xla_reference"] = args.xla_reference[0]
   print(f"# {len(specs)} measurements, each in its own process; "
         f"median of {args.repeats} calls after {args.warmup} warm-up; "
         f"fwd: training=False (no dropout); fwd_bwd / train_step: "

@@ -18,6 +18,13 @@ object to `--result`. Kinds of measurement:
   the time no encoder doing those products can go below on this machine.
 * `finetune`: a WikiHop training step (encoder + head + loss + optimizer
   update) on WikiHop-shaped random features; throughput in examples/s.
+* `xla_export`: the encoder step traced with `jit_compile`, written as its
+  XLA module (`module.hlo.pb`, a serialized HloModuleProto), its inputs
+  (`inputs.npz`: `arg_0000`, ... in the module's parameter order: the
+  flattened features in `tf.nest` order, then the captured variables in
+  capture order) and `manifest.json` (the spec, every argument's name, shape
+  and dtype, and optionally TensorFlow's value of the step), for
+  `tools/xla_runner.py`.
 """
 
 import argparse
@@ -269,6 +276,7 @@ def _encoder_step(spec: Dict[str, Any], out: Dict[str, Any]):
   out["chunk_len_used"] = execution.chunk_len_for(spec["long_len"])
   model = EtcModel(cfg, execution)
   model.build()
+  out["_model"] = model
   out["num_parameters"] = int(sum(v.shape.num_elements()
                                   for v in model.trainable_variables))
   # The baseline: TF imported + model built, before any input exists.
@@ -297,9 +305,10 @@ def _encoder_step(spec: Dict[str, Any], out: Dict[str, Any]):
       long_out, global_out = model(feats, training=False,
                                    att_implementation=impl)
       # A scalar output keeps the whole graph live without copying [B, L, H]
-      # back, and `.numpy()` on it waits for the device.
-      return (tf.reduce_sum(tf.cast(long_out, tf.float32)) +
-              tf.reduce_sum(tf.cast(global_out, tf.float32)))
+      # back, and `.numpy()` on it waits for the device. Mean squares, not
+      # sums: LayerNorm outputs sum to about zero, a value no check can use.
+      return (tf.reduce_mean(tf.square(tf.cast(long_out, tf.float32))) +
+              tf.reduce_mean(tf.square(tf.cast(global_out, tf.float32))))
   else:
     def fn(feats):
       with tf.GradientTape() as tape:
@@ -321,6 +330,7 @@ def measure_encoder(spec: Dict[str, Any]) -> Dict[str, Any]:
   """Times the encoder forward or forward+backward; see the module doc."""
   out: Dict[str, Any] = {}
   tf, step_fn, features = _encoder_step(spec, out)
+  out.pop("_model")
 
   def step():
     return float(step_fn(features).numpy())
@@ -396,6 +406,7 @@ def measure_matmul_floor(spec: Dict[str, Any]) -> Dict[str, Any]:
   """
   out: Dict[str, Any] = {}
   tf, step_fn, features = _encoder_step(spec, out)
+  out.pop("_model")
   graph = step_fn.get_concrete_function(features).graph
   products, skipped = matrix_products(graph)
   if not products:
@@ -505,6 +516,58 @@ def measure_finetune(spec: Dict[str, Any]) -> Dict[str, Any]:
   return out
 
 
+# --------------------------------------------------------------- xla export
+def export_xla(spec: Dict[str, Any]) -> Dict[str, Any]:
+  """Writes the step's XLA module, inputs and manifest (see the module doc)."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  out: Dict[str, Any] = {}
+  tf, step_fn, features = _encoder_step(spec, out)
+  directory = spec["export_dir"]
+  os.makedirs(directory, exist_ok=True)
+  hlo = step_fn.experimental_get_compiler_ir(features)(stage="hlo_serialized")
+  concrete = step_fn.get_concrete_function(features)
+  flat = tf.nest.flatten(features, expand_composites=True)
+  names = [f"feature/{path}" for path in _nest_paths(features)]
+  model = out.pop("_model")
+  variables = list(model.variables)
+  values = [t.numpy() for t in flat]
+  for tensor in concrete.captured_inputs:
+    owner = [v for v in variables if v.handle is tensor]
+    if tensor.dtype == tf.resource:
+      if not owner:
+        raise ValueError(f"a captured resource of no model variable: {tensor}")
+      names.append("variable/" + owner[0].name)
+      values.append(owner[0].numpy())
+    else:  # a captured constant
+      names.append("captured")
+      values.append(tensor.numpy())
+  with open(os.path.join(directory, "module.hlo.pb"), "wb") as f:
+    f.write(hlo)
+  np.savez(os.path.join(directory, "inputs.npz"),
+           **{f"arg_{i:04d}": v for i, v in enumerate(values)})
+  manifest = {"spec": {k: v for k, v in spec.items() if k != "export_dir"},
+              "arguments": [{"name": n, "shape": list(v.shape),
+                             "dtype": str(v.dtype)}
+                            for n, v in zip(names, values)],
+              "tensorflow_version": tf.__version__}
+  if spec.get("xla_reference"):
+    manifest["reference_value"] = float(step_fn(features).numpy())
+  with open(os.path.join(directory, "manifest.json"), "w") as f:
+    json.dump(manifest, f, indent=1)
+  out.update(export_dir=directory, num_arguments=len(values),
+             hlo_bytes=len(hlo),
+             reference_value=manifest.get("reference_value"))
+  return out
+
+
+def _nest_paths(structure) -> List[str]:
+  """Names of a dict nest's leaves in `tf.nest.flatten` order."""
+  if isinstance(structure, dict):
+    return [f"{k}/{p}" if p else str(k) for k in sorted(structure)
+            for p in _nest_paths(structure[k])]
+  return [""]
+
+
 # --------------------------------------------------------------------- main
 def run(spec: Dict[str, Any]) -> Dict[str, Any]:
   """Runs one measurement; returns the fields the worker measured."""
@@ -514,6 +577,8 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
     result = measure_matmul_floor(spec)
   elif spec["kind"] == "finetune":
     result = measure_finetune(spec)
+  elif spec["kind"] == "xla_export":
+    result = export_xla(spec)
   else:
     raise ValueError(f"unknown measurement kind {spec['kind']!r}")
   import tensorflow as tf  # pylint: disable=g-import-not-at-top

@@ -1,0 +1,199 @@
+r"""Compiles and times an exported XLA module with jax/jaxlib alone.
+
+    python tools/xla_runner.py --module_dir=DIR [--repeats=10 --warmup=3]
+        [--device=gpu] [--output_jsonl=FILE] [--hlo_stats]
+
+DIR is what `python -m tools.benchmark --mode=xla_export` wrote:
+`module.hlo.pb` (a serialized HloModuleProto), `inputs.npz` (`arg_0000`,
+... in the entry computation's parameter order) and `manifest.json`. This
+file imports neither TensorFlow nor the project, so it runs where only jax
+is installed (the GPU machine): the HLO is converted to StableHLO, compiled
+by that jaxlib's XLA for the first device of the chosen platform, and called
+`--warmup` times, then `--repeats` times, each timed alone with a blocking
+wait. Printed (and appended to `--output_jsonl`): one JSON record with the
+spec, the device, every time, the median and minimum, the device's peak
+memory (`memory_stats()`, where the platform reports it), the first
+output's value and, when the manifest holds TensorFlow's, their relative
+difference. `--hlo_stats` adds the compiled module's fusion count, its
+largest buffers and the compiled memory statistics.
+
+The figures are TensorFlow's XLA module run by jaxlib's XLA (often a newer
+compiler than TensorFlow's), not TensorFlow itself on that device.
+"""
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+
+def _jax_modules():
+  """The jaxlib entry points, across the versions the project meets (the
+  pinned CPU one and the GPU machine's): hlo_to_stablehlo, a backend,
+  DeviceList, CompileOptions."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from jax._src.lib import xla_client  # pylint: disable=g-import-not-at-top
+  try:
+    from jax._src.lib import _jax  # pylint: disable=g-import-not-at-top
+    hlo_to_stablehlo = _jax.mlir.hlo_to_stablehlo
+  except (ImportError, AttributeError):
+    from jax._src.lib import xla_extension  # pylint: disable=g-import-not-at-top
+    hlo_to_stablehlo = xla_extension.mlir.hlo_to_stablehlo
+  import jax.extend  # pylint: disable=g-import-not-at-top
+  return jax, xla_client, hlo_to_stablehlo
+
+
+def compile_module(serialized_hlo: bytes, platform: Optional[str] = None):
+  """(executable, device) for the first device of `platform` (default:
+  jax's default backend)."""
+  jax, xla_client, hlo_to_stablehlo = _jax_modules()
+  backend = jax.extend.backend.get_backend(platform)
+  device = backend.local_devices()[0]
+  module = hlo_to_stablehlo(serialized_hlo)
+  options = xla_client.CompileOptions()
+  devices = xla_client.DeviceList((device,))
+  if hasattr(backend, "compile_and_load"):
+    executable = backend.compile_and_load(module, devices, options)
+  else:  # older jaxlib
+    executable = backend.compile(module, options)
+  return executable, device
+
+
+def _execute(executable, buffers):
+  if hasattr(executable, "execute"):
+    return executable.execute(buffers)
+  return executable.execute_sharded([[b] for b in buffers])
+
+
+def _block(outputs):
+  for out in outputs:
+    if hasattr(out, "block_until_ready"):
+      out.block_until_ready()
+    elif isinstance(out, (list, tuple)):
+      _block(out)
+
+
+def _first_value(outputs) -> float:
+  first = outputs[0]
+  while isinstance(first, (list, tuple)):
+    first = first[0]
+  return float(np.asarray(first).reshape(-1)[0])
+
+
+def hlo_stats(executable, top: int = 8) -> Dict[str, Any]:
+  """Fusion count, the largest buffers, and the compiled memory statistics
+  of a compiled module, from its optimized HLO text."""
+  text = executable.hlo_modules()[0].to_string() if hasattr(
+      executable, "hlo_modules") else ""
+  stats: Dict[str, Any] = {"fusions": len(re.findall(r"\bfusion\(", text)),
+                           "instructions": text.count("\n")}
+  sizes = []
+  itemsize = {"f32": 4, "bf16": 2, "f16": 2, "s32": 4, "u32": 4, "pred": 1,
+              "u16": 2, "s64": 8, "u64": 8, "u8": 1, "f64": 8}
+  for match in re.finditer(r"%(\S+) = (\w+)\[([\d,]*)\]", text):
+    dims = [int(d) for d in match.group(3).split(",") if d]
+    size = itemsize.get(match.group(2), 4) * int(np.prod(dims or [1]))
+    sizes.append((size, match.group(1), f"{match.group(2)}{dims}"))
+  sizes.sort(reverse=True)
+  stats["largest_buffers"] = [
+      {"name": n, "type": t, "mib": round(s / 2**20, 2)}
+      for s, n, t in sizes[:top]]
+  if hasattr(executable, "get_compiled_memory_stats"):
+    mem = executable.get_compiled_memory_stats()
+    stats["compiled_memory_mib"] = {
+        k: round(getattr(mem, k) / 2**20, 2)
+        for k in ("argument_size_in_bytes", "output_size_in_bytes",
+                  "temp_size_in_bytes", "generated_code_size_in_bytes")
+        if hasattr(mem, k)}
+  return stats
+
+
+def run(module_dir: str, repeats: int = 10, warmup: int = 3,
+        platform: Optional[str] = None, with_hlo_stats: bool = False
+        ) -> Dict[str, Any]:
+  """Compiles and times one exported module; returns its record."""
+  jax, _, _ = _jax_modules()
+  with open(os.path.join(module_dir, "manifest.json")) as f:
+    manifest = json.load(f)
+  with open(os.path.join(module_dir, "module.hlo.pb"), "rb") as f:
+    serialized = f.read()
+  with np.load(os.path.join(module_dir, "inputs.npz")) as data:
+    inputs = [data[f"arg_{i:04d}"] for i in range(len(data.files))]
+  if len(inputs) != len(manifest["arguments"]):
+    raise ValueError(f"{module_dir}: {len(inputs)} inputs for "
+                     f"{len(manifest['arguments'])} arguments")
+  start = time.perf_counter()
+  executable, device = compile_module(serialized, platform)
+  compile_s = time.perf_counter() - start
+  buffers = [jax.device_put(x, device) for x in inputs]
+
+  def call():
+    outputs = _execute(executable, buffers)
+    _block(outputs)
+    return outputs
+
+  outputs = call()
+  for _ in range(max(0, warmup - 1)):
+    call()
+  times: List[float] = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    call()
+    times.append(time.perf_counter() - t0)
+  record: Dict[str, Any] = {
+      "record_type": "xla_run", "module_dir": module_dir,
+      "spec": manifest["spec"], "device": str(device),
+      "platform": device.platform, "jax_version": jax.__version__,
+      "compile_s": compile_s, "times_s": times,
+      "median_s": statistics.median(times), "min_s": min(times),
+      "repeats": repeats, "warmup": warmup,
+      "value": _first_value(outputs)}
+  memory = device.memory_stats() if hasattr(device, "memory_stats") else None
+  if memory:
+    record["peak_memory_gib"] = memory.get("peak_bytes_in_use", 0) / 2**30
+  if "reference_value" in manifest:
+    ref = manifest["reference_value"]
+    record["reference_value"] = ref
+    record["relative_difference"] = abs(record["value"] - ref) / max(
+        abs(ref), 1e-30)
+  if with_hlo_stats:
+    record["hlo_stats"] = hlo_stats(executable)
+  return record
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--module_dir", required=True, action="append",
+                      help="an exported module directory (repeatable)")
+  parser.add_argument("--repeats", type=int, default=10)
+  parser.add_argument("--warmup", type=int, default=3)
+  parser.add_argument("--device", default=None,
+                      help="jax platform: cpu, gpu, tpu (default: jax's)")
+  parser.add_argument("--hlo_stats", action="store_true")
+  parser.add_argument("--output_jsonl", default=None)
+  args = parser.parse_args(argv)
+  if args.repeats < 1 or args.warmup < 1:
+    parser.error("--repeats and --warmup must be >= 1")
+  for directory in args.module_dir:
+    if not os.path.exists(os.path.join(directory, "manifest.json")):
+      print(f"error: {directory}: no manifest.json (not an exported module)",
+            file=sys.stderr)
+      return 2
+    record = run(directory, args.repeats, args.warmup, args.device,
+                 args.hlo_stats)
+    line = json.dumps(record, sort_keys=True)
+    print(line, flush=True)
+    if args.output_jsonl:
+      with open(args.output_jsonl, "a") as f:
+        f.write(line + "\n")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
