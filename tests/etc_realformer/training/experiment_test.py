@@ -1,5 +1,6 @@
-"""The gin switches of the loop on the real WikiHop model: float16 with loss
-scaling, bfloat16, XLA and gradient accumulation, a few steps each."""
+"""`run_experiment` under the loop's gin switches on the real WikiHop model:
+float16 with loss scaling, bfloat16, XLA and gradient accumulation, a few
+steps each."""
 
 import json
 import os
@@ -10,16 +11,16 @@ import pytest
 import tf_keras
 
 from tasks import run
-from tests import test_run_wikihop_e2e as e2e
+import wikihop_testing
 
 
 @pytest.fixture(scope="module")
 def tiny_gin(tmp_path_factory):
   root = tmp_path_factory.mktemp("switches")
   data_dir = str(root / "data")
-  e2e.write_tiny_wikihop(data_dir, num_train=16, num_dev=8)
-  e2e.preprocess(data_dir)
-  return e2e.tiny_gin(data_dir, str(root / "tiny.gin"), **{
+  wikihop_testing.write_tiny_wikihop(data_dir, num_train=16, num_dev=8)
+  wikihop_testing.preprocess(data_dir)
+  return wikihop_testing.tiny_gin(data_dir, str(root / "tiny.gin"), **{
       "etc_config.num_hidden_layers": 1,
       "TrainerConfig.train_steps": 4,
       "TrainerConfig.steps_per_loop": 2,
