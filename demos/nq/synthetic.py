@@ -50,7 +50,6 @@ from absl import flags
 
 from demos import common
 from etc_realformer import cli
-from tasks.common import preprocessing
 from tasks.common import tokenization
 from tasks.nq import data
 
@@ -363,19 +362,8 @@ def write_dataset(output_dir: str, num_train: int = 200, num_dev: int = 50,
   return paths
 
 
-def _define_flags():
+if __name__ == "__main__":
+  # Flags only when run as a binary: the demos define flags of the same names.
   common.define_dataset_flags(num_train=200, num_dev=50)
   flags.DEFINE_integer("num_filler", 6, "Filler paragraphs per document.")
-
-
-def main(argv):
-  del argv
-  preprocessing.require_flags(["output_dir"])
-  f = flags.FLAGS
-  common.print_paths(write_dataset(f.output_dir, f.num_train, f.num_dev,
-                                   f.seed, f.num_filler))
-
-
-if __name__ == "__main__":
-  _define_flags()
-  cli.run(main)
+  cli.run(common.dataset_main(write_dataset, "num_filler"))

@@ -249,7 +249,7 @@ FEATURIZER_STATS: Tuple[str, ...] = (
     "windows_global_full")
 
 
-class NqFeaturizer(tf.Module):
+class NqFeaturizer(featurizing.Featurizer):
   """One NQ document -> all its ETC windows, with TF ops only.
 
   Example:
@@ -293,10 +293,7 @@ class NqFeaturizer(tf.Module):
       UserInputError: lengths that leave no room for the document or for the
         question's global tokens, or a vocabulary without the special tokens.
     """
-    super().__init__(name="nq_featurizer")
-    if tokenizer is None:
-      tokenizer = tokenization.make_tokenizer(vocab_path, spm_model_path,
-                                              lower_case=lower_case)
+    # The layout's own limits, checked before the vocabulary is read.
     if max_question_len < 1:
       raise UserInputError(f"max_question_len must be >= 1, got "
                            f"{max_question_len}")
@@ -312,12 +309,11 @@ class NqFeaturizer(tf.Module):
       raise UserInputError(
           f"stride {stride} must be in [1, long_seq_len - max_question_len "
           f"- 3 = {long_seq_len - max_question_len - 3}] (no gaps)")
-    self.tokenizer = tokenizer
-    self.long_seq_len = int(long_seq_len)
-    self.global_seq_len = int(global_seq_len)
+    super().__init__("nq_featurizer", vocab_path, spm_model_path, tokenizer,
+                     long_seq_len, global_seq_len, lower_case)
     self.stride = int(stride)
     self.max_question_len = int(max_question_len)
-    self.token_ids = token_ids or NqTokenIds.for_tokenizer(tokenizer)
+    self.token_ids = token_ids or NqTokenIds.for_tokenizer(self.tokenizer)
     self._record_fn = tf.function(self._featurize, input_signature=[
         tf.TensorSpec([], tf.string, name="question"),
         tf.TensorSpec([None], tf.string, name="doc_tokens"),

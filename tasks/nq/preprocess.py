@@ -254,9 +254,7 @@ def make_featurizer(vocab: Optional[str], spm_model: Optional[str],
                     lower_case: bool = True,
                     token_ids: Optional[List[str]] = None
                     ) -> features_lib.NqFeaturizer:
-  ids = preprocessing.parse_token_ids(
-      token_ids, features_lib.NqTokenIds, "token_ids",
-      "cls,sep,html_start,html_end,global_cls")
+  ids = features_lib.NqTokenIds.from_flag(token_ids, "token_ids")
   return features_lib.NqFeaturizer(
       vocab_path=vocab, spm_model_path=spm_model, long_seq_len=long_seq_len,
       global_seq_len=global_seq_len, stride=stride,
@@ -293,15 +291,14 @@ def _define_flags():
                     "short answer (an option of the original).")
   flags.DEFINE_list(
       "token_ids", None,
-      "cls,sep,html_start,html_end,global_cls ids; default: looked up by "
-      "name ([CLS],[SEP],[unused102],[unused103] / <unused_63>,<unused_2>,"
-      "<unused_35>,<unused_36>).")
+      f"{','.join(features_lib.NqTokenIds.names())} ids; default: the "
+      "original's, [CLS],[SEP],[unused102],[unused103],[CLS],35,1,0 "
+      "(WordPiece) / <unused_63>,<unused_2>,<unused_35>,<unused_36>,"
+      "<unused_63>,35,1,0 (SentencePiece), looked up by name.")
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise UserInputError(f"unexpected arguments: {argv[1:]}")
-  preprocessing.require_flags(["output_dir"])
+  preprocessing.check_command_line(argv, ("output_dir",))
   f = flags.FLAGS
   if bool(f.input) == bool(f.tfds):
     raise UserInputError("give exactly one of --input and --tfds")

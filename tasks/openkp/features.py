@@ -191,7 +191,7 @@ def record_inputs(record: data.OpenKPRecord
   return record.text, record.element_starts, record.element_features
 
 
-class OpenKPFeaturizer(tf.Module):
+class OpenKPFeaturizer(featurizing.Featurizer):
   """Text + VDOM elements -> the model features of `feature_spec`, in TF ops.
 
   Example:
@@ -218,16 +218,8 @@ class OpenKPFeaturizer(tf.Module):
       global_seq_len: G, the global input length (VDOM elements kept).
       lower_case: uncased vocabulary.
     """
-    super().__init__(name="openkp_featurizer")
-    if tokenizer is None:
-      tokenizer = tokenization.make_tokenizer(vocab_path, spm_model_path,
-                                              lower_case=lower_case)
-    if long_seq_len < 1 or global_seq_len < 1:
-      raise UserInputError(f"sequence lengths must be positive, got long "
-                           f"{long_seq_len}, global {global_seq_len}")
-    self.tokenizer = tokenizer
-    self.long_seq_len = int(long_seq_len)
-    self.global_seq_len = int(global_seq_len)
+    super().__init__("openkp_featurizer", vocab_path, spm_model_path,
+                     tokenizer, long_seq_len, global_seq_len, lower_case)
     self._featurize_fn = tf.function(self._featurize,
                                      input_signature=INPUT_SIGNATURE)
 

@@ -26,7 +26,6 @@ from absl import flags
 import tensorflow as tf
 
 from etc_realformer import cli
-from etc_realformer.errors import UserInputError
 from tasks.common import preprocessing
 from tasks.common import records
 from tasks.openkp import data
@@ -113,9 +112,7 @@ def _define_flags():
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise UserInputError(f"unexpected arguments: {argv[1:]}")
-  preprocessing.require_flags(["input", "output_dir"])
+  preprocessing.check_command_line(argv, ("input", "output_dir"))
   f = flags.FLAGS
   # The files first: a missing one fails before the vocabulary is loaded.
   for path in f.input:
