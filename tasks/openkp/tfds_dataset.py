@@ -12,17 +12,15 @@ keyphrases that occur as whole words; EvalPublic -> split "test", without
 keyphrases) with the VDOM as per-element tensors (`start_idx`, `end_idx`,
 `feature` [20]; element texts are the words [start_idx, end_idx) of `text`).
 Featurize with `features.OpenKPFeaturizer.featurize_tf(text, start_idx,
-feature)`. Bad records are skipped and logged, as in `preprocess.py`.
+feature)`. Bad records are skipped and logged once per file
+(`tfds_files.ManualFilesBuilder`).
 """
 
-import os
-
-from absl import logging
 import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from tasks.common import records
+from tasks.common import tfds_files
 from tasks.openkp import data
 
 _DESCRIPTION = """\
@@ -41,16 +39,16 @@ _CITATION = """\
 }
 """
 
-_SPLIT_FILES = {"train": "OpenKPTrain.jsonl",
-                "validation": "OpenKPDev.jsonl",
-                "test": "OpenKPEvalPublic.jsonl"}
-
-
-class OpenKp(tfds.core.GeneratorBasedBuilder):
+class OpenKp(tfds_files.ManualFilesBuilder):
   """OpenKP from the released jsonl files."""
 
   VERSION = tfds.core.Version("1.0.0")
   RELEASE_NOTES = {"1.0.0": "MS MARCO OpenKP train/dev/eval-public."}
+  SPLIT_FILES = {"train": "OpenKPTrain.jsonl",
+                 "validation": "OpenKPDev.jsonl",
+                 "test": "OpenKPEvalPublic.jsonl"}
+  SUBDIRS = ("", "OpenKP", "openkp")
+  read_records = staticmethod(data.read_records)
   MANUAL_DOWNLOAD_INSTRUCTIONS = """\
 Download OpenKPTrain.jsonl, OpenKPDev.jsonl and OpenKPEvalPublic.jsonl from
 https://microsoft.github.io/msmarco/ (OpenKP) and pass their folder as
@@ -77,27 +75,14 @@ manual_dir (or a folder holding an OpenKP/ subfolder with them).
         citation=_CITATION,
     )
 
-  def _split_generators(self, dl_manager: tfds.download.DownloadManager):
-    manual_dir = os.fspath(dl_manager.manual_dir)
-    return {split: self._generate_examples(records.find_manual_file(
-        manual_dir, name, subdirs=("", "OpenKP", "openkp"),
-        instructions=self.MANUAL_DOWNLOAD_INSTRUCTIONS))
-            for split, name in _SPLIT_FILES.items()}
-
-  def _generate_examples(self, path: str):
-    stats = records.RecordStats(input_file=path, strict=False)
-    for record in data.read_records(path, stats=stats):
-      yield record.url, {
-          "url": record.url,
-          "text": record.text,
-          "vdom": {
-              "start_idx": np.array(record.element_starts, np.int32),
-              "end_idx": np.array([e.end_idx for e in record.vdom],
-                                  np.int32),
-              "feature": np.array(record.element_features, np.float32),
-          },
-          "keyphrases": list(record.keyphrases or ()),
-      }
-    if stats.num_skipped:
-      logging.warning("%s: skipped %d bad records %s", path,
-                      stats.num_skipped, dict(stats.skipped))
+  def example(self, record: data.OpenKPRecord):
+    return record.url, {
+        "url": record.url,
+        "text": record.text,
+        "vdom": {
+            "start_idx": np.array(record.element_starts, np.int32),
+            "end_idx": np.array([e.end_idx for e in record.vdom], np.int32),
+            "feature": np.array(record.element_features, np.float32),
+        },
+        "keyphrases": list(record.keyphrases or ()),
+    }
