@@ -10,13 +10,16 @@ call's inputs) stays in the demo; here, once:
   generator binaries);
 - the output layout `DemoDirs` (OUTPUT_DIR/{data,model,export}, demo.gin)
   and `write_results` (OUTPUT_DIR/demo_results.json);
+- `demo_main` / `dataset_main`: the binaries' `main`;
 - `featurize_splits` (the task's preprocessing, one printed line a split),
-  `configure_gin` (the demo's gin file, then the user's), `trainer_gin`;
-- `serve` (one call of an exported signature, in a fresh load);
+  `configure_gin` (the demo's gin file, then the user's), `model_gin` and
+  `trainer_gin` (the tiny model and its training);
+- `train_and_export` (the runner's modes, then the export) and `serve` (one
+  call of an exported signature, in a fresh load);
 - `Stopwatch`, `quiet_logging` and `print_lines` / `timing_line` (the
   `demo | ...` lines, each printed once);
 - for the generators: `name_pools` (the invented one-word names they draw
-  from), `split_rng`, `write_dataset`, `print_paths`.
+  from), `split_rng`, `write_dataset`.
 """
 
 import dataclasses
@@ -36,6 +39,7 @@ import tensorflow as tf
 import tensorflow_text  # pylint: disable=unused-import  # serve_raw's ops
 
 from tasks import run
+from tasks.common import preprocessing
 from tasks.common import tokenization
 
 # The flags `define_flags` / `define_dataset_flags` define belong to (are
@@ -71,12 +75,30 @@ def define_flags(output_dir: str, train_steps: int,
                                        "Optimizer steps."))
 
 
+def demo_main(run_demo: Callable[..., Dict[str, Any]],
+              summary_lines: Callable[[Dict[str, Any]], List[str]],
+              *extra_flags: str) -> Callable[[List[str]], None]:
+  """A demo binary's `main`: `run_demo` with the flags of `define_flags`
+  (and the runner's --gin_file / --gin_bindings, then `extra_flags` by
+  name), then its `summary_lines` printed (`print_lines`)."""
+  def main(argv: List[str]) -> None:
+    preprocessing.check_command_line(argv, ())
+    quiet_logging()
+    f = flags.FLAGS
+    summary = run_demo(f.output_dir, num_train=f.num_train,
+                       num_dev=f.num_dev, seed=f.seed,
+                       train_steps=f.train_steps, gin_files=f.gin_file,
+                       gin_bindings=f.gin_bindings,
+                       **{name: f[name].value for name in extra_flags})
+    print_lines(summary_lines(summary))
+  return main
+
+
 def define_dataset_flags(num_train: int, num_dev: int) -> None:
   """--output_dir, --num_train, --num_dev, --seed of a generator binary.
 
   Call only when run as a binary: the demos define flags of the same names.
-  `--output_dir` has no default: the generator checks it with
-  `tasks.common.preprocessing.require_flags`.
+  `--output_dir` has no default: `dataset_main` requires it.
   """
   flags.DEFINE_string("output_dir", None, "Where to write.")
   flags.DEFINE_integer("num_train", num_train, "Training examples.")
@@ -146,6 +168,26 @@ def configure_gin(dirs: DemoDirs, gin_text: str,
   run.parse_gin([dirs.gin, *(gin_files or [])], gin_bindings or [])
 
 
+def model_gin(task_gin: str, vocab_size: int, num_hidden_layers: int) -> str:
+  """The demos' model (a tiny ETC-RealFormer on the CPU strategy: hidden 64,
+  4 heads, intermediate 128, local radius 8, no dropout) after the task's
+  gin file: gin text."""
+  return f"""\
+include '{task_gin}'
+include 'models/etc_tiny.gin'
+include 'strategies/cpu.gin'
+
+etc_config.vocab_size = {vocab_size}
+etc_config.hidden_size = 64
+etc_config.num_hidden_layers = {num_hidden_layers}
+etc_config.num_attention_heads = 4
+etc_config.intermediate_size = 128
+etc_config.local_radius = 8
+etc_config.hidden_dropout_prob = 0.0
+etc_config.attention_probs_dropout_prob = 0.0
+"""
+
+
 def trainer_gin(train_steps: int) -> str:
   """The demos' optimizer and trainer settings (tiny model, CPU): gin text."""
   return f"""\
@@ -167,7 +209,24 @@ def vocab_size(vocab_path: str) -> int:
     return sum(1 for _ in f)
 
 
-# ------------------------------------------------------------------ serving
+# ------------------------------------------------------- training, serving
+def train_and_export(dirs: DemoDirs, clock: "Stopwatch",
+                     modes: Sequence[str] = ("train_and_eval",)
+                     ) -> Tuple[Dict[str, Any], str]:
+  """Runs the runner's `modes` in order on OUTPUT_DIR/model (gin configured),
+  laps `clock` as "train_and_eval", then exports to OUTPUT_DIR/export.
+
+  Returns:
+    (the last mode's results, the SavedModel's path).
+  """
+  results: Dict[str, Any] = {}
+  for mode in modes:
+    results = run.run(mode, dirs.model)
+  clock.lap("train_and_eval")
+  return results, run.run("export", dirs.model,
+                          export_dir=dirs.export)["export_path"]
+
+
 def serve(export_path: str, signature: str = "serve_raw",
           **inputs: Any) -> Dict[str, np.ndarray]:
   """Loads a SavedModel and calls one of its signatures on `inputs`.
@@ -285,9 +344,18 @@ def write_dataset(output_dir: str,
   return paths
 
 
-def print_paths(paths: Mapping[str, str]) -> None:
-  """What a generator binary prints: the files it wrote, as JSON."""
-  print(json.dumps(dict(paths), indent=2))
+def dataset_main(write: Callable[..., Mapping[str, str]],
+                 *extra_flags: str) -> Callable[[List[str]], None]:
+  """A generator binary's `main`: `write(output_dir, num_train, num_dev,
+  seed, *extra_flags' values)` with the flags of `define_dataset_flags`,
+  then the paths it returns printed as JSON."""
+  def main(argv: List[str]) -> None:
+    preprocessing.check_command_line(argv, ("output_dir",))
+    f = flags.FLAGS
+    paths = write(f.output_dir, f.num_train, f.num_dev, f.seed,
+                  *(f[name].value for name in extra_flags))
+    print(json.dumps(dict(paths), indent=2))
+  return main
 
 
 def split_rng(seed: int, split: str) -> random.Random:

@@ -24,12 +24,10 @@ import json
 import os
 from typing import Any, Dict, List, Optional
 
-from absl import flags
 
 from demos import common
 from demos.hotpotqa import synthetic
 from etc_realformer import cli
-from tasks import run
 from tasks.hotpotqa import preprocess
 
 LONG_SEQ_LEN = 128
@@ -40,19 +38,8 @@ def demo_gin(data_dir: str, train_steps: int, seed: int) -> str:
   """The demo's gin config (also written to OUTPUT_DIR/demo.gin)."""
   train, dev = (os.path.splitext(name)[0]
                 for name in (synthetic.TRAIN_FILE, synthetic.DEV_FILE))
-  return f"""\
-include 'tasks/hotpotqa.gin'
-include 'models/etc_tiny.gin'
-include 'strategies/cpu.gin'
-
-etc_config.vocab_size = {len(synthetic.vocabulary())}
-etc_config.hidden_size = 64
-etc_config.num_hidden_layers = 2
-etc_config.num_attention_heads = 4
-etc_config.intermediate_size = 128
-etc_config.local_radius = 8
-etc_config.hidden_dropout_prob = 0.0
-etc_config.attention_probs_dropout_prob = 0.0
+  return common.model_gin("tasks/hotpotqa.gin", len(synthetic.vocabulary()),
+                          2) + f"""\
 etc_config.use_hard_g2l_mask = False
 
 HotpotQATask.long_seq_len = {LONG_SEQ_LEN}
@@ -107,11 +94,9 @@ def run_demo(output_dir: str, num_train: int = 2000, num_dev: int = 300,
 
   common.configure_gin(dirs, demo_gin(dirs.data, train_steps, seed),
                        gin_files, gin_bindings)
-  run.run("train", dirs.model)
-  results = run.run("eval", dirs.model)
-  clock.lap("train_and_eval")
-  export_path = run.run("export", dirs.model,
-                        export_dir=dirs.export)["export_path"]
+  # Eval after training: the in-graph metrics, then the official ones.
+  results, export_path = common.train_and_export(dirs, clock,
+                                                 ("train", "eval"))
 
   with open(paths["dev"], encoding="utf-8") as f:
     gold = json.load(f)
@@ -148,17 +133,7 @@ def summary_lines(s: Dict[str, Any]) -> List[str]:
   ]
 
 
-def main(argv):
-  del argv
-  common.quiet_logging()
-  f = flags.FLAGS
-  summary = run_demo(f.output_dir, num_train=f.num_train, num_dev=f.num_dev,
-                     seed=f.seed, train_steps=f.train_steps,
-                     gin_files=f.gin_file, gin_bindings=f.gin_bindings)
-  common.print_lines(summary_lines(summary))
-
-
 if __name__ == "__main__":
-  # Not at import: other demos define flags of the same names.
+  # Flags only when run as a binary: other demos define the same names.
   common.define_flags(output_dir="hotpot_demo", train_steps=2000)
-  cli.run(main)
+  cli.run(common.demo_main(run_demo, summary_lines))

@@ -41,7 +41,6 @@ from absl import flags
 
 from demos import common
 from etc_realformer import cli
-from tasks.common import preprocessing
 from tasks.hotpotqa import evaluate
 
 TRAIN_FILE = "hotpot_train_v1.1.json"
@@ -183,21 +182,8 @@ def chance_joint_f1(gold: Sequence[Dict[str, Any]], seed: int = 0) -> float:
   return evaluate.evaluate({"answer": answers, "sp": sps}, gold)["joint_f1"]
 
 
-def _define_flags():
-  """Flags only when run as a binary (the demo defines flags of the same
-  names)."""
+if __name__ == "__main__":
+  # Flags only when run as a binary: the demo defines flags of the same names.
   common.define_dataset_flags(num_train=2000, num_dev=300)
   flags.DEFINE_integer("num_paragraphs", 4, "Paragraphs (people) per record.")
-
-
-def main(argv):
-  del argv
-  preprocessing.require_flags(("output_dir",))
-  f = flags.FLAGS
-  common.print_paths(write_dataset(f.output_dir, f.num_train, f.num_dev,
-                                   f.seed, f.num_paragraphs))
-
-
-if __name__ == "__main__":
-  _define_flags()
-  cli.run(main)
+  cli.run(common.dataset_main(write_dataset, "num_paragraphs"))

@@ -35,7 +35,6 @@ from demos import common
 from demos.wikihop import scaffold  # pylint: disable=unused-import
 from demos.wikihop import synthetic
 from etc_realformer import cli
-from tasks import run
 from tasks.wikihop import preprocess
 
 LONG_SEQ_LEN = 128
@@ -46,23 +45,11 @@ def demo_gin(data_dir: str, train_steps: int, seed: int,
              bridge_scaffold: bool = False) -> str:
   """The demo's gin config (also written to OUTPUT_DIR/demo.gin)."""
   vocab_size = common.vocab_size(os.path.join(data_dir, "vocab.txt"))
-  text = f"""\
-include 'tasks/wikihop.gin'
-include 'models/etc_tiny.gin'
-include 'strategies/cpu.gin'
-
-etc_config.vocab_size = {vocab_size}
-etc_config.hidden_size = 64
-# Following a village -> city -> country chain takes four attention steps
-# (docs/wikihop_demo.md, "What the model must learn"): gather each sentence,
-# match the bridge city across documents, read it next to the country
-# mention, read that mention from the candidate's global token.
-etc_config.num_hidden_layers = 4
-etc_config.num_attention_heads = 4
-etc_config.intermediate_size = 128
-etc_config.local_radius = 8
-etc_config.hidden_dropout_prob = 0.0
-etc_config.attention_probs_dropout_prob = 0.0
+  text = common.model_gin("tasks/wikihop.gin", vocab_size, 4) + f"""\
+# 4 layers (above): following a village -> city -> country chain takes four
+# attention steps (docs/wikihop_demo.md, "What the model must learn"): gather
+# each sentence, match the bridge city across documents, read it next to the
+# country mention, read that mention from the candidate's global token.
 # Sentence global tokens summarise their own sentence only (candidate and
 # query tokens are exempt), as the released checkpoints were pre-trained.
 etc_config.use_hard_g2l_mask = True
@@ -159,10 +146,7 @@ def run_demo(output_dir: str, num_train: int = 6000, num_dev: int = 300,
   common.configure_gin(dirs, demo_gin(dirs.data, train_steps, seed,
                                       bridge_scaffold),
                        gin_files, gin_bindings)
-  results = run.run("train_and_eval", dirs.model)
-  clock.lap("train_and_eval")
-  export_path = run.run("export", dirs.model,
-                        export_dir=dirs.export)["export_path"]
+  results, export_path = common.train_and_export(dirs, clock)
 
   with open(paths["dev"], encoding="utf-8") as f:
     record = json.load(f)[0]
@@ -194,8 +178,8 @@ def summary_lines(s: Dict[str, Any]) -> List[str]:
   ]
 
 
-def define_flags() -> None:
-  """The binary's flags (not at import: other demos define the same names)."""
+if __name__ == "__main__":
+  # Flags only when run as a binary: other demos define the same names.
   common.define_flags(output_dir="demo_out", train_steps=6000,
                       num_train=6000)
   flags.DEFINE_bool(
@@ -204,19 +188,4 @@ def define_flags() -> None:
       "query's subject in early training batches only; docs/wikihop_demo.md, "
       "\"The bridge scaffold\"). The default does not need it; kept for "
       "experiments.")
-
-
-def main(argv):
-  del argv
-  common.quiet_logging()
-  f = flags.FLAGS
-  summary = run_demo(f.output_dir, num_train=f.num_train, num_dev=f.num_dev,
-                     seed=f.seed, train_steps=f.train_steps,
-                     gin_files=f.gin_file, gin_bindings=f.gin_bindings,
-                     bridge_scaffold=f.bridge_scaffold)
-  common.print_lines(summary_lines(summary))
-
-
-if __name__ == "__main__":
-  define_flags()
-  cli.run(main)
+  cli.run(common.demo_main(run_demo, summary_lines, "bridge_scaffold"))

@@ -62,7 +62,6 @@ from absl import flags
 
 from demos import common
 from etc_realformer import cli
-from tasks.common import preprocessing
 
 # Name pools are built from syllables with their own fixed seed, so the
 # vocabulary is the same for every data seed.
@@ -209,23 +208,10 @@ def write_dataset(output_dir: str, num_train: int = 2000, num_dev: int = 300,
   return common.write_dataset(output_dir, splits, vocabulary())
 
 
-def _define_flags():
-  """Flags only when run as a binary: importing must not define them (the
-  demo defines flags of the same names)."""
+if __name__ == "__main__":
+  # Flags only when run as a binary: the demo defines flags of the same names.
   common.define_dataset_flags(num_train=2000, num_dev=300)
   flags.DEFINE_integer(
       "hops", 2, "Facts per chain: 2 or 3 (multi-hop), or 1 (single-fact "
       "lookup among distractor documents, for models too shallow for 2).")
-
-
-def main(argv):
-  del argv
-  preprocessing.require_flags(("output_dir",))
-  f = flags.FLAGS
-  common.print_paths(write_dataset(f.output_dir, f.num_train, f.num_dev,
-                                   f.seed, f.hops))
-
-
-if __name__ == "__main__":
-  _define_flags()
-  cli.run(main)
+  cli.run(common.dataset_main(write_dataset, "hops"))

@@ -9,10 +9,14 @@
 - `records`: reading JSON inputs with clear errors, the bad-record policy
   (skip, count and name; or fail on the first with `strict=True`), the stats
   JSON written next to every cache, `write_json` for reports and
-  submissions, and `find_manual_file` for the TFDS builders.
+  submissions, `scoring_main` for the official-metric binaries, and
+  `find_manual_file(s)` for the TFDS builders.
 - `preprocessing`: what every task's preprocess CLI shares (the featurizing
   skeleton, output paths, the all-or-nothing cache write, log and summary
-  lines, common flags).
+  lines, common flags and command-line checks).
+- `tfds_files`: the base of the TFDS builders of the released files
+  (imported by the `tfds_dataset` modules only: tensorflow-datasets is
+  optional).
 
 The TFRecord format itself is `etc_realformer.data.tfrecords`.
 """

@@ -8,11 +8,14 @@
   the text's own pieces (global CLS / sentence / question tokens, ...), per
   vocabulary kind. A task declares its ids as a frozen dataclass that
   subclasses `SpecialTokenIds`, with one table per kind mapping each field to
-  a fixed id or to a vocabulary entry looked up by name.
+  a fixed id or to a vocabulary entry looked up by name;
+- `Featurizer`: the base of the task featurizers (a `tf.Module` holding the
+  tokenizer and the two sequence lengths).
 """
 
 import dataclasses
-from typing import Any, ClassVar, Dict, Mapping, Tuple, TypeVar, Union
+from typing import (Any, ClassVar, Dict, Mapping, Optional, Sequence, Tuple,
+                    TypeVar, Union)
 
 import tensorflow as tf
 
@@ -119,3 +122,71 @@ class SpecialTokenIds:
   def names(cls) -> Tuple[str, ...]:
     """The fields in order (e.g. for a `--global_token_ids` flag's help)."""
     return tuple(f.name for f in dataclasses.fields(cls))
+
+  @classmethod
+  def from_flag(cls: type[S], values: Optional[Sequence[str]],
+                flag: str) -> Optional[S]:
+    """The ids of a list flag's strings (one per field, in order); None when
+    the flag is not given (the vocabulary's defaults apply).
+
+    Raises:
+      UserInputError: not one integer per field (the message names the flag
+        and the fields).
+    """
+    if not values:
+      return None
+    names = ",".join(cls.names())
+    try:
+      ids = [int(v) for v in values]
+    except ValueError as e:
+      raise UserInputError(f"--{flag}: {names} must be integers, got "
+                           f"{list(values)}") from e
+    if len(ids) != len(cls.names()):
+      raise UserInputError(f"--{flag} needs {len(cls.names())} ids: {names}; "
+                           f"got {list(values)}")
+    return cls(*ids)
+
+
+class Featurizer(tf.Module):
+  """Base of the task featurizers: the tokenizer and the sequence lengths.
+
+  A featurizer is a `tf.Module`, so an exporter can attach it to the model
+  and run its graph code inside a serving signature.
+  """
+
+  def __init__(self, name: str,
+               vocab_path: Optional[str] = None,
+               spm_model_path: Optional[str] = None,
+               tokenizer: Optional[tokenization.Tokenizer] = None,
+               long_seq_len: int = 4096,
+               global_seq_len: int = 512,
+               lower_case: bool = True,
+               min_seq_len: int = 1):
+    """The task's featurizer's common settings.
+
+    Args:
+      name: the module's name.
+      vocab_path: a BERT `vocab.txt` (WordPiece).
+      spm_model_path: a SentencePiece `.model` (instead of `vocab_path`).
+      tokenizer: a ready tokenizer (instead of both paths).
+      long_seq_len: L, the long input length.
+      global_seq_len: G, the global input length.
+      lower_case: uncased vocabulary (lower-case; WordPiece also strips
+        accents).
+      min_seq_len: the shortest L and G the task's layout can use.
+
+    Raises:
+      UserInputError: a length below `min_seq_len` (checked before the
+        vocabulary is read), or an unusable vocabulary.
+    """
+    super().__init__(name=name)
+    if long_seq_len < min_seq_len or global_seq_len < min_seq_len:
+      raise UserInputError(
+          f"sequence lengths must be at least {min_seq_len}, got long "
+          f"{long_seq_len}, global {global_seq_len}")
+    if tokenizer is None:
+      tokenizer = tokenization.make_tokenizer(vocab_path, spm_model_path,
+                                              lower_case=lower_case)
+    self.tokenizer = tokenizer
+    self.long_seq_len = int(long_seq_len)
+    self.global_seq_len = int(global_seq_len)

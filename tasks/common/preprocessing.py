@@ -8,6 +8,7 @@ identical across tasks:
 - `featurize_records`: validated records -> the in-graph featurizer (a
   parallel, ordered `tf.data` map) -> labels and checks per record -> the
   TFRecord cache and its stats: the skeleton of every `preprocess_file`;
+  `featurize_into` is the same into an output folder (`output_paths`);
 - `output_paths`: `DIR/<stem>.tfrecord`, `DIR/<stem>.stats.json`, ...;
 - `default_is_training`: the "file name holds 'train'" default;
 - `ordered_map`: a deterministic parallel `tf.data` map (outputs stay
@@ -17,8 +18,9 @@ identical across tasks:
 - `log_written` / `summary_line`: the log line and the printed summary;
 - `parse_token_ids`: a `--*token_ids` flag value -> the featurizer's ids;
 - `define_featurizer_flags`: the flags every preprocessing binary has, and
-  `require_flags`: the check of the required ones (a `UserInputError`, so
-  that `etc_realformer.cli` prints one line, not absl's usage text).
+  `require_flags` / `check_command_line`: the checks of the command line (a
+  `UserInputError`, so that `etc_realformer.cli` prints one line, not
+  absl's usage text).
 """
 
 import os
@@ -104,6 +106,20 @@ def featurize_records(
   write_cache(record_path, stats_path, examples(), stats)
   log_written(stats.input_file, record_path, stats)
   return stats
+
+
+def featurize_into(output_dir: str, valid: Sequence[Any],
+                   stats: records.RecordStats, to_inputs: Callable[[Any], Any],
+                   output_signature: Any, featurize: Callable,
+                   spec: tfrecords.FeatureSpec,
+                   finish: Optional[Finish] = None) -> records.RecordStats:
+  """`featurize_records` into `output_dir` (created if missing): the
+  `output_paths` of `stats.input_file`, e.g. DIR/dev.tfrecord and
+  DIR/dev.stats.json."""
+  tf.io.gfile.makedirs(output_dir)
+  record_path, stats_path = output_paths(stats.input_file, output_dir)
+  return featurize_records(valid, to_inputs, output_signature, featurize,
+                           spec, record_path, stats_path, stats, finish)
 
 
 def output_paths(input_path: str, output_dir: str,
@@ -210,3 +226,15 @@ def require_flags(names: Sequence[str]) -> None:
   if missing:
     raise UserInputError(f"{', '.join(missing)} "
                          f"{'is' if len(missing) == 1 else 'are'} required")
+
+
+def check_command_line(argv: Sequence[str], required: Sequence[str]) -> None:
+  """A binary's command line: no positional arguments (`argv[1:]`), and the
+  `required` flags set.
+
+  Raises:
+    UserInputError: naming the unexpected arguments or the unset flags.
+  """
+  if len(argv) > 1:
+    raise UserInputError(f"unexpected arguments: {list(argv[1:])}")
+  require_flags(required)

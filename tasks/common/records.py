@@ -9,17 +9,22 @@ Every task reader follows the same contract:
   `RecordStats.handle_bad_record` then either re-raises it (`strict=True`)
   or skips it, counting it per reason and naming it in the stats JSON.
 
-Also here: `write_json` (how the tasks write their reports and submissions)
-and `find_manual_file` (where the TFDS builders look for a manually
-downloaded file).
+`read_json_records` is that contract for a file holding one JSON array;
+`skipping_bad_records` is the TFDS builders' version (skip, log once). Also
+here: `write_json` (how the tasks write their reports and submissions),
+`scoring_main` (the official-metric binaries' `main`) and
+`find_manual_file(s)` (where the TFDS builders look for manually downloaded
+files).
 """
 
 import collections
 import dataclasses
 import json
 import os
-from typing import Any, Dict, List, Sequence
+from typing import (Any, Callable, Dict, Iterator, List, Mapping, Optional,
+                    Sequence, TypeVar)
 
+from absl import logging
 import tensorflow as tf
 
 from etc_realformer.errors import UserInputError
@@ -185,6 +190,53 @@ class RecordStats:
       f.write("\n")
 
 
+R = TypeVar("R")
+
+
+def read_json_records(path: str, validate: Callable[[Any, str, int], R],
+                      stats: Optional["RecordStats"] = None,
+                      strict: bool = False) -> Iterator[R]:
+  """Yields the valid records of a file holding one JSON array of records.
+
+  Args:
+    path: the file.
+    validate: (raw record, file, index) -> the validated record; raises
+      `BadRecordError`.
+    stats: where reads and skips are counted; a fresh one if None.
+    strict: fail on the first bad record instead of skipping it. Ignored when
+      `stats` is given (its own `strict` applies).
+
+  Raises:
+    InputFileError: the file is missing, empty, not a JSON array or holds no
+      records.
+    BadRecordError: a bad record, in strict mode.
+  """
+  if stats is None:
+    stats = RecordStats(input_file=path, strict=strict)
+  data = load_json_array(path)
+  if not data:
+    raise InputFileError(f"{path}: input file holds no records")
+  for index, raw in enumerate(data):
+    stats.examples_read += 1
+    try:
+      yield validate(raw, path, index)
+    except BadRecordError as e:
+      stats.handle_bad_record(e)
+
+
+def skipping_bad_records(path: str,
+                         read_records: Callable[..., Iterator[R]]
+                         ) -> Iterator[R]:
+  """`read_records(path, stats=...)`'s valid records; the bad ones are
+  skipped and logged once at the end, as a warning with the counts per
+  reason (the TFDS builders' policy)."""
+  stats = RecordStats(input_file=path, strict=False)
+  yield from read_records(path, stats=stats)
+  if stats.num_skipped:
+    logging.warning("%s: skipped %d bad records %s", path, stats.num_skipped,
+                    dict(stats.skipped))
+
+
 def read_stats_json(path: str) -> Dict[str, Any]:
   with tf.io.gfile.GFile(path, "r") as f:
     return json.load(f)
@@ -203,6 +255,22 @@ def write_json(path: str, value: Any, sort_keys: bool = False) -> None:
   with tf.io.gfile.GFile(path, "w") as f:
     json.dump(value, f, indent=1, sort_keys=sort_keys, ensure_ascii=False)
     f.write("\n")
+
+
+def scoring_main(usage: str, score_files: Callable[[str, str], Any]
+                 ) -> Callable[[List[str]], None]:
+  """The `main` of an official-metric binary, `python -m ... PREDICTIONS
+  GOLD`: `score_files(PREDICTIONS, GOLD)` printed as JSON.
+
+  Args:
+    usage: the command line, for the error when the two files are not given.
+    score_files: (predictions path, gold path) -> the JSON-able scores.
+  """
+  def main(argv: List[str]) -> None:
+    if len(argv) != 3:
+      raise UserInputError(f"usage: {usage}")
+    print(json.dumps(score_files(argv[1], argv[2]), indent=2))
+  return main
 
 
 def find_manual_file(manual_dir: str, filename: str,
@@ -228,3 +296,16 @@ def find_manual_file(manual_dir: str, filename: str,
   raise InputFileError(
       f"{filename} not found in manual_dir {manual_dir} (looked in "
       f"{looked}). {instructions}".rstrip())
+
+
+def find_manual_files(manual_dir: str, split_files: Mapping[str, str],
+                      subdirs: Sequence[str] = ("",),
+                      instructions: str = "") -> Dict[str, str]:
+  """{split: path} of `find_manual_file` for each split's file name.
+
+  Raises:
+    InputFileError: a file is missing (the first one, by split order).
+  """
+  return {split: find_manual_file(os.fspath(manual_dir), name, subdirs,
+                                  instructions)
+          for split, name in split_files.items()}

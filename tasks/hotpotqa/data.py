@@ -23,11 +23,8 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from tasks.common import records
 
-# Skip reasons, as they appear in the stats JSON.
-MISSING_FIELD = records.MISSING_FIELD
-WRONG_TYPE = records.WRONG_TYPE
-UNDECODABLE_TEXT = records.UNDECODABLE_TEXT
-EMPTY_TEXT = records.EMPTY_TEXT
+# Skip reasons, as they appear in the stats JSON, besides those of
+# `records` (missing_field, wrong_type, undecodable_text, empty_text).
 EMPTY_CONTEXT = "empty_context"
 DUPLICATE_ID = "duplicate_id"
 # Training-only skips, raised once the features are built (as the original:
@@ -100,7 +97,7 @@ def _check_paragraph(value: Any, file: str, record_id: str,
   if (not isinstance(value, list) or len(value) != 2 or
       not isinstance(value[1], list)):
     raise records.BadRecordError(
-        file, record_id, field, WRONG_TYPE,
+        file, record_id, field, records.WRONG_TYPE,
         "expected [title, [sentences]]")
   title = records.check_text(value[0], file, record_id, f"{field}[0]")
   # Released paragraphs do hold empty / whitespace-only sentences; they are
@@ -117,14 +114,14 @@ def _check_supporting_facts(value: Any, file: str,
                             record_id: str) -> Tuple[Tuple[str, int], ...]:
   if not isinstance(value, list):
     raise records.BadRecordError(
-        file, record_id, "supporting_facts", WRONG_TYPE,
+        file, record_id, "supporting_facts", records.WRONG_TYPE,
         f"expected a list of [title, sent_id], got {type(value).__name__}")
   facts = []
   for i, fact in enumerate(value):
     field = f"supporting_facts[{i}]"
     if (not isinstance(fact, list) or len(fact) != 2 or
         not isinstance(fact[1], int) or isinstance(fact[1], bool)):
-      raise records.BadRecordError(file, record_id, field, WRONG_TYPE,
+      raise records.BadRecordError(file, record_id, field, records.WRONG_TYPE,
                                    "expected [title, sent_id]")
     facts.append((records.check_text(fact[0], file, record_id,
                                      f"{field}[0]", allow_empty=True),
@@ -148,19 +145,20 @@ def validate_record(raw: Any, file: str, index: int,
   record_id = records.record_id_of(raw, index, id_field="_id")
   if not isinstance(raw, dict):
     raise records.BadRecordError(
-        file, record_id, "<record>", WRONG_TYPE,
+        file, record_id, "<record>", records.WRONG_TYPE,
         f"expected a JSON object, got {type(raw).__name__}")
   needed = REQUIRED_FIELDS + (LABEL_FIELDS if require_labels else ())
   for field in needed:
     if field not in raw:
-      raise records.BadRecordError(file, record_id, field, MISSING_FIELD)
+      raise records.BadRecordError(file, record_id, field,
+                                   records.MISSING_FIELD)
   records.check_text(raw["_id"], file, record_id, "_id")
   question = records.check_text(raw["question"], file, record_id,
                                 "question")
   context = raw["context"]
   if not isinstance(context, list):
     raise records.BadRecordError(
-        file, record_id, "context", WRONG_TYPE,
+        file, record_id, "context", records.WRONG_TYPE,
         f"expected a list of paragraphs, got {type(context).__name__}")
   if not context:
     raise records.BadRecordError(file, record_id, "context", EMPTY_CONTEXT)
@@ -174,7 +172,7 @@ def validate_record(raw: Any, file: str, index: int,
     facts = _check_supporting_facts(raw["supporting_facts"], file, record_id)
   qtype = raw.get("type", "")
   if not isinstance(qtype, str):
-    raise records.BadRecordError(file, record_id, "type", WRONG_TYPE,
+    raise records.BadRecordError(file, record_id, "type", records.WRONG_TYPE,
                                  "expected a string")
   return HotpotRecord(
       id=record_id, question=question,
@@ -200,19 +198,13 @@ def read_records(path: str,
     records.InputFileError: the file is missing, empty or not a JSON array.
     records.BadRecordError: a bad record, in strict mode.
   """
-  if stats is None:
-    stats = records.RecordStats(input_file=path, strict=strict)
-  data = records.load_json_array(path)
-  if not data:
-    raise records.InputFileError(f"{path}: input file holds no records")
   seen = set()
-  for index, raw in enumerate(data):
-    stats.examples_read += 1
-    try:
-      record = validate_record(raw, path, index, require_labels)
-      if record.id in seen:
-        raise records.BadRecordError(path, record.id, "_id", DUPLICATE_ID)
-      seen.add(record.id)
-      yield record
-    except records.BadRecordError as e:
-      stats.handle_bad_record(e)
+
+  def validate(raw: Any, file: str, index: int) -> HotpotRecord:
+    record = validate_record(raw, file, index, require_labels)
+    if record.id in seen:
+      raise records.BadRecordError(file, record.id, "_id", DUPLICATE_ID)
+    seen.add(record.id)
+    return record
+
+  return records.read_json_records(path, validate, stats, strict)

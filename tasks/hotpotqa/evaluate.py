@@ -21,13 +21,11 @@ joint metrics.
 """
 
 import collections
-import json
 import re
 import string
-from typing import Any, Dict, Iterable, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, Iterable, Mapping, Sequence, Tuple
 
 from etc_realformer import cli
-from etc_realformer.errors import UserInputError
 from tasks.common import records
 
 METRIC_NAMES = ("em", "f1", "prec", "recall", "sp_em", "sp_f1", "sp_prec",
@@ -161,12 +159,7 @@ def answer_type_counts(prediction: Mapping[str, Mapping[str, Any]],
   return dict(sorted(counts.items()))
 
 
-def main(argv: List[str]) -> None:
-  if len(argv) != 3:
-    raise UserInputError(
-        "usage: python -m tasks.hotpotqa.evaluate PREDICTIONS.json GOLD.json")
-  print(json.dumps(evaluate_files(argv[1], argv[2]), indent=2))
-
-
 if __name__ == "__main__":
-  cli.run(main)
+  cli.run(records.scoring_main(
+      "python -m tasks.hotpotqa.evaluate PREDICTIONS.json GOLD.json",
+      evaluate_files))

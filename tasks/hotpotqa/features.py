@@ -144,7 +144,7 @@ def feature_spec(
   return spec
 
 
-class HotpotFeaturizer(tf.Module):
+class HotpotFeaturizer(featurizing.Featurizer):
   """HotpotQA question + context -> ETC raw model features, in TF ops.
 
   Example:
@@ -168,26 +168,18 @@ class HotpotFeaturizer(tf.Module):
     """Builds a featurizer.
 
     Args:
-      vocab_path: a BERT `vocab.txt` (WordPiece).
-      spm_model_path: a SentencePiece `.model` (instead of `vocab_path`).
-      tokenizer: a ready tokenizer (instead of both paths).
+      vocab_path, spm_model_path, tokenizer, lower_case: the vocabulary
+        (`featurizing.Featurizer`).
       long_seq_len: L (original 4096).
       global_seq_len: G (original 256).
       global_token_ids: special ids; `GlobalTokenIds.for_tokenizer` if None.
-      lower_case: uncased vocabulary.
     """
-    super().__init__(name="hotpotqa_featurizer")
-    if tokenizer is None:
-      tokenizer = tokenization.make_tokenizer(vocab_path, spm_model_path,
-                                              lower_case=lower_case)
-    if long_seq_len < 2 or global_seq_len < 2:
-      raise ValueError(f"sequence lengths must be >= 2, got long "
-                       f"{long_seq_len}, global {global_seq_len}")
-    self.tokenizer = tokenizer
-    self.long_seq_len = int(long_seq_len)
-    self.global_seq_len = int(global_seq_len)
+    # L and G >= 2: CLS and at least one more token.
+    super().__init__("hotpotqa_featurizer", vocab_path, spm_model_path,
+                     tokenizer, long_seq_len, global_seq_len, lower_case,
+                     min_seq_len=2)
     self.global_token_ids = (global_token_ids or
-                             GlobalTokenIds.for_tokenizer(tokenizer))
+                             GlobalTokenIds.for_tokenizer(self.tokenizer))
     self._record_fn = tf.function(
         self._featurize,
         input_signature=[

@@ -34,7 +34,6 @@ import numpy as np
 import tensorflow as tf
 
 from etc_realformer import cli
-from etc_realformer.errors import UserInputError
 from tasks.common import preprocessing
 from tasks.common import records
 from tasks.hotpotqa import data
@@ -49,27 +48,19 @@ _INPUT_SIGNATURE = dict(
     id=tf.TensorSpec([], tf.string))
 
 
-def output_paths(input_path: str, output_dir: str):
-  """(tfrecord path, stats path) for an input file, e.g. dev.json."""
-  return preprocessing.output_paths(input_path, output_dir)
-
-
-default_is_training = preprocessing.default_is_training
-
-
 def read_file(input_path: str, is_training: Optional[bool] = None,
               strict: bool = False
               ) -> Tuple[List[data.HotpotRecord], records.RecordStats]:
   """The valid records of a file and its stats so far (reads, skips).
 
-  `is_training` (default: `default_is_training`) requires labels.
+  `is_training` (default: `preprocessing.default_is_training`) requires labels.
 
   Raises:
     records.InputFileError: the input is missing, empty or malformed.
     records.BadRecordError: in strict mode, the first bad record.
   """
   if is_training is None:
-    is_training = default_is_training(input_path)
+    is_training = preprocessing.default_is_training(input_path)
   stats = records.RecordStats(input_file=input_path, strict=strict)
   return list(data.read_records(input_path, stats=stats,
                                 require_labels=is_training)), stats
@@ -83,7 +74,7 @@ def write_features(valid: List[data.HotpotRecord],
   """Featurizes `read_file`'s records into `output_dir`; returns the stats.
 
   Labels are added per record (`features.add_labels`); with `is_training`
-  (default: `default_is_training` of the input) the training filter skips
+  (default: `preprocessing.default_is_training` of the input) the training filter skips
   what gives no training signal.
 
   Raises:
@@ -91,9 +82,7 @@ def write_features(valid: List[data.HotpotRecord],
       filter rejects.
   """
   if is_training is None:
-    is_training = default_is_training(stats.input_file)
-  tf.io.gfile.makedirs(output_dir)
-  record_path, stats_path = output_paths(stats.input_file, output_dir)
+    is_training = preprocessing.default_is_training(stats.input_file)
 
   def to_inputs(r: data.HotpotRecord):
     return dict(question=r.question, titles=list(r.titles),
@@ -117,9 +106,9 @@ def write_features(valid: List[data.HotpotRecord],
     return records.BadRecordError(stats.input_file, record.id, "answer",
                                   reason, f"answer {record.answer!r}")
 
-  return preprocessing.featurize_records(
-      valid, to_inputs, _INPUT_SIGNATURE, featurize,
-      featurizer.feature_spec(), record_path, stats_path, stats, finish)
+  return preprocessing.featurize_into(
+      output_dir, valid, stats, to_inputs, _INPUT_SIGNATURE, featurize,
+      featurizer.feature_spec(), finish)
 
 
 def preprocess_file(input_path: str,
@@ -144,9 +133,8 @@ def make_featurizer(vocab: Optional[str], spm_model: Optional[str],
                     ) -> features_lib.HotpotFeaturizer:
   """The featurizer of the binary's flags (`global_token_ids`: the
   `--global_token_ids` strings, None for the vocabulary's defaults)."""
-  ids = preprocessing.parse_token_ids(
-      global_token_ids, features_lib.GlobalTokenIds, "global_token_ids",
-      ",".join(features_lib.GlobalTokenIds.names()))
+  ids = features_lib.GlobalTokenIds.from_flag(global_token_ids,
+                                              "global_token_ids")
   return features_lib.HotpotFeaturizer(
       vocab_path=vocab, spm_model_path=spm_model, long_seq_len=long_seq_len,
       global_seq_len=global_seq_len, global_token_ids=ids,
@@ -169,9 +157,7 @@ def _define_flags():
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise UserInputError(f"unexpected arguments: {argv[1:]}")
-  preprocessing.require_flags(("input", "output_dir"))
+  preprocessing.check_command_line(argv, ("input", "output_dir"))
   f = flags.FLAGS
   valid, stats = read_file(f.input, f.is_training, f.strict)
   featurizer = make_featurizer(f.vocab, f.spm_model, f.long_seq_len,

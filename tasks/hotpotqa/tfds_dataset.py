@@ -14,13 +14,10 @@ Bad records are skipped and logged, as in `preprocess.py`; training-only
 filters (answer not locatable) belong to featurization, not to the dataset.
 """
 
-import os
-
-from absl import logging
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from tasks.common import records
+from tasks.common import tfds_files
 from tasks.hotpotqa import data
 
 _DESCRIPTION = """\
@@ -40,10 +37,6 @@ _CITATION = """\
 }
 """
 
-_SUBDIRS = ("", "hotpotqa", "hotpot")
-_SPLIT_FILES = {"train": "hotpot_train_v1.1.json",
-                "validation": "hotpot_dev_distractor_v1.json"}
-
 
 def to_tfds_example(record: data.HotpotRecord) -> dict:
   """A validated record in the builder's feature layout."""
@@ -61,11 +54,15 @@ def to_tfds_example(record: data.HotpotRecord) -> dict:
   }
 
 
-class HotpotQaDistractor(tfds.core.GeneratorBasedBuilder):
+class HotpotQaDistractor(tfds_files.ManualFilesBuilder):
   """HotpotQA distractor from the released JSON files."""
 
   VERSION = tfds.core.Version("1.1.0")
   RELEASE_NOTES = {"1.1.0": "hotpot_train_v1.1 / hotpot_dev_distractor_v1."}
+  SUBDIRS = ("", "hotpotqa", "hotpot")
+  SPLIT_FILES = {"train": "hotpot_train_v1.1.json",
+                 "validation": "hotpot_dev_distractor_v1.json"}
+  read_records = staticmethod(data.read_records)
   MANUAL_DOWNLOAD_INSTRUCTIONS = """\
 Download hotpot_train_v1.1.json and hotpot_dev_distractor_v1.json from
 https://hotpotqa.github.io/ and pass as manual_dir the folder holding them
@@ -94,16 +91,5 @@ https://hotpotqa.github.io/ and pass as manual_dir the folder holding them
         citation=_CITATION,
     )
 
-  def _split_generators(self, dl_manager: tfds.download.DownloadManager):
-    manual_dir = os.fspath(dl_manager.manual_dir)
-    return {split: self._generate_examples(records.find_manual_file(
-        manual_dir, filename, _SUBDIRS, self.MANUAL_DOWNLOAD_INSTRUCTIONS))
-            for split, filename in _SPLIT_FILES.items()}
-
-  def _generate_examples(self, path: str):
-    stats = records.RecordStats(input_file=path, strict=False)
-    for record in data.read_records(path, stats=stats):
-      yield record.id, to_tfds_example(record)
-    if stats.num_skipped:
-      logging.warning("%s: skipped %d bad records %s", path,
-                      stats.num_skipped, dict(stats.skipped))
+  def example(self, record: data.HotpotRecord):
+    return record.id, to_tfds_example(record)

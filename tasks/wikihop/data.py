@@ -18,11 +18,8 @@ from typing import Any, Iterator, List, Optional
 
 from tasks.common import records
 
-# Skip reasons, as they appear in the stats JSON.
-MISSING_FIELD = records.MISSING_FIELD
-WRONG_TYPE = records.WRONG_TYPE
-UNDECODABLE_TEXT = records.UNDECODABLE_TEXT
-EMPTY_TEXT = records.EMPTY_TEXT
+# Skip reasons, as they appear in the stats JSON, besides those of
+# `records` (missing_field, wrong_type, undecodable_text, empty_text).
 EMPTY_SUPPORTS = "empty_supports"
 EMPTY_CANDIDATES = "empty_candidates"
 ANSWER_NOT_IN_CANDIDATES = "answer_not_in_candidates"
@@ -58,7 +55,7 @@ def _check_text_list(value: Any, file: str, record_id: str, field: str,
                      empty_reason: str) -> List[str]:
   if not isinstance(value, list):
     raise records.BadRecordError(
-        file, record_id, field, WRONG_TYPE,
+        file, record_id, field, records.WRONG_TYPE,
         f"expected a list of strings, got {type(value).__name__}")
   if not value:
     raise records.BadRecordError(file, record_id, field, empty_reason)
@@ -82,11 +79,12 @@ def validate_record(raw: Any, file: str, index: int) -> WikiHopRecord:
   record_id = records.record_id_of(raw, index)
   if not isinstance(raw, dict):
     raise records.BadRecordError(
-        file, record_id, "<record>", WRONG_TYPE,
+        file, record_id, "<record>", records.WRONG_TYPE,
         f"expected a JSON object, got {type(raw).__name__}")
   for field in REQUIRED_FIELDS:
     if field not in raw:
-      raise records.BadRecordError(file, record_id, field, MISSING_FIELD)
+      raise records.BadRecordError(file, record_id, field,
+                                   records.MISSING_FIELD)
   records.check_text(raw["id"], file, record_id, "id")
   query = records.check_text(raw["query"], file, record_id, "query")
   candidates = _check_text_list(raw["candidates"], file, record_id,
@@ -120,14 +118,4 @@ def read_records(path: str,
     records.InputFileError: the file is missing, empty or not a JSON array.
     records.BadRecordError: a bad record, in strict mode.
   """
-  if stats is None:
-    stats = records.RecordStats(input_file=path, strict=strict)
-  data = records.load_json_array(path)
-  if not data:
-    raise records.InputFileError(f"{path}: input file holds no records")
-  for index, raw in enumerate(data):
-    stats.examples_read += 1
-    try:
-      yield validate_record(raw, path, index)
-    except records.BadRecordError as e:
-      stats.handle_bad_record(e)
+  return records.read_json_records(path, validate_record, stats, strict)

@@ -9,11 +9,9 @@ writes); gold is a qangaroo file (`dev.json`: records with `id` and
 records: a record without a prediction counts as wrong.
 """
 
-import json
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, Mapping
 
 from etc_realformer import cli
-from etc_realformer.errors import UserInputError
 from tasks.common import records
 from tasks.wikihop import data
 
@@ -47,11 +45,12 @@ def gold_answers(path: str) -> Dict[str, str]:
     record_id = records.record_id_of(raw, index)
     if not isinstance(raw, dict):
       raise records.BadRecordError(path, record_id, "<record>",
-                                   data.WRONG_TYPE, "expected a JSON object")
+                                   records.WRONG_TYPE,
+                                   "expected a JSON object")
     for field in ("id", "answer"):
       if field not in raw:
         raise records.BadRecordError(path, record_id, field,
-                                     data.MISSING_FIELD)
+                                     records.MISSING_FIELD)
       records.check_text(raw[field], path, record_id, field)
     gold[raw["id"]] = data.normalize_candidate(raw["answer"])
   return gold
@@ -76,12 +75,7 @@ def evaluate_files(prediction_file: str, gold_file: str) -> Dict[str, Any]:
   return evaluate(load_predictions(prediction_file), gold_answers(gold_file))
 
 
-def main(argv: List[str]) -> None:
-  if len(argv) != 3:
-    raise UserInputError(
-        "usage: python -m tasks.wikihop.evaluate PREDICTIONS.json GOLD.json")
-  print(json.dumps(evaluate_files(argv[1], argv[2]), indent=2))
-
-
 if __name__ == "__main__":
-  cli.run(main)
+  cli.run(records.scoring_main(
+      "python -m tasks.wikihop.evaluate PREDICTIONS.json GOLD.json",
+      evaluate_files))

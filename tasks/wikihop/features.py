@@ -134,28 +134,23 @@ def feature_spec(
   example_id []: the record id.
   candidates [None]: the normalized candidate strings, for decoding.
   """
-  long_ = (long_seq_len,)
-  global_ = (global_seq_len,)
-  return {
-      "token_ids": (tf.int32, long_),
-      "segment_ids": (tf.int32, long_),
-      "long_paragraph_breakpoints": (tf.int32, long_),
-      "long_paragraph_ids": (tf.int32, long_),
-      "long_sentence_ids": (tf.int32, long_),
-      "l2g_linked_ids": (tf.int32, long_),
-      "global_token_ids": (tf.int32, global_),
-      "global_segment_ids": (tf.int32, global_),
-      "global_paragraph_breakpoints": (tf.int32, global_),
-      "ignore_hard_g2l_mask": (tf.int32, global_),
-      "candidate_mask": (tf.int32, global_),
+  spec = {name: (tf.int32, (long_seq_len,)) for name in (
+      "token_ids", "segment_ids", "long_paragraph_breakpoints",
+      "long_paragraph_ids", "long_sentence_ids", "l2g_linked_ids")}
+  spec.update({name: (tf.int32, (global_seq_len,)) for name in (
+      "global_token_ids", "global_segment_ids",
+      "global_paragraph_breakpoints", "ignore_hard_g2l_mask",
+      "candidate_mask")})
+  spec.update({
       "label": (tf.int32, ()),
       "num_candidates": (tf.int32, ()),
       "example_id": (tf.string, ()),
       "candidates": (tf.string, (None,)),
-  }
+  })
+  return spec
 
 
-class WikiHopFeaturizer(tf.Module):
+class WikiHopFeaturizer(featurizing.Featurizer):
   """Raw WikiHop record strings -> ETC raw features, in TF ops.
 
   Example:
@@ -181,31 +176,21 @@ class WikiHopFeaturizer(tf.Module):
     """Builds a featurizer.
 
     Args:
-      vocab_path: a BERT `vocab.txt` (WordPiece).
-      spm_model_path: a SentencePiece `.model` (instead of `vocab_path`).
-      tokenizer: a ready tokenizer (instead of both paths).
+      vocab_path, spm_model_path, tokenizer, lower_case: the vocabulary
+        (`featurizing.Featurizer`).
       long_seq_len: L, the long input length.
       global_seq_len: G, the global input length.
       global_token_ids: special global token ids;
         `GlobalTokenIds.for_tokenizer` when None.
       max_num_sentences: optional cap on the total number of document
         sentences (the original used 200 with G = 430).
-      lower_case: uncased vocabulary (lower-case and strip accents).
       mark_query_subject: give the document mentions of the query's subject
         token type 2 (see the module docstring).
     """
-    super().__init__(name="wikihop_featurizer")
-    if tokenizer is None:
-      tokenizer = tokenization.make_tokenizer(vocab_path, spm_model_path,
-                                              lower_case=lower_case)
-    if long_seq_len < 1 or global_seq_len < 1:
-      raise ValueError(f"sequence lengths must be positive, got long "
-                       f"{long_seq_len}, global {global_seq_len}")
-    self.tokenizer = tokenizer
-    self.long_seq_len = int(long_seq_len)
-    self.global_seq_len = int(global_seq_len)
+    super().__init__("wikihop_featurizer", vocab_path, spm_model_path,
+                     tokenizer, long_seq_len, global_seq_len, lower_case)
     self.global_token_ids = (global_token_ids or
-                             GlobalTokenIds.for_tokenizer(tokenizer))
+                             GlobalTokenIds.for_tokenizer(self.tokenizer))
     self.max_num_sentences = max_num_sentences
     self.mark_query_subject = bool(mark_query_subject)
     self._record_fn = tf.function(

@@ -23,7 +23,6 @@ import numpy as np
 import tensorflow as tf
 
 from etc_realformer import cli
-from etc_realformer.errors import UserInputError
 from tasks.common import preprocessing
 from tasks.common import records
 from tasks.wikihop import data
@@ -36,11 +35,6 @@ _INPUT_SIGNATURE = dict(
     supports=tf.TensorSpec([None], tf.string),
     answer=tf.TensorSpec([], tf.string),
     id=tf.TensorSpec([], tf.string))
-
-
-def output_paths(input_path: str, output_dir: str):
-  """(tfrecord path, stats path) for an input file, e.g. dev.json."""
-  return preprocessing.output_paths(input_path, output_dir)
 
 
 def read_file(input_path: str, strict: bool = False
@@ -67,8 +61,6 @@ def write_features(valid: List[data.WikiHopRecord],
   Raises:
     records.BadRecordError: in strict mode, the first record too long.
   """
-  tf.io.gfile.makedirs(output_dir)
-  record_path, stats_path = output_paths(stats.input_file, output_dir)
 
   def to_inputs(r: data.WikiHopRecord):
     return dict(query=r.query, candidates=r.candidates, supports=r.supports,
@@ -90,9 +82,9 @@ def write_features(valid: List[data.WikiHopRecord],
         f"{featurizer.long_seq_len} / global_seq_len "
         f"{featurizer.global_seq_len}")
 
-  return preprocessing.featurize_records(
-      valid, to_inputs, _INPUT_SIGNATURE, featurize,
-      featurizer.feature_spec(), record_path, stats_path, stats, finish)
+  return preprocessing.featurize_into(
+      output_dir, valid, stats, to_inputs, _INPUT_SIGNATURE, featurize,
+      featurizer.feature_spec(), finish)
 
 
 def preprocess_file(input_path: str,
@@ -118,9 +110,8 @@ def make_featurizer(vocab: Optional[str], spm_model: Optional[str],
                     ) -> features_lib.WikiHopFeaturizer:
   """The featurizer of the binary's flags (`global_token_ids`: the
   `--global_token_ids` strings, None for the vocabulary's defaults)."""
-  ids = preprocessing.parse_token_ids(
-      global_token_ids, features_lib.GlobalTokenIds, "global_token_ids",
-      ",".join(features_lib.GlobalTokenIds.names()))
+  ids = features_lib.GlobalTokenIds.from_flag(global_token_ids,
+                                              "global_token_ids")
   return features_lib.WikiHopFeaturizer(
       vocab_path=vocab, spm_model_path=spm_model, long_seq_len=long_seq_len,
       global_seq_len=global_seq_len, global_token_ids=ids,
@@ -150,9 +141,7 @@ def _define_flags():
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise UserInputError(f"unexpected arguments: {argv[1:]}")
-  preprocessing.require_flags(("input", "output_dir"))
+  preprocessing.check_command_line(argv, ("input", "output_dir"))
   f = flags.FLAGS
   valid, stats = read_file(f.input, strict=f.strict)
   featurizer = make_featurizer(f.vocab, f.spm_model, f.long_seq_len,

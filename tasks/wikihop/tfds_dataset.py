@@ -15,10 +15,9 @@ logged, as in `preprocess.py`.
 
 import os
 
-from absl import logging
 import tensorflow_datasets as tfds
 
-from tasks.common import records
+from tasks.common import tfds_files
 from tasks.wikihop import data
 
 _DESCRIPTION = """\
@@ -37,17 +36,17 @@ _CITATION = """\
 }
 """
 
-# Where the files may sit inside manual_dir (the release zip unpacks to
-# qangaroo_v1.1/wikihop/).
-_SUBDIRS = ("", "wikihop", os.path.join("qangaroo_v1.1", "wikihop"))
-_SPLIT_FILES = {"train": "train.json", "validation": "dev.json"}
 
-
-class WikiHop(tfds.core.GeneratorBasedBuilder):
+class WikiHop(tfds_files.ManualFilesBuilder):
   """WikiHop from the released qangaroo json files."""
 
   VERSION = tfds.core.Version("1.1.0")
   RELEASE_NOTES = {"1.1.0": "qangaroo v1.1 WikiHop train/dev."}
+  # Where the files may sit inside manual_dir (the release zip unpacks to
+  # qangaroo_v1.1/wikihop/).
+  SUBDIRS = ("", "wikihop", os.path.join("qangaroo_v1.1", "wikihop"))
+  SPLIT_FILES = {"train": "train.json", "validation": "dev.json"}
+  read_records = staticmethod(data.read_records)
   MANUAL_DOWNLOAD_INSTRUCTIONS = """\
 Download qangaroo_v1.1.zip from http://qangaroo.cs.ucl.ac.uk/ (the dataset
 terms require a manual download), unzip it, and pass as manual_dir the folder
@@ -71,19 +70,5 @@ one holding the two files directly).
         citation=_CITATION,
     )
 
-  def _split_generators(self, dl_manager: tfds.download.DownloadManager):
-    manual_dir = os.fspath(dl_manager.manual_dir)
-    return {
-        split: self._generate_examples(records.find_manual_file(
-            manual_dir, filename, _SUBDIRS,
-            self.MANUAL_DOWNLOAD_INSTRUCTIONS))
-        for split, filename in _SPLIT_FILES.items()
-    }
-
-  def _generate_examples(self, path: str):
-    stats = records.RecordStats(input_file=path, strict=False)
-    for record in data.read_records(path, stats=stats):
-      yield record.id, record.to_json()
-    if stats.num_skipped:
-      logging.warning("%s: skipped %d bad records %s", path,
-                      stats.num_skipped, dict(stats.skipped))
+  def example(self, record: data.WikiHopRecord):
+    return record.id, record.to_json()
