@@ -4,14 +4,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from etc_realformer.config import EtcConfig
+from etc_realformer.features import layouts
+from hotpotqa_testing import WORDS
+from hotpotqa_testing import record as _record
 from tasks.hotpotqa import data
 from tasks.hotpotqa import features as F
-from tests.test_common_tokenization import train_sentencepiece
-from tests.test_common_tokenization import write_test_vocab
-
-WORDS = ["who", "is", "x", "?", "born", "in", "paris", "city", "of", "the",
-         "john", "doe", "was", "light", "bob", "japanese", "cafe", "big",
-         "short", "long", "a", "b", "c", "d", "e", "f", "yes", "no"]
+from tokenization_testing import train_sentencepiece
+from tokenization_testing import write_test_vocab
 
 
 @pytest.fixture(scope="module")
@@ -36,17 +36,6 @@ def _ids(vocab_path, text):
   with open(vocab_path) as f:
     v = [line.rstrip("\n") for line in f]
   return [v.index(w) for w in text.split()]
-
-
-def _record(**kwargs):
-  fields = dict(
-      id="q1", question="Who is X?", titles=("John Doe", "Paris"),
-      sentences=(("John Doe was born in Paris.", "Bob is x."),
-                 ("Paris is the city of light.",)),
-      answer="Paris", type="bridge",
-      supporting_facts=(("John Doe", 0), ("Paris", 0)))
-  fields.update(kwargs)
-  return data.HotpotRecord(**fields)
 
 
 def test_hand_checked_layout_and_labels(vocab):
@@ -216,16 +205,13 @@ def test_long_question_is_cut_and_global_overflow_drops_paragraphs(vocab):
 
 
 def test_side_inputs_exempt_cls_from_hard_g2l(vocab):
-  from etc_realformer import make_multihop_side_inputs  # pylint: disable=g-import-not-at-top
   featurizer = _featurizer(vocab, 30, 14)
   f = featurizer.featurize_tf(*F.record_inputs(_record())[:4])
-  side = make_multihop_side_inputs(
-      long_paragraph_breakpoints=f["long_paragraph_breakpoints"][None],
-      long_paragraph_ids=f["long_paragraph_ids"][None],
-      long_sentence_ids=f["long_sentence_ids"][None],
-      global_paragraph_breakpoints=f["global_paragraph_breakpoints"][None],
-      local_radius=4, relative_pos_max_distance=2, use_hard_g2l_mask=True,
-      ignore_hard_g2l_mask=f["ignore_hard_g2l_mask"][None])
+  config = EtcConfig(vocab_size=60, local_radius=4,
+                     relative_pos_max_distance=2, relative_vocab_size=8,
+                     use_hard_g2l_mask=True)
+  side = layouts.from_features(
+      config, {k: v[None] for k, v in f.items()}, "multihop")
   g2l = side["g2l_att_mask"][0].numpy()
   assert g2l[0, :26].all() and not g2l[0, 26:].any()  # CLS sees everything
   assert g2l[5, 5:18].all() and not g2l[5, 18:].any()  # paragraph 0 token
@@ -252,7 +238,8 @@ def test_sentencepiece_featurizer(tmp_path):
   model = train_sentencepiece(tmp_path / "sp.model", texts, vocab_size=60)
   featurizer = F.HotpotFeaturizer(spm_model_path=model, long_seq_len=64,
                                   global_seq_len=14)
-  assert featurizer.global_token_ids == F.SENTENCEPIECE_GLOBAL_TOKEN_IDS
+  assert featurizer.global_token_ids == F.GlobalTokenIds(
+      cls=40, sentence=1, question=41, paragraph=43)
   f, _, reason = featurizer.featurize_record(_record(), is_training=True)
   assert reason is None
   assert f["global_token_ids"][0] == 40 and f["token_ids"][0] == 40

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from etc_realformer.data import tfrecords
 from tasks.wikihop import data
 from tasks.wikihop import features as F
 from tasks.wikihop import preprocess
-from tests.test_common_tokenization import train_sentencepiece
-from tests.test_common_tokenization import write_test_vocab
+from tokenization_testing import train_sentencepiece
+from tokenization_testing import write_test_vocab
 
 WORDS = ["a", "b", "x", "y", "is", "in", "country", "of", "new", "york",
          "big"] + [f"s{i}" for i in range(40)]
@@ -194,8 +195,10 @@ def test_global_token_ids_are_configurable(vocab):
                                    global_token_ids=ids)
   f = featurizer.featurize_tf("x", ["a"], ["a."])
   assert f["global_token_ids"].numpy().tolist() == [9, 8, 10, 7, 0, 0, 0, 0]
-  assert F.GlobalTokenIds.for_vocabulary("sentencepiece") == (
-      F.SENTENCEPIECE_GLOBAL_TOKEN_IDS)
+  # The default for a WordPiece vocabulary: [unused0], [unused2..4].
+  default = F.WikiHopFeaturizer(vocab, long_seq_len=20, global_seq_len=8)
+  assert default.global_token_ids == F.GlobalTokenIds(
+      sentence=1, question=3, candidate=4, paragraph=5)
 
 
 def _records():
@@ -217,8 +220,9 @@ def test_in_graph_serving_path_equals_preprocessed_tfrecords(vocab, tmp_path):
   stats = preprocess.preprocess_file(str(path), str(tmp_path / "out"),
                                      featurizer)
   assert stats.examples_written == 3
-  cached = list(F.make_dataset(str(tmp_path / "out" / "dev.tfrecord"), 24,
-                               12).as_numpy_iterator())
+  cached = list(tfrecords.make_dataset(
+      str(tmp_path / "out" / "dev.tfrecord"),
+      F.feature_spec(24, 12)).as_numpy_iterator())
 
   @tf.function(input_signature=[
       tf.TensorSpec([], tf.string), tf.TensorSpec([None], tf.string),
@@ -274,7 +278,8 @@ def test_sentencepiece_path(tmp_path):
   model = train_sentencepiece(tmp_path / "sp.model", texts, vocab_size=100)
   featurizer = F.WikiHopFeaturizer(spm_model_path=model, long_seq_len=80,
                                    global_seq_len=40)
-  assert featurizer.global_token_ids == F.SENTENCEPIECE_GLOBAL_TOKEN_IDS
+  assert featurizer.global_token_ids == F.GlobalTokenIds(
+      sentence=1, question=41, candidate=42, paragraph=43)
   record = data.validate_record(
       dict(id="sp", query="country_of X", candidates=["New York", "x"],
            answer="x", supports=["X is in New York. New York is big."]),

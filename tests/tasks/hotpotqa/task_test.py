@@ -1,19 +1,26 @@
-"""HotpotQA task: heads, loss masking, BIO variant, metrics, serve_raw."""
+"""Tests for tasks.hotpotqa.task: loss masking, the BIO variant, metrics,
+training, official scores and serve_raw."""
+
+import json
 
 import numpy as np
 import pytest
 import tensorflow as tf
+import tf_keras
 
-from etc_realformer.config import EtcConfig
+from etc_realformer.training import task as task_lib
+import hotpotqa_testing
+from hotpotqa_testing import WORDS
+from hotpotqa_testing import record as _record
 from tasks.hotpotqa import data
 from tasks.hotpotqa import decode
 from tasks.hotpotqa import features as F
 from tasks.hotpotqa import task as T
-from tests.test_hotpotqa_features import WORDS
-from tests.test_hotpotqa_features import _record
-from tests.test_common_tokenization import write_test_vocab
+from tokenization_testing import write_test_vocab
 
-L, G = 48, 16
+L, G = hotpotqa_testing.L, hotpotqa_testing.G
+_task = hotpotqa_testing.tiny_task
+_batch = hotpotqa_testing.batch
 
 
 @pytest.fixture(scope="module")
@@ -21,20 +28,8 @@ def vocab(tmp_path_factory):
   return write_test_vocab(tmp_path_factory.mktemp("v") / "vocab.txt", WORDS)
 
 
-def _task(vocab, **kwargs):
-  cfg = EtcConfig(vocab_size=60, hidden_size=16, num_hidden_layers=1,
-                  num_attention_heads=2, intermediate_size=32, local_radius=4,
-                  relative_pos_max_distance=2, relative_vocab_size=8,
-                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                  residual_attention=True, use_hard_g2l_mask=True)
-  return T.HotpotQATask(model_config=cfg, vocab_file=vocab, long_seq_len=L,
-                        global_seq_len=G, **kwargs)
-
-
-def _batch(task, records, is_training=False):
-  rows = [task.featurizer.featurize_record(r, is_training)[0]
-          for r in records]
-  return {k: tf.constant(np.stack([r[k] for r in rows])) for k in rows[0]}
+def test_registered_under_its_name():
+  assert task_lib.get_task_class("hotpotqa") is T.HotpotQATask
 
 
 def test_loss_terms_mask_unlabelled_and_unlocated(vocab):
@@ -57,8 +52,6 @@ def test_loss_terms_mask_unlabelled_and_unlocated(vocab):
   np.testing.assert_allclose(
       loss, (terms["sp_loss"] + terms["answer_type_loss"] +
              terms["span_loss"]) / 3, rtol=1e-6)
-  # The span logits never pick padding.
-  assert (outputs["start_logits"].numpy()[:, -3:] == T.NEG_INF).all()
   metrics = task.build_metrics()
   task.update_metrics(metrics, batch, outputs)
   results = {m.name: float(m.result()) for m in metrics}
@@ -71,10 +64,8 @@ def test_bio_variant(vocab):
   model = task.build_model()
   batch = _batch(task, [_record(), _record(id="q2", answer="yes")])
   outputs = model(batch, training=False)
-  assert outputs["bio_logits"].shape == [2, L, 3]
   terms = task.loss_terms(batch, outputs)
   assert (terms["span_loss"].numpy() > 0).all()
-  assert outputs["span_score"].shape == [2, G]
   with pytest.raises(ValueError, match="answer_encoding"):
     _task(vocab, answer_encoding="iob")
 
@@ -83,7 +74,6 @@ def test_training_step_reduces_loss(vocab):
   task = _task(vocab)
   model = task.build_model()
   batch = _batch(task, [_record(), _record(id="q2", answer="yes")], True)
-  import tf_keras  # pylint: disable=g-import-not-at-top
   optimizer = tf_keras.optimizers.Adam(1e-2)
   losses = []
   for _ in range(15):
@@ -93,6 +83,62 @@ def test_training_step_reduces_loss(vocab):
     optimizer.apply_gradients(zip(grads, model.trainable_variables))
     losses.append(float(loss))
   assert losses[-1] < 0.5 * losses[0], losses
+
+
+def _predicted(task_kwargs, tmp_path):
+  """`official_scores` of `hotpotqa_testing.PREDICTION` (one example) and
+  the files it wrote."""
+  task = _task(None, sp_threshold_grid=(0.3, 0.5, 0.9), **task_kwargs)
+  example = dict(hotpotqa_testing.PREDICTION, record_json=json.dumps(
+      hotpotqa_testing.PREDICTED_RECORD.to_json()).encode())
+  predictions = {k: np.asarray([v]) for k, v in example.items()}
+  task.write_predictions(predictions, str(tmp_path))
+  scores = task.official_scores(predictions, str(tmp_path))
+  written = {}
+  for name in (T.PREDICTIONS_FILE, T.THRESHOLD_SEARCH_FILE,
+               T.BEST_PREDICTIONS_FILE):
+    if (tmp_path / name).exists():
+      written[name] = json.loads((tmp_path / name).read_text())
+  return scores, written
+
+
+def test_official_scores_search_the_threshold_on_the_stored_gold(tmp_path):
+  scores, written = _predicted({}, tmp_path)
+  # At 0.5 (see tests/tasks/hotpotqa/decode_test.py): answer "Paris, France"
+  # (precision 1/2, recall 1) and sp precision 1, recall 1/2: joint F1 1/2;
+  # at 0.3 the answer is "Filler" (joint 0), at 0.9 nothing.
+  assert scores["best_threshold"] == 0.5 and scores["sp_threshold"] == 0.5
+  assert scores["best"]["joint_f1"] == pytest.approx(0.5)
+  assert scores["at_sp_threshold"] == scores["best"]
+  assert written[T.PREDICTIONS_FILE] == {
+      "answer": {"q1": "Paris, France"}, "sp": {"q1": [["Café Noir", 0]]}}
+  search = written[T.THRESHOLD_SEARCH_FILE]
+  assert (search["num_gold"], search["num_predicted"]) == (1, 1)
+  assert search["by_threshold"]["0.3"]["joint_f1"] == 0.0
+  assert search["best"] == scores["best"]
+  assert written[T.BEST_PREDICTIONS_FILE] == written[T.PREDICTIONS_FILE]
+
+
+def test_official_scores_over_every_record_of_a_gold_file(tmp_path):
+  gold = [hotpotqa_testing.PREDICTED_RECORD.to_json(),
+          dict(hotpotqa_testing.PREDICTED_RECORD.to_json(), _id="q2")]
+  gold_file = tmp_path / "gold.json"
+  gold_file.write_text(json.dumps(gold))
+  scores, written = _predicted({"gold_file": str(gold_file)}, tmp_path)
+  # q2 is not predicted: it counts 0, so every mean halves.
+  assert scores["best"]["joint_f1"] == pytest.approx(0.25)
+  assert written[T.THRESHOLD_SEARCH_FILE]["num_gold"] == 2
+
+
+def test_no_gold_no_official_scores(tmp_path):
+  unlabelled = hotpotqa_testing.PREDICTED_RECORD.to_json()
+  del unlabelled["answer"], unlabelled["supporting_facts"]
+  task = _task(None)
+  example = dict(hotpotqa_testing.PREDICTION,
+                 record_json=json.dumps(unlabelled).encode())
+  predictions = {k: np.asarray([v]) for k, v in example.items()}
+  assert task.official_scores(predictions, str(tmp_path)) is None
+  assert not (tmp_path / T.THRESHOLD_SEARCH_FILE).exists()
 
 
 @pytest.mark.slow  # traces the three serving signatures (~30 s)
@@ -146,7 +192,7 @@ def test_serve_raw_agrees_with_python_decoding(vocab):
   short = F.HotpotFeaturizer(vocab, long_seq_len=16, global_seq_len=10)
   feats = short.featurize_tf(*F.record_inputs(record)[:4])
   out = model({k: feats[k][tf.newaxis] for k in F.MODEL_FEATURES})
-  raw = T.raw_outputs(feats, {k: v[0] for k, v in out.items()},
+  raw = decode.raw_outputs(feats, {k: v[0] for k, v in out.items()},
                       tf.constant(list(record.titles)), tf.constant(flat),
                       tf.constant([2, 1]))
   # Budget: sentence 0.1 does not fit the long input, sentence 1.0 not the

@@ -1,4 +1,5 @@
-"""Tests for tasks.hotpotqa.decode: span search, answer choice, text, grid."""
+"""Tests for tasks.hotpotqa.decode: span search, answer choice, text, grid
+(the serving path's `raw_outputs`: in task_test.py, through `serve_raw`)."""
 
 import itertools
 
@@ -6,7 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tasks.hotpotqa import data
+from hotpotqa_testing import PREDICTED_RECORD as RECORD
+from hotpotqa_testing import PREDICTION
 from tasks.hotpotqa import decode
 from tasks.hotpotqa import features as F
 
@@ -64,28 +66,6 @@ def test_select_answer_only_in_predicted_supporting_facts():
       decode.select_answer(sp, score, 0.5).numpy(), [2, -1])
   np.testing.assert_array_equal(
       decode.select_answer(sp, score, 0.3).numpy(), [1, 2])
-
-
-RECORD = data.HotpotRecord(
-    id="q1", question="Where?", titles=("Café Noir", "Oslo"),
-    sentences=(("It opened in  Paris, France.", "Filler."),
-               ("Oslo is cold.",)),
-    answer="Paris", type="bridge",
-    supporting_facts=(("Café Noir", 0), ("Oslo", 0)))
-# Global tokens: CLS, paragraph 0, title 0, sentence 0.0, sentence 0.1,
-# paragraph 1, title 1, sentence 1.0.
-PREDICTION = {
-    "example_id": b"q1",
-    "global_kinds": np.array([1, 3, 4, 5, 5, 3, 4, 5]),
-    "global_paragraph_ids": np.array([-1, 0, 0, 0, 0, 1, 1, 1]),
-    "global_sentence_ids": np.array([-1, -1, -1, 0, 1, -1, -1, 0]),
-    "sp_probs": np.array([0.0, 0.9, 0.2, 0.8, 0.4, 0.7, 0.6, 0.45]),
-    "answer_type_probs": np.array([0.8, 0.1, 0.1]),
-    "span_score": np.array([-1, -1, 0.9, 0.5, 0.95, -1, 0.1, 0.2]),
-    # "Paris, France" in sentence 0.0 (bytes 14..27); "Café" in title 0.
-    "span_start_byte": np.array([-1, -1, 0, 14, 0, -1, 0, 0]),
-    "span_end_byte": np.array([-1, -1, 5, 27, 6, -1, 4, 4]),
-}
 
 
 def test_decode_example_rules_and_text():

@@ -1,4 +1,5 @@
-"""The HotpotQA TFDS builder on small files in the released format."""
+"""Tests for tasks.hotpotqa.tfds_dataset: the builder on small files in the
+released format."""
 
 import json
 
@@ -6,10 +7,11 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from hotpotqa_testing import released as good
+from tasks.common import records
 from tasks.hotpotqa import features as F
-from tasks.hotpotqa import tfds_builder
-from tests.test_hotpotqa_data import good
-from tests.test_common_tokenization import write_test_vocab
+from tasks.hotpotqa import tfds_dataset
+from tokenization_testing import write_test_vocab
 
 
 def test_builder_reads_manual_dir_and_feeds_the_featurizer(tmp_path):
@@ -19,7 +21,7 @@ def test_builder_reads_manual_dir_and_feeds_the_featurizer(tmp_path):
       [good(i) for i in range(3)] + [{"_id": "broken"}]))
   (manual / "hotpot_dev_distractor_v1.json").write_text(json.dumps(
       [good(0, answer="yes")]))
-  builder = tfds_builder.HotpotQaDistractor(data_dir=str(tmp_path / "data"))
+  builder = tfds_dataset.HotpotQaDistractor(data_dir=str(tmp_path / "data"))
   builder.download_and_prepare(
       download_config=tfds.download.DownloadConfig(manual_dir=str(tmp_path)))
   assert builder.info.splits["train"].num_examples == 3
@@ -47,7 +49,8 @@ def test_builder_reads_manual_dir_and_feeds_the_featurizer(tmp_path):
 
 
 def test_builder_names_missing_files(tmp_path):
-  builder = tfds_builder.HotpotQaDistractor(data_dir=str(tmp_path / "data"))
-  with pytest.raises(Exception, match="hotpot_train_v1.1.json not found"):
+  builder = tfds_dataset.HotpotQaDistractor(data_dir=str(tmp_path / "data"))
+  with pytest.raises(records.InputFileError,
+                     match="hotpot_train_v1.1.json not found"):
     builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
         manual_dir=str(tmp_path)))

@@ -1,11 +1,11 @@
 """The official HotpotQA metric on hand-computed cases, one per rule."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
+import cli_testing
+from tasks.common import records
 from tasks.hotpotqa import evaluate as E
 
 
@@ -107,12 +107,27 @@ def test_answer_type_counts():
       "A_A": 1, "A_B": 1, "A_Y": 1, "N_E": 1, "Y_N": 1}
 
 
+def test_evaluate_files_names_the_bad_file(tmp_path):
+  pred, gold = tmp_path / "pred.json", tmp_path / "gold.json"
+  pred.write_text(json.dumps(PREDICTION))
+  gold.write_text(json.dumps([{"_id": "1", "answer": "x"}]))
+  with pytest.raises(records.BadRecordError,
+                     match="gold.json: record '1', field 'supporting_facts'"):
+    E.evaluate_files(str(pred), str(gold))
+  pred.write_text(json.dumps({"answer": []}))
+  with pytest.raises(records.InputFileError, match="pred.json: expected"):
+    E.evaluate_files(str(pred), str(gold))
+
+
 def test_cli(tmp_path):
   pred, gold = tmp_path / "pred.json", tmp_path / "gold.json"
   pred.write_text(json.dumps(PREDICTION))
   gold.write_text(json.dumps(GOLD))
-  out = subprocess.run(
-      [sys.executable, "-m", "tasks.hotpotqa.evaluate", str(pred), str(gold)],
-      capture_output=True, text=True, check=True,
-      cwd=__file__.rsplit("/tests/", 1)[0])
+  out = cli_testing.run("tasks.hotpotqa.evaluate", [str(pred), str(gold)])
+  assert out.returncode == 0, out.stderr[-2000:]
   assert json.loads(out.stdout) == pytest.approx(E.evaluate(PREDICTION, GOLD))
+  # A user's mistake (a missing gold file) is one line and exit code 2.
+  out = cli_testing.run("tasks.hotpotqa.evaluate",
+                        [str(pred), str(tmp_path / "none.json")])
+  cli_testing.assert_user_error(out.returncode, out.stderr,
+                                "none.json: cannot read input file")

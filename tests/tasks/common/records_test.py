@@ -1,18 +1,18 @@
-"""Tests for tasks.common.records and tasks.common.tfrecords."""
+"""Tests for tasks.common.records: JSON inputs, bad records, stats, the JSON
+writer and the manual-download lookup."""
 
 import json
 
-import numpy as np
 import pytest
-import tensorflow as tf
 
+from etc_realformer.errors import UserInputError
 from tasks.common import records
-from tasks.common import tfrecords
 
 
 def test_load_json_array_errors_name_the_file(tmp_path):
   missing = tmp_path / "missing.json"
-  with pytest.raises(records.InputFileError, match="missing.json.*cannot read"):
+  with pytest.raises(records.InputFileError,
+                     match="missing.json.*cannot read"):
     records.load_json_array(str(missing))
   empty = tmp_path / "empty.json"
   empty.write_text("  \n")
@@ -26,10 +26,12 @@ def test_load_json_array_errors_name_the_file(tmp_path):
   obj.write_text('{"id": 1}')
   with pytest.raises(records.InputFileError, match="obj.json.*JSON array"):
     records.load_json_array(str(obj))
+  assert records.load_json(str(obj)) == {"id": 1}
   directory = tmp_path / "adir.json"
   directory.mkdir()
   with pytest.raises(records.InputFileError, match="adir.json"):
     records.load_json_array(str(directory))
+  assert issubclass(records.InputFileError, UserInputError)
 
 
 def test_invalid_utf8_is_kept_per_record(tmp_path):
@@ -38,6 +40,19 @@ def test_invalid_utf8_is_kept_per_record(tmp_path):
   data = records.load_json_array(str(path))
   assert records.is_decodable(data[0]["q"])
   assert not records.is_decodable(data[1]["q"])
+
+
+@pytest.mark.parametrize("value, allow_empty, reason", [
+    (3, False, records.WRONG_TYPE),
+    ("bad \udcff", False, records.UNDECODABLE_TEXT),
+    ("  ", False, records.EMPTY_TEXT),
+])
+def test_check_text_names_record_and_field(value, allow_empty, reason):
+  with pytest.raises(records.BadRecordError) as e:
+    records.check_text(value, "f.json", "r7", "query", allow_empty)
+  assert e.value.reason == reason
+  assert str(e.value).startswith("f.json: record 'r7', field 'query': ")
+  assert records.check_text("  ", "f.json", "r7", "q", True) == "  "
 
 
 def test_stats_skip_and_strict():
@@ -59,32 +74,22 @@ def test_stats_skip_and_strict():
     records.RecordStats(strict=True).handle_bad_record(error)
 
 
-def test_tfrecord_round_trip_with_spec(tmp_path):
-  spec = {
-      "ids": (tf.int32, (3,)),
-      "label": (tf.int32, ()),
-      "name": (tf.string, ()),
-      "options": (tf.string, (None,)),
-      "score": (tf.float32, (2,)),
-  }
-  rows = [
-      dict(ids=np.array([1, -1, 7]), label=np.int32(2), name=b"a",
-           options=np.array([b"x", b"y"]), score=np.array([0.5, 1.5])),
-      dict(ids=np.array([0, 0, 0]), label=np.int32(-1), name="b",
-           options=np.array(["z"]), score=np.array([0.0, -1.0])),
-  ]
-  path = str(tmp_path / "x.tfrecord")
-  n = tfrecords.write_tfrecord(
-      path, (tfrecords.to_tf_example(r, spec) for r in rows))
-  assert n == 2
-  got = list(tfrecords.make_dataset(path, spec).as_numpy_iterator())
-  assert got[0]["ids"].dtype == np.int32
-  np.testing.assert_array_equal(got[0]["ids"], [1, -1, 7])
-  assert got[1]["label"] == -1 and got[1]["name"] == b"b"
-  assert got[0]["options"].tolist() == [b"x", b"y"]
-  assert got[1]["options"].tolist() == [b"z"]
-  np.testing.assert_allclose(got[1]["score"], [0.0, -1.0])
-  with pytest.raises(ValueError, match="'ids': shape"):
-    tfrecords.to_tf_example(dict(rows[0], ids=np.zeros(4)), spec)
-  with pytest.raises(ValueError, match="no TFRecord file"):
-    tfrecords.make_dataset(str(tmp_path / "none*"), spec)
+def test_write_json_keeps_text_and_ends_with_a_newline(tmp_path):
+  path = str(tmp_path / "out.json")
+  records.write_json(path, {"b": "Café", "a": [1]}, sort_keys=True)
+  with open(path, encoding="utf-8") as f:
+    text = f.read()
+  assert text.endswith("}\n") and "Café" in text
+  assert text.index('"a"') < text.index('"b"')
+  assert json.loads(text) == {"a": [1], "b": "Café"}
+
+
+def test_find_manual_file_looks_in_the_subdirs_in_order(tmp_path):
+  (tmp_path / "sub").mkdir()
+  (tmp_path / "sub" / "x.json").write_text("[]")
+  found = records.find_manual_file(str(tmp_path), "x.json", ("", "sub"))
+  assert found == str(tmp_path / "sub" / "x.json")
+  with pytest.raises(records.InputFileError,
+                     match=r"y.json not found .*/sub'\]\). Download it"):
+    records.find_manual_file(str(tmp_path), "y.json", ("", "sub"),
+                             "Download it.")

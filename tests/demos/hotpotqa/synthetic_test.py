@@ -1,12 +1,13 @@
-"""Synthetic HotpotQA: released format, determinism, solvability, chance."""
+"""Tests for demos/hotpotqa/synthetic.py: released format, determinism,
+solvability, chance."""
 
 import collections
 import json
 import re
 
+from demos.hotpotqa import synthetic
 from tasks.hotpotqa import data
 from tasks.hotpotqa import evaluate
-from tasks.hotpotqa import synthetic
 
 
 def test_format_determinism_and_vocabulary(tmp_path):
@@ -21,7 +22,9 @@ def test_format_determinism_and_vocabulary(tmp_path):
                                   num_dev=10, seed=7)
   with open(other["dev"]) as f:
     assert json.load(f) == dev
-  vocab = set(open(paths["vocab"]).read().split("\n"))
+  with open(paths["vocab"]) as f:
+    lines = f.read().split("\n")
+  vocab = set(lines)
   with open(paths["train"]) as f:
     train = json.load(f)
   for raw in train + dev:
@@ -32,7 +35,6 @@ def test_format_determinism_and_vocabulary(tmp_path):
                     [s for p in record.sentences for s in p])
     for word in re.findall(r"\w+|[^\w\s]", text.lower()):
       assert word in vocab, word
-  lines = open(paths["vocab"]).read().split("\n")
   assert lines.index("[CLS]") == 101 and lines.index("[unused0]") == 1
 
 

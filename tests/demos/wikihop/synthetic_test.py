@@ -1,5 +1,5 @@
-"""Tests for the synthetic WikiHop generator: format, determinism, the
-reasoning chain, and that shortcut baselines stay near chance."""
+"""Tests for demos/wikihop/synthetic.py: format, determinism, the reasoning
+chain, and that shortcut baselines stay near chance."""
 
 import collections
 import json
@@ -9,11 +9,12 @@ import re
 import numpy as np
 import pytest
 
+import cli_testing
+from demos.wikihop import demo
+from demos.wikihop import synthetic
 from tasks.common import tokenization
 from tasks.wikihop import data
-from tasks.wikihop import demo
 from tasks.wikihop import features as F
-from tasks.wikihop import synthetic
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +22,11 @@ def dataset(tmp_path_factory):
   out = tmp_path_factory.mktemp("syn")
   paths = synthetic.write_dataset(str(out), num_train=400, num_dev=300,
                                   seed=7)
-  return paths, {s: json.load(open(paths[s])) for s in ("train", "dev")}
+  splits = {}
+  for split in ("train", "dev"):
+    with open(paths[split]) as f:
+      splits[split] = json.load(f)
+  return paths, splits
 
 
 def test_qangaroo_format_and_validity(dataset):
@@ -45,12 +50,16 @@ def test_deterministic_given_seed(tmp_path):
   b = synthetic.write_dataset(str(tmp_path / "b"), 30, 20, seed=3)
   c = synthetic.write_dataset(str(tmp_path / "c"), 30, 20, seed=4)
   d = synthetic.write_dataset(str(tmp_path / "d"), 50, 20, seed=3)
+  def read(path):
+    with open(path, "rb") as f:
+      return f.read()
+
   for key in ("train", "dev", "vocab"):
-    assert open(a[key], "rb").read() == open(b[key], "rb").read()
-  assert open(a["train"]).read() != open(c["train"]).read()
+    assert read(a[key]) == read(b[key])
+  assert read(a["train"]) != read(c["train"])
   # Dev does not depend on the number of training examples.
-  assert open(a["dev"]).read() == open(d["dev"]).read()
-  assert open(a["vocab"]).read() == open(c["vocab"]).read()
+  assert read(a["dev"]) == read(d["dev"])
+  assert read(a["vocab"]) == read(c["vocab"])
 
 
 def _facts(record):
@@ -161,3 +170,19 @@ def test_query_chain_reads_the_chain_back_to_the_answer():
       assert len(chain) == hops + 1
       assert chain[0] == record["query"].split()[-1]
       assert chain[-1] == record["answer"]
+
+
+def test_binary_writes_the_dataset_and_needs_an_output_dir(tmp_path):
+  out = cli_testing.run("demos.wikihop.synthetic",
+                        [f"--output_dir={tmp_path}", "--num_train=3",
+                         "--num_dev=2", "--hops=1"])
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert json.loads(out.stdout) == {
+      "train": str(tmp_path / "train.json"),
+      "dev": str(tmp_path / "dev.json"),
+      "vocab": str(tmp_path / "vocab.txt")}
+  with open(tmp_path / "dev.json") as f:
+    assert len(json.load(f)) == 2
+  out = cli_testing.run("demos.wikihop.synthetic", ["--num_train=3"])
+  cli_testing.assert_user_error(out.returncode, out.stderr,
+                                "--output_dir is required")

@@ -1,36 +1,11 @@
 """Tests for tasks.common.tokenization: sentence splitting, WordPiece, SP."""
 
-import io
-import os
-
 import pytest
 import tensorflow as tf
 
 from tasks.common import tokenization
-
-BASE_WORDS = (
-    ["[PAD]"] + [f"[unused{i}]" for i in range(10)] +
-    ["[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "_", "'"])
-
-
-def write_test_vocab(path, words) -> str:
-  """A BERT-style vocab.txt: [PAD]=0, [unused0..9]=1..10, [UNK]=11, ..."""
-  tokens = list(BASE_WORDS) + [w for w in words if w not in BASE_WORDS]
-  tokenization.write_vocab(os.fspath(path), tokens)
-  return os.fspath(path)
-
-
-def train_sentencepiece(path, texts, vocab_size=120) -> str:
-  """Trains a tiny SentencePiece model on `texts`; returns the .model path."""
-  spm = pytest.importorskip("sentencepiece")
-  model = io.BytesIO()
-  spm.SentencePieceTrainer.train(
-      sentence_iterator=iter(texts), model_writer=model,
-      vocab_size=vocab_size, model_type="unigram", character_coverage=1.0,
-      hard_vocab_limit=False, minloglevel=2, num_threads=1)
-  with open(path, "wb") as f:
-    f.write(model.getvalue())
-  return os.fspath(path)
+from tokenization_testing import train_sentencepiece
+from tokenization_testing import write_test_vocab
 
 
 def test_split_sentences_keeps_initials_and_drops_empty():

@@ -1,23 +1,25 @@
 """HotpotQA end to end on small files in the released format.
 
-synthetic released-format JSON + vocab.txt (written here) -> preprocess ->
-train a few steps in process (loss goes down) -> `python -m tasks.hotpotqa
+synthetic released-format JSON + vocab.txt (the demo's generator) ->
+preprocess -> train a few steps in process (loss goes down) -> predict
+(official submission JSON) -> export -> `python -m tasks.hotpotqa
 --mode=eval` (in-graph metrics, then the official metric with the threshold
-search) -> predict (official submission JSON) -> export -> a fresh process
-serves every signature.
+search) -> a fresh process serves every signature.
 """
 
 import json
 import os
 import re
 
+import gin
 import pytest
 
+from demos.hotpotqa import synthetic
 import e2e_testing
-from tasks.hotpotqa import synthetic
+from tasks import run
+from tasks.hotpotqa import preprocess
 
 LONG, GLOBAL = 96, 40
-
 
 
 def tiny_gin(data_dir: str, path: str) -> str:
@@ -48,12 +50,7 @@ def tiny_gin(data_dir: str, path: str) -> str:
 
 
 @pytest.mark.slow
-def test_preprocess_train_eval_predict_export_serve(tmp_path, capsys):
-  import gin  # pylint: disable=g-import-not-at-top
-  from tasks import run  # pylint: disable=g-import-not-at-top
-  from tasks.hotpotqa import preprocess  # pylint: disable=g-import-not-at-top
-  from tasks.hotpotqa import runner  # pylint: disable=g-import-not-at-top
-
+def test_preprocess_train_predict_export_eval_serve(tmp_path, capsys):
   data_dir = str(tmp_path / "data")
   paths = synthetic.write_dataset(data_dir, num_train=48, num_dev=6, seed=3)
   featurizer = preprocess.make_featurizer(paths["vocab"], None, LONG, GLOBAL)
@@ -64,7 +61,7 @@ def test_preprocess_train_eval_predict_export_serve(tmp_path, capsys):
   model_dir = str(tmp_path / "model")
 
   # 1. Train in this process (saves a process start); the loss goes down.
-  runner.register()
+  run.register_tasks()
   gin.clear_config()
   try:
     run.parse_gin(["tasks/hotpotqa.gin", gin_file], [])
@@ -99,23 +96,33 @@ def test_preprocess_train_eval_predict_export_serve(tmp_path, capsys):
     context = " ".join(t + " " + " ".join(s)
                        for t, s in by_id[record_id]["context"])
     assert answer in ("yes", "no", "") or answer in context
-  with open(os.path.join(predictions_dir, "threshold_search.json")) as f:
+  # Predict writes the submission only; the official metric is eval's.
+  assert os.listdir(predictions_dir) == ["predictions.json"]
+
+  # 4. The binary's eval: in-graph metrics, then the official metric with
+  # the threshold search, on the eval input (the same dev records).
+  output = e2e_testing.run_binary(
+      ["tasks.hotpotqa", f"--gin_file={gin_file}", "--mode=eval",
+       f"--model_dir={model_dir}"], timeout=300)
+  official = re.search(r"^eval official \| (\{.*\})$", output, re.M)
+  assert official, output[-2000:]
+  with open(os.path.join(model_dir, "eval_predictions",
+                         "threshold_search.json")) as f:
     search = json.load(f)
   assert set(search["by_threshold"]) == {"0.2", "0.4", "0.6"}
   assert search["best"]["joint_f1"] == max(
       m["joint_f1"] for m in search["by_threshold"].values())
-
-  # 4. The binary's eval: in-graph metrics, then the official metric.
-  output = e2e_testing.run_binary(
-      ["tasks.hotpotqa", f"--gin_file={gin_file}", "--mode=eval",
-       f"--model_dir={model_dir}"], timeout=300)
-  assert re.search(r"eval official \| best joint F1 [\d.]+ at threshold",
-                   output), output[-2000:]
+  assert search["num_gold"] == search["num_predicted"] == len(dev)
   with open(os.path.join(model_dir, "eval_results.json")) as f:
     results = json.load(f)
   assert "sentence_sp_f1" in results and "answer_type_accuracy" in results
+  assert results["official"] == json.loads(official.group(1))
   assert results["official"]["best"]["joint_f1"] == pytest.approx(
       search["best"]["joint_f1"])
+  # The eval set's submission at sp_threshold is predict's.
+  with open(os.path.join(model_dir, "eval_predictions",
+                         "predictions.json")) as f:
+    assert json.load(f) == submission
 
   # 5. A fresh process (no project code) serves every signature.
   record = dev[0]

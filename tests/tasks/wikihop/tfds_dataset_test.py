@@ -1,4 +1,5 @@
-"""Tests for the WikiHop TFDS builder on small files in the real format."""
+"""Tests for tasks.wikihop.tfds_dataset: the builder on small files in the
+released format."""
 
 import json
 
@@ -6,7 +7,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from tasks.common import records
-from tasks.wikihop import tfds_builder
+from tasks.wikihop import tfds_dataset
 
 
 def _record(i, split):
@@ -15,16 +16,20 @@ def _record(i, split):
               supports=[f"X{i} is in Bora.", "Aland is big."])
 
 
-def test_builder_reads_manual_dir(tmp_path):
+def test_builder_reads_manual_dir(tmp_path, caplog):
   manual = tmp_path / "qangaroo_v1.1" / "wikihop"
   manual.mkdir(parents=True)
   (manual / "train.json").write_text(json.dumps(
       [_record(i, "train") for i in range(3)] + [{"id": "broken"}]))
   (manual / "dev.json").write_text(json.dumps([_record(0, "dev")]))
-  builder = tfds_builder.WikiHop(data_dir=str(tmp_path / "data"))
+  builder = tfds_dataset.WikiHop(data_dir=str(tmp_path / "data"))
   builder.download_and_prepare(
       download_config=tfds.download.DownloadConfig(manual_dir=str(tmp_path)))
   assert builder.info.splits["train"].num_examples == 3
+  # The bad record is skipped, and logged once (`tasks.common.tfds_files`).
+  assert [r.getMessage() for r in caplog.records if "skipped" in
+          r.getMessage()] == [f"{manual / 'train.json'}: skipped 1 bad "
+                              "records {'missing_field': 1}"]
   assert builder.info.splits["validation"].num_examples == 1
   dev = list(tfds.as_numpy(builder.as_dataset(split="validation")))
   assert dev[0]["id"] == b"WH_dev_0"
@@ -38,8 +43,8 @@ def test_builder_reads_manual_dir(tmp_path):
 
 
 def test_builder_names_missing_files(tmp_path):
-  builder = tfds_builder.WikiHop(data_dir=str(tmp_path / "data"))
-  with pytest.raises(Exception, match="train.json not found"):
+  builder = tfds_dataset.WikiHop(data_dir=str(tmp_path / "data"))
+  with pytest.raises(records.InputFileError,
+                     match=r"train.json not found .*qangaroo_v1.1/wikihop"):
     builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
         manual_dir=str(tmp_path)))
-  assert issubclass(records.InputFileError, ValueError)

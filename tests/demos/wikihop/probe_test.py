@@ -1,6 +1,5 @@
-"""Tests for the WikiHop learnability probe's controls: the marks land on
-exactly the tokens their docstrings name, on real featurized synthetic
-records."""
+"""Tests for demos/wikihop/probe.py's controls: the marks land on exactly the
+tokens their docstrings name, on real featurized synthetic records."""
 
 import random
 
@@ -8,11 +7,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from demos.wikihop import probe
+from demos.wikihop import synthetic
 from tasks.common import tokenization
 from tasks.wikihop import data
+from tasks.wikihop import features as F
 from tasks.wikihop import preprocess
-from tasks.wikihop import synthetic
-from tools import wikihop_probe as probe
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +39,8 @@ def _bridge_city(record):
 
 def test_vocabulary_ids_the_probe_relies_on(featurized):
   _, vocab, _ = featurized
-  assert vocab[probe._PERIOD_ID] == "."
-  assert vocab[probe._MARK_ID] == "[unused5]"
+  assert vocab[probe.PERIOD_ID] == "."
+  assert vocab[probe.MARK_ID] == "[unused5]"
 
 
 def test_marked_chain_marks_village_and_both_bridge_mentions(featurized):
@@ -51,8 +51,9 @@ def test_marked_chain_marks_village_and_both_bridge_mentions(featurized):
   np.testing.assert_array_equal(out["label"].numpy(), batch["label"].numpy())
   for i, record in enumerate(records):
     changed = before[i] != after[i]
-    assert (after[i][changed] == probe._MARK_ID).all()
-    assert (seg[i][changed] == probe._DOC).all()  # never the query itself
+    assert (after[i][changed] == probe.MARK_ID).all()
+    # Never the query itself.
+    assert (seg[i][changed] == F.SENTENCE_TOKEN_TYPE_ID).all()
     marked_words = sorted(vocab[t] for t in before[i][changed])
     village = record["query"].split()[-1]
     # The village is named in one document, the bridge city in two.
@@ -87,6 +88,6 @@ def test_marked_chain_by_token_type_marks_the_same_tokens(featurized):
   np.testing.assert_array_equal(by_type["token_ids"].numpy(),
                                 batch["token_ids"].numpy())
   replaced = by_token["token_ids"].numpy() != batch["token_ids"].numpy()
-  typed = by_type["segment_ids"].numpy() == probe._MARK_TYPE
+  typed = by_type["segment_ids"].numpy() == probe.MARK_TYPE
   assert replaced.any()
   np.testing.assert_array_equal(typed, replaced)

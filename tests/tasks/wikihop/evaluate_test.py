@@ -1,0 +1,52 @@
+"""Tests for tasks.wikihop.evaluate: accuracy over the gold records, the gold
+reader and the CLI."""
+
+import json
+
+import pytest
+
+import cli_testing
+from tasks.common import records
+from tasks.wikihop import evaluate as E
+
+GOLD = [{"id": "1", "query": "q", "candidates": ["Paris", "oslo"],
+         "answer": "Paris ", "supports": ["s"]},
+        {"id": "2", "answer": "oslo"},
+        {"id": "3", "answer": "lima"}]
+PREDICTIONS = {"1": "paris", "2": "rome", "4": "x"}
+
+
+def test_evaluate_counts_missing_predictions_as_wrong():
+  gold = {"1": "paris", "2": "oslo", "3": "lima"}
+  assert E.evaluate(PREDICTIONS, gold) == {
+      "accuracy": pytest.approx(1 / 3), "num_correct": 1, "num_gold": 3,
+      "num_predicted": 2}
+  assert E.evaluate({}, {})["accuracy"] == 0.0
+
+
+def test_gold_answers_normalized_and_bad_records_named(tmp_path):
+  path = tmp_path / "dev.json"
+  path.write_text(json.dumps(GOLD))
+  assert E.gold_answers(str(path)) == {"1": "paris", "2": "oslo",
+                                       "3": "lima"}
+  path.write_text(json.dumps([{"id": "9"}]))
+  with pytest.raises(records.BadRecordError,
+                     match=r"dev.json: record '9', field 'answer'"):
+    E.gold_answers(str(path))
+
+
+def test_cli(tmp_path):
+  pred, gold = tmp_path / "pred.json", tmp_path / "gold.json"
+  pred.write_text(json.dumps(PREDICTIONS))
+  gold.write_text(json.dumps(GOLD))
+  out = cli_testing.run("tasks.wikihop.evaluate", [str(pred), str(gold)])
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert json.loads(out.stdout) == E.evaluate_files(str(pred), str(gold))
+  # A user's mistake (here a gold file that is not JSON) is one line and
+  # exit code 2.
+  gold.write_text("[")
+  out = cli_testing.run("tasks.wikihop.evaluate", [str(pred), str(gold)])
+  cli_testing.assert_user_error(out.returncode, out.stderr,
+                                "gold.json: not valid JSON")
+  out = cli_testing.run("tasks.wikihop.evaluate", [str(pred)])
+  cli_testing.assert_user_error(out.returncode, out.stderr, "usage: ")

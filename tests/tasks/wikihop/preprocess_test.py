@@ -1,0 +1,127 @@
+"""Tests for tasks.wikihop.preprocess: the cache and its stats, strict mode,
+and the binary's one-line errors (exit code 2) for a user's mistakes."""
+
+import json
+import os
+
+import pytest
+
+import cli_testing
+from etc_realformer.data import tfrecords
+from tasks.common import preprocessing
+from tasks.common import records
+from tasks.wikihop import data
+from tasks.wikihop import features as F
+from tasks.wikihop import preprocess
+from tokenization_testing import write_test_vocab
+
+GOOD = dict(id="g0", query="country_of x", candidates=["A", "b"], answer="b ",
+            supports=["x is in b."])
+WORDS = ["a", "b", "x", "is", "in", "country", "of"]
+
+
+def _write(path, recs):
+  path.write_text(json.dumps(recs))
+  return str(path)
+
+
+@pytest.fixture(scope="module")
+def vocab(tmp_path_factory):
+  return write_test_vocab(tmp_path_factory.mktemp("v") / "vocab.txt", WORDS)
+
+
+def test_preprocess_writes_records_and_stats(tmp_path, vocab):
+  long_doc = " ".join(["x is in b."] * 6)
+  recs = [GOOD, dict(GOOD, id="t0", supports=[long_doc, "a is in x."]),
+          dict(GOOD, id="a0", answer="zz"),
+          dict(GOOD, id="o0", candidates=["a"] * 9, answer="a")]
+  path = _write(tmp_path / "dev.json", recs)
+  featurizer = preprocess.make_featurizer(vocab, None, long_seq_len=24,
+                                          global_seq_len=8)
+  stats = preprocess.preprocess_file(path, str(tmp_path / "out"), featurizer)
+  record_path, stats_path = preprocessing.output_paths(
+      path, str(tmp_path / "out"))
+  assert record_path.endswith("dev.tfrecord")
+  with open(stats_path) as f:
+    written = json.load(f)
+  assert written == stats.to_dict()
+  assert written["examples_read"] == 4
+  assert written["examples_written"] == 2
+  assert written["examples_truncated"] == 1
+  assert written["truncation"]["sentences_dropped"] > 0
+  assert "overflow" not in written["truncation"]
+  assert written["skipped"] == {data.ANSWER_NOT_IN_CANDIDATES: 1,
+                                data.TOO_LONG: 1}
+  assert [(s["id"], s["field"]) for s in written["skipped_records"]] == [
+      ("a0", "answer"), ("o0", "candidates")]
+  ids = [f["example_id"] for f in tfrecords.make_dataset(
+      record_path, F.feature_spec(24, 8)).as_numpy_iterator()]
+  assert ids == [b"g0", b"t0"]
+  with pytest.raises(records.BadRecordError, match="'o0'.*too_long"):
+    preprocess.preprocess_file(
+        _write(tmp_path / "o.json", [GOOD, recs[3]]), str(tmp_path / "o"),
+        featurizer, strict=True)
+  assert not os.path.exists(tmp_path / "o" / "o.tfrecord")
+
+
+def test_global_token_ids_flag_values(vocab):
+  featurizer = preprocess.make_featurizer(
+      vocab, None, 20, 8, global_token_ids=["7", "8", "9", "10"])
+  assert featurizer.global_token_ids == F.GlobalTokenIds(
+      sentence=7, question=8, candidate=9, paragraph=10)
+  with pytest.raises(ValueError, match="sentence,question,candidate,para"):
+    preprocess.make_featurizer(vocab, None, 20, 8, global_token_ids=["7"])
+
+
+# The binary, given a user's mistake: (what to write, the flags, the file the
+# one-line error must name, text it must hold).
+def _cli_cases(root, vocab):
+  good = _write(root / "dev.json", [GOOD])
+  truncated = root / "truncated.json"
+  truncated.write_text(json.dumps([GOOD])[:-7])
+  duplicate_vocab = root / "dup_vocab.txt"
+  with open(vocab) as f:
+    duplicate_vocab.write_text(f.read() + "of\n")
+  strict = _write(root / "strict.json",
+                  [GOOD, dict(GOOD, id="bad7", answer="zz")])
+  return {
+      "missing_input": ([f"--input={root / 'missing.json'}",
+                         f"--vocab={vocab}"], root / "missing.json",
+                        "cannot read input file"),
+      "truncated_json": ([f"--input={truncated}", f"--vocab={vocab}"],
+                         truncated, "not valid JSON"),
+      "duplicate_vocab": ([f"--input={good}", f"--vocab={duplicate_vocab}"],
+                          duplicate_vocab, "token 'of' already on line"),
+      "strict_bad_record": ([f"--input={strict}", f"--vocab={vocab}",
+                             "--strict"], strict,
+                            "record 'bad7', field 'answer': "
+                            "answer_not_in_candidates"),
+      "no_input_flag": ([f"--vocab={vocab}"], None, "--input is required"),
+  }
+
+
+@pytest.fixture(scope="module")
+def cli_runs(tmp_path_factory, vocab):
+  """Every case's (exit code, stdout, stderr, case), run side by side."""
+  root = tmp_path_factory.mktemp("cli")
+  cases = _cli_cases(root, vocab)
+  procs = {
+      name: cli_testing.start("tasks.wikihop.preprocess", [
+          *args, f"--output_dir={root / name}", "--long_seq_len=32",
+          "--global_seq_len=16"])
+      for name, (args, _, _) in cases.items()}
+  out = {}
+  for name, proc in procs.items():
+    stdout, stderr = proc.communicate(timeout=240)
+    out[name] = (proc.returncode, stdout, stderr, cases[name])
+  return out
+
+
+@pytest.mark.parametrize("case", ["missing_input", "truncated_json",
+                                  "duplicate_vocab", "strict_bad_record",
+                                  "no_input_flag"])
+def test_cli_user_mistake_is_one_line_and_exit_code_2(cli_runs, case):
+  returncode, stdout, stderr, (_, path, text) = cli_runs[case]
+  cli_testing.assert_user_error(returncode, stderr, text,
+                                *([str(path)] if path else []))
+  assert not stdout
