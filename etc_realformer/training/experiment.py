@@ -23,7 +23,6 @@ from etc_realformer.checkpoints.paths import resolve_checkpoint_path
 from etc_realformer.export import saved_model
 from etc_realformer.training import distribution
 from etc_realformer.training import optimization
-from etc_realformer.training import task as task_lib
 from etc_realformer.training import trainer as trainer_lib
 
 MODES = ("train", "eval", "train_and_eval", "predict", "export")
@@ -209,7 +208,7 @@ def official_eval(task, model: tf_keras.Model,
   Returns:
     `task.official_scores(...)`, or None for a task without one.
   """
-  if type(task).official_scores is task_lib.Task.official_scores:
+  if not task.has_official_scores():
     return None
   predictions = trainer_lib.predict(
       task, model, strategy, _distributed(strategy, task, "eval",

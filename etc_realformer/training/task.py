@@ -319,6 +319,12 @@ class Task(abc.ABC):
     """
     raise NotImplementedError(f"{self.name} writes no predictions")
 
+  def has_official_scores(self) -> bool:
+    """Whether `official_scores` can score the eval set (the runner skips
+    the predict pass otherwise); by default, whether the task defines it.
+    Tasks whose gold comes from a file override it."""
+    return type(self).official_scores is not Task.official_scores
+
   def official_scores(self, predictions: Mapping[str, Any],
                       output_dir: str) -> Optional[Dict[str, Any]]:
     """The task's official metric of predictions made on the eval set.

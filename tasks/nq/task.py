@@ -186,6 +186,9 @@ class NaturalQuestionsTask(task_lib.RawInputTask):
     records.write_json(path, self.submission(predictions))
     return path
 
+  def has_official_scores(self) -> bool:
+    return bool(self.gold_file)
+
   def official_scores(self, predictions: Mapping[str, Any],
                       output_dir: str) -> Optional[Dict[str, Any]]:
     """The official NQ scores of the eval set's predictions against

@@ -226,6 +226,9 @@ class OpenKPTask(task_lib.RawInputTask):
                            ensure_ascii=False) + "\n")
     return path
 
+  def has_official_scores(self) -> bool:
+    return bool(self.gold_file)
+
   def official_scores(self, predictions: Mapping[str, Any],
                       output_dir: str) -> Optional[Dict[str, Any]]:
     """The official P/R/F1 at 1, 3, 5 of the eval set's predictions against
