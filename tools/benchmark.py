@@ -126,6 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
   a("--xla_reference", type=_on_off, default=[False],
     help="--mode=xla_export: also run the step once in TensorFlow (with XLA) "
     "and store its value, for the runner's check")
+  a("--xla_weights", type=_on_off, default=[True],
+    help="--mode=xla_export: store the variables' values (off: the runner "
+    "draws random ones of their shapes; small exports for timing)")
   # Axes.
   a("--lengths", type=_csv_ints, default=[1024, 2048, 4096, 8192, 16384],
     help="long lengths L (comma list)")
@@ -494,6 +497,7 @@ def main(argv: Optional[List[str]] = None) -> List[Dict[str, Any]]:
           f"{variant_name(spec).replace('/', '_')}-L{spec['long_len']}-"
           f"{spec['pass']}"))
       spec["xla_reference"] = args.xla_reference[0]
+      spec["xla_weights"] = args.xla_weights[0]
   print(f"# {len(specs)} measurements, each in its own process; "
         f"median of {args.repeats} calls after {args.warmup} warm-up; "
         f"fwd: training=False (no dropout); fwd_bwd / train_step: "

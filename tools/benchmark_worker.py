@@ -543,14 +543,20 @@ def export_xla(spec: Dict[str, Any]) -> Dict[str, Any]:
       values.append(tensor.numpy())
   with open(os.path.join(directory, "module.hlo.pb"), "wb") as f:
     f.write(hlo)
+  # Without `xla_weights`, the variables are not stored (base width is
+  # ~0.5 GB): the runner draws random ones of their shapes, which times the
+  # same; the features (ids, masks) are always stored.
+  stored = [not n.startswith("variable/") or spec.get("xla_weights", True)
+            for n in names]
   np.savez(os.path.join(directory, "inputs.npz"),
-           **{f"arg_{i:04d}": v for i, v in enumerate(values)})
+           **{f"arg_{i:04d}": v for i, (v, keep) in
+              enumerate(zip(values, stored)) if keep})
   manifest = {"spec": {k: v for k, v in spec.items() if k != "export_dir"},
               "arguments": [{"name": n, "shape": list(v.shape),
-                             "dtype": str(v.dtype)}
-                            for n, v in zip(names, values)],
+                             "dtype": str(v.dtype), "stored": keep}
+                            for n, v, keep in zip(names, values, stored)],
               "tensorflow_version": tf.__version__}
-  if spec.get("xla_reference"):
+  if spec.get("xla_reference") and all(stored):
     manifest["reference_value"] = float(step_fn(features).numpy())
   with open(os.path.join(directory, "manifest.json"), "w") as f:
     json.dump(manifest, f, indent=1)

@@ -114,23 +114,46 @@ def hlo_stats(executable, top: int = 8) -> Dict[str, Any]:
   return stats
 
 
+def load_inputs(module_dir: str, manifest: Dict[str, Any]
+                ) -> List[np.ndarray]:
+  """The module's arguments: the stored ones, and random values of the
+  recorded shape and dtype for those exported without their values (the
+  variables of a timing export)."""
+  rng = np.random.RandomState(0)
+  inputs = []
+  with np.load(os.path.join(module_dir, "inputs.npz")) as data:
+    for i, arg in enumerate(manifest["arguments"]):
+      key = f"arg_{i:04d}"
+      if key in data.files:
+        inputs.append(data[key])
+      elif arg.get("stored", True):
+        raise ValueError(f"{module_dir}: inputs.npz lacks {key} "
+                         f"({arg['name']})")
+      else:
+        inputs.append((0.02 * rng.standard_normal(arg["shape"])).astype(
+            arg["dtype"]))
+  return inputs
+
+
 def run(module_dir: str, repeats: int = 10, warmup: int = 3,
-        platform: Optional[str] = None, with_hlo_stats: bool = False
-        ) -> Dict[str, Any]:
-  """Compiles and times one exported module; returns its record."""
+        platform: Optional[str] = None, with_hlo_stats: bool = False,
+        compile_only: bool = False) -> Dict[str, Any]:
+  """Compiles and times one exported module; returns its record
+  (`compile_only`: the compiled module's statistics, nothing run)."""
   jax, _, _ = _jax_modules()
   with open(os.path.join(module_dir, "manifest.json")) as f:
     manifest = json.load(f)
   with open(os.path.join(module_dir, "module.hlo.pb"), "rb") as f:
     serialized = f.read()
-  with np.load(os.path.join(module_dir, "inputs.npz")) as data:
-    inputs = [data[f"arg_{i:04d}"] for i in range(len(data.files))]
-  if len(inputs) != len(manifest["arguments"]):
-    raise ValueError(f"{module_dir}: {len(inputs)} inputs for "
-                     f"{len(manifest['arguments'])} arguments")
+  inputs = load_inputs(module_dir, manifest)
   start = time.perf_counter()
   executable, device = compile_module(serialized, platform)
   compile_s = time.perf_counter() - start
+  if compile_only:
+    return {"record_type": "xla_compile", "module_dir": module_dir,
+            "spec": manifest["spec"], "device": str(device),
+            "platform": device.platform, "jax_version": jax.__version__,
+            "compile_s": compile_s, "hlo_stats": hlo_stats(executable)}
   buffers = [jax.device_put(x, device) for x in inputs]
 
   def call():
@@ -176,6 +199,8 @@ def main(argv: Optional[List[str]] = None) -> int:
   parser.add_argument("--device", default=None,
                       help="jax platform: cpu, gpu, tpu (default: jax's)")
   parser.add_argument("--hlo_stats", action="store_true")
+  parser.add_argument("--compile_only", action="store_true",
+                      help="compile and report the module's statistics only")
   parser.add_argument("--output_jsonl", default=None)
   args = parser.parse_args(argv)
   if args.repeats < 1 or args.warmup < 1:
@@ -186,7 +211,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             file=sys.stderr)
       return 2
     record = run(directory, args.repeats, args.warmup, args.device,
-                 args.hlo_stats)
+                 args.hlo_stats, args.compile_only)
     line = json.dumps(record, sort_keys=True)
     print(line, flush=True)
     if args.output_jsonl:

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The GPU benchmark of record, as one prepared run on a machine with jax and
+# PyTorch but no TensorFlow (docs/benchmarks.md, "GPU").
+#
+#   # here (TensorFlow): export the modules, small (weights drawn there)
+#   python -m tools.benchmark --mode=xla_export --export_dir=gpu_modules \
+#       --num_layers=12 --dtypes=mixed_bfloat16 --passes=fwd,fwd_bwd \
+#       --lengths=4096 --global_len=256 --batch_size=4 --xla_weights=off
+#   # there: every module under DIR, then dense SDPA (and, with --all, the
+#   # sparse peers) at the same shapes; JSON lines under $OUT
+#   bash tools/gpu_benchmark.sh gpu_modules [--all]
+set -u
+dir=${1:-gpu_modules}
+models=bert_sdpa
+if [ "${2:-}" = "--all" ]; then models=bigbird,longformer,bert_sdpa; fi
+out=${OUT:-.}
+for module in "$dir"/*/; do
+  python tools/xla_runner.py --module_dir="$module" --device=gpu \
+      --repeats=10 --warmup=3 --hlo_stats --output_jsonl="$out/xla_runs.jsonl"
+done
+python tools/gpu_peers.py --shapes=4096:256:4,16384:1024:1,16384:256:1 \
+    --models="$models" --repeats=10 --warmup=3 \
+    --output_jsonl="$out/peers.jsonl"
