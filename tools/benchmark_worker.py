@@ -366,7 +366,8 @@ def matrix_products(graph) -> Tuple[List[Dict[str, Any]], Dict[str, int]]:
   import numpy as np  # pylint: disable=g-import-not-at-top
   products, skipped = [], {}
   for op in graph.get_operations():
-    if op.type in _CALL_OPS or op.type == "Einsum":
+    if op.type == "Einsum" or (op.type in _CALL_OPS and
+                               _may_hold_products(graph, op)):
       skipped[op.type] = skipped.get(op.type, 0) + 1
       continue
     if op.type not in _PRODUCT_OPS:
@@ -389,6 +390,17 @@ def matrix_products(graph) -> Tuple[List[Dict[str, Any]], Dict[str, int]]:
                      "dtype": op.inputs[0].dtype.name, "name": op.name,
                      "gflop": 2.0 * batch * m * n * k / 1e9})
   return products, skipped
+
+
+def _may_hold_products(graph, op) -> bool:
+  """Whether a call op's function (or what it calls) may do matrix products
+  (e.g. the gelu's XLA-compiled gradient does not); True when unknown."""
+  try:
+    fdef = graph._get_function(op.get_attr("f").name).definition  # pylint: disable=protected-access
+  except (AttributeError, ValueError, KeyError, TypeError):
+    return True
+  types = {node.op for node in fdef.node_def}
+  return bool(types & (set(_PRODUCT_OPS) | set(_CALL_OPS) | {"Einsum"}))
 
 
 def measure_matmul_floor(spec: Dict[str, Any]) -> Dict[str, Any]:
