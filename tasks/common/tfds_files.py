@@ -23,18 +23,33 @@ class ManualFilesBuilder(tfds.core.GeneratorBasedBuilder,
   """A builder of released files from `manual_dir`.
 
   Subclasses set `MANUAL_DOWNLOAD_INSTRUCTIONS`, `SPLIT_FILES` ({split: file
-  name}), `SUBDIRS` (folders of `manual_dir` to look in, "" = itself) and
-  `read_records` (the task's reader: `(path, stats=...)` -> records), and
-  implement `_info` and `example(record)` -> (key, features).
+  name}), `SUBDIRS` (folders of `manual_dir` to look in, "" = itself),
+  `read_records` (the task's reader: `(path, stats=...)` -> records), the
+  `DESCRIPTION`, `HOMEPAGE` and `CITATION` of the dataset info, and implement
+  `features()` (the example layout) and `example(record)`.
   """
 
   SPLIT_FILES: ClassVar[Mapping[str, str]] = {}
   SUBDIRS: ClassVar[Sequence[str]] = ("",)
+  DESCRIPTION: ClassVar[str] = ""
+  HOMEPAGE: ClassVar[str] = ""
+  CITATION: ClassVar[str] = ""
   read_records: ClassVar[Callable[..., Iterator[Any]]]
 
-  def example(self, record: Any) -> Tuple[str, Dict[str, Any]]:
-    """A valid record -> its (unique key, features in `_info`'s layout)."""
+  def features(self) -> Dict[str, Any]:
+    """The examples' features: name -> a `tfds.features` feature."""
     raise NotImplementedError
+
+  def example(self, record: Any) -> Tuple[str, Dict[str, Any]]:
+    """A valid record -> its (unique key, `features()` values)."""
+    raise NotImplementedError
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    return self.dataset_info_from_configs(
+        description=self.DESCRIPTION,
+        features=tfds.features.FeaturesDict(self.features()),
+        supervised_keys=None, homepage=self.HOMEPAGE,
+        citation=self.CITATION)
 
   def _split_generators(self, dl_manager: tfds.download.DownloadManager):
     paths = records.find_manual_files(dl_manager.manual_dir,

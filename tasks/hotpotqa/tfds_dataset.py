@@ -63,33 +63,30 @@ class HotpotQaDistractor(tfds_files.ManualFilesBuilder):
   SPLIT_FILES = {"train": "hotpot_train_v1.1.json",
                  "validation": "hotpot_dev_distractor_v1.json"}
   read_records = staticmethod(data.read_records)
+  DESCRIPTION = _DESCRIPTION
+  HOMEPAGE = "https://hotpotqa.github.io/"
+  CITATION = _CITATION
   MANUAL_DOWNLOAD_INSTRUCTIONS = """\
 Download hotpot_train_v1.1.json and hotpot_dev_distractor_v1.json from
 https://hotpotqa.github.io/ and pass as manual_dir the folder holding them
 (or a folder holding hotpotqa/ with them).
 """
 
-  def _info(self) -> tfds.core.DatasetInfo:
+  def features(self):
     text = tfds.features.Text()
-    return self.dataset_info_from_configs(
-        description=_DESCRIPTION,
-        features=tfds.features.FeaturesDict({
-            "id": text,
-            "question": text,
-            "answer": text,
-            "type": text,
-            "supporting_facts": tfds.features.Sequence({
-                "title": text,
-                "sent_id": tf.int32,
-            }),
-            "titles": tfds.features.Sequence(text),
-            "sentences": tfds.features.Sequence(text),
-            "num_sentences": tfds.features.Sequence(tf.int32),
+    return {
+        "id": text,
+        "question": text,
+        "answer": text,
+        "type": text,
+        "supporting_facts": tfds.features.Sequence({
+            "title": text,
+            "sent_id": tf.int32,
         }),
-        supervised_keys=None,
-        homepage="https://hotpotqa.github.io/",
-        citation=_CITATION,
-    )
+        "titles": tfds.features.Sequence(text),
+        "sentences": tfds.features.Sequence(text),
+        "num_sentences": tfds.features.Sequence(tf.int32),
+    }
 
   def example(self, record: data.HotpotRecord):
     return record.id, to_tfds_example(record)

@@ -47,6 +47,9 @@ class WikiHop(tfds_files.ManualFilesBuilder):
   SUBDIRS = ("", "wikihop", os.path.join("qangaroo_v1.1", "wikihop"))
   SPLIT_FILES = {"train": "train.json", "validation": "dev.json"}
   read_records = staticmethod(data.read_records)
+  DESCRIPTION = _DESCRIPTION
+  HOMEPAGE = "http://qangaroo.cs.ucl.ac.uk/"
+  CITATION = _CITATION
   MANUAL_DOWNLOAD_INSTRUCTIONS = """\
 Download qangaroo_v1.1.zip from http://qangaroo.cs.ucl.ac.uk/ (the dataset
 terms require a manual download), unzip it, and pass as manual_dir the folder
@@ -54,21 +57,15 @@ holding wikihop/train.json and wikihop/dev.json (or the wikihop/ folder, or
 one holding the two files directly).
 """
 
-  def _info(self) -> tfds.core.DatasetInfo:
+  def features(self):
     text = tfds.features.Text()
-    return self.dataset_info_from_configs(
-        description=_DESCRIPTION,
-        features=tfds.features.FeaturesDict({
-            "id": text,
-            "query": text,
-            "candidates": tfds.features.Sequence(text),
-            "answer": text,
-            "supports": tfds.features.Sequence(text),
-        }),
-        supervised_keys=None,
-        homepage="http://qangaroo.cs.ucl.ac.uk/",
-        citation=_CITATION,
-    )
+    return {
+        "id": text,
+        "query": text,
+        "candidates": tfds.features.Sequence(text),
+        "answer": text,
+        "supports": tfds.features.Sequence(text),
+    }
 
   def example(self, record: data.WikiHopRecord):
     return record.id, record.to_json()
