@@ -20,6 +20,7 @@ applied first (`entry`).
 """
 
 import importlib
+import logging as logging_lib
 import os
 import pkgutil
 import sys
@@ -68,6 +69,16 @@ def register_tasks() -> None:
       importlib.import_module(f"tasks.{info.name}.task")
 
 
+class _QuietGinResourceLookup(logging_lib.Filter):
+  """Drops gin's "Path not found" error for a relative gin file: gin first
+  looks for it as a Python package resource (and logs an error when there is
+  none) before it tries the search paths below, where ours are found."""
+
+  def filter(self, record: logging_lib.LogRecord) -> bool:
+    return not (record.module == "resource_reader" and
+                record.getMessage().startswith("Path not found"))
+
+
 def parse_gin(gin_files: Sequence[str], gin_bindings: Sequence[str]) -> None:
   """Parses gin files (relative to gin/ or the repository) and bindings.
 
@@ -76,6 +87,9 @@ def parse_gin(gin_files: Sequence[str], gin_bindings: Sequence[str]) -> None:
   """
   gin.add_config_file_search_path(GIN_ROOT)
   gin.add_config_file_search_path(os.path.dirname(GIN_ROOT))
+  root = logging_lib.getLogger()
+  if not any(isinstance(f, _QuietGinResourceLookup) for f in root.filters):
+    root.addFilter(_QuietGinResourceLookup())
   try:
     gin.parse_config_files_and_bindings(gin_files, gin_bindings,
                                         finalize_config=False)

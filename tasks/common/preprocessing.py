@@ -16,7 +16,6 @@ identical across tasks:
 - `write_cache`: the TFRecord written through a `.tmp` file (removed on any
   error, e.g. the first bad record under `--strict`) and the stats JSON;
 - `log_written` / `summary_line`: the log line and the printed summary;
-- `parse_token_ids`: a `--*token_ids` flag value -> the featurizer's ids;
 - `define_featurizer_flags`: the flags every preprocessing binary has, and
   `require_flags` / `check_command_line`: the checks of the command line (a
   `UserInputError`, so that `etc_realformer.cli` prints one line, not
@@ -178,27 +177,6 @@ def summary_line(input_path: str, stats: records.RecordStats) -> str:
   return (f"{input_path}: read {stats.examples_read}, written "
           f"{stats.examples_written}, truncated {stats.examples_truncated}, "
           f"skipped {stats.num_skipped} {dict(stats.skipped)}")
-
-
-def parse_token_ids(values: Optional[List[str]], ids_type: Callable,
-                    flag: str, names: str) -> Optional[Any]:
-  """`ids_type(*ints)` from a list flag's strings; None when not given.
-
-  Args:
-    values: the flag's value (e.g. ["1", "3", "4", "5"]) or None / [].
-    ids_type: the featurizer's ids namedtuple.
-    flag: the flag's name, for the error.
-    names: the ids' names, comma-separated, for the error.
-
-  Raises:
-    ValueError: not one id per name.
-  """
-  if not values:
-    return None
-  count = len(names.split(","))
-  if len(values) != count:
-    raise ValueError(f"--{flag} needs {count} ids: {names}; got {values}")
-  return ids_type(*[int(i) for i in values])
 
 
 def define_featurizer_flags(global_seq_len: int,
