@@ -387,10 +387,23 @@ class RawInputTask(Task):
   """
 
   _featurizer = None
-  vocab_file: Optional[str] = None
-  spm_model_file: Optional[str] = None
   # How the error of `featurizer` names what needs the vocabulary.
   raw_signatures_name = "raw-input signature"
+
+  def __init__(self, vocab_file: Optional[str] = None,
+               spm_model_file: Optional[str] = None,
+               lower_case: bool = True, **kwargs):
+    """Args:
+      vocab_file: the WordPiece vocab.txt of preprocessing; needed for the
+        raw-input signatures.
+      spm_model_file: a SentencePiece model instead of `vocab_file`.
+      lower_case: as in preprocessing.
+      **kwargs: `Task` arguments.
+    """
+    super().__init__(**kwargs)
+    self.vocab_file = vocab_file
+    self.spm_model_file = spm_model_file
+    self.lower_case = lower_case
 
   @property
   def has_vocabulary(self) -> bool:

@@ -46,9 +46,6 @@ class HotpotQATask(task_lib.RawInputTask):
   side_input_layout = "multihop"
 
   def __init__(self,
-               vocab_file: Optional[str] = None,
-               spm_model_file: Optional[str] = None,
-               lower_case: bool = True,
                long_seq_len: int = 4096,
                global_seq_len: int = 256,
                answer_encoding: str = SPAN,
@@ -61,10 +58,6 @@ class HotpotQATask(task_lib.RawInputTask):
     """HotpotQA settings.
 
     Args:
-      vocab_file: the WordPiece vocab.txt used for preprocessing; needed for
-        the raw-input signature `serve_raw`.
-      spm_model_file: a SentencePiece model instead of `vocab_file`.
-      lower_case: as in preprocessing.
       long_seq_len, global_seq_len: as in preprocessing (original 4096, 256).
       answer_encoding: 'span' (start/end) or 'bio'.
       max_answer_length: longest answer span in wordpieces (original 30).
@@ -74,15 +67,13 @@ class HotpotQATask(task_lib.RawInputTask):
       gold_file: the released JSON of the eval set, for `official_scores`
         over every gold record (default: the labelled records stored in the
         TFRecords, i.e. those preprocessing kept).
-      **kwargs: `Task` arguments (input patterns, model_config, ...).
+      **kwargs: `RawInputTask` arguments (vocab_file, spm_model_file,
+        lower_case) and `Task` arguments (input patterns, model_config, ...).
     """
     super().__init__(long_seq_len=long_seq_len,
                      global_seq_len=global_seq_len, **kwargs)
     if answer_encoding not in (SPAN, BIO):
       raise ValueError(f"answer_encoding must be {SPAN!r} or {BIO!r}")
-    self.vocab_file = vocab_file
-    self.spm_model_file = spm_model_file
-    self.lower_case = lower_case
     self.answer_encoding = answer_encoding
     self.max_answer_length = max_answer_length
     self.sp_threshold = sp_threshold

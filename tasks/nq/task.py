@@ -49,9 +49,6 @@ class NaturalQuestionsTask(task_lib.RawInputTask):
   raw_signatures_name = "raw-input signatures"
 
   def __init__(self,
-               vocab_file: Optional[str] = None,
-               spm_model_file: Optional[str] = None,
-               lower_case: bool = True,
                long_seq_len: int = features_lib.DEFAULT_LONG_SEQ_LEN,
                global_seq_len: int = features_lib.DEFAULT_GLOBAL_SEQ_LEN,
                stride: int = features_lib.DEFAULT_STRIDE,
@@ -64,10 +61,6 @@ class NaturalQuestionsTask(task_lib.RawInputTask):
     """NQ settings.
 
     Args:
-      vocab_file: the WordPiece vocab.txt of preprocessing; needed for the
-        raw-input signatures.
-      spm_model_file: a SentencePiece model instead of `vocab_file`.
-      lower_case: as in preprocessing.
       long_seq_len, global_seq_len, stride, max_question_len: as in
         preprocessing (original 4096, 230, 2048, 32).
       answer_type_source: 'global' ([CLS] global token) or 'long' (the long
@@ -78,14 +71,12 @@ class NaturalQuestionsTask(task_lib.RawInputTask):
       gold_file: the five-way annotated gold of the eval split
         (`nq-dev-??.jsonl.gz` glob, original download format):
         `official_scores` scores against it.
-      **kwargs: `Task` arguments (input patterns, model_config, ...).
+      **kwargs: `RawInputTask` arguments (vocab_file, spm_model_file,
+        lower_case) and `Task` arguments (input patterns, model_config, ...).
     """
     super().__init__(long_seq_len=long_seq_len,
                      global_seq_len=global_seq_len, **kwargs)
     head.check_settings(answer_type_source, score_mode)
-    self.vocab_file = vocab_file
-    self.spm_model_file = spm_model_file
-    self.lower_case = lower_case
     self.stride = stride
     self.max_question_len = max_question_len
     self.answer_type_source = answer_type_source

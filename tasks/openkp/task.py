@@ -111,9 +111,6 @@ class OpenKPTask(task_lib.RawInputTask):
   side_input_layout = "input_masks"
 
   def __init__(self,
-               vocab_file: Optional[str] = None,
-               spm_model_file: Optional[str] = None,
-               lower_case: bool = True,
                long_seq_len: int = 4096,
                global_seq_len: int = 512,
                use_visual_features_in_global: bool = True,
@@ -127,10 +124,6 @@ class OpenKPTask(task_lib.RawInputTask):
     """OpenKP settings.
 
     Args:
-      vocab_file: the WordPiece vocab.txt used for preprocessing; needed for
-        the raw-input signature `serve_raw`.
-      spm_model_file: a SentencePiece model instead of `vocab_file`.
-      lower_case: as in preprocessing.
       long_seq_len, global_seq_len: as in preprocessing (original 4096, 512).
       use_visual_features_in_global: add the VDOM embeddings to the global
         (element) tokens.
@@ -145,13 +138,11 @@ class OpenKPTask(task_lib.RawInputTask):
       gold_file: the eval split's gold: a jsonl with `url` and `KeyPhrases`
         (e.g. the `*.dedup.jsonl` written by preprocessing);
         `official_scores` scores against it.
-      **kwargs: `Task` arguments (input patterns, model_config, ...).
+      **kwargs: `RawInputTask` arguments (vocab_file, spm_model_file,
+        lower_case) and `Task` arguments (input patterns, model_config, ...).
     """
     super().__init__(long_seq_len=long_seq_len,
                      global_seq_len=global_seq_len, **kwargs)
-    self.vocab_file = vocab_file
-    self.spm_model_file = spm_model_file
-    self.lower_case = lower_case
     self.use_visual_features_in_global = use_visual_features_in_global
     self.use_visual_features_in_long = use_visual_features_in_long
     self.extra_dense_feature_layers = extra_dense_feature_layers

@@ -36,9 +36,6 @@ class WikiHopTask(task_lib.RawInputTask):
   raw_signatures_name = "raw-text signature"
 
   def __init__(self,
-               vocab_file: Optional[str] = None,
-               spm_model_file: Optional[str] = None,
-               lower_case: bool = True,
                long_seq_len: int = 4096,
                global_seq_len: int = 430,
                max_num_sentences: Optional[int] = None,
@@ -48,10 +45,6 @@ class WikiHopTask(task_lib.RawInputTask):
     """WikiHop settings.
 
     Args:
-      vocab_file: the WordPiece vocab.txt used for preprocessing; needed for
-        the raw-text signature `serve_raw` of the export.
-      spm_model_file: a SentencePiece model instead of `vocab_file`.
-      lower_case: as in preprocessing.
       long_seq_len, global_seq_len: as in preprocessing (original 4096, 430).
       max_num_sentences: as in preprocessing.
       mark_query_subject: as in preprocessing (type-2 document mentions of
@@ -59,13 +52,11 @@ class WikiHopTask(task_lib.RawInputTask):
       gold_file: the qangaroo file of the eval set, for `official_scores`
         over every gold record (default: the labels in the TFRecords, i.e.
         the records preprocessing kept).
-      **kwargs: `Task` arguments (input patterns, model_config, ...).
+      **kwargs: `RawInputTask` arguments (vocab_file, spm_model_file,
+        lower_case) and `Task` arguments (input patterns, model_config, ...).
     """
     super().__init__(long_seq_len=long_seq_len,
                      global_seq_len=global_seq_len, **kwargs)
-    self.vocab_file = vocab_file
-    self.spm_model_file = spm_model_file
-    self.lower_case = lower_case
     self.max_num_sentences = max_num_sentences
     self.mark_query_subject = mark_query_subject
     self.gold_file = gold_file
