@@ -20,9 +20,17 @@ from typing import Any, Dict, Optional
 from absl import logging
 import tensorflow as tf
 
+from etc_realformer import json_config
 from etc_realformer.config import EtcConfig
 from etc_realformer.errors import UserInputError
 from etc_realformer.layers.activations import ACTIVATIONS
+
+
+# Fields BERT's config and `EtcConfig` share, meaning the same.
+SAME_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers",
+               "num_attention_heads", "intermediate_size", "hidden_act",
+               "hidden_dropout_prob", "attention_probs_dropout_prob",
+               "initializer_range")
 
 
 @dataclasses.dataclass
@@ -36,10 +44,10 @@ class BertConfig:
   """
   vocab_size: int
   hidden_size: int = 768
+  hidden_act: str = "gelu"
   num_hidden_layers: int = 12
   num_attention_heads: int = 12
   intermediate_size: int = 3072
-  hidden_act: str = "gelu"
   hidden_dropout_prob: float = 0.1
   attention_probs_dropout_prob: float = 0.1
   max_position_embeddings: int = 512
@@ -96,27 +104,17 @@ class BertConfig:
                  else "RealFormer config" if self.is_realformer
                  else "Google BERT config")
     return EtcConfig(
-        vocab_size=self.vocab_size,
+        **{field: getattr(self, field) for field in SAME_FIELDS},
         segment_vocab_size=self.type_vocab_size,
-        hidden_size=self.hidden_size,
-        num_hidden_layers=self.num_hidden_layers,
-        num_attention_heads=self.num_attention_heads,
-        # The band covers every position the position table allows.
+        # The band covers every position the position table allows; BERT has
+        # absolute positions and no relative terms.
         local_radius=max(1, self.max_position_embeddings - 1),
-        relative_pos_max_distance=0,
-        relative_vocab_size=None,
+        relative_pos_max_distance=0, relative_vocab_size=None,
         max_absolute_position_embeddings=self.max_position_embeddings,
-        intermediate_size=self.intermediate_size,
-        hidden_act=self.hidden_act,
-        hidden_dropout_prob=self.hidden_dropout_prob,
-        attention_probs_dropout_prob=self.attention_probs_dropout_prob,
-        initializer_range=self.initializer_range,
-        share_feed_forward_params=True,
-        share_kv_projections=False,
-        share_qkv_projections=True,
-        share_att_output_projection=True,
-        use_pre_activation_order=False,
-        residual_attention=residual,
+        # One set of query/key/value, output and feed-forward weights.
+        share_feed_forward_params=True, share_kv_projections=False,
+        share_qkv_projections=True, share_att_output_projection=True,
+        use_pre_activation_order=False, residual_attention=residual,
         residual_running_mean=bool(self.use_running_mean))
 
   # ---------------------------------------------------------------- io
@@ -124,32 +122,11 @@ class BertConfig:
   def from_dict(cls, values: Dict[str, Any],
                 source: str = "<dict>") -> "BertConfig":
     """Builds a config; unknown keys are logged and kept in `unknown_keys`."""
-    known = {f.name for f in dataclasses.fields(cls)} - {"unknown_keys"}
-    kwargs = {k: v for k, v in values.items() if k in known}
-    unknown = {k: v for k, v in values.items() if k not in known}
-    if "vocab_size" not in kwargs:
-      raise UserInputError(f"{source}: missing required key 'vocab_size'")
-    if unknown:
-      logging.warning("%s: unknown config keys ignored by the model: %s",
-                      source, sorted(unknown))
-    try:
-      return cls(**kwargs, unknown_keys=unknown)
-    except (TypeError, ValueError) as e:
-      raise UserInputError(f"{source}: {e}") from e
+    return json_config.build(cls, values, source)
 
   @classmethod
   def from_json_file(cls, path: str) -> "BertConfig":
-    if not tf.io.gfile.exists(path):
-      raise FileNotFoundError(f"config file not found: {path}")
-    with tf.io.gfile.GFile(path, "r") as f:
-      text = f.read()
-    try:
-      values = json.loads(text)
-    except json.JSONDecodeError as e:
-      raise UserInputError(f"{path}: not valid JSON: {e}") from e
-    if not isinstance(values, dict):
-      raise UserInputError(f"{path}: expected a JSON object")
-    return cls.from_dict(values, source=path)
+    return cls.from_dict(json_config.read_json_object(path), source=path)
 
   def to_dict(self) -> Dict[str, Any]:
     values = dataclasses.asdict(self)

@@ -18,6 +18,7 @@ from typing import Any, Dict, Optional, Tuple
 from absl import logging
 import tensorflow as tf
 
+from etc_realformer import json_config
 from etc_realformer.errors import UserInputError
 from etc_realformer.layers.activations import ACTIVATIONS
 
@@ -199,38 +200,17 @@ class EtcConfig:
   @classmethod
   def from_dict(cls, values: Dict[str, Any],
                 source: str = "<dict>") -> "EtcConfig":
-    """Builds a config; unknown keys are logged and kept in `unknown_keys`."""
-    known = {f.name for f in dataclasses.fields(cls)} - {"unknown_keys"}
-    kwargs = {k: v for k, v in values.items() if k in known}
-    unknown = {k: v for k, v in values.items()
-               if k not in known and k not in EXECUTION_KEYS}
-    if "vocab_size" not in kwargs:
-      raise UserInputError(f"{source}: missing required key 'vocab_size'")
-    if unknown:
-      logging.warning("%s: unknown config keys ignored by the model: %s",
-                      source, sorted(unknown))
-    missing = sorted(known - set(values) - {"vocab_size"})
+    """Builds a config; unknown keys are logged and kept in `unknown_keys`
+    (the execution keys older files carry are dropped)."""
+    missing = sorted(set(json_config.known_fields(cls)) - set(values) -
+                     {"vocab_size"})
     if missing:
       logging.info("%s: keys absent, taking defaults: %s", source, missing)
-    try:
-      return cls(**kwargs, unknown_keys=unknown)
-    except (TypeError, ValueError) as e:
-      raise UserInputError(f"{source}: {e}") from e
+    return json_config.build(cls, values, source, ignored=EXECUTION_KEYS)
 
   @classmethod
   def from_json_file(cls, path: str) -> "EtcConfig":
-    try:
-      with tf.io.gfile.GFile(path, "r") as f:
-        text = f.read()
-    except tf.errors.NotFoundError as e:
-      raise FileNotFoundError(f"config file not found: {path}") from e
-    try:
-      values = json.loads(text)
-    except json.JSONDecodeError as e:
-      raise UserInputError(f"{path}: not valid JSON: {e}") from e
-    if not isinstance(values, dict):
-      raise UserInputError(f"{path}: expected a JSON object")
-    return cls.from_dict(values, source=path)
+    return cls.from_dict(json_config.read_json_object(path), source=path)
 
   def to_dict(self) -> Dict[str, Any]:
     values = dataclasses.asdict(self)

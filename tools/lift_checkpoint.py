@@ -58,6 +58,11 @@ flags.DEFINE_bool("share_att_output_projection", False, "ETC sharing option.")
 flags.DEFINE_bool("share_feed_forward_params", True, "ETC sharing option.")
 
 VOCAB_NAMES = ("vocab.txt", "30k-clean.model")
+# The flags that set `EtcConfig` fields of the lifted model.
+ETC_FLAGS = ("local_radius", "relative_pos_max_distance", "relative_vocab_size",
+             "use_hard_g2l_mask", "share_qkv_projections",
+             "share_kv_projections", "share_att_output_projection",
+             "share_feed_forward_params")
 
 
 def lift_directory(bert_dir: str, output_dir: str,
@@ -87,15 +92,8 @@ def main(argv):
   f = FLAGS
   options = lifting.LiftOptions(
       long_seq_len=f.long_seq_len, position_mode=f.position_mode,
-      local_radius=f.local_radius,
-      relative_pos_max_distance=f.relative_pos_max_distance,
-      relative_vocab_size=f.relative_vocab_size,
-      use_hard_g2l_mask=f.use_hard_g2l_mask,
-      share_qkv_projections=f.share_qkv_projections,
-      share_kv_projections=f.share_kv_projections,
-      share_att_output_projection=f.share_att_output_projection,
-      share_feed_forward_params=f.share_feed_forward_params,
-      residual_attention=f.residual_attention)
+      residual_attention=f.residual_attention,
+      etc={name: f[name].value for name in ETC_FLAGS})
   report = lift_directory(
       f.bert_dir, f.output_dir, options, f.bert_checkpoint,
       extra={"global_token_id": f.global_token_id,

@@ -20,6 +20,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from etc_realformer.checkpoints.official import mismatch_report
 from etc_realformer.checkpoints.paths import resolve_checkpoint_path
 from etc_realformer.errors import UserInputError
 
@@ -137,24 +138,12 @@ def load_bert_checkpoint(model, path: str) -> BertLoadReport:
       skipped.append(name)
     else:
       unexpected.append(name)
-  missing = sorted(set(expected) - set(shapes))
-  misshaped = [f"{name}: checkpoint {shapes[name]} vs model "
-               f"{variables[0].shape.as_list()}"
-               for name, variables in sorted(expected.items())
-               if name in shapes and
-               list(shapes[name]) != variables[0].shape.as_list()]
-  if missing or unexpected or misshaped:
-    lines = [f"BERT checkpoint {prefix} does not match the model config:"]
-    for title, items in (("missing from the checkpoint", missing),
-                         ("unexpected in the checkpoint", unexpected),
-                         ("mis-shaped", misshaped)):
-      if items:
-        lines.append(f"  {title} ({len(items)}):")
-        lines.extend(f"    {item}" for item in items)
-    hint = _hint(missing + unexpected + misshaped)
-    if hint:
-      lines.append("  hint: " + hint)
-    raise BertCheckpointMismatchError("\n".join(lines))
+  report = mismatch_report(
+      f"BERT checkpoint {prefix} does not match the model config:", shapes,
+      {name: variables[0].shape.as_list()
+       for name, variables in expected.items()}, unexpected, _hint)
+  if report:
+    raise BertCheckpointMismatchError(report)
 
   for name, variables in expected.items():
     value = reader.get_tensor(name)

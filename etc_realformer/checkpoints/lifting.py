@@ -39,6 +39,7 @@ from typing import Any, Dict, List, Mapping, NamedTuple, Optional
 import numpy as np
 import tensorflow as tf
 
+from etc_realformer.bert_config import SAME_FIELDS
 from etc_realformer.bert_config import BertConfig
 from etc_realformer.config import EtcConfig
 from etc_realformer.errors import UserInputError
@@ -49,22 +50,29 @@ ROOT = "etc_document_bert"
 _LAYERS = f"{ROOT}/global_local_transformer_layers"
 
 
+# The ETC side of a lifted model by default: the released ETC-base's.
+ETC_BASE = dict(local_radius=84, relative_pos_max_distance=12,
+                relative_vocab_size=32, segment_vocab_size=16,
+                use_hard_g2l_mask=True, use_hard_l2g_mask=False,
+                share_qkv_projections=True, share_kv_projections=False,
+                share_att_output_projection=False,
+                share_feed_forward_params=True)
+
+
 @dataclasses.dataclass
 class LiftOptions:
-  """The ETC side of a lifted model (defaults: the released ETC-base)."""
+  """How to lift.
+
+  Attributes:
+    long_seq_len: the long input length (tiled positions are this long).
+    position_mode: "relative" or "tiled" (see the module docstring).
+    residual_attention: None = the BERT config's choice.
+    etc: `EtcConfig` fields of the ETC side, over `ETC_BASE`.
+  """
   long_seq_len: int = 4096
   position_mode: str = "relative"
-  local_radius: int = 84
-  relative_pos_max_distance: int = 12
-  relative_vocab_size: int = 32
-  segment_vocab_size: int = 16
-  use_hard_g2l_mask: bool = True
-  use_hard_l2g_mask: bool = False
-  share_qkv_projections: bool = True
-  share_kv_projections: bool = False
-  share_att_output_projection: bool = False
-  share_feed_forward_params: bool = True
-  residual_attention: Optional[bool] = None  # None: the BERT config's
+  residual_attention: Optional[bool] = None
+  etc: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):
     if self.position_mode not in POSITION_MODES:
@@ -73,6 +81,14 @@ class LiftOptions:
     if self.long_seq_len < 1:
       raise UserInputError(f"long_seq_len must be positive, got "
                            f"{self.long_seq_len}")
+    unknown = sorted(set(self.etc) - set(ETC_BASE))
+    if unknown:
+      raise UserInputError(f"lifting options {unknown} are not among "
+                           f"{sorted(ETC_BASE)}")
+
+  @property
+  def etc_side(self) -> Dict[str, Any]:
+    return {**ETC_BASE, **self.etc}
 
 
 class LiftReport(NamedTuple):
@@ -85,35 +101,18 @@ class LiftReport(NamedTuple):
 
 def etc_config_for(bert: BertConfig, options: LiftOptions) -> EtcConfig:
   """The `EtcConfig` of the lifted model."""
-  if options.segment_vocab_size < bert.type_vocab_size:
+  etc = options.etc_side
+  if etc["segment_vocab_size"] < bert.type_vocab_size:
     raise UserInputError(
-        f"segment_vocab_size {options.segment_vocab_size} is smaller than the "
+        f"segment_vocab_size {etc['segment_vocab_size']} is smaller than the "
         f"BERT config's type_vocab_size {bert.type_vocab_size}")
   residual = (bert.uses_residual_attention
               if options.residual_attention is None
               else options.residual_attention)
   return EtcConfig(
-      vocab_size=bert.vocab_size,
-      segment_vocab_size=options.segment_vocab_size,
-      hidden_size=bert.hidden_size,
-      num_hidden_layers=bert.num_hidden_layers,
-      num_attention_heads=bert.num_attention_heads,
-      local_radius=options.local_radius,
-      relative_pos_max_distance=options.relative_pos_max_distance,
-      relative_vocab_size=options.relative_vocab_size,
+      **{field: getattr(bert, field) for field in SAME_FIELDS}, **etc,
       max_absolute_position_embeddings=(
           options.long_seq_len if options.position_mode == "tiled" else 0),
-      intermediate_size=bert.intermediate_size,
-      hidden_act=bert.hidden_act,
-      hidden_dropout_prob=bert.hidden_dropout_prob,
-      attention_probs_dropout_prob=bert.attention_probs_dropout_prob,
-      initializer_range=bert.initializer_range,
-      share_feed_forward_params=options.share_feed_forward_params,
-      share_kv_projections=options.share_kv_projections,
-      share_qkv_projections=options.share_qkv_projections,
-      share_att_output_projection=options.share_att_output_projection,
-      use_hard_g2l_mask=options.use_hard_g2l_mask,
-      use_hard_l2g_mask=options.use_hard_l2g_mask,
       residual_attention=residual,
       residual_running_mean=bool(bert.use_running_mean))
 

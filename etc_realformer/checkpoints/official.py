@@ -90,24 +90,12 @@ def load_official_checkpoint(model, path: str,
       unexpected.append(name)
     else:
       ignored.append(name)
-  missing = sorted(set(expected) - set(shapes))
-  misshaped = [f"{name}: checkpoint {shapes[name]} vs model "
-               f"{var.shape.as_list()}"
-               for name, var in sorted(expected.items())
-               if name in shapes and list(shapes[name]) != var.shape.as_list()]
-
-  if missing or unexpected or misshaped:
-    lines = [f"checkpoint {prefix} does not match the model config:"]
-    for title, items in (("missing from the checkpoint", missing),
-                         ("unexpected in the checkpoint", unexpected),
-                         ("mis-shaped", misshaped)):
-      if items:
-        lines.append(f"  {title} ({len(items)}):")
-        lines.extend(f"    {item}" for item in items)
-    hint = _sharing_hint(missing + unexpected)
-    if hint:
-      lines.append("  hint: " + hint)
-    raise CheckpointMismatchError("\n".join(lines))
+  report = mismatch_report(
+      f"checkpoint {prefix} does not match the model config:", shapes,
+      {name: var.shape.as_list() for name, var in expected.items()},
+      unexpected, _sharing_hint)
+  if report:
+    raise CheckpointMismatchError(report)
 
   for name, var in expected.items():
     var.assign(tf.cast(reader.get_tensor(name), var.dtype))
@@ -116,6 +104,39 @@ def load_official_checkpoint(model, path: str,
                  len(ignored), root, ignored[0])
   logging.info("loaded %d variables from %s", len(expected), prefix)
   return LoadReport(prefix, sorted(expected), skipped, ignored)
+
+
+def mismatch_report(title: str, shapes: Mapping[str, List[int]],
+                    expected: Mapping[str, List[int]], unexpected: List[str],
+                    hint_fn) -> Optional[str]:
+  """The one error message of a checkpoint that does not fit a model, or
+  None when it fits.
+
+  Args:
+    title: the first line.
+    shapes: the checkpoint's variable name -> shape.
+    expected: the model's variable name (in the checkpoint) -> shape.
+    unexpected: checkpoint names that the model does not have (and that are
+      not to be skipped).
+    hint_fn: names of the mismatches -> a hint ("" for none).
+  """
+  missing = sorted(set(expected) - set(shapes))
+  misshaped = [f"{name}: checkpoint {shapes[name]} vs model {shape}"
+               for name, shape in sorted(expected.items())
+               if name in shapes and list(shapes[name]) != list(shape)]
+  if not (missing or unexpected or misshaped):
+    return None
+  lines = [title]
+  for heading, items in (("missing from the checkpoint", missing),
+                         ("unexpected in the checkpoint", unexpected),
+                         ("mis-shaped", misshaped)):
+    if items:
+      lines.append(f"  {heading} ({len(items)}):")
+      lines.extend(f"    {item}" for item in items)
+  hint = hint_fn(missing + unexpected + misshaped)
+  if hint:
+    lines.append("  hint: " + hint)
+  return "\n".join(lines)
 
 
 def _sharing_hint(names: List[str]) -> str:

@@ -78,4 +78,5 @@ def with_side_inputs(config, features: Mapping[str, Any], layout: str
   """`features` plus their side inputs, without None entries (for
   `tf.data.Dataset.map`)."""
   return {**features,
-          **side_inputs.drop_none_values(from_features(config, features, layout))}
+          **side_inputs.drop_none_values(
+              from_features(config, features, layout))}

@@ -41,7 +41,6 @@ from etc_realformer.features import masks
 from etc_realformer.features import relative_positions as rp
 from etc_realformer.features import validation
 from etc_realformer.features.validation import SideInputs
-from etc_realformer.features.validation import drop_none_values
 
 SIDE_INPUT_KEYS: Tuple[str, ...] = (
     "l2l_att_mask", "g2g_att_mask", "l2g_att_mask", "g2l_att_mask",
@@ -335,3 +334,8 @@ def make_fixed_block_side_inputs(
         sentence_ids=sentence_ids)
   return (validation.finish(side_inputs, unbatched),
           validation.finish(global_inputs, unbatched))
+
+
+def drop_none_values(side_inputs: Mapping[str, Any]) -> Dict[str, Any]:
+  """The same dict without the None entries (e.g. ids when M = 0)."""
+  return {k: v for k, v in side_inputs.items() if v is not None}

@@ -145,8 +145,3 @@ def finish(side_inputs: SideInputs, unbatched: bool) -> SideInputs:
   if unbatched:
     return {k: (None if v is None else v[0]) for k, v in side_inputs.items()}
   return side_inputs
-
-
-def drop_none_values(side_inputs: Mapping[str, Any]) -> Dict[str, Any]:
-  """The same dict without the None entries (e.g. ids when M = 0)."""
-  return {k: v for k, v in side_inputs.items() if v is not None}

@@ -6,7 +6,7 @@ polynomial (power 1 = linear) decay and the linear warmup, so this module only
 fills the ETC fine-tuning defaults into an `OptimizationConfig`.
 """
 
-from typing import List, Optional, Union
+from typing import List, Optional
 
 import gin
 import tensorflow as tf

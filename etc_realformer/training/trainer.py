@@ -11,7 +11,7 @@ action), and a predict loop that gathers per-example outputs.
 """
 
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 import numpy as np
 import orbit

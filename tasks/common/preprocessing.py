@@ -23,7 +23,7 @@ identical across tasks:
 """
 
 import os
-from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional,
+from typing import (Any, Callable, Dict, Iterable, Mapping, Optional,
                     Sequence, Tuple)
 
 import numpy as np

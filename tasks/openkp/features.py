@@ -35,7 +35,6 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from etc_realformer.errors import UserInputError
 from tasks.common import featurizing
 from tasks.common import tokenization
 from tasks.openkp import data

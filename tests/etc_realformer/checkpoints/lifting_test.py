@@ -15,8 +15,9 @@ BERT = dict(vocab_size=40, hidden_size=16, num_hidden_layers=2,
             max_position_embeddings=12, type_vocab_size=2,
             hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
             use_running_mean=False)
-OPTIONS = dict(long_seq_len=30, local_radius=9, relative_pos_max_distance=2,
-               relative_vocab_size=8)
+OPTIONS = dict(long_seq_len=30, etc=dict(local_radius=9,
+                                         relative_pos_max_distance=2,
+                                         relative_vocab_size=8))
 
 
 @pytest.mark.parametrize("residual", [True, False])
@@ -32,7 +33,7 @@ def test_tiled_lift_is_bert_on_a_short_input(tmp_path, residual):
   load_bert_checkpoint(reference, str(tmp_path))
 
   rng = np.random.RandomState(0)
-  batch, length, r = 2, 8, OPTIONS["local_radius"]  # shorter than the radius
+  batch, length, r = 2, 8, OPTIONS["etc"]["local_radius"]  # < the radius
   ids = rng.randint(0, 40, [batch, length]).astype(np.int32)
   types = rng.randint(0, 2, [batch, length]).astype(np.int32)
   want = reference({"input_ids": ids, "token_type_ids": types})
@@ -96,9 +97,10 @@ def test_unshared_configs_get_copies_on_both_sides():
   tensors = bert_tensors(BERT, seed=6)
   model, _, report = lifting.lift(BertConfig(**BERT), tensors,
                                   lifting.LiftOptions(
-                                      share_qkv_projections=False,
-                                      share_feed_forward_params=False,
-                                      **OPTIONS))
+                                      long_seq_len=30, etc=dict(
+                                          OPTIONS["etc"],
+                                          share_qkv_projections=False,
+                                          share_feed_forward_params=False)))
   att = ("etc_document_bert/global_local_transformer_layers/"
          "fused_att_layer_0/fused_global_local_att/")
   for name in ("global_query_projection", "g2g_key_projection",
@@ -117,3 +119,10 @@ def test_a_checkpoint_that_does_not_fit_its_config_is_one_error():
   message = str(info.value)
   assert "missing bert/encoder/layer_1/output/dense/kernel" in message
   assert "bert/embeddings/word_embeddings: checkpoint [41, 16]" in message
+
+
+def test_unknown_options_are_named():
+  with pytest.raises(UserInputError, match="hidden_size"):
+    lifting.LiftOptions(etc={"hidden_size": 8})
+  with pytest.raises(UserInputError, match="position_mode"):
+    lifting.LiftOptions(position_mode="absolute")

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from etc_realformer.config import EtcConfig
 from etc_realformer.features import side_inputs as si
 
 KEYS = si.SIDE_INPUT_KEYS
