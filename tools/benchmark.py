@@ -27,7 +27,7 @@ timed alone; the record keeps every time, the median and the minimum.
   update) at 4096/430 on WikiHop-shaped random features; examples/s.
 * `--mode=xla_export --export_dir=DIR`: the encoder step of each spec traced
   with `jit_compile`, written as its XLA module (serialized HLO), inputs and
-  argument list to `DIR/<variant>-L<L>-<pass>/`, for `tools/xla_runner.py`
+  argument list to `DIR/<variant>-L<L>-<pass>/`, for `tools.xla_runner`
   to compile and time with jax/jaxlib alone (e.g. on a GPU machine without
   TensorFlow). Nothing is timed here.
 
@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     default="encoder",
     help="encoder: the step; matmul_floor: the same step's matrix products "
     "alone; finetune: a WikiHop training step; xla_export: the step's XLA "
-    "module for tools/xla_runner.py")
+    "module for tools.xla_runner")
   a("--export_dir", default=None,
     help="--mode=xla_export: where each spec's module directory goes")
   a("--xla_reference", type=_on_off, default=[False],

@@ -24,7 +24,7 @@ object to `--result`. Kinds of measurement:
   flattened features in `tf.nest` order, then the captured variables in
   capture order) and `manifest.json` (the spec, every argument's name, shape
   and dtype, and optionally TensorFlow's value of the step), for
-  `tools/xla_runner.py`.
+  `tools.xla_runner`.
 """
 
 import argparse
@@ -32,10 +32,11 @@ import json
 import math
 import os
 import resource
-import statistics
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
+
+from tools.timing import time_calls
 
 # Quiet TF before it is imported; the parent reads our stderr on failure only.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -183,24 +184,6 @@ def wikihop_raw_features(long_len: int, global_len: int, batch: int,
 
 
 # ------------------------------------------------------------------- timing
-def time_calls(step: Callable[[], Any], warmup: int,
-               repeats: int) -> Dict[str, Any]:
-  """Calls `step` (which must block until done) warm-up + repeat times."""
-  t0 = time.perf_counter()
-  step()
-  first = time.perf_counter() - t0
-  for _ in range(max(0, warmup - 1)):
-    step()
-  times: List[float] = []
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    step()
-    times.append(time.perf_counter() - t0)
-  return {"first_call_s": first, "times_s": times,
-          "median_s": statistics.median(times), "min_s": min(times),
-          "mean_s": statistics.fmean(times)}
-
-
 def _setup_tf(spec: Dict[str, Any]):
   """Imports TF, sets threads and the precision policy; returns (tf, keras)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top

@@ -15,9 +15,9 @@ models=bert_sdpa
 if [ "${2:-}" = "--all" ]; then models=bigbird,longformer,bert_sdpa; fi
 out=${OUT:-.}
 for module in "$dir"/*/; do
-  python tools/xla_runner.py --module_dir="$module" --device=gpu \
+  python -m tools.xla_runner --module_dir="$module" --device=gpu \
       --repeats=10 --warmup=3 --hlo_stats --output_jsonl="$out/xla_runs.jsonl"
 done
-python tools/gpu_peers.py --shapes=4096:256:4,16384:1024:1,16384:256:1 \
+python -m tools.gpu_peers --shapes=4096:256:4,16384:1024:1,16384:256:1 \
     --models="$models" --repeats=10 --warmup=3 \
     --output_jsonl="$out/peers.jsonl"

@@ -1,10 +1,10 @@
 r"""Times the PyTorch long-document peers at the GPU benchmark's shapes.
 
-    python tools/gpu_peers.py --shapes=4096:256:4,16384:1024:1 \
+    python -m tools.gpu_peers --shapes=4096:256:4,16384:1024:1 \
         --models=bigbird,longformer,bert_sdpa [--layers=12] [--repeats=10]
 
-Beside `tools/xla_runner.py` (our encoder's XLA module), on a machine with
-PyTorch and transformers (no TensorFlow, no project import): each model is
+Beside `tools.xla_runner` (our encoder's XLA module), on a machine with
+PyTorch and transformers (no TensorFlow, no library import): each model is
 built from a config of the benchmark's width and depth (hidden 768, 12
 heads, FFN 3072 unless flags say otherwise), in training mode (dropout 0.1),
 under `torch.autocast(bfloat16)`; a step is the gradient of the mean square
@@ -26,12 +26,11 @@ its error and the sweep goes on.
 """
 
 import argparse
-import json
-import statistics
 import sys
-import time
 import traceback
 from typing import Any, Dict, List, Optional, Tuple
+
+from tools.timing import emit, time_calls
 
 MODELS = ("bigbird", "longformer", "bert_sdpa")
 
@@ -114,15 +113,7 @@ def measure(name: str, long_len: int, global_len: int, batch: int,
 
   if cuda:
     torch.cuda.reset_peak_memory_stats()
-  for _ in range(warmup):
-    step()
-  times = []
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    step()
-    times.append(time.perf_counter() - t0)
-  record = {"median_s": statistics.median(times), "min_s": min(times),
-            "times_s": times}
+  record = time_calls(step, warmup, repeats)
   if cuda:
     record["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
     record["device_name"] = torch.cuda.get_device_name()
@@ -180,11 +171,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                       traceback=traceback.format_exc()[-2000:])
       if device.startswith("cuda"):
         torch.cuda.empty_cache()
-      line = json.dumps(record, sort_keys=True)
-      print(line, flush=True)
-      if args.output_jsonl:
-        with open(args.output_jsonl, "a") as f:
-          f.write(line + "\n")
+      emit(record, args.output_jsonl)
   return 0
 
 

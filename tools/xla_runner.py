@@ -1,15 +1,16 @@
 r"""Compiles and times an exported XLA module with jax/jaxlib alone.
 
-    python tools/xla_runner.py --module_dir=DIR [--repeats=10 --warmup=3]
+    python -m tools.xla_runner --module_dir=DIR [--repeats=10 --warmup=3]
         [--device=gpu] [--output_jsonl=FILE] [--hlo_stats]
 
 DIR is what `python -m tools.benchmark --mode=xla_export` wrote:
 `module.hlo.pb` (a serialized HloModuleProto), `inputs.npz` (`arg_0000`,
 ... in the entry computation's parameter order) and `manifest.json`. This
-file imports neither TensorFlow nor the project, so it runs where only jax
-is installed (the GPU machine): the HLO is converted to StableHLO, compiled
+module imports neither TensorFlow nor the library (only the plain-Python
+`tools.timing`), so it runs from a checkout where only jax is installed (the
+GPU machine): the HLO is converted to StableHLO, compiled
 by that jaxlib's XLA for the first device of the chosen platform, and called
-`--warmup` times, then `--repeats` times, each timed alone with a blocking
+`--warmup` times (the first one timed alone), then `--repeats` times, each timed alone with a blocking
 wait. Printed (and appended to `--output_jsonl`): one JSON record with the
 spec, the device, every time, the median and minimum, the device's peak
 memory (`memory_stats()`, where the platform reports it), the first
@@ -25,12 +26,13 @@ import argparse
 import json
 import os
 import re
-import statistics
 import sys
 import time
 from typing import Any, Dict, List, Optional
 
 import numpy as np
+
+from tools.timing import emit, time_calls
 
 
 def _jax_modules():
@@ -156,27 +158,23 @@ def run(module_dir: str, repeats: int = 10, warmup: int = 3,
             "compile_s": compile_s, "hlo_stats": hlo_stats(executable)}
   buffers = [jax.device_put(x, device) for x in inputs]
 
+  # The first call's outputs are the ones compared with TensorFlow's: a
+  # training step's dropout draws from XLA's RNG state, which every call
+  # advances.
+  first = {}
+
   def call():
     outputs = _execute(executable, buffers)
     _block(outputs)
-    return outputs
+    first.setdefault("outputs", outputs)
 
-  outputs = call()
-  for _ in range(max(0, warmup - 1)):
-    call()
-  times: List[float] = []
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    call()
-    times.append(time.perf_counter() - t0)
+  timing = time_calls(call, warmup, repeats)
   record: Dict[str, Any] = {
       "record_type": "xla_run", "module_dir": module_dir,
       "spec": manifest["spec"], "device": str(device),
       "platform": device.platform, "jax_version": jax.__version__,
-      "compile_s": compile_s, "times_s": times,
-      "median_s": statistics.median(times), "min_s": min(times),
-      "repeats": repeats, "warmup": warmup,
-      "value": _first_value(outputs)}
+      "compile_s": compile_s, **timing, "repeats": repeats,
+      "warmup": warmup, "value": _first_value(first["outputs"])}
   memory = device.memory_stats() if hasattr(device, "memory_stats") else None
   if memory:
     record["peak_memory_gib"] = memory.get("peak_bytes_in_use", 0) / 2**30
@@ -212,11 +210,7 @@ def main(argv: Optional[List[str]] = None) -> int:
       return 2
     record = run(directory, args.repeats, args.warmup, args.device,
                  args.hlo_stats, args.compile_only)
-    line = json.dumps(record, sort_keys=True)
-    print(line, flush=True)
-    if args.output_jsonl:
-      with open(args.output_jsonl, "a") as f:
-        f.write(line + "\n")
+    emit(record, args.output_jsonl)
   return 0
 
 

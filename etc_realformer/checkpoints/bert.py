@@ -141,7 +141,8 @@ def load_bert_checkpoint(model, path: str) -> BertLoadReport:
   report = mismatch_report(
       f"BERT checkpoint {prefix} does not match the model config:", shapes,
       {name: variables[0].shape.as_list()
-       for name, variables in expected.items()}, unexpected, _hint)
+       for name, variables in expected.items()}, unexpected, _HINTS,
+      "check {} against the checkpoint's bert_config.json")
   if report:
     raise BertCheckpointMismatchError(report)
 
@@ -154,23 +155,13 @@ def load_bert_checkpoint(model, path: str) -> BertLoadReport:
   return BertLoadReport(prefix, sorted(expected), skipped)
 
 
-def _hint(items: List[str]) -> str:
-  """The config fields a set of mismatches points at."""
-  text = " ".join(items)
-  hints = []
-  if "word_embeddings" in text:
-    hints.append("vocab_size (a different vocabulary)")
-  if "position_embeddings" in text:
-    hints.append("max_position_embeddings")
-  if "token_type_embeddings" in text:
-    hints.append("type_vocab_size")
-  if re.search(r"layer_\d+/", text):
-    hints.append("num_hidden_layers / hidden_size / intermediate_size")
-  if "bert/pooler" in text:
-    hints.append("the pooler (every BERT checkpoint has bert/pooler/dense)")
-  if MLM_PREFIX in text:
-    hints.append("with_masked_lm (the checkpoint has no MLM head)")
-  if not hints:
-    return ""
-  return "check " + ", ".join(hints) + " against the checkpoint's " \
-      "bert_config.json"
+# Which config field decides a checkpoint name, for the mismatch hint.
+_HINTS = (
+    (r"word_embeddings", "vocab_size (a different vocabulary)"),
+    (r"position_embeddings", "max_position_embeddings"),
+    (r"token_type_embeddings", "type_vocab_size"),
+    (r"layer_\d+/", "num_hidden_layers / hidden_size / intermediate_size"),
+    (r"bert/pooler",
+     "the pooler (every BERT checkpoint has bert/pooler/dense)"),
+    (re.escape(MLM_PREFIX), "with_masked_lm (the checkpoint has no MLM head)"),
+)

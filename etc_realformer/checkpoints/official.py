@@ -12,7 +12,7 @@ partially loaded.
 
 import os
 import re
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from absl import logging
 import tensorflow as tf
@@ -93,7 +93,9 @@ def load_official_checkpoint(model, path: str,
   report = mismatch_report(
       f"checkpoint {prefix} does not match the model config:", shapes,
       {name: var.shape.as_list() for name, var in expected.items()},
-      unexpected, _sharing_hint)
+      unexpected, _SHARING_HINTS,
+      "the sharing/size options that decide these names: {} (check the "
+      "checkpoint's etc_config.json)")
   if report:
     raise CheckpointMismatchError(report)
 
@@ -108,7 +110,8 @@ def load_official_checkpoint(model, path: str,
 
 def mismatch_report(title: str, shapes: Mapping[str, List[int]],
                     expected: Mapping[str, List[int]], unexpected: List[str],
-                    hint_fn) -> Optional[str]:
+                    hints: Sequence[Tuple[str, str]],
+                    hint_format: str) -> Optional[str]:
   """The one error message of a checkpoint that does not fit a model, or
   None when it fits.
 
@@ -118,7 +121,9 @@ def mismatch_report(title: str, shapes: Mapping[str, List[int]],
     expected: the model's variable name (in the checkpoint) -> shape.
     unexpected: checkpoint names that the model does not have (and that are
       not to be skipped).
-    hint_fn: names of the mismatches -> a hint ("" for none).
+    hints: (regular expression, config field) pairs: a field is named when
+      its expression matches one of the mismatched names.
+    hint_format: the hint line, with "{}" for the named fields.
   """
   missing = sorted(set(expected) - set(shapes))
   misshaped = [f"{name}: checkpoint {shapes[name]} vs model {shape}"
@@ -133,34 +138,24 @@ def mismatch_report(title: str, shapes: Mapping[str, List[int]],
     if items:
       lines.append(f"  {heading} ({len(items)}):")
       lines.extend(f"    {item}" for item in items)
-  hint = hint_fn(missing + unexpected + misshaped)
-  if hint:
-    lines.append("  hint: " + hint)
+  text = " ".join(missing + unexpected + misshaped)
+  fields = [field for pattern, field in hints if re.search(pattern, text)]
+  if fields:
+    lines.append("  hint: " + hint_format.format(", ".join(fields)))
   return "\n".join(lines)
 
 
-def _sharing_hint(names: List[str]) -> str:
-  """Points at the config flag a set of name mismatches suggests."""
-  text = " ".join(names)
-  hints = []
-  if re.search(r"global_query_projection|g2g_key_projection", text):
-    hints.append("share_qkv_projections")
-  if re.search(r"l2g_key_projection|g2l_key_projection", text):
-    hints.append("share_kv_projections")
-  if "global_output_projection" in text:
-    hints.append("share_att_output_projection")
-  if re.search(r"(long|global)_feed_forward_layer|/feed_forward_layer_", text):
-    hints.append("share_feed_forward_params")
-  if "token_emb_lookup/projection" in text:
-    hints.append("embedding_size")
-  if "position_emb_lookup" in text:
-    hints.append("max_absolute_position_embeddings")
-  if "relative_" in text:
-    hints.append("relative_vocab_size")
-  if not hints:
-    return ""
-  return ("the sharing/size options that decide these names: " +
-          ", ".join(hints) + " (check the checkpoint's etc_config.json)")
+# Which config option decides a checkpoint name, for the mismatch hint.
+_SHARING_HINTS = (
+    (r"global_query_projection|g2g_key_projection", "share_qkv_projections"),
+    (r"l2g_key_projection|g2l_key_projection", "share_kv_projections"),
+    (r"global_output_projection", "share_att_output_projection"),
+    (r"(long|global)_feed_forward_layer|/feed_forward_layer_",
+     "share_feed_forward_params"),
+    (r"token_emb_lookup/projection", "embedding_size"),
+    (r"position_emb_lookup", "max_absolute_position_embeddings"),
+    (r"relative_", "relative_vocab_size"),
+)
 
 
 def save_official_checkpoint(model, prefix: str,

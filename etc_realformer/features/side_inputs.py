@@ -154,12 +154,8 @@ def global_local_core(long_example_ids: tf.Tensor,
 
 # ---------------------------------------------------------------- public API
 def make_global_local_side_inputs_from_example_ids(
-    long_example_ids,
-    global_example_ids,
-    sentence_ids,
-    local_radius: int,
-    relative_pos_max_distance: int,
-    use_hard_g2l_mask: bool = False,
+    long_example_ids, global_example_ids, sentence_ids, local_radius: int,
+    relative_pos_max_distance: int, use_hard_g2l_mask: bool = False,
     use_hard_l2g_mask: bool = False) -> SideInputs:
   """Side inputs from per-token example ids (packed examples or input masks).
 
@@ -207,12 +203,8 @@ def make_global_local_side_inputs_from_example_ids(
 
 
 def make_global_local_side_inputs(
-    long_breakpoints,
-    global_breakpoints,
-    sentence_ids,
-    local_radius: int,
-    relative_pos_max_distance: int,
-    use_hard_g2l_mask: bool = False,
+    long_breakpoints, global_breakpoints, sentence_ids, local_radius: int,
+    relative_pos_max_distance: int, use_hard_g2l_mask: bool = False,
     use_hard_l2g_mask: bool = False) -> SideInputs:
   """Side inputs from end-of-example breakpoints (the ETC pre-training format).
 

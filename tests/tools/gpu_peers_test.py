@@ -26,7 +26,7 @@ def test_shapes_parse_and_bad_ones_are_named():
 
 def test_unknown_model_is_a_usage_error():
   result = subprocess.run(
-      [sys.executable, "tools/gpu_peers.py", "--models=reformer"], cwd=REPO,
+      [sys.executable, "-m", "tools.gpu_peers", "--models=reformer"], cwd=REPO,
       capture_output=True, text=True, timeout=120)
   assert result.returncode == 2 and "reformer" in result.stderr
 
@@ -35,7 +35,7 @@ def test_unknown_model_is_a_usage_error():
                     "(the GPU machine has them; the project does not)")
 def test_each_peer_takes_a_tiny_step_on_the_cpu():
   result = subprocess.run(
-      [sys.executable, "tools/gpu_peers.py", "--shapes=1024:16:1",
+      [sys.executable, "-m", "tools.gpu_peers", "--shapes=1024:16:1",
        "--layers=1", "--hidden_size=32", "--heads=2",
        "--intermediate_size=64", "--vocab_size=100", "--repeats=1",
        "--warmup=1", "--device=cpu",

@@ -57,13 +57,13 @@ def test_jaxlib_runs_the_module_to_tensorflows_value(exported):
 def test_cli_prints_one_record_and_refuses_a_bad_directory(exported,
                                                            tmp_path):
   result = subprocess.run(
-      [sys.executable, "tools/xla_runner.py", f"--module_dir={exported}",
+      [sys.executable, "-m", "tools.xla_runner", f"--module_dir={exported}",
        "--repeats=1", "--warmup=1", "--device=cpu"], cwd=REPO,
       capture_output=True, text=True, timeout=300)
   assert result.returncode == 0, result.stderr[-3000:]
   record = json.loads(result.stdout.strip().splitlines()[-1])
   assert record["record_type"] == "xla_run"
   bad = subprocess.run(
-      [sys.executable, "tools/xla_runner.py", f"--module_dir={tmp_path}"],
+      [sys.executable, "-m", "tools.xla_runner", f"--module_dir={tmp_path}"],
       cwd=REPO, capture_output=True, text=True, timeout=300)
   assert bad.returncode == 2 and "manifest.json" in bad.stderr
