@@ -27,11 +27,27 @@ def run_binary(args: Sequence[str], timeout: int = 240) -> str:
   return output
 
 
+# Defined in every `run_script` script: the served-model checks of the tasks'
+# end-to-end tests.
+SERVING_HELPERS = """
+def examples_of(path, count):
+  import tensorflow as tf
+  return tf.stack(list(tf.data.TFRecordDataset(path).take(count)))
+
+def zero_features(signature, batch_size=2):
+  import tensorflow as tf
+  spec = signature.structured_input_signature[1]
+  return {k: tf.zeros([batch_size] + s.shape[1:].as_list(), s.dtype)
+          for k, s in spec.items()}
+"""
+
+
 def run_script(script: str, cwd: str, timeout: int = 180) -> Any:
   """Runs `python -c script` (in a fresh process, e.g. to load an export
   without the training code) and returns the JSON it prints after
-  "RESULT "."""
-  proc = subprocess.run([sys.executable, "-c", script], env=env(),
+  "RESULT "; the script may call `SERVING_HELPERS`' functions."""
+  proc = subprocess.run([sys.executable, "-c", SERVING_HELPERS + script],
+                        env=env(),
                         capture_output=True, text=True, timeout=timeout,
                         cwd=cwd)
   assert proc.returncode == 0, proc.stderr[-4000:]

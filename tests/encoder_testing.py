@@ -216,7 +216,6 @@ def numpy_reference(weights: Dict[str, np.ndarray], config: EtcConfig,
   x_glob = _layer_norm(x_glob, w["global_emb_layer_norm/gamma"],
                        w["global_emb_layer_norm/beta"])
   batch, long_len, _ = x_long.shape
-  global_len = x_glob.shape[1]
 
   masks = {
       "l2l": _band_to_dense(feats["l2l_att_mask"], r),

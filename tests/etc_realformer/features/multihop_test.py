@@ -8,21 +8,9 @@ import tensorflow as tf
 
 from etc_realformer.features import multihop
 from etc_realformer.features import side_inputs as si
+from side_inputs_testing import assert_side_inputs_equal
 
 KEYS = si.SIDE_INPUT_KEYS
-
-
-def _np(side_inputs):
-  return {k: (None if v is None else np.asarray(v)) for k, v in
-          side_inputs.items()}
-
-
-def _assert_equal(actual, expected):
-  assert set(actual) == set(KEYS)
-  for key, value in expected.items():
-    assert actual[key] is not None, key
-    assert actual[key].dtype == tf.int32, key
-    np.testing.assert_array_equal(actual[key], value, err_msg=key)
 
 
 MH_INPUTS = dict(
@@ -88,7 +76,7 @@ def test_multihop(hard_g2l, hard_l2g):
     expected["l2g_att_mask"] = MH_HARD_L2G
   if hard_g2l:
     expected["g2l_att_mask"] = MH_HARD_G2L
-  _assert_equal(out, expected)
+  assert_side_inputs_equal(out, expected)
 
 
 def test_multihop_hard_without_ignore_masks():
@@ -100,7 +88,8 @@ def test_multihop_hard_without_ignore_masks():
   hard_g2l[0, 0] = 0  # CLS links to no long token.
   hard_l2g = np.array(MH_HARD_L2G)
   hard_l2g[0, 0] = [0, 1, 0, 0, 0, 0]  # q1 sees its question token only.
-  _assert_equal(out, dict(g2l_att_mask=hard_g2l, l2g_att_mask=hard_l2g))
+  assert_side_inputs_equal(out, dict(g2l_att_mask=hard_g2l,
+                                    l2g_att_mask=hard_l2g))
 
 
 def test_multihop_l2g_linked_ids():
@@ -111,7 +100,7 @@ def test_multihop_l2g_linked_ids():
   ids = np.array(MH_SOFT["l2g_relative_att_ids"])
   ids[0, 0, 0] = 4
   ids[0, 4, 3] = 4
-  _assert_equal(out, dict(l2g_relative_att_ids=ids,
+  assert_side_inputs_equal(out, dict(l2g_relative_att_ids=ids,
                           g2l_relative_att_ids=np.transpose(ids, [0, 2, 1]),
                           l2g_att_mask=MH_HARD_L2G))
 
@@ -120,7 +109,7 @@ def test_multihop_flat_sequence():
   out = multihop.make_multihop_side_inputs(
       **MH_INPUTS, use_hard_g2l_mask=True, flat_sequence=True,
       l2g_linked_ids=[[0, -1, -1, -1, 3, -1, -1]])
-  _assert_equal(out, dict(
+  assert_side_inputs_equal(out, dict(
       # One segment for all real tokens: local attention crosses paragraphs.
       l2l_att_mask=[[[0, 1, 1], [1, 1, 1], [1, 1, 1], [1, 1, 1], [1, 1, 1],
                      [1, 1, 0], [0, 1, 0]]],
@@ -150,7 +139,8 @@ def test_multihop_flat_sequence():
 
 
 def test_multihop_unbatched():
-  batched = multihop.make_multihop_side_inputs(**MH_INPUTS, use_hard_g2l_mask=True)
+  batched = multihop.make_multihop_side_inputs(**MH_INPUTS,
+                                               use_hard_g2l_mask=True)
   single = multihop.make_multihop_side_inputs(
       **{k: (v[0] if isinstance(v, list) else v)
          for k, v in MH_INPUTS.items()}, use_hard_g2l_mask=True)

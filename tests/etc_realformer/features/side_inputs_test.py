@@ -9,21 +9,9 @@ import pytest
 import tensorflow as tf
 
 from etc_realformer.features import side_inputs as si
+from side_inputs_testing import assert_side_inputs_equal
 
 KEYS = si.SIDE_INPUT_KEYS
-
-
-def _np(side_inputs):
-  return {k: (None if v is None else np.asarray(v)) for k, v in
-          side_inputs.items()}
-
-
-def _assert_equal(actual, expected):
-  assert set(actual) == set(KEYS)
-  for key, value in expected.items():
-    assert actual[key] is not None, key
-    assert actual[key].dtype == tf.int32, key
-    np.testing.assert_array_equal(actual[key], value, err_msg=key)
 
 
 @pytest.fixture
@@ -38,7 +26,7 @@ def test_golden_vector(golden):
   out = si.make_global_local_side_inputs(
       golden["long_breakpoints"], golden["global_breakpoints"],
       golden["sentence_ids"], local_radius=4, relative_pos_max_distance=2)
-  _assert_equal(out, {k: golden[k] for k in KEYS})
+  assert_side_inputs_equal(out, {k: golden[k] for k in KEYS})
 
 
 def test_golden_vector_from_example_ids(golden):
@@ -47,7 +35,7 @@ def test_golden_vector_from_example_ids(golden):
   out = si.make_global_local_side_inputs_from_example_ids(
       long_ids, global_ids, golden["sentence_ids"], local_radius=4,
       relative_pos_max_distance=2)
-  _assert_equal(out, {k: golden[k] for k in KEYS})
+  assert_side_inputs_equal(out, {k: golden[k] for k in KEYS})
 
 
 def test_golden_vector_int64_tensors(golden):
@@ -55,7 +43,7 @@ def test_golden_vector_int64_tensors(golden):
       tf.constant(golden["long_breakpoints"], tf.int64),
       tf.constant(golden["global_breakpoints"], tf.int64),
       tf.constant(golden["sentence_ids"], tf.int64), 4, 2)
-  _assert_equal(out, {k: golden[k] for k in KEYS})
+  assert_side_inputs_equal(out, {k: golden[k] for k in KEYS})
 
 
 # ------------------------------------------------- hand-worked global-local
@@ -101,7 +89,7 @@ def test_global_local_hard_masks(hard_g2l, hard_l2g):
     expected["l2g_att_mask"] = GL_HARD_L2G
   if hard_g2l:
     expected["g2l_att_mask"] = GL_HARD_G2L
-  _assert_equal(out, expected)
+  assert_side_inputs_equal(out, expected)
 
 
 def test_edges_and_radius_larger_than_sequence():
@@ -109,7 +97,7 @@ def test_edges_and_radius_larger_than_sequence():
   out = si.make_global_local_side_inputs(
       [[0, 0, 1]], [[1]], [[0, 0, 0]], local_radius=4,
       relative_pos_max_distance=2)
-  _assert_equal(out, dict(
+  assert_side_inputs_equal(out, dict(
       l2l_att_mask=[[[0, 0, 0, 0, 1, 1, 1, 0, 0],
                      [0, 0, 0, 1, 1, 1, 0, 0, 0],
                      [0, 0, 1, 1, 1, 0, 0, 0, 0]]],
@@ -126,7 +114,7 @@ def test_edges_and_radius_larger_than_sequence():
 def test_max_distance_larger_than_radius():
   # r = 1, M = 3: left neighbour gets M + 1 = 4; other/own = 7/8.
   out = si.make_global_local_side_inputs([[0, 1]], [[1, 0]], [[0, 1]], 1, 3)
-  _assert_equal(out, dict(
+  assert_side_inputs_equal(out, dict(
       l2l_att_mask=[[[0, 1, 1], [1, 1, 0]]],
       l2l_relative_att_ids=[[[4, 0, 1], [4, 0, 1]]],
       g2g_relative_att_ids=[[[0, 1], [4, 0]]],
@@ -137,7 +125,7 @@ def test_packed_examples():
   # Two packed examples of 2 and 1 long tokens, 1 global token each.
   out = si.make_global_local_side_inputs(
       [[0, 1, 1, 0]], [[1, 1, 0]], [[0, 0, 1, 0]], 1, 1)
-  _assert_equal(out, dict(
+  assert_side_inputs_equal(out, dict(
       l2l_att_mask=[[[0, 1, 1], [1, 1, 0], [0, 1, 0], [0, 1, 0]]],
       g2g_att_mask=[[[1, 0, 0], [0, 1, 0], [0, 0, 1]]],
       l2g_att_mask=[[[1, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1]]]))
@@ -178,7 +166,7 @@ def test_fixed_block():
   np.testing.assert_array_equal(glob["global_input_mask"], [[1, 1, 0]])
   np.testing.assert_array_equal(glob["global_breakpoints"], [[0, 1, 0]])
   np.testing.assert_array_equal(glob["sentence_ids"], [[0, 0, 0, 1, 1, 1, 2]])
-  _assert_equal(side, dict(
+  assert_side_inputs_equal(side, dict(
       l2l_att_mask=[[[0, 0, 1, 1, 1],
                      [0, 1, 1, 1, 1],
                      [1, 1, 1, 1, 1],
@@ -222,11 +210,12 @@ def test_tf_data_map_keeps_static_shapes(golden):
   assert spec["l2g_att_mask"].shape == (64, 8)
   assert spec["g2l_relative_att_ids"].shape == (8, 64)
   batched = next(iter(per_example.batch(2)))
-  _assert_equal(batched, {k: golden[k] for k in KEYS})
+  assert_side_inputs_equal(batched, {k: golden[k] for k in KEYS})
 
   batch_first = ds.batch(2, drop_remainder=True).map(_golden_call(golden))
   assert batch_first.element_spec["g2l_att_mask"].shape == (2, 8, 64)
-  _assert_equal(next(iter(batch_first)), {k: golden[k] for k in KEYS})
+  assert_side_inputs_equal(next(iter(batch_first)),
+                           {k: golden[k] for k in KEYS})
 
 
 def test_jit_compile_matches_eager(golden):
@@ -255,7 +244,7 @@ def test_dynamic_shapes(golden):
   fn = tf.function(_golden_call(golden), input_signature=[spec] * 3)
   out = fn(golden["long_breakpoints"], golden["global_breakpoints"],
            golden["sentence_ids"])
-  _assert_equal(out, {k: golden[k] for k in KEYS})
+  assert_side_inputs_equal(out, {k: golden[k] for k in KEYS})
 
   fb = tf.function(lambda m: si.make_fixed_block_side_inputs(m, 3, 2, 1),
                    input_signature=[spec])

@@ -142,13 +142,10 @@ raw = loaded.signatures["serve_raw"](
 out["raw"] = {{k: v.numpy().tolist() for k, v in raw.items()
               if k != "answer"}}
 out["raw"]["answer"] = raw["answer"].numpy().decode()
-examples = [r for r in tf.data.TFRecordDataset(
-    {os.path.join(data_dir, "hotpot_dev_distractor_v1.tfrecord")!r}).take(2)]
-ex = loaded.signatures["serve_examples"](examples=tf.stack(examples))
+ex = loaded.signatures["serve_examples"](examples=examples_of(
+    {os.path.join(data_dir, "hotpot_dev_distractor_v1.tfrecord")!r}, 2))
 out["examples_sp_shape"] = ex["sp_probs"].shape.as_list()
-spec = loaded.signatures["serving_default"].structured_input_signature[1]
-feats = {{k: tf.zeros([2] + s.shape[1:].as_list(), s.dtype)
-         for k, s in spec.items()}}
+feats = zero_features(loaded.signatures["serving_default"])
 out["default_keys"] = sorted(loaded.signatures["serving_default"](**feats))
 print("RESULT " + json.dumps(out))
 """

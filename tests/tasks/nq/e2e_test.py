@@ -175,13 +175,10 @@ out["html"] = plain(loaded.signatures["serve_raw"](
     candidate_top_level=tf.zeros([0], tf.bool)))
 out["text"] = plain(loaded.signatures["serve_text"](
     question=tf.constant(x["question"]), document_text=tf.constant({text!r})))
-examples = [r for r in tf.data.TFRecordDataset(
-    {os.path.join(data_dir, "nq-dev-00.tfrecord")!r}).take(3)]
-ex = loaded.signatures["serve_examples"](examples=tf.stack(examples))
+ex = loaded.signatures["serve_examples"](examples=examples_of(
+    {os.path.join(data_dir, "nq-dev-00.tfrecord")!r}, 3))
 out["examples_long_score_shape"] = ex["long_score"].shape.as_list()
-spec = loaded.signatures["serving_default"].structured_input_signature[1]
-feats = {{k: tf.zeros([2] + s.shape[1:].as_list(), s.dtype)
-         for k, s in spec.items()}}
+feats = zero_features(loaded.signatures["serving_default"])
 out["default_keys"] = sorted(loaded.signatures["serving_default"](**feats))
 print("RESULT " + json.dumps(out))
 """

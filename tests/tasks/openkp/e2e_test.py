@@ -172,14 +172,11 @@ out = {{"signatures": sorted(loaded.signatures),
        "raw": [p.decode() for p in raw["key_phrases"].numpy()],
        "raw_scores": raw["scores"].numpy().tolist(),
        "raw_lengths": raw["lengths"].numpy().tolist()}}
-examples = list(tf.data.TFRecordDataset(
-    {os.path.join(data_dir, 'OpenKPDev.tfrecord')!r}).take(2))
-ex = loaded.signatures["serve_examples"](examples=tf.stack(examples))
+ex = loaded.signatures["serve_examples"](examples=examples_of(
+    {os.path.join(data_dir, 'OpenKPDev.tfrecord')!r}, 2))
 out["examples"] = [[p.decode() for p in row]
                    for row in ex["key_phrases"].numpy()]
-spec = loaded.signatures["serving_default"].structured_input_signature[1]
-feats = {{k: tf.zeros([2] + s.shape[1:].as_list(), s.dtype)
-         for k, s in spec.items()}}
+feats = zero_features(loaded.signatures["serving_default"])
 out["default_logits"] = loaded.signatures["serving_default"](
     **feats)["logits"].shape.as_list()
 print("RESULT " + json.dumps(out))

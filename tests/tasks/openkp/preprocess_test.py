@@ -2,12 +2,10 @@
 jsonl, strict mode, the binary's one-line errors."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-import e2e_testing
+import cli_testing
 from etc_realformer.data import tfrecords
 from openkp_testing import FILLER
 from openkp_testing import VOCAB_WORDS
@@ -69,20 +67,16 @@ def test_preprocess_writes_records_stats_and_dedup_jsonl(tmp_path):
 
 
 def run_failing(args):
-  """The binary's stderr lines; asserts exit code 2 (a user's mistake)."""
-  proc = subprocess.run(
-      [sys.executable, "-m", "tasks.openkp.preprocess", *args],
-      capture_output=True, text=True, cwd=e2e_testing.REPO, timeout=300,
-      env=dict(e2e_testing.env(), TF_CPP_MIN_LOG_LEVEL="3"))
-  assert proc.returncode == 2, proc.stdout[-1000:] + proc.stderr[-2000:]
-  return proc.stderr.strip().splitlines()
+  """The binary's one error line; asserts exit code 2 (a user's mistake)."""
+  proc = cli_testing.run("tasks.openkp.preprocess", args, timeout=300)
+  return cli_testing.assert_user_error(proc.returncode, proc.stderr)
 
 
 def test_cli_missing_input_is_one_line(tmp_path):
   missing = str(tmp_path / "OpenKPDev.jsonl")
-  (line,) = run_failing([f"--input={missing}",
-                         f"--vocab={tmp_path / 'no_vocab.txt'}",
-                         f"--output_dir={tmp_path / 'out'}"])
+  line = run_failing([f"--input={missing}",
+                      f"--vocab={tmp_path / 'no_vocab.txt'}",
+                      f"--output_dir={tmp_path / 'out'}"])
   assert missing in line
   assert not (tmp_path / "out").exists()
 
@@ -92,9 +86,9 @@ def test_cli_truncated_json_line_under_strict_is_one_line(tmp_path):
   line = json.dumps(GOOD)
   path = tmp_path / "OpenKPDev.jsonl"
   path.write_text(line + "\n" + line[:len(line) // 2] + "\n")
-  (error,) = run_failing([f"--input={path}", f"--vocab={vocab}",
-                          f"--output_dir={tmp_path / 'out'}", "--strict",
-                          "--long_seq_len=16", "--global_seq_len=4"])
+  error = run_failing([f"--input={path}", f"--vocab={vocab}",
+                       f"--output_dir={tmp_path / 'out'}", "--strict",
+                       "--long_seq_len=16", "--global_seq_len=4"])
   assert str(path) in error and "line 2" in error
   assert data.NOT_JSON in error
   assert not (tmp_path / "out" / "OpenKPDev.tfrecord").exists()

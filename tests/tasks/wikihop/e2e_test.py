@@ -153,13 +153,10 @@ raw = loaded.signatures["serve_raw"](
     supports=tf.constant({record['supports']!r}))
 out["raw_answer"] = raw["answer"].numpy().decode()
 out["raw_probs"] = raw["candidate_probabilities"].numpy().tolist()
-examples = [r for r in tf.data.TFRecordDataset(
-    {workdir['data'] + '/dev.tfrecord'!r}).take(2)]
-ex = loaded.signatures["serve_examples"](examples=tf.stack(examples))
+ex = loaded.signatures["serve_examples"](examples=examples_of(
+    {workdir['data'] + '/dev.tfrecord'!r}, 2))
 out["examples_prediction"] = ex["prediction"].numpy().tolist()
-spec = loaded.signatures["serving_default"].structured_input_signature[1]
-feats = {{k: tf.zeros([2] + s.shape[1:].as_list(), s.dtype)
-         for k, s in spec.items()}}
+feats = zero_features(loaded.signatures["serving_default"])
 feats["candidate_mask"] = tf.tensor_scatter_nd_update(
     feats["candidate_mask"], [[0, 0], [1, 0]], [1, 1])
 dflt = loaded.signatures["serving_default"](**feats)
