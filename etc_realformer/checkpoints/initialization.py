@@ -61,7 +61,9 @@ def initialize_encoder(encoder: tf.Module, path: str) -> CheckpointKind:
     ckpt = tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=encoder))
   else:
     ckpt = tf.train.Checkpoint(encoder=encoder)
-  status = ckpt.restore(prefix)
+  # `read`, not `restore`: a checkpoint written with `Checkpoint.write` (the
+  # converter's) has no save counter, which `restore` would expect.
+  status = ckpt.read(prefix)
   # Every encoder variable must come from the checkpoint; anything else in it
   # (head, optimizer) is fine to skip.
   status.expect_partial().assert_existing_objects_matched()

@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from etc_realformer import EtcConfig, EtcModel
 from etc_realformer.checkpoints import initialization
+from etc_realformer.checkpoints.converted import save_converted_checkpoint
 from etc_realformer.checkpoints.paths import resolve_checkpoint_path
 
 INPUT_KEYS = ("token_ids", "segment_ids", "global_token_ids",
@@ -45,14 +46,17 @@ def test_tf2_encoder_and_task_model_checkpoints(golden_dir, tmp_path):
   source = EtcModel(config)
   source(features, training=False)
 
-  # A bare-encoder checkpoint (e.g. from a converter).
-  prefix = tf.train.Checkpoint(encoder=source).save(str(tmp_path / "enc/c"))
-  target = EtcModel(config)
-  target(features, training=False)
-  assert initialization.initialize_encoder(target, prefix) == (
-      initialization.CheckpointKind.TF2_ENCODER)
-  for a, b in zip(_weights(source), _weights(target)):
-    np.testing.assert_array_equal(a, b)
+  # Bare-encoder checkpoints: saved (with a save counter), and written by
+  # the checkpoint converter (without one).
+  saved = tf.train.Checkpoint(encoder=source).save(str(tmp_path / "enc/c"))
+  converted = save_converted_checkpoint(source, str(tmp_path / "converted"))
+  for prefix in (saved, converted):
+    target = EtcModel(config)
+    target(features, training=False)
+    assert initialization.initialize_encoder(target, prefix) == (
+        initialization.CheckpointKind.TF2_ENCODER)
+    for a, b in zip(_weights(source), _weights(target)):
+      np.testing.assert_array_equal(a, b)
 
   # A task-model checkpoint written by the trainer (model/encoder/...),
   # given as its directory; the head and optimizer in it are skipped.
