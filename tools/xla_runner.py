@@ -15,8 +15,9 @@ wait. Printed (and appended to `--output_jsonl`): one JSON record with the
 spec, the device, every time, the median and minimum, the device's peak
 memory (`memory_stats()`, where the platform reports it), the first
 output's value and, when the manifest holds TensorFlow's, their relative
-difference. `--hlo_stats` adds the compiled module's fusion count, its
-largest buffers and the compiled memory statistics.
+difference. `--hlo_stats` adds the compiled module's fusion count, the
+buffers it writes (count, total, the largest, grouped by type) and the
+compiled memory statistics.
 
 The figures are TensorFlow's XLA module run by jaxlib's XLA (often a newer
 compiler than TensorFlow's), not TensorFlow itself on that device.
@@ -88,24 +89,98 @@ def _first_value(outputs) -> float:
   return float(np.asarray(first).reshape(-1)[0])
 
 
-def hlo_stats(executable, top: int = 8) -> Dict[str, Any]:
-  """Fusion count, the largest buffers, and the compiled memory statistics
-  of a compiled module, from its optimized HLO text."""
+_ITEMSIZE = {"f32": 4, "bf16": 2, "f16": 2, "s32": 4, "u32": 4, "pred": 1,
+             "u16": 2, "s64": 8, "u64": 8, "u8": 1, "f64": 8, "s8": 1}
+# Instructions that write no buffer of their own.
+_NOT_WRITTEN = ("parameter", "get-tuple-element", "tuple", "bitcast",
+                "constant", "while")
+
+
+def _computations(text: str) -> Dict[str, List[str]]:
+  """HLO text -> computation name ("ENTRY" for the entry) -> its lines."""
+  comps: Dict[str, List[str]] = {}
+  name, body = None, []
+  for line in text.splitlines():
+    header = re.match(r"^(ENTRY )?%(\S+) \(", line)
+    if header and line.rstrip().endswith("{"):
+      name, body = ("ENTRY" if header.group(1) else header.group(2)), []
+    elif line.startswith("}") and name:
+      comps[name] = body
+      name = None
+    elif name:
+      body.append(line)
+  return comps
+
+
+def materialized_buffers(text: str) -> List[Dict[str, Any]]:
+  """The buffers a compiled module writes: every instruction of the entry
+  computation and of the loops and branches it runs, not the instructions
+  inside fusions (those stay in registers or caches).
+
+  Returns:
+    [{"name", "type" (e.g. "f32[4,12,4096,256]"), "opcode", "bytes",
+    "op_name" (TensorFlow's op, when the metadata says)}], in module order;
+    a loop body's buffers are listed once however often it runs.
+  """
+  comps = _computations(text)
+  todo, seen, out = ["ENTRY"], set(), []
+  while todo:
+    comp = todo.pop()
+    if comp in seen or comp not in comps:
+      continue
+    seen.add(comp)
+    for line in comps[comp]:
+      inst = re.match(r"\s*(?:ROOT )?%(\S+) = (\(.*?\)|\w+\[[\d,]*\])"
+                      r"(?:\{[^}]*\})? ([a-z-]+)\(", line)
+      if not inst:
+        continue
+      for called in re.finditer(
+          r"(?:body|condition|branch_computations)=\{?%([\w.\-]+)", line):
+        todo.append(called.group(1))
+      if inst.group(3) in _NOT_WRITTEN:
+        continue
+      size = 0
+      for dtype, dims in re.findall(r"(\w+)\[([\d,]*)\]", inst.group(2)):
+        size += _ITEMSIZE.get(dtype, 4) * int(np.prod(
+            [int(d) for d in dims.split(",") if d] or [1]))
+      op_name = re.search(r'op_name="([^"]*)"', line)
+      out.append({"name": inst.group(1), "type": inst.group(2),
+                  "opcode": inst.group(3), "bytes": size,
+                  "op_name": op_name.group(1) if op_name else ""})
+  return out
+
+
+def hlo_stats(executable, top: int = 8, groups: int = 16) -> Dict[str, Any]:
+  """Statistics of a compiled module, from its optimized HLO text: the
+  fusion count, the buffers it writes (their number and total size, the
+  largest ones, and the largest groups of one type), and the compiled
+  memory statistics.
+
+  The written bytes are a lower bound of the memory traffic (each buffer is
+  also read at least once): a change that removes score-sized tensors shows
+  here as fewer buffers of their type.
+  """
   text = executable.hlo_modules()[0].to_string() if hasattr(
       executable, "hlo_modules") else ""
   stats: Dict[str, Any] = {"fusions": len(re.findall(r"\bfusion\(", text)),
                            "instructions": text.count("\n")}
-  sizes = []
-  itemsize = {"f32": 4, "bf16": 2, "f16": 2, "s32": 4, "u32": 4, "pred": 1,
-              "u16": 2, "s64": 8, "u64": 8, "u8": 1, "f64": 8}
-  for match in re.finditer(r"%(\S+) = (\w+)\[([\d,]*)\]", text):
-    dims = [int(d) for d in match.group(3).split(",") if d]
-    size = itemsize.get(match.group(2), 4) * int(np.prod(dims or [1]))
-    sizes.append((size, match.group(1), f"{match.group(2)}{dims}"))
-  sizes.sort(reverse=True)
+  buffers = materialized_buffers(text)
+  stats["written_buffers"] = len(buffers)
+  stats["written_mib"] = round(sum(b["bytes"] for b in buffers) / 2**20, 1)
+  largest = sorted(buffers, key=lambda b: -b["bytes"])[:top]
   stats["largest_buffers"] = [
-      {"name": n, "type": t, "mib": round(s / 2**20, 2)}
-      for s, n, t in sizes[:top]]
+      {"name": b["name"], "type": b["type"], "mib": round(b["bytes"] / 2**20,
+                                                          2),
+       "op_name": b["op_name"]} for b in largest]
+  by_type: Dict[str, List[int]] = {}
+  for b in buffers:
+    count_bytes = by_type.setdefault(b["type"], [0, 0])
+    count_bytes[0] += 1
+    count_bytes[1] += b["bytes"]
+  stats["buffer_groups"] = [
+      {"type": t, "count": c, "mib": round(n / 2**20, 1)}
+      for t, (c, n) in sorted(by_type.items(), key=lambda kv: -kv[1][1])
+  ][:groups]
   if hasattr(executable, "get_compiled_memory_stats"):
     mem = executable.get_compiled_memory_stats()
     stats["compiled_memory_mib"] = {

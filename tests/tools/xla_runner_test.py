@@ -52,6 +52,8 @@ def test_jaxlib_runs_the_module_to_tensorflows_value(exported):
   assert len(record["times_s"]) == 2 and record["median_s"] > 0
   assert record["hlo_stats"]["fusions"] > 0
   assert record["hlo_stats"]["largest_buffers"]
+  assert record["hlo_stats"]["written_buffers"] > 0
+  assert record["hlo_stats"]["buffer_groups"]
 
 
 def test_cli_prints_one_record_and_refuses_a_bad_directory(exported,
@@ -67,3 +69,40 @@ def test_cli_prints_one_record_and_refuses_a_bad_directory(exported,
       [sys.executable, "-m", "tools.xla_runner", f"--module_dir={tmp_path}"],
       cwd=REPO, capture_output=True, text=True, timeout=300)
   assert bad.returncode == 2 and "manifest.json" in bad.stderr
+
+
+_HLO = """HloModule m
+
+%fused_computation (p0: f32[4,8]) -> f32[4,8] {
+  %p0 = f32[4,8]{1,0} parameter(0)
+  %inside = f32[4,8]{1,0} exponential(%p0)
+  ROOT %twice = f32[4,8]{1,0} add(%inside, %inside)
+}
+
+%body (t: (s32[], f32[16])) -> (s32[], f32[16]) {
+  %t = (s32[], f32[16]{0}) parameter(0)
+  %i = s32[] get-tuple-element(%t), index=0
+  %v = f32[16]{0} get-tuple-element(%t), index=1
+  %w = f32[16]{0} negate(%v), metadata={op_name="loop/Neg"}
+  ROOT %r = (s32[], f32[16]{0}) tuple(%i, %w)
+}
+
+ENTRY %main (a: f32[4,8], b: (s32[], f32[16])) -> f32[4,8] {
+  %a = f32[4,8]{1,0} parameter(0)
+  %b = (s32[], f32[16]{0}) parameter(1)
+  %loop = (s32[], f32[16]{0}) while(%b), condition=%cond, body=%body
+  %d = bf16[4,8]{1,0} convert(%a), metadata={op_name="model/Cast"}
+  ROOT %f = f32[4,8]{1,0} fusion(%a), kind=kLoop, calls=%fused_computation
+}
+"""
+
+
+def test_written_buffers_skip_fusion_internals_and_follow_loops():
+  written = xla_runner.materialized_buffers(_HLO)
+  by_name = {b["name"]: b for b in written}
+  # The fusion writes its output once; what it computes inside is not
+  # written. The loop body's negate is; parameters and tuples are not.
+  assert sorted(by_name) == ["d", "f", "w"]
+  assert by_name["f"]["bytes"] == 4 * 8 * 4
+  assert by_name["d"]["bytes"] == 4 * 8 * 2
+  assert by_name["w"]["op_name"] == "loop/Neg"
