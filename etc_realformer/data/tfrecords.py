@@ -109,8 +109,13 @@ def write_tfrecord(path: str, examples: Iterable[tf.train.Example]) -> int:
   return count
 
 
-def match_files(file_patterns: Union[str, Sequence[str]]) -> List[str]:
+def match_files(file_patterns: Union[str, Sequence[str]],
+                kind: str = "TFRecord file") -> List[str]:
   """The files of comma-separated or listed glob patterns, sorted per pattern.
+
+  Args:
+    file_patterns: the patterns.
+    kind: what the files are, for the error ("no <kind> matches ...").
 
   Raises:
     FileNotFoundError: a pattern matches nothing (named in the message).
@@ -122,7 +127,7 @@ def match_files(file_patterns: Union[str, Sequence[str]]) -> List[str]:
     pattern = pattern.strip()
     matched = sorted(tf.io.gfile.glob(pattern)) if pattern else []
     if not matched:
-      raise FileNotFoundError(f"no TFRecord file matches {pattern!r}")
+      raise FileNotFoundError(f"no {kind} matches {pattern!r}")
     files.extend(matched)
   return files
 
