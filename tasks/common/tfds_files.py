@@ -8,14 +8,63 @@ task's reader, bad records skipped and logged once
 (`records.skipping_bad_records`), each valid record yielded as an example.
 
 Only the TFDS builders import this module (tensorflow-datasets is optional).
+Importing it also makes prepared datasets readable under protobuf 7
+(`_restore_info_under_protobuf_7`).
 """
 
 from typing import (Any, Callable, ClassVar, Dict, Iterator, Mapping,
                     Sequence, Tuple)
 
 import tensorflow_datasets as tfds
+from tensorflow_datasets.core import dataset_info
 
 from tasks.common import records
+
+
+def _restore_info_under_protobuf_7() -> None:
+  """Lets tensorflow-datasets 4.9 read a prepared dataset under protobuf 7.
+
+  When TFDS restores a prepared dataset's info (any `tfds.builder(name,
+  data_dir=...)` of a prepared dataset, `tfds.load`, `builder_from_directory`)
+  it copies each scalar field that the file sets and the builder's code does
+  not, telling repeated ones by `FieldDescriptor.label`, which protobuf 7
+  removed (`is_repeated` replaces it): reading fails with "'FieldDescriptor'
+  object has no attribute 'label'". Copying those fields first, here, the
+  same way, gives the same info and leaves TFDS nothing to copy there.
+  """
+  descriptor = dataset_info.dataset_info_pb2.DatasetInfo.DESCRIPTOR
+  if hasattr(descriptor.fields[0], "label"):  # protobuf < 7: nothing to do.
+    return
+  read = dataset_info.DatasetInfo.read_from_directory
+  if getattr(read, "copies_scalar_fields", False):
+    return
+
+  def is_set(proto, name):
+    try:
+      return proto.HasField(name)
+    except ValueError:  # Repeated, or a proto3 scalar without presence.
+      return bool(getattr(proto, name))
+
+  def read_from_directory(self, dataset_info_dir):
+    restored = dataset_info.read_from_json(
+        dataset_info.dataset_info_path(dataset_info_dir))
+    proto = self.as_proto
+    for field in descriptor.fields:
+      if (field.type == field.TYPE_MESSAGE or is_set(proto, field.name) or
+          not is_set(restored, field.name)):
+        continue
+      value = getattr(restored, field.name)
+      if field.is_repeated:
+        getattr(proto, field.name).extend(value)
+      else:
+        setattr(proto, field.name, value)
+    return read(self, dataset_info_dir)
+
+  read_from_directory.copies_scalar_fields = True
+  dataset_info.DatasetInfo.read_from_directory = read_from_directory
+
+
+_restore_info_under_protobuf_7()
 
 
 class ManualFilesBuilder(tfds.core.GeneratorBasedBuilder,
