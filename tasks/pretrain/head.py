@@ -1,0 +1,230 @@
+"""The pre-training model: the ETC-RealFormer encoder, an MLM head and a CPC
+head whose target comes from a second pass of the same encoder.
+
+MLM: Model Garden's `official.nlp.modeling.layers.MaskedLM` on the long
+output at `masked_lm_positions`, its output layer tied to the token
+embedding table, with its own transform (dense + activation), LayerNorm and
+output bias -- BERT's `cls/predictions/*` head (`load_lifted_mlm_head` reads
+those names from a lifted BERT/RealFormer checkpoint).
+
+CPC (Contrastive Predictive Coding on the sentence summary tokens): for each
+CPC sentence (all its long tokens masked by `masking.py`, its summary token
+left in the global input),
+
+  prediction = the summary token's global output in the masked example;
+  target     = the global output of the same encoder run on that sentence
+               alone (its unmasked pieces, `cpc_token_ids`) with one global
+               token that sees only it (breakpoints layout, hard g2l when
+               the config says so) -- the second pass, inside `call`.
+
+Both go through the projection (`cpc_projection`), are L2-normalised, and
+score each other by cosine similarity / `cpc_temperature`. The InfoNCE loss
+of a prediction is the cross-entropy of picking its own target among every
+CPC sentence of the (per-replica) batch: the other sentences of its own
+example and of the other examples are the negatives.
+
+The choices the ETC paper leaves open, and why (docs/pretraining.md, "CPC"):
+
+* projection: 'linear' by default, one Dense layer shared by prediction and
+  target (SimCLR found a projection before the contrastive loss makes the
+  encoder's own outputs better features; shared so that both sides live in
+  one space); 'mlp' (dense-gelu-dense) or 'none' by gin.
+* temperature: 0.1 by default, in the range SimCLR and CLIP settle in for
+  cosine logits: with 1.0 the logits span only [-1, 1] and the loss cannot
+  fall far below log(candidates).
+* stop-gradient on the target: off by default (gradients reach the encoder
+  through both passes, as SimCLR's symmetric setup): the second pass is
+  what teaches the encoder to summarise a lone sentence, which is the
+  representation a fine-tuned sentence token starts from. The in-batch
+  negatives keep the two sides from collapsing onto one vector.
+  `cpc_stop_gradient = True` treats the target as a fixed label instead.
+"""
+
+from typing import Dict, Optional
+
+import tensorflow as tf
+import tf_keras
+from official.nlp.modeling import layers as nlp_layers
+
+from etc_realformer.checkpoints.paths import resolve_checkpoint_path
+from etc_realformer.errors import UserInputError
+from etc_realformer.layers.activations import get_activation
+from etc_realformer.training import task as task_lib
+
+PROJECTIONS = ("none", "linear", "mlp")
+# Logit of a candidate slot that holds no sentence (float32).
+NEG_INF = -1e9
+
+
+class PretrainModel(task_lib.EtcTaskModel):
+  """Encoder + MLM head + CPC head (see the module docstring)."""
+
+  def __init__(self, encoder, side_inputs_fn, *,
+               hidden_act: str = "gelu",
+               initializer_range: float = 0.02,
+               global_token_id: int = 1,
+               cpc_projection: str = "linear",
+               cpc_projection_size: Optional[int] = None,
+               cpc_temperature: float = 0.1,
+               cpc_stop_gradient: bool = False,
+               **kwargs):
+    super().__init__(encoder, side_inputs_fn, **kwargs)
+    if cpc_projection not in PROJECTIONS:
+      raise UserInputError(f"cpc_projection {cpc_projection!r} is not one of "
+                           f"{PROJECTIONS}")
+    if cpc_temperature <= 0:
+      raise UserInputError(f"cpc_temperature must be positive, got "
+                           f"{cpc_temperature}")
+    def init():
+      # A new initializer per layer: one instance reused gives every layer
+      # of the same shape the same initial weights.
+      return tf_keras.initializers.TruncatedNormal(stddev=initializer_range)
+
+    # The MLM output layer reads the embedding table, which exists once the
+    # encoder is built.
+    encoder.build()
+    self.masked_lm = nlp_layers.MaskedLM(
+        embedding_table=encoder.embeddings.token_embedding.embedding_table,
+        activation=get_activation(hidden_act), initializer=init(),
+        name="cls_predictions")
+    width = cpc_projection_size or encoder.config.hidden_size
+    self.cpc_projection_type = cpc_projection
+    self.cpc_projection = []
+    if cpc_projection == "linear":
+      self.cpc_projection = [tf_keras.layers.Dense(
+          width, kernel_initializer=init(), name="cpc_projection")]
+    elif cpc_projection == "mlp":
+      self.cpc_projection = [
+          tf_keras.layers.Dense(width, activation=get_activation(hidden_act),
+                                kernel_initializer=init(),
+                                name="cpc_projection_hidden"),
+          tf_keras.layers.Dense(width, kernel_initializer=init(),
+                                name="cpc_projection")]
+    self.global_token_id = global_token_id
+    self.cpc_temperature = float(cpc_temperature)
+    self.cpc_stop_gradient = bool(cpc_stop_gradient)
+
+  def head(self, features: task_lib.Features, long_output: tf.Tensor,
+           global_output: tf.Tensor, training: Optional[bool] = None
+           ) -> Dict[str, tf.Tensor]:
+    """Returns float32 `mlm_logits` [B, P, vocab], `mlm_predictions` [B, P],
+    `cpc_logits` [B, C, B*C] (each CPC sentence's scores over every CPC
+    slot of the batch, empty slots at NEG_INF), `cpc_labels` [B, C] (its
+    own slot) and `cpc_predictions` [B, C]."""
+    mlm_logits = tf.cast(self.masked_lm(
+        long_output, masked_positions=tf.cast(
+            features["masked_lm_positions"], tf.int32)), tf.float32)
+    out = {"mlm_logits": mlm_logits,
+           "mlm_predictions": tf.argmax(mlm_logits, axis=-1,
+                                        output_type=tf.int32)}
+    out.update(self.cpc(features, global_output, training))
+    return out
+
+  def cpc_target_features(self, features: task_lib.Features
+                          ) -> Dict[str, tf.Tensor]:
+    """The second pass's inputs: each CPC sentence alone, [B*C, S], with
+    one global token (the layout of `features.py`)."""
+    tokens = tf.cast(features["cpc_token_ids"], tf.int32)
+    max_len = tokens.shape[-1]
+    tokens = tf.reshape(tokens, [-1, max_len])
+    lengths = tf.reshape(tf.cast(features["cpc_lengths"], tf.int32), [-1])
+    present = tf.cast(lengths > 0, tf.int32)[:, tf.newaxis]
+    return {
+        "token_ids": tokens,
+        "global_token_ids": present * self.global_token_id,
+        "long_breakpoints": tf.one_hot(lengths - 1, max_len, dtype=tf.int32),
+        "global_breakpoints": present,
+        "sentence_ids": tf.zeros_like(tokens),
+    }
+
+  def project(self, x: tf.Tensor) -> tf.Tensor:
+    for layer in self.cpc_projection:
+      x = layer(x)
+    return tf.math.l2_normalize(tf.cast(x, tf.float32), axis=-1)
+
+  def cpc(self, features: task_lib.Features, global_output: tf.Tensor,
+          training: Optional[bool]) -> Dict[str, tf.Tensor]:
+    positions = tf.cast(features["cpc_global_positions"], tf.int32)
+    batch = tf.shape(positions)[0]
+    slots = positions.shape[1]
+    predicted = tf.gather(global_output, positions, batch_dims=1)
+    predicted = tf.reshape(predicted, [-1, global_output.shape[-1]])
+    _, target_global = self.encode(self.cpc_target_features(features),
+                                   training=training)
+    target = target_global[:, 0]
+    if self.cpc_stop_gradient:
+      target = tf.stop_gradient(target)
+    logits = tf.matmul(self.project(predicted), self.project(target),
+                       transpose_b=True) / self.cpc_temperature
+    present = tf.reshape(features["cpc_weights"], [-1]) > 0
+    logits = tf.where(present[tf.newaxis], logits, NEG_INF)
+    logits = tf.reshape(logits, [batch, slots, -1])
+    labels = tf.reshape(tf.range(batch * slots), [batch, slots])
+    return {"cpc_logits": logits, "cpc_labels": labels,
+            "cpc_predictions": tf.argmax(logits, axis=-1,
+                                         output_type=tf.int32)}
+
+
+# BERT's masked-LM head in a Google-format (and lifted) checkpoint, by name
+# -> the `MaskedLM` variable it sets.
+MLM_PREFIX = "cls/predictions/"
+MLM_NAMES = ("transform/dense/kernel", "transform/dense/bias",
+             "transform/LayerNorm/gamma", "transform/LayerNorm/beta",
+             "output_bias")
+
+
+def mlm_head_variables(model: PretrainModel) -> Dict[str, tf.Variable]:
+  """`cls/predictions/<name>` -> the model's MLM head variable (built)."""
+  mlm = model.masked_lm
+  if not mlm.built:
+    raise ValueError("build the model before reading its MLM head")
+  return {MLM_PREFIX + "transform/dense/kernel": mlm.dense.kernel,
+          MLM_PREFIX + "transform/dense/bias": mlm.dense.bias,
+          MLM_PREFIX + "transform/LayerNorm/gamma": mlm.layer_norm.gamma,
+          MLM_PREFIX + "transform/LayerNorm/beta": mlm.layer_norm.beta,
+          MLM_PREFIX + "output_bias": mlm.bias}
+
+
+def load_mlm_head(model: PretrainModel, path: str) -> bool:
+  """Loads BERT's `cls/predictions/*` head into the model's MLM head.
+
+  Written by hand because neither library loader reads it into this model:
+  `checkpoints.official` loads the encoder only (the head is outside
+  `etc_document_bert/`) and `checkpoints.bert` loads a `BertModel`. Checked
+  in the same strict style: every name present with the model's shape, or
+  one error listing every problem, and nothing is assigned partially.
+
+  Args:
+    model: a built `PretrainModel`.
+    path: a name-based checkpoint (prefix or directory), e.g. the output of
+      `python -m tools.lift_checkpoint`.
+
+  Returns:
+    True when the head was loaded, False when the checkpoint holds no
+    `cls/predictions/` variable at all (a released ETC checkpoint, a TF2
+    checkpoint).
+
+  Raises:
+    UserInputError: the checkpoint holds some of the head but not all of it,
+      or a tensor of another shape (every problem listed).
+  """
+  prefix = resolve_checkpoint_path(path)
+  shapes = tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
+  if not any(name.startswith(MLM_PREFIX) for name in shapes):
+    return False
+  expected = mlm_head_variables(model)
+  problems = [f"missing {name}" for name in sorted(expected)
+              if name not in shapes]
+  problems += [f"{name}: checkpoint {shapes[name]} vs model "
+               f"{var.shape.as_list()}"
+               for name, var in sorted(expected.items())
+               if name in shapes and list(shapes[name]) != var.shape.as_list()]
+  if problems:
+    raise UserInputError(
+        f"{prefix}: the MLM head cls/predictions/* does not fit the model "
+        f"(vocab_size / hidden_size / embedding_size?): " +
+        "; ".join(problems))
+  reader = tf.train.load_checkpoint(prefix)
+  for name, var in expected.items():
+    var.assign(tf.cast(reader.get_tensor(name), var.dtype))
+  return True

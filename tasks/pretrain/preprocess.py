@@ -1,0 +1,376 @@
+r"""Caches pre-training examples: raw text -> sharded TFRecords + a stats JSON.
+
+  python -m tasks.pretrain.preprocess --input='corpus/*.txt,more/*.txt.gz' \
+      --vocab=vocab.txt --output_dir=DATA [--num_shards=64] \
+      [--eval_fraction=0.01] [--min_sentences=7] [--seed=0] [--strict]
+  python -m tasks.pretrain.preprocess --tfds_name=wikipedia/20230601.en \
+      --tfds_split=train --tfds_data_dir=~/tensorflow_datasets \
+      --spm_model=30k-clean.model --output_dir=DATA
+
+reads documents (`data.py`: BERT's layout, one sentence per line, a blank
+line between documents; or `tfds_dataset.py`: a TFDS text dataset, split
+into sentences without downloads), drops documents with fewer than
+`--min_sentences` sentences (7, as the ETC paper), assigns each document to
+the held-out `eval` split with probability `--eval_fraction` (by a hash of
+its text and the seed, so duplicates land together), cuts documents into
+examples at sentence boundaries (`features.py`) and writes
+
+  DATA/train-SSSSS-of-NNNNN.tfrecord   examples, round-robin over shards
+  DATA/eval-00000-of-00001.tfrecord
+  DATA/pretrain.stats.json
+
+The stats: documents read / used / filtered and why, bad input skipped
+(per reason, each named by file and line), examples, tokens and sentences
+per split, what cutting dropped, CPC-eligible sentences, the vocabulary's
+[MASK] and special ids, and the training split's most frequent wordpiece
+with its frequency (the MLM baseline of `--mode=eval`). `PretrainTask.
+train_stats_file` reads it. The output is deterministic given the inputs,
+the flags and `--seed`; files are written all or nothing (a failure, e.g.
+the first bad line under `--strict`, leaves no output). No masks are
+stored: the task's input pipeline draws them (`masking.py`).
+"""
+
+import collections
+import dataclasses
+import os
+import zlib
+from typing import Any, Dict, Iterable, List, Optional
+
+from absl import flags
+import numpy as np
+import tensorflow as tf
+
+from etc_realformer import cli
+from etc_realformer.data import tfrecords
+from etc_realformer.errors import UserInputError
+from tasks.common import preprocessing
+from tasks.common import records
+from tasks.common import tokenization
+from tasks.pretrain import data
+from tasks.pretrain import features as features_lib
+
+STATS_FILE = "pretrain.stats.json"
+SPLITS = ("train", "eval")
+TOO_FEW_SENTENCES = "too_few_sentences"
+NO_EXAMPLE = "no_example"
+# Documents tokenized per TF call.
+_DOC_BATCH = 64
+
+# Vocabulary entries never masked, when present (padding is never masked
+# anyway); and the [MASK] entry.
+SPECIAL_TOKENS = {tokenization.WORDPIECE: ("[PAD]", "[CLS]", "[SEP]",
+                                           "[MASK]"),
+                  tokenization.SENTENCEPIECE: ("<pad>", "[CLS]", "[SEP]",
+                                               "[MASK]")}
+MASK_TOKEN = "[MASK]"
+
+
+@dataclasses.dataclass
+class Settings:
+  """What decides the output besides the input (recorded in the stats)."""
+  min_sentences: int = features_lib.DEFAULT_MIN_SENTENCES
+  eval_fraction: float = 0.01
+  num_shards: int = 1
+  seed: int = 0
+  cpc_min_sentence_len: int = 2
+  cpc_max_sentence_len: int = 64
+  max_documents: Optional[int] = None
+
+  def __post_init__(self):
+    if self.min_sentences < 1:
+      raise UserInputError("--min_sentences must be positive")
+    if not 0.0 <= self.eval_fraction < 1.0:
+      raise UserInputError(f"--eval_fraction must be in [0, 1), got "
+                           f"{self.eval_fraction}")
+    if self.num_shards < 1:
+      raise UserInputError("--num_shards must be positive")
+
+
+def vocabulary_info(tokenizer: tokenization.Tokenizer,
+                    mask_token_id: Optional[int] = None) -> Dict[str, Any]:
+  """The vocabulary facts the task needs: kind, size, [MASK] id, special
+  ids (never masked).
+
+  Raises:
+    UserInputError: no [MASK] entry and no `mask_token_id`.
+  """
+  if mask_token_id is None:
+    mask_token_id = tokenizer.token_id(MASK_TOKEN)
+  if mask_token_id is None:
+    raise UserInputError(
+        f"{getattr(tokenizer, 'vocab_path', None) or tokenizer.model_path}: "
+        f"no {MASK_TOKEN} entry; pass --mask_token_id")
+  special = sorted({i for i in (tokenizer.token_id(t) for t in
+                                SPECIAL_TOKENS[tokenizer.kind])
+                    if i is not None} | {int(mask_token_id)})
+  return {"kind": tokenizer.kind, "size": tokenizer.vocab_size,
+          "mask_token_id": int(mask_token_id), "special_token_ids": special}
+
+
+def split_of(sentences: List[str], settings: Settings) -> str:
+  """"eval" for about `eval_fraction` of the documents (by a hash of the
+  seed and the text), else "train"."""
+  if settings.eval_fraction <= 0:
+    return "train"
+  key = f"{settings.seed}\n" + "\n".join(sentences)
+  draw = zlib.crc32(key.encode("utf-8")) / 2**32
+  return "eval" if draw < settings.eval_fraction else "train"
+
+
+def shard_paths(output_dir: str, split: str, num_shards: int) -> List[str]:
+  return [os.path.join(output_dir,
+                       f"{split}-{i:05d}-of-{num_shards:05d}.tfrecord")
+          for i in range(num_shards)]
+
+
+class _Counts:
+  """Per-split counts of what was written."""
+
+  def __init__(self, vocab_size: int):
+    self.examples = collections.Counter()
+    self.tokens = collections.Counter()
+    self.sentences = collections.Counter()
+    self.cpc_eligible = collections.Counter()
+    self.documents = collections.Counter()
+    self.truncation = collections.Counter()
+    self.token_counts = np.zeros([vocab_size], np.int64)
+
+
+def preprocess_documents(documents: Iterable[data.Document],
+                         featurizer: features_lib.PretrainFeaturizer,
+                         output_dir: str,
+                         settings: Settings,
+                         stats: records.RecordStats,
+                         vocabulary: Dict[str, Any],
+                         source: Any = None) -> Dict[str, Any]:
+  """Filters, splits, cuts and writes documents (see the module docstring).
+
+  Args:
+    documents: the reader's documents (bad input already counted in
+      `stats`).
+    featurizer: tokenizer and lengths.
+    output_dir: where the shards and the stats go (created).
+    settings: filtering, split, shards, seed, CPC lengths.
+    stats: the reader's bad-input stats (the skipped part of the output).
+    vocabulary: `vocabulary_info(...)`.
+    source: what was read (patterns, TFDS name), for the stats.
+
+  Returns:
+    The stats dict (also written to `output_dir/pretrain.stats.json`).
+
+  Raises:
+    records.BadRecordError: in strict mode, the first bad input (nothing is
+      left in `output_dir`).
+  """
+  tf.io.gfile.makedirs(output_dir)
+  paths = {"train": shard_paths(output_dir, "train", settings.num_shards),
+           "eval": shard_paths(output_dir, "eval", 1)}
+  tmp = {split: [p + ".tmp" for p in ps] for split, ps in paths.items()}
+  counts = _Counts(max(vocabulary["size"], featurizer.tokenizer.vocab_size))
+  filtered = collections.Counter()
+  spec = featurizer.feature_spec()
+  special = np.array(vocabulary["special_token_ids"], np.int64)
+  writers = {split: [tf.io.TFRecordWriter(p) for p in ps]
+             for split, ps in tmp.items()}
+  next_shard = collections.Counter()
+  read = 0
+
+  def write(batch: List[data.Document]) -> None:
+    sentences = [s for d in batch for s in d.sentences]
+    pieces = featurizer.tokenize_tf(tf.constant(sentences))
+    rows = features_lib.split_ragged(
+        pieces.flat_values.numpy(), pieces.row_splits.numpy())
+    start = 0
+    for doc in batch:
+      doc_pieces = rows[start:start + len(doc.sentences)]
+      start += len(doc.sentences)
+      split = split_of(doc.sentences, settings)
+      examples, dropped = featurizer.examples(doc_pieces)
+      if not examples:
+        filtered[NO_EXAMPLE] += 1
+        continue
+      counts.documents[split] += 1
+      counts.truncation.update(dropped)
+      for example in examples:
+        lengths = features_lib.sentence_lengths(example)
+        real = example["token_ids"][:int(lengths.sum())]
+        counts.examples[split] += 1
+        counts.tokens[split] += len(real)
+        counts.sentences[split] += len(lengths)
+        counts.cpc_eligible[split] += int(np.sum(
+            (lengths >= settings.cpc_min_sentence_len) &
+            (lengths <= settings.cpc_max_sentence_len)))
+        if split == "train":
+          counts.token_counts += np.bincount(
+              real, minlength=len(counts.token_counts))[
+                  :len(counts.token_counts)]
+        shard = next_shard[split] % len(writers[split])
+        next_shard[split] += 1
+        writers[split][shard].write(
+            tfrecords.to_tf_example(example, spec).SerializeToString())
+
+  try:
+    batch: List[data.Document] = []
+    for doc in documents:
+      if settings.max_documents is not None and read >= settings.max_documents:
+        break
+      read += 1
+      if len(doc.sentences) < settings.min_sentences:
+        filtered[TOO_FEW_SENTENCES] += 1
+        continue
+      batch.append(doc)
+      if len(batch) == _DOC_BATCH:
+        write(batch)
+        batch = []
+    if batch:
+      write(batch)
+    for ws in writers.values():
+      for w in ws:
+        w.close()
+  except BaseException:
+    for ws in writers.values():
+      for w in ws:
+        w.close()
+    for ps in tmp.values():
+      for p in ps:
+        if tf.io.gfile.exists(p):
+          tf.io.gfile.remove(p)
+    raise
+  for split in SPLITS:
+    for t, p in zip(tmp[split], paths[split]):
+      tf.io.gfile.rename(t, p, overwrite=True)
+
+  token_counts = counts.token_counts.copy()
+  token_counts[special[special < len(token_counts)]] = 0
+  most_frequent = None
+  if token_counts.sum():
+    top = int(np.argmax(token_counts))
+    piece = None
+    if hasattr(featurizer.tokenizer, "vocab"):
+      piece = featurizer.tokenizer.vocab[top]
+    most_frequent = {"id": top, "piece": piece,
+                     "count": int(token_counts[top]),
+                     "frequency": float(token_counts[top] /
+                                        counts.token_counts.sum())}
+  result = {
+      "source": source,
+      "settings": dict(dataclasses.asdict(settings),
+                       long_seq_len=featurizer.long_seq_len,
+                       global_seq_len=featurizer.global_seq_len,
+                       max_sentence_len=featurizer.max_sentence_len,
+                       global_token_id=featurizer.global_token_id),
+      "strict": stats.strict,
+      "lines_or_records_read": stats.examples_read,
+      "documents": {
+          "read": read,
+          "used": sum(counts.documents.values()),
+          "filtered": dict(sorted(filtered.items())),
+          **{split: counts.documents[split] for split in SPLITS},
+      },
+      "skipped": dict(sorted(stats.skipped.items())),
+      "skipped_records": list(stats.skipped_records),
+      "examples": {split: counts.examples[split] for split in SPLITS},
+      "tokens": {split: counts.tokens[split] for split in SPLITS},
+      "sentences": {split: counts.sentences[split] for split in SPLITS},
+      "cpc_eligible_sentences": {split: counts.cpc_eligible[split]
+                                 for split in SPLITS},
+      "truncation": dict(sorted(counts.truncation.items())),
+      "vocabulary": vocabulary,
+      "most_frequent_wordpiece": most_frequent,
+      "outputs": {split: paths[split] for split in SPLITS},
+  }
+  records.write_json(os.path.join(output_dir, STATS_FILE), result)
+  return result
+
+
+def summary_line(result: Dict[str, Any]) -> str:
+  """What the binary prints."""
+  docs = result["documents"]
+  return (f"documents: read {docs['read']}, used {docs['used']} (train "
+          f"{docs['train']}, eval {docs['eval']}), filtered "
+          f"{docs['filtered']}; skipped {result['skipped']}; examples "
+          f"{result['examples']}; tokens {result['tokens']}")
+
+
+def _define_flags():
+  """Flags only when run as a binary (the training binaries define flags of
+  the same names)."""
+  flags.DEFINE_list("input", None,
+                    "Text files in BERT's layout (globs, comma-separated; "
+                    ".gz read through gzip).")
+  flags.DEFINE_string("tfds_name", None,
+                      "A TFDS text dataset instead of --input, e.g. "
+                      "wikipedia/20230601.en or wiki40b/en.")
+  flags.DEFINE_string("tfds_split", "train", "Its split.")
+  flags.DEFINE_string("tfds_data_dir", None, "Its data_dir.")
+  flags.DEFINE_string("tfds_manual_dir", None,
+                      "Its manual_dir (with --tfds_download).")
+  flags.DEFINE_bool("tfds_download", False,
+                    "Run TFDS download_and_prepare first.")
+  flags.DEFINE_string("tfds_text_feature", "text", "Its text feature.")
+  preprocessing.define_featurizer_flags(global_seq_len=512)
+  flags.DEFINE_integer("min_sentences", features_lib.DEFAULT_MIN_SENTENCES,
+                       "Documents with fewer sentences are dropped (the "
+                       "ETC paper: 7).")
+  flags.DEFINE_integer("max_line_chars", data.DEFAULT_MAX_LINE_CHARS,
+                       "Longer lines are bad input.")
+  flags.DEFINE_float("eval_fraction", 0.01,
+                     "Share of documents held out for evaluation.")
+  flags.DEFINE_integer("num_shards", 1, "Train TFRecord shards.")
+  flags.DEFINE_integer("seed", 0, "Seed of the train/eval assignment.")
+  flags.DEFINE_integer("max_sentence_len", None,
+                       "Longer sentences are cut (default long_seq_len).")
+  flags.DEFINE_integer("global_token_id",
+                       features_lib.DEFAULT_GLOBAL_TOKEN_ID,
+                       "Id of the sentence summary tokens (original: 1).")
+  flags.DEFINE_integer("mask_token_id", None,
+                       "Id of [MASK] (default: the vocabulary's entry).")
+  flags.DEFINE_integer("cpc_min_sentence_len", 2,
+                       "Shortest sentence CPC may mask (for the stats; set "
+                       "PretrainTask.cpc_min_sentence_len alike).")
+  flags.DEFINE_integer("cpc_max_sentence_len", 64,
+                       "Longest sentence CPC may mask (for the stats; set "
+                       "PretrainTask.cpc_max_sentence_len alike).")
+  flags.DEFINE_integer("max_documents", None,
+                       "Read at most this many documents (a quick run).")
+
+
+def main(argv):
+  preprocessing.check_command_line(argv, ("output_dir",))
+  f = flags.FLAGS
+  if bool(f.input) == bool(f.tfds_name):
+    raise UserInputError("give exactly one of --input and --tfds_name")
+  settings = Settings(
+      min_sentences=f.min_sentences, eval_fraction=f.eval_fraction,
+      num_shards=f.num_shards, seed=f.seed,
+      cpc_min_sentence_len=f.cpc_min_sentence_len,
+      cpc_max_sentence_len=f.cpc_max_sentence_len,
+      max_documents=f.max_documents)
+  if f.input:  # Fail on a missing input before loading the vocabulary.
+    data.match_files(f.input)
+  featurizer = features_lib.PretrainFeaturizer(
+      vocab_path=f.vocab, spm_model_path=f.spm_model,
+      lower_case=f.lower_case, long_seq_len=f.long_seq_len,
+      global_seq_len=f.global_seq_len, global_token_id=f.global_token_id,
+      max_sentence_len=f.max_sentence_len)
+  vocabulary = vocabulary_info(featurizer.tokenizer, f.mask_token_id)
+  if f.input:
+    stats = records.RecordStats(input_file=",".join(f.input), strict=f.strict)
+    documents = data.read_documents(f.input, stats, f.max_line_chars)
+    source = {"input": list(f.input)}
+  else:
+    from tasks.pretrain import tfds_dataset  # pylint: disable=g-import-not-at-top
+    stats = records.RecordStats(input_file=f.tfds_name, strict=f.strict)
+    documents = tfds_dataset.read_documents(
+        f.tfds_name, f.tfds_split, stats, data_dir=f.tfds_data_dir,
+        manual_dir=f.tfds_manual_dir, download=f.tfds_download,
+        text_feature=f.tfds_text_feature)
+    source = {"tfds_name": f.tfds_name, "tfds_split": f.tfds_split}
+  result = preprocess_documents(documents, featurizer, f.output_dir,
+                                settings, stats, vocabulary, source)
+  print(summary_line(result))
+
+
+if __name__ == "__main__":
+  _define_flags()
+  cli.run(main)

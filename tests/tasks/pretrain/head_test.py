@@ -1,0 +1,214 @@
+"""Tests for tasks.pretrain.head: the MLM head (Model Garden's MaskedLM,
+tied to the embeddings, loading BERT's cls/predictions/*), and the CPC
+targets and negatives worked out by hand on a masked batch."""
+
+import gin
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bert_testing import bert_tensors
+from etc_realformer import BertConfig
+from etc_realformer.checkpoints import initialization
+from etc_realformer.checkpoints import lifting
+from etc_realformer.checkpoints.official import save_official_checkpoint
+from etc_realformer.errors import UserInputError
+from etc_realformer.training import experiment
+from tasks.pretrain import head
+import pretrain_testing
+
+
+@pytest.fixture(scope="module")
+def setup():
+  task = pretrain_testing.tiny_task(max_predictions_per_seq=6,
+                                    max_cpc_sentences=2,
+                                    cpc_max_sentence_len=8,
+                                    cpc_temperature=0.5)
+  model = task.build_model()
+  stored = pretrain_testing.hand_batch()
+  features = task.mask({k: tf.constant(v) for k, v in stored.items()},
+                       tf.constant([3, 4], tf.int64))
+  features = {k: v for k, v in features.items()
+              if k in task.model_input_spec()}
+  outputs = model(features, training=False)
+  return task, model, stored, features, outputs
+
+
+def test_mlm_head_is_masked_lm_tied_to_the_embeddings(setup):
+  task, model, _, features, outputs = setup
+  table = model.encoder.embeddings.token_embedding.embedding_table
+  assert model.masked_lm.embedding_table is table
+  names = sorted(v.name for v in model.masked_lm.trainable_variables)
+  assert any("transform/dense" in n for n in names), names
+  assert any("transform/LayerNorm" in n for n in names), names
+  assert any("output_bias" in n for n in names), names
+  p = task.masking.max_predictions_per_seq
+  assert outputs["mlm_logits"].shape == [2, p, 120]
+  assert outputs["mlm_logits"].dtype == tf.float32
+  # The logits are the transformed long outputs at the masked positions
+  # times the embedding table, plus the bias.
+  long_output, _ = model.encode(features)
+  gathered = tf.reshape(tf.gather(
+      long_output, features["masked_lm_positions"], batch_dims=1), [-1, 32])
+  mlm = model.masked_lm
+  expected = tf.matmul(mlm.layer_norm(mlm.dense(gathered)), table,
+                       transpose_b=True) + mlm.bias
+  np.testing.assert_allclose(outputs["mlm_logits"],
+                             tf.reshape(expected, [2, p, 120]), atol=1e-5)
+
+
+def test_cpc_targets_and_negatives_by_hand(setup):
+  task, model, stored, features, outputs = setup
+  weights = features["cpc_weights"].numpy()
+  assert weights.tolist() == [[1, 0], [1, 0]]
+  _, global_output = model.encode(features)
+  predictions, targets = [], []
+  for b in range(2):
+    g = int(features["cpc_global_positions"][b, 0])
+    predictions.append(global_output[b, g].numpy())
+    # The target: the sentence alone (its stored, unmasked pieces), one
+    # global token that sees only it.
+    sentence = stored["token_ids"][b][stored["sentence_ids"][b] == g]
+    n = int(np.sum((stored["sentence_ids"][b] == g) &
+                   (np.arange(64) <= np.argmax(
+                       stored["long_breakpoints"][b]))))
+    sentence = sentence[:n]
+    alone = {"token_ids": np.zeros([1, 8], np.int32),
+             "global_token_ids": np.array([[1]], np.int32),
+             "long_breakpoints": np.zeros([1, 8], np.int32),
+             "global_breakpoints": np.array([[1]], np.int32),
+             "sentence_ids": np.zeros([1, 8], np.int32)}
+    alone["token_ids"][0, :n] = sentence
+    alone["long_breakpoints"][0, n - 1] = 1
+    side = task.side_inputs({k: tf.constant(v) for k, v in alone.items()})
+    # Hard g2l: the one global token sees exactly the sentence's pieces.
+    assert side["g2l_att_mask"].numpy()[0, 0].tolist() == (
+        [1] * n + [0] * (8 - n))
+    _, alone_global = model.encode({k: tf.constant(v)
+                                    for k, v in alone.items()})
+    targets.append(alone_global[0, 0].numpy())
+
+  def project(x):
+    x = model.cpc_projection[0](tf.constant(np.stack(x))).numpy()
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+  scores = project(predictions) @ project(targets).T / 0.5
+  logits = outputs["cpc_logits"].numpy()
+  assert logits.shape == (2, 2, 4)
+  # Slots: (0, 0), (0, 1), (1, 0), (1, 1); 0 and 2 hold sentences, each
+  # row scores its own target and the other example's (the negative).
+  np.testing.assert_allclose(logits[0, 0, [0, 2]], scores[0], atol=1e-4)
+  np.testing.assert_allclose(logits[1, 0, [0, 2]], scores[1], atol=1e-4)
+  assert (logits[:, :, [1, 3]] == head.NEG_INF).all()
+  assert outputs["cpc_labels"].numpy().tolist() == [[0, 1], [2, 3]]
+  assert outputs["cpc_predictions"].numpy()[:, 0].tolist() == [
+      2 * int(np.argmax(scores[0])), 2 * int(np.argmax(scores[1]))]
+
+
+def test_stop_gradient_and_projection_options():
+  task = pretrain_testing.tiny_task(max_predictions_per_seq=6,
+                                    max_cpc_sentences=1,
+                                    cpc_max_sentence_len=8,
+                                    cpc_projection="mlp")
+  model = task.build_model()
+  assert len(model.cpc_projection) == 2
+  stored = pretrain_testing.hand_batch()
+  features = task.mask({k: tf.constant(v) for k, v in stored.items()},
+                       tf.constant([3, 4], tf.int64))
+  features = {k: v for k, v in features.items()
+              if k in task.model_input_spec()}
+
+  def cpc_gradients():
+    with tf.GradientTape() as tape:
+      outputs = model(features, training=False)
+      loss = tf.reduce_sum(task.cpc_losses(features, outputs))
+    variables = model.encoder.trainable_variables
+    return [tf.convert_to_tensor(g).numpy()
+            for g in tape.gradient(loss, variables) if g is not None]
+
+  both = cpc_gradients()
+  model.cpc_stop_gradient = True
+  prediction_only = cpc_gradients()
+  # Without the target pass's share, the encoder still gets the
+  # prediction pass's gradient, a different one.
+  assert prediction_only and len(prediction_only) == len(both)
+  assert any(not np.allclose(a, b) for a, b in zip(both, prediction_only))
+  for bad in (dict(cpc_projection="deep"), dict(cpc_temperature=0.0)):
+    with pytest.raises(UserInputError):
+      pretrain_testing.tiny_task(**bad).build_model()
+
+
+def _write_head(prefix, tensors):
+  names = sorted(tensors)
+  tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names,
+                    shape_and_slices=[""] * len(names),
+                    tensors=[tf.constant(tensors[n]) for n in names])
+  return prefix
+
+
+def test_load_mlm_head_from_bert_names(tmp_path, setup):
+  _, model, _, _, _ = setup
+  rng = np.random.RandomState(0)
+  tensors = {
+      "cls/predictions/transform/dense/kernel": rng.randn(32, 32),
+      "cls/predictions/transform/dense/bias": rng.randn(32),
+      "cls/predictions/transform/LayerNorm/gamma": rng.randn(32),
+      "cls/predictions/transform/LayerNorm/beta": rng.randn(32),
+      "cls/predictions/output_bias": rng.randn(120),
+      "etc_document_bert/other": rng.randn(3),
+  }
+  tensors = {k: v.astype(np.float32) for k, v in tensors.items()}
+  assert head.load_mlm_head(model, _write_head(str(tmp_path / "ok.ckpt"),
+                                               tensors))
+  for name, var in head.mlm_head_variables(model).items():
+    np.testing.assert_allclose(var.numpy(), tensors[name])
+  # No head at all: nothing to load.
+  assert not head.load_mlm_head(model, _write_head(
+      str(tmp_path / "none.ckpt"), {"etc_document_bert/x": np.zeros(2)}))
+  # Part of it, or the wrong vocabulary: one error listing every problem,
+  # nothing assigned.
+  before = model.masked_lm.bias.numpy().copy()
+  broken = dict(tensors)
+  del broken["cls/predictions/transform/dense/bias"]
+  broken["cls/predictions/output_bias"] = np.zeros(99, np.float32)
+  with pytest.raises(UserInputError, match=r"missing cls/predictions/"
+                     r"transform/dense/bias; cls/predictions/output_bias: "
+                     r"checkpoint \[99\] vs model \[120\]"):
+    head.load_mlm_head(model, _write_head(str(tmp_path / "bad.ckpt"),
+                                          broken))
+  np.testing.assert_array_equal(model.masked_lm.bias.numpy(), before)
+
+
+def test_mlm_head_from_a_lifted_init_checkpoint(tmp_path):
+  """A lifted BERT checkpoint (as `python -m tools.lift_checkpoint` writes
+  it: the encoder in the released layout, BERT's head at the root) given as
+  TrainerConfig.init_checkpoint: the trainer loads the encoder, the task
+  the MLM head."""
+  bert = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2,
+              num_attention_heads=4, intermediate_size=64,
+              max_position_embeddings=16, type_vocab_size=2)
+  tensors = bert_tensors(bert)
+  lifted, heads, _ = lifting.lift(
+      BertConfig(**bert), tensors, lifting.LiftOptions(
+          long_seq_len=64, residual_attention=True,
+          etc=dict(local_radius=8, relative_pos_max_distance=4,
+                   relative_vocab_size=12)))
+  prefix = save_official_checkpoint(lifted, str(tmp_path / "model.ckpt"),
+                                    extra=heads)
+  gin.clear_config()
+  try:
+    # The task reads the trainer's init_checkpoint from gin.
+    gin.bind_parameter(f"{experiment.TrainerConfig.__name__}"
+                       ".init_checkpoint", prefix)
+    task = pretrain_testing.tiny_task(model_config=lifted.config,
+                                      max_predictions_per_seq=6)
+    model = task.build_model()
+  finally:
+    gin.clear_config()
+  for name, var in head.mlm_head_variables(model).items():
+    np.testing.assert_allclose(var.numpy(), tensors[name])
+  assert initialization.initialize_encoder(
+      model.encoder, prefix) == initialization.CheckpointKind.OFFICIAL_TF1
+  np.testing.assert_allclose(
+      model.masked_lm.embedding_table.numpy(),
+      tensors["bert/embeddings/word_embeddings"])
