@@ -9,6 +9,12 @@ Public API::
   from etc_realformer import BertConfig, BertModel, load_bert_checkpoint
 """
 
+import os
+
+# Keras 2 only (tf_keras): with this set before TensorFlow loads, `tf.keras`
+# is tf_keras and TensorFlow's import skips Keras 3, a quarter of its time.
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
 import importlib
 
 from etc_realformer.bert_config import BertConfig

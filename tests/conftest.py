@@ -3,6 +3,9 @@
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# As the packages set it (etc_realformer/__init__.py), for the tests that
+# import TensorFlow first, and for the binaries they start.
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import pathlib  # noqa: E402
 
