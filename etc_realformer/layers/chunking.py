@@ -148,6 +148,7 @@ def chunked_recompute(parts: Sequence[ChunkedPart]
     return out
 
   @tf.custom_gradient
+  @tf.autograph.experimental.do_not_convert  # as EtcModel.call
   def run(*flat):
     values = [flat[bounds[i]:bounds[i + 1]] for i in range(len(parts))]
     result, deps = [], []
@@ -162,6 +163,7 @@ def chunked_recompute(parts: Sequence[ChunkedPart]
                     tf.concat([o[n] for o in outs], axis=part.out_axes[n])
                     for n in out_names[i])
 
+    @tf.autograph.experimental.do_not_convert  # traced in the backward pass
     def grad(*dys):
       # The recomputation must wait for the upstream gradients, all of them
       # (else it is merged with the forward pass, runs all chunks at once,

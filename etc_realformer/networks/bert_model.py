@@ -79,6 +79,8 @@ class BertModel(tf_keras.Model):
     """The word embeddings <float>[vocab, hidden] (the MLM's output too)."""
     return self.encoder.embeddings.token_embedding.embedding_table
 
+  # Traced without AutoGraph, as EtcModel.call.
+  @tf.autograph.experimental.do_not_convert
   def call(self, inputs: Mapping[str, Any], training: Optional[bool] = None
            ) -> Dict[str, Any]:
     """Encodes a batch.

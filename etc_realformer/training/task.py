@@ -134,6 +134,8 @@ class EtcTaskModel(tf_keras.Model):
       inputs.update({k: v for k, v in side.items() if v is not None})
     return self.encoder(inputs, training=training)
 
+  # Encoder and head traced without AutoGraph, as EtcModel.call.
+  @tf.autograph.experimental.do_not_convert
   def call(self, features: Features, training: Optional[bool] = None
            ) -> Dict[str, tf.Tensor]:
     long_output, global_output = self.encode(features, training=training)
