@@ -136,8 +136,8 @@ def test_chunked_in_tf_function_with_checkpointing(period):
                        hidden_dropout_prob=0.1)
   whole, chunked = twin_models(config, attention_chunk_len=4,
                                grad_checkpointing_period=period)
-  feats = random_features(config, batch=2, long_len=17, global_len=5, seed=4)
-  probe = probes(config, 2, 17, 5)
+  feats = random_features(config, batch=2, long_len=11, global_len=4, seed=4)
+  probe = probes(config, 2, 11, 4)
   assert_same_training(
       loss_and_grads(whole, feats, probe, training=True, use_function=True),
       loss_and_grads(chunked, feats, probe, training=True,
@@ -222,16 +222,20 @@ def test_recomputed_streams_same_outputs_and_gradients(impl, chunk_len,
                        loss_and_grads(sources, feats, probe, True, impl))
 
 
-@pytest.mark.parametrize("period", [0, 1, 2])
+# Period 1 checkpoints every layer alone; period 2 a group of two layers
+# and then one alone, so streams cross group edges both ways. (Without
+# checkpointing, recomputed streams in a graph are test_xla_chunked_
+# training_step_matches_graph's reference.)
+@pytest.mark.parametrize("period", [1, 2])
 def test_recomputed_streams_in_tf_function_with_checkpointing(period):
-  config = tiny_config(num_hidden_layers=4, residual_attention=True,
+  config = tiny_config(num_hidden_layers=3, residual_attention=True,
                        attention_probs_dropout_prob=0.2,
                        hidden_dropout_prob=0.1)
   sums, sources = twin_models(config, attention_chunk_len=5,
                               recompute_residual_streams=True,
                               grad_checkpointing_period=period)
-  feats = random_features(config, batch=2, long_len=17, global_len=5, seed=4)
-  probe = probes(config, 2, 17, 5)
+  feats = random_features(config, batch=2, long_len=12, global_len=4, seed=4)
+  probe = probes(config, 2, 12, 4)
   assert_same_training(
       loss_and_grads(sums, feats, probe, True, use_function=True),
       loss_and_grads(sources, feats, probe, True, use_function=True))
