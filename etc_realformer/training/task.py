@@ -366,12 +366,17 @@ class Task(abc.ABC):
     @tf.function(input_signature=[
         tf.TensorSpec([None], tf.string, name="examples")])
     def serve_examples(examples):
-      features = self.parse_examples(examples)
+      features = self.serving_features(examples)
       outputs = model({k: features[k] for k in spec}, training=False)
       return self.serving_outputs(features, outputs)
 
     return {"serving_default": serving_default.get_concrete_function(),
             "serve_examples": serve_examples.get_concrete_function()}
+
+  def serving_features(self, examples: tf.Tensor) -> Features:
+    """`serve_examples`' features from <string>[batch] serialized
+    tf.train.Examples (as stored by preprocessing)."""
+    return self.parse_examples(examples)
 
   def export_assets(self) -> Dict[str, Any]:
     """Trackable objects (lookup tables, tokenizers) the signatures use."""

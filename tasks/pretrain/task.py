@@ -375,22 +375,9 @@ class PretrainTask(task_lib.Task):
     return {"mlm_predictions": outputs["mlm_predictions"],
             "cpc_predictions": outputs["cpc_predictions"]}
 
-  def serving_signatures(self, model):
-    """`serving_default` (masked features, as training feeds the model) and
-    `serve_examples` (stored examples, masked with the evaluation seed)."""
-    spec = self.model_input_spec()
-
-    @tf.function(input_signature=[spec])
-    def serving_default(features):
-      return self.serving_outputs(features, model(features, training=False))
-
-    @tf.function(input_signature=[
-        tf.TensorSpec([None], tf.string, name="examples")])
-    def serve_examples(examples):
-      features = self.mask(self.parse_examples(examples),
-                           tf.constant([EVAL_MASKING_SEED, 0], tf.int64))
-      outputs = model({k: features[k] for k in spec}, training=False)
-      return self.serving_outputs(features, outputs)
-
-    return {"serving_default": serving_default.get_concrete_function(),
-            "serve_examples": serve_examples.get_concrete_function()}
+  def serving_features(self, examples):
+    """Stored examples masked with the evaluation seed, so `serve_examples`
+    scores what `--mode=eval` scores (`serving_default` takes masked
+    features, as training feeds the model)."""
+    return self.mask(self.parse_examples(examples),
+                     tf.constant([EVAL_MASKING_SEED, 0], tf.int64))

@@ -157,3 +157,22 @@ def test_inputs_masked_per_batch_reproducibly(tiny_data):
             .numpy() for i in range(6)]
   assert len({m.tobytes() for m in masked}) > 1
   assert masking.OUTPUTS.keys() <= first[0].keys()
+
+
+def test_serve_examples_scores_what_evaluation_scores(tiny_data):
+  task = pretrain_testing.tiny_task(
+      eval_input=f"{tiny_data['data']}/eval-*.tfrecord",
+      train_stats_file=tiny_data["stats"])
+  model = task.build_model()
+  signatures = task.serving_signatures(model)
+  assert sorted(signatures) == ["serve_examples", "serving_default"]
+  batch = next(iter(task.build_inputs("eval", 2)))
+  files = sorted(tf.io.gfile.glob(f"{tiny_data['data']}/eval-*.tfrecord"))
+  examples = [r.numpy() for r in
+              tf.data.TFRecordDataset(files).take(2)]
+  served = signatures["serve_examples"](examples=tf.constant(examples))
+  direct = signatures["serving_default"](
+      **{k: batch[k] for k in task.model_input_spec()})
+  assert sorted(served) == ["cpc_predictions", "mlm_predictions"]
+  for key in served:
+    np.testing.assert_array_equal(served[key].numpy(), direct[key].numpy())
