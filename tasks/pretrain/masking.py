@@ -9,6 +9,12 @@ are gin options of the run instead of a preprocessing decision. The draws are
 stateless (`tf.random.stateless_*`) with seeds (task seed, batch number), so
 a run is reproducible given its seed.
 
+Written here rather than with tensorflow_text's `mask_language_model`
+(`RandomItemSelector`, `MaskValuesChooser`): those draw with stateful random
+ops, so a batch's masks cannot be re-derived from (seed, batch number), and
+they select among ids, not positions, so they cannot leave out the CPC
+sentences' tokens, which must stay unpredicted.
+
 Per example (`mask_batch`, batched features of `features.feature_spec`):
 
 1. CPC: of the sentences with `cpc_min_sentence_len` to
