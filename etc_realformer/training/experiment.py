@@ -243,6 +243,9 @@ def _train(task, model, strategy, mode, model_dir, config: TrainerConfig,
     latest = tf.train.latest_checkpoint(model_dir)
     if latest and write_dir != model_dir:  # non-chief worker resuming
       checkpoint.restore(latest).assert_existing_objects_matched()
+      # The chief's line (orbit's) on every worker, so each log says where
+      # its run resumed.
+      print(f"restored from checkpoint: {latest}", flush=True)
     elif config.init_checkpoint:
       initialization.initialize_encoder(model.encoder, config.init_checkpoint)
 
