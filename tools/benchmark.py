@@ -25,6 +25,14 @@ timed alone; the record keeps every time, the median and the minimum.
   on this machine by work outside the products.
 * `--mode=finetune`: a WikiHop training step (encoder + head + loss + AdamW
   update) at 4096/430 on WikiHop-shaped random features; examples/s.
+* `--mode=pretrain`: a pre-training step (encoder + MLM head + CPC head
+  with its second encoder pass + 0.8/0.2 loss + LAMB update, the
+  `tasks.pretrain` model) at L = `--finetune_long_len`, one summary token
+  per sentence of about `--tokens_per_sentence` pieces (G = L /
+  `--global_ratio`), masks of `gin/tasks/pretrain.gin`; examples/s and
+  tokens/s. With `--export_dir`, the step's gradient (loss and every
+  weight's gradient; the LAMB update left out, elementwise over the
+  weights) is also written as an XLA module for `tools.xla_runner`.
 * `--mode=xla_export --export_dir=DIR`: the encoder step of each spec traced
   with `jit_compile`, written as its XLA module (serialized HLO), inputs and
   argument list to `DIR/<variant>-L<L>-<pass>/`, for `tools.xla_runner`
@@ -116,13 +124,16 @@ def build_parser() -> argparse.ArgumentParser:
       prog="python -m tools.benchmark",
       description="ETC-RealFormer encoder benchmark (see module docstring).")
   a = p.add_argument
-  a("--mode", choices=("encoder", "matmul_floor", "finetune", "xla_export"),
+  a("--mode", choices=("encoder", "matmul_floor", "finetune", "pretrain",
+                      "xla_export"),
     default="encoder",
     help="encoder: the step; matmul_floor: the same step's matrix products "
-    "alone; finetune: a WikiHop training step; xla_export: the step's XLA "
-    "module for tools.xla_runner")
+    "alone; finetune: a WikiHop training step; pretrain: a pre-training "
+    "step (MLM + CPC); xla_export: the step's XLA module for "
+    "tools.xla_runner")
   a("--export_dir", default=None,
-    help="--mode=xla_export: where each spec's module directory goes")
+    help="--mode=xla_export (required) or --mode=pretrain (optional): where "
+    "each spec's module directory goes")
   a("--xla_reference", type=_on_off, default=[False],
     help="--mode=xla_export: also run the step once in TensorFlow (with XLA) "
     "and store its value, for the runner's check")
@@ -179,13 +190,16 @@ def build_parser() -> argparse.ArgumentParser:
     help="kill a measurement whose RSS exceeds this (default: 85%% of RAM)")
   a("--intra_op_threads", type=int, default=0, help="0 = TF default")
   a("--inter_op_threads", type=int, default=0, help="0 = TF default")
-  # Fine-tuning throughput.
+  # Fine-tuning and pre-training throughput.
   a("--finetune_dtypes", type=_choices(DTYPES),
-    default=["float32", "mixed_bfloat16"])
-  a("--finetune_long_len", type=int, default=4096)
+    default=["float32", "mixed_bfloat16"],
+    help="--mode=finetune and --mode=pretrain: precisions")
+  a("--finetune_long_len", type=int, default=4096,
+    help="--mode=finetune and --mode=pretrain: L")
   a("--finetune_global_len", type=int, default=430)
   a("--finetune_layers", type=int, default=None,
-    help="encoder layers for --mode=finetune (default: --num_layers)")
+    help="encoder layers for --mode=finetune / pretrain (default: "
+    "--num_layers)")
   # Output.
   a("--output_jsonl", default=None, help="append one JSON line per run")
   a("--plot", default=None, help="write a log-log PNG here")
@@ -264,7 +278,7 @@ def variant_name(spec: Dict[str, Any]) -> str:
   dtype = {"float32": "f32", "mixed_bfloat16": "bf16",
            "mixed_float16": "f16"}[spec["dtype"]]
   parts = {"encoder": [spec["impl"]], "matmul_floor": ["floor", spec["impl"]],
-           "finetune": ["wikihop"],
+           "finetune": ["wikihop"], "pretrain": ["pretrain"],
            "xla_export": ["export", spec["impl"]]}[spec["kind"]]
   parts += ["res" if spec["residual"] else "nores", dtype]
   if spec["xla"]:
@@ -277,7 +291,7 @@ def variant_name(spec: Dict[str, Any]) -> str:
     parts.append("recstreams")
   if spec.get("attention_chunk_len", -1) >= 0:
     parts.append(f"chunk{spec['attention_chunk_len']}")
-  if spec["kind"] != "finetune":
+  if spec["kind"] not in ("finetune", "pretrain"):
     parts.append(f"G={spec['global_len_mode']}")
   return "-".join(parts)
 
@@ -317,23 +331,41 @@ def encoder_specs(args: argparse.Namespace) -> Iterator[Dict[str, Any]]:
                 }
 
 
-def finetune_specs(args: argparse.Namespace) -> Iterator[Dict[str, Any]]:
+def training_specs(args: argparse.Namespace) -> Iterator[Dict[str, Any]]:
+  """One spec per variant of a training step (--mode=finetune: WikiHop at
+  L / --finetune_global_len; --mode=pretrain: G = one token per sentence,
+  L / --global_ratio)."""
   layers = args.finetune_layers or args.num_layers
+  long_len = args.finetune_long_len
+  if args.mode == "pretrain":
+    global_len = _global_len(args, long_len)
+    g_mode = (f"L/{args.global_ratio}" if args.global_len == "ratio"
+              else str(global_len))
+  else:
+    global_len = args.finetune_global_len
+    g_mode = str(global_len)
   for residual in args.residual:
     for dtype in args.finetune_dtypes:
       for xla in args.xla:
         for period in args.grad_checkpointing:
-          yield {
-              "kind": "finetune", "impl": "auto", "residual": residual,
+          spec = {
+              "kind": args.mode, "impl": "auto", "residual": residual,
               "dtype": dtype, "xla": xla,
               "grad_checkpointing_period": period, "pass": "train_step",
               "training": True, "dropout": 0.1,
-              "long_len": args.finetune_long_len,
-              "global_len": args.finetune_global_len,
-              "global_len_mode": str(args.finetune_global_len),
+              "long_len": long_len, "global_len": global_len,
+              "global_len_mode": g_mode,
               "batch_size": args.batch_size,
+              "tokens_per_sentence": args.tokens_per_sentence,
               "model": _model_spec(args, layers),
           }
+          if args.mode == "pretrain" and args.export_dir:
+            spec["export_dir"] = os.path.abspath(os.path.join(
+                args.export_dir,
+                f"{variant_name(spec)}-L{long_len}-train_step"))
+            spec["xla_weights"] = args.xla_weights[0]
+            spec["xla_reference"] = args.xla_reference[0]
+          yield spec
 
 
 # --------------------------------------------------------------------- runs
@@ -455,6 +487,16 @@ def summary_line(r: Dict[str, Any]) -> Optional[str]:
     return (f"# finetune {r['variant']}: {r['examples_per_s']:.3f} "
             f"examples/s (batch {r['batch_size']}, L={r['long_len']}, "
             f"G={r['global_len']}); optimizer: {r['optimizer']}")
+  if r["record_type"] == "pretrain":
+    line = (f"# pretrain {r['variant']}: {r['examples_per_s']:.3f} "
+            f"examples/s, {r['tokens_per_s']:.0f} tokens/s (batch "
+            f"{r['batch_size']}, L={r['long_len']}, G={r['global_len']}, "
+            f"{r['real_long_tokens']} real long tokens, "
+            f"{r['mlm_predictions']} MLM predictions, {r['cpc_sentences']} "
+            f"CPC sentences per example); optimizer: {r['optimizer']}")
+    if r.get("export_dir"):
+      line += f"; XLA module -> {r['export_dir']}"
+    return line
   if r["record_type"] == "xla_export":
     return (f"# xla_export {r['variant']} {r['pass']} L={r['long_len']}: "
             f"{r['num_arguments']} arguments, {r['hlo_bytes']} bytes of HLO "
@@ -485,7 +527,7 @@ def main(argv: Optional[List[str]] = None) -> List[Dict[str, Any]]:
   if max_rss is None and _mem_total_gib():
     max_rss = 0.85 * _mem_total_gib()
   machine = machine_info()
-  specs = list(finetune_specs(args) if args.mode == "finetune"
+  specs = list(training_specs(args) if args.mode in ("finetune", "pretrain")
                else encoder_specs(args))
   if args.mode == "xla_export":
     if not args.export_dir:

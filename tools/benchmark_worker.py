@@ -18,6 +18,11 @@ object to `--result`. Kinds of measurement:
   the time no encoder doing those products can go below on this machine.
 * `finetune`: a WikiHop training step (encoder + head + loss + optimizer
   update) on WikiHop-shaped random features; throughput in examples/s.
+* `pretrain`: a pre-training step (the `tasks.pretrain` model: encoder, MLM
+  head, CPC head with its second encoder pass; 0.8/0.2 loss; LAMB update)
+  on random documents masked by the task's own masking; examples/s and
+  tokens/s. With `export_dir`, the step's gradient is also written as an
+  XLA module, as `xla_export` writes the encoder's.
 * `xla_export`: the encoder step traced with `jit_compile`, written as its
   XLA module (`module.hlo.pb`, a serialized HloModuleProto), its inputs
   (`inputs.npz`: `arg_0000`, ... in the module's parameter order: the
@@ -511,20 +516,148 @@ def measure_finetune(spec: Dict[str, Any]) -> Dict[str, Any]:
   return out
 
 
+# ---------------------------------------------------------------- pretrain
+# The benchmark's vocabulary facts (BERT's uncased ids): [PAD] 0, the
+# summary token 1, [UNK] 100, [CLS] 101, [SEP] 102, [MASK] 103.
+PRETRAIN_MASK_ID = 103
+PRETRAIN_SPECIAL_IDS = (0, 100, 101, 102, 103)
+
+
+def pretrain_raw_features(long_len: int, global_len: int, batch: int,
+                          vocab_size: int, seed: int,
+                          tokens_per_sentence: int) -> Dict[str, Any]:
+  """Stored pre-training examples (the `tasks/pretrain/features.py`
+  layout): sentences of 1/2 to 3/2 x `tokens_per_sentence` random pieces
+  (about 70% of them word starts), added while both inputs have room."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from tasks.pretrain import features as pretrain_features  # pylint: disable=g-import-not-at-top
+  rng = np.random.RandomState(seed)
+  f = {name: np.zeros([batch, long_len if i < 4 else global_len], np.int32)
+       for i, name in enumerate(pretrain_features.FEATURES)}
+  for row in range(batch):
+    li = gi = 0
+    while gi < global_len:
+      n = int(rng.randint(max(1, tokens_per_sentence // 2),
+                          tokens_per_sentence * 3 // 2 + 1))
+      if li + n > long_len:
+        break
+      f["token_ids"][row, li:li + n] = rng.randint(
+          max(PRETRAIN_SPECIAL_IDS) + 1, vocab_size, n)
+      f["word_starts"][row, li:li + n] = rng.rand(n) < 0.7
+      f["word_starts"][row, li] = 1
+      f["sentence_ids"][row, li:li + n] = gi
+      f["global_token_ids"][row, gi] = pretrain_features.DEFAULT_GLOBAL_TOKEN_ID
+      li, gi = li + n, gi + 1
+    f["long_breakpoints"][row, li - 1] = 1
+    f["global_breakpoints"][row, gi - 1] = 1
+  return f
+
+
+def measure_pretrain(spec: Dict[str, Any]) -> Dict[str, Any]:
+  """Times pre-training steps (forward with the CPC second pass, MLM + CPC
+  loss, backward, LAMB update); see the module doc."""
+  out: Dict[str, Any] = {}
+  tf, tf_keras = _setup_tf(spec)
+  out["rss_after_import_gib"] = rss_gib()
+  cfg, execution = _model(spec)
+  from etc_realformer.training.optimization import build_optimizer  # pylint: disable=g-import-not-at-top
+  from tasks.pretrain.task import PretrainTask  # pylint: disable=g-import-not-at-top
+  # The masking and CPC settings of gin/tasks/pretrain.gin (the defaults).
+  task = PretrainTask(model_config=cfg, execution=execution,
+                      long_seq_len=spec["long_len"],
+                      global_seq_len=spec["global_len"],
+                      mask_token_id=PRETRAIN_MASK_ID,
+                      no_mask_token_ids=PRETRAIN_SPECIAL_IDS)
+  model = task.build_model()
+  optimizer = build_optimizer(train_steps=10000, optimizer_type="lamb",
+                              learning_rate=2.8284271e-3,
+                              weight_decay_rate=0.01)
+  optimizer_name = ("etc_realformer.training.optimization.build_optimizer"
+                    "(lamb, lr sqrt(8)e-3, weight decay 0.01, clip 1.0)")
+  scaled = spec["dtype"] == "mixed_float16"
+  if scaled:
+    optimizer = tf_keras.mixed_precision.LossScaleOptimizer(optimizer)
+    optimizer_name += " + LossScaleOptimizer"
+  out["optimizer"] = optimizer_name
+
+  raw = pretrain_raw_features(spec["long_len"], spec["global_len"],
+                              spec["batch_size"], cfg.vocab_size,
+                              spec.get("seed", 0),
+                              spec["tokens_per_sentence"])
+  out["real_long_tokens"] = int(raw["long_breakpoints"][0].argmax()) + 1
+  out["real_global_tokens"] = int(raw["global_breakpoints"][0].argmax()) + 1
+  features = task.mask({k: tf.constant(v) for k, v in raw.items()},
+                       tf.constant([spec.get("seed", 0), 0], tf.int64))
+  features = {k: v for k, v in features.items()
+              if k in task.model_input_spec()}
+  out["mlm_predictions"] = int(features["masked_lm_weights"][0].numpy().sum())
+  out["cpc_sentences"] = int(features["cpc_weights"][0].numpy().sum())
+  t0 = time.perf_counter()
+  model(features, training=False)  # Creates the variables.
+  out["eager_build_call_s"] = time.perf_counter() - t0
+  out["num_parameters"] = int(sum(v.shape.num_elements()
+                                  for v in model.trainable_variables))
+  out["baseline_rss_gib"] = rss_gib()
+
+  def loss_and_grads(feats):
+    with tf.GradientTape() as tape:
+      outputs = model(feats, training=True)
+      loss = tf.reduce_mean(task.per_example_loss(feats, outputs))
+      scaled_loss = optimizer.get_scaled_loss(loss) if scaled else loss
+    grads = tape.gradient(scaled_loss, model.trainable_variables)
+    if scaled:
+      grads = optimizer.get_unscaled_gradients(grads)
+    return loss, grads
+
+  def train_step(feats):
+    loss, grads = loss_and_grads(feats)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
+
+  step_fn = tf.function(train_step, jit_compile=spec["xla"])
+
+  def step():
+    return float(step_fn(features).numpy())
+
+  out.update(time_calls(step, spec["warmup"], spec["repeats"]))
+  out["examples_per_s"] = spec["batch_size"] / out["median_s"]
+  out["tokens_per_s"] = (spec["batch_size"] * out["real_long_tokens"] /
+                         out["median_s"])
+  if spec.get("export_dir"):
+    def gradient_step(feats):
+      # As the encoder export: the global norm keeps every gradient live.
+      loss, grads = loss_and_grads(feats)
+      return loss + tf.linalg.global_norm(grads)
+    out.update(write_xla_module(
+        tf, tf.function(gradient_step, jit_compile=True), features,
+        model.variables, spec))
+  return out
+
+
 # --------------------------------------------------------------- xla export
 def export_xla(spec: Dict[str, Any]) -> Dict[str, Any]:
-  """Writes the step's XLA module, inputs and manifest (see the module doc)."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
+  """Writes the encoder step's XLA module, inputs and manifest (see the
+  module doc)."""
   out: Dict[str, Any] = {}
   tf, step_fn, features = _encoder_step(spec, out)
+  model = out.pop("_model")
+  out.update(write_xla_module(tf, step_fn, features, model.variables, spec))
+  return out
+
+
+def write_xla_module(tf, step_fn, features: Dict[str, Any], variables,
+                     spec: Dict[str, Any]) -> Dict[str, Any]:
+  """Writes `step_fn(features)` (a `jit_compile` tf.function) as its XLA
+  module, inputs and manifest to `spec["export_dir"]`; `variables`: every
+  variable the step may capture. Returns the export's summary fields."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
   directory = spec["export_dir"]
   os.makedirs(directory, exist_ok=True)
   hlo = step_fn.experimental_get_compiler_ir(features)(stage="hlo_serialized")
   concrete = step_fn.get_concrete_function(features)
   flat = tf.nest.flatten(features, expand_composites=True)
   names = [f"feature/{path}" for path in _nest_paths(features)]
-  model = out.pop("_model")
-  variables = list(model.variables)
+  variables = list(variables)
   values = [t.numpy() for t in flat]
   for tensor in concrete.captured_inputs:
     owner = [v for v in variables if v.handle is tensor]
@@ -555,10 +688,9 @@ def export_xla(spec: Dict[str, Any]) -> Dict[str, Any]:
     manifest["reference_value"] = float(step_fn(features).numpy())
   with open(os.path.join(directory, "manifest.json"), "w") as f:
     json.dump(manifest, f, indent=1)
-  out.update(export_dir=directory, num_arguments=len(values),
-             hlo_bytes=len(hlo),
-             reference_value=manifest.get("reference_value"))
-  return out
+  return {"export_dir": directory, "num_arguments": len(values),
+          "hlo_bytes": len(hlo),
+          "reference_value": manifest.get("reference_value")}
 
 
 def _nest_paths(structure) -> List[str]:
@@ -578,6 +710,8 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
     result = measure_matmul_floor(spec)
   elif spec["kind"] == "finetune":
     result = measure_finetune(spec)
+  elif spec["kind"] == "pretrain":
+    result = measure_pretrain(spec)
   elif spec["kind"] == "xla_export":
     result = export_xla(spec)
   else:

@@ -186,6 +186,35 @@ def test_matmul_floor_mode_times_the_steps_products(tmp_path):
   assert "matmul floor floor-sparse-res-f32-G=L/16 fwd_bwd L=128" in stdout
 
 
+def test_pretrain_mode_times_the_step_and_exports_its_gradient(tmp_path):
+  jsonl = tmp_path / "pretrain.jsonl"
+  stdout = _run_cli(TINY + [
+      "--mode=pretrain", "--finetune_long_len=128", "--vocab_size=500",
+      "--finetune_dtypes=float32", "--tokens_per_sentence=8",
+      f"--export_dir={tmp_path / 'xla'}", "--xla_reference=on",
+      f"--output_jsonl={jsonl}"])
+  (r,) = _read(jsonl)
+  assert r["status"] == "ok" and r["record_type"] == "pretrain"
+  assert r["variant"] == "pretrain-res-f32"
+  assert (r["long_len"], r["global_len"]) == (128, 8)
+  # Sentences of 4-12 pieces fill the 8 global tokens before the 128 long.
+  assert r["real_global_tokens"] == 8
+  assert 8 * 4 <= r["real_long_tokens"] <= 8 * 12
+  assert r["mlm_predictions"] > 0 and r["cpc_sentences"] > 0
+  assert r["examples_per_s"] == pytest.approx(1 / r["median_s"])
+  assert r["tokens_per_s"] == pytest.approx(
+      r["real_long_tokens"] / r["median_s"])
+  assert "lamb" in r["optimizer"]
+  with open(os.path.join(r["export_dir"], "manifest.json")) as f:
+    manifest = json.load(f)
+  names = [a["name"] for a in manifest["arguments"]]
+  assert "feature/cpc_token_ids" in names
+  assert any("cls_predictions" in n for n in names)
+  assert manifest["reference_value"] > 0  # loss + gradient norm
+  assert os.path.getsize(os.path.join(r["export_dir"], "module.hlo.pb")) > 0
+  assert "# pretrain pretrain-res-f32:" in stdout
+
+
 def test_summary_lines_per_mode():
   finetune = {"status": "ok", "record_type": "finetune", "variant": "wikihop",
               "examples_per_s": 0.0591, "batch_size": 1, "long_len": 4096,
