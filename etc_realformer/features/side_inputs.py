@@ -185,21 +185,10 @@ def make_global_local_side_inputs_from_example_ids(
     ValueError: on bad ranks, dtypes, mismatched shapes, `local_radius` < 1,
       negative `relative_pos_max_distance`, or sentence ids out of range.
   """
-  local_radius, relative_pos_max_distance = (
-      validation.check_radius_and_distance(local_radius,
-                                           relative_pos_max_distance))
-  t, unbatched = validation.prepare(
-      dict(long_example_ids=long_example_ids, sentence_ids=sentence_ids),
-      dict(global_example_ids=global_example_ids))
-  validation.check_ids_in_range("sentence_ids", t["sentence_ids"],
-                                t["long_example_ids"], 0,
-                                t["global_example_ids"].shape[1])
-  with tf.name_scope("make_global_local_side_inputs"):
-    result = global_local_core(
-        t["long_example_ids"], t["global_example_ids"], t["sentence_ids"],
-        local_radius, relative_pos_max_distance, bool(use_hard_g2l_mask),
-        bool(use_hard_l2g_mask))
-  return validation.finish(result, unbatched)
+  return _checked_global_local(
+      "example_ids", long_example_ids, global_example_ids, sentence_ids,
+      local_radius, relative_pos_max_distance, use_hard_g2l_mask,
+      use_hard_l2g_mask)
 
 
 def make_global_local_side_inputs(
@@ -226,26 +215,43 @@ def make_global_local_side_inputs(
     ValueError: as `make_global_local_side_inputs_from_example_ids`, and when
       a breakpoint tensor holds values other than 0 and 1.
   """
+  return _checked_global_local(
+      "breakpoints", long_breakpoints, global_breakpoints, sentence_ids,
+      local_radius, relative_pos_max_distance, use_hard_g2l_mask,
+      use_hard_l2g_mask)
+
+
+def _checked_global_local(kind: str, long_ids, global_ids, sentence_ids,
+                          local_radius, relative_pos_max_distance,
+                          use_hard_g2l_mask, use_hard_l2g_mask) -> SideInputs:
+  """The two public global-local builders: checks the arguments (errors name
+  them `long_<kind>` / `global_<kind>`), then `global_local_core`.
+
+  `kind` is "example_ids", or "breakpoints" (0/1 end-of-example breakpoints,
+  turned into example ids here).
+  """
+  long_name, global_name = f"long_{kind}", f"global_{kind}"
+  breakpoints = kind == "breakpoints"
   local_radius, relative_pos_max_distance = (
       validation.check_radius_and_distance(local_radius,
                                            relative_pos_max_distance))
   t, unbatched = validation.prepare(
-      dict(long_breakpoints=long_breakpoints, sentence_ids=sentence_ids),
-      dict(global_breakpoints=global_breakpoints))
-  validation.check_binary("long_breakpoints", t["long_breakpoints"])
-  validation.check_binary("global_breakpoints", t["global_breakpoints"])
+      {long_name: long_ids, "sentence_ids": sentence_ids},
+      {global_name: global_ids})
+  long_ids, global_ids = t[long_name], t[global_name]
+  if breakpoints:
+    validation.check_binary(long_name, long_ids)
+    validation.check_binary(global_name, global_ids)
+  validation.check_ids_in_range("sentence_ids", t["sentence_ids"], long_ids,
+                                0, global_ids.shape[1],
+                                real_from_breakpoints=breakpoints)
   with tf.name_scope("make_global_local_side_inputs"):
-    long_example_ids = masks.example_ids_from_breakpoints(
-        t["long_breakpoints"])
-    global_example_ids = masks.example_ids_from_breakpoints(
-        t["global_breakpoints"])
-    validation.check_ids_in_range("sentence_ids", t["sentence_ids"],
-                                  t["long_breakpoints"], 0,
-                                  t["global_breakpoints"].shape[1],
-                                  real_from_breakpoints=True)
+    if breakpoints:
+      long_ids = masks.example_ids_from_breakpoints(long_ids)
+      global_ids = masks.example_ids_from_breakpoints(global_ids)
     result = global_local_core(
-        long_example_ids, global_example_ids, t["sentence_ids"],
-        local_radius, relative_pos_max_distance, bool(use_hard_g2l_mask),
+        long_ids, global_ids, t["sentence_ids"], local_radius,
+        relative_pos_max_distance, bool(use_hard_g2l_mask),
         bool(use_hard_l2g_mask))
   return validation.finish(result, unbatched)
 
