@@ -14,11 +14,9 @@ attends to), so `BertModel` needs no second transformer.
 """
 
 import dataclasses
-import json
 from typing import Any, Dict, Optional
 
 from absl import logging
-import tensorflow as tf
 
 from etc_realformer import json_config
 from etc_realformer.config import EtcConfig
@@ -34,7 +32,7 @@ SAME_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers",
 
 
 @dataclasses.dataclass
-class BertConfig:
+class BertConfig(json_config.JsonConfig):
   """Configuration of a BERT (or RealFormer BERT) encoder.
 
   The fields up to `initializer_range` are Google's `BertConfig` (same names,
@@ -124,18 +122,9 @@ class BertConfig:
     """Builds a config; unknown keys are logged and kept in `unknown_keys`."""
     return json_config.build(cls, values, source)
 
-  @classmethod
-  def from_json_file(cls, path: str) -> "BertConfig":
-    return cls.from_dict(json_config.read_json_object(path), source=path)
-
   def to_dict(self) -> Dict[str, Any]:
-    values = dataclasses.asdict(self)
-    values.pop("unknown_keys")
+    values = super().to_dict()
     for key in ("use_running_mean", "residual_attention"):
       if values[key] is None:
         values.pop(key)
     return values
-
-  def to_json_file(self, path: str) -> None:
-    with tf.io.gfile.GFile(path, "w") as f:
-      f.write(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")

@@ -12,11 +12,9 @@ original ETC exactly.
 
 import copy
 import dataclasses
-import json
 from typing import Any, Dict, Optional, Tuple
 
 from absl import logging
-import tensorflow as tf
 
 from etc_realformer import json_config
 from etc_realformer.errors import UserInputError
@@ -44,7 +42,7 @@ def min_relative_vocab_size(relative_pos_max_distance: int) -> int:
 
 
 @dataclasses.dataclass
-class EtcConfig:
+class EtcConfig(json_config.JsonConfig):
   """Configuration of an ETC(-RealFormer) encoder.
 
   The first block of fields is exactly the original `EtcConfig` (same names,
@@ -208,22 +206,10 @@ class EtcConfig:
       logging.info("%s: keys absent, taking defaults: %s", source, missing)
     return json_config.build(cls, values, source, ignored=EXECUTION_KEYS)
 
-  @classmethod
-  def from_json_file(cls, path: str) -> "EtcConfig":
-    return cls.from_dict(json_config.read_json_object(path), source=path)
-
   def to_dict(self) -> Dict[str, Any]:
-    values = dataclasses.asdict(self)
-    values.pop("unknown_keys")
+    values = super().to_dict()
     values["residual_patterns"] = list(self.residual_patterns)
     return values
-
-  def to_json_string(self) -> str:
-    return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
-
-  def to_json_file(self, path: str) -> None:
-    with tf.io.gfile.GFile(path, "w") as f:
-      f.write(self.to_json_string())
 
   def replace(self, **changes) -> "EtcConfig":
     """A copy with some fields changed (validated)."""

@@ -8,12 +8,14 @@ required key or a bad value is one `UserInputError` naming the file.
 
 import dataclasses
 import json
-from typing import Any, Dict, Sequence, Tuple, Type
+from typing import Any, Dict, Sequence, Tuple, Type, TypeVar
 
 from absl import logging
 import tensorflow as tf
 
 from etc_realformer.errors import UserInputError
+
+_Config = TypeVar("_Config", bound="JsonConfig")
 
 
 def read_json_object(path: str) -> Dict[str, Any]:
@@ -63,3 +65,28 @@ def build(cls: Type, values: Dict[str, Any], source: str,
 def known_fields(cls: Type) -> Tuple[str, ...]:
   return tuple(f.name for f in dataclasses.fields(cls)
                if f.name != "unknown_keys")
+
+
+class JsonConfig:
+  """The JSON file side of a config dataclass with an `unknown_keys` field.
+
+  The class defines `from_dict(values, source)`; it may extend `to_dict` to
+  turn fields into their JSON form.
+  """
+
+  @classmethod
+  def from_json_file(cls: Type[_Config], path: str) -> _Config:
+    return cls.from_dict(read_json_object(path), source=path)
+
+  def to_dict(self) -> Dict[str, Any]:
+    """The fields but `unknown_keys` (those are not written back)."""
+    values = dataclasses.asdict(self)
+    values.pop("unknown_keys")
+    return values
+
+  def to_json_string(self) -> str:
+    return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+  def to_json_file(self, path: str) -> None:
+    with tf.io.gfile.GFile(path, "w") as f:
+      f.write(self.to_json_string())
