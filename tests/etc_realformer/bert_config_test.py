@@ -46,12 +46,3 @@ def test_google_json_is_plain_and_override_wins(tmp_path):
 def test_bad_values_name_the_field(values, field):
   with pytest.raises(UserInputError, match=field):
     BertConfig.from_dict(values)
-
-
-def test_file_errors(tmp_path):
-  with pytest.raises(FileNotFoundError, match="nope.json"):
-    BertConfig.from_json_file(str(tmp_path / "nope.json"))
-  bad = tmp_path / "bad.json"
-  bad.write_text("{")
-  with pytest.raises(UserInputError, match="bad.json"):
-    BertConfig.from_json_file(str(bad))

@@ -56,19 +56,6 @@ def test_execution_keys_of_older_files_are_not_model_fields(tmp_path):
   assert "attention_chunk_len" not in config.to_dict()
 
 
-def test_file_errors_name_the_file(tmp_path):
-  with pytest.raises(FileNotFoundError, match="nope.json"):
-    EtcConfig.from_json_file(str(tmp_path / "nope.json"))
-  bad = tmp_path / "bad.json"
-  bad.write_text("{not json")
-  with pytest.raises(UserInputError, match="bad.json"):
-    EtcConfig.from_json_file(str(bad))
-  missing = tmp_path / "missing.json"
-  missing.write_text("{}")
-  with pytest.raises(UserInputError, match="vocab_size"):
-    EtcConfig.from_json_file(str(missing))
-
-
 def test_replace_validates():
   config = tiny_config()
   assert config.replace(num_hidden_layers=5).num_hidden_layers == 5
