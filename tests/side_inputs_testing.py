@@ -14,6 +14,19 @@ def as_numpy(side_inputs: Mapping[str, Any]) -> Dict[str, Any]:
           for k, v in side_inputs.items()}
 
 
+def with_hard_masks(soft: Mapping[str, Any], hard_g2l: bool, hard_l2g: bool,
+                    hard_g2l_mask: Any, hard_l2g_mask: Any) -> Dict[str, Any]:
+  """The expected side inputs with hard masks: `soft` with each hard mask
+  asked for in place of its soft one (each changes only its own
+  direction)."""
+  expected = dict(soft)
+  if hard_l2g:
+    expected["l2g_att_mask"] = hard_l2g_mask
+  if hard_g2l:
+    expected["g2l_att_mask"] = hard_g2l_mask
+  return expected
+
+
 def assert_side_inputs_equal(actual: Mapping[str, Any],
                              expected: Mapping[str, Any]) -> None:
   """`actual` holds the eight keys; every key of `expected` is an int32

@@ -9,6 +9,7 @@ import tensorflow as tf
 from etc_realformer.features import multihop
 from etc_realformer.features import side_inputs as si
 from side_inputs_testing import assert_side_inputs_equal
+from side_inputs_testing import with_hard_masks
 
 KEYS = si.SIDE_INPUT_KEYS
 
@@ -69,14 +70,10 @@ MH_HARD_G2L = [[[1, 1, 1, 1, 1, 1, 0],  # CLS is exempt.
 def test_multihop(hard_g2l, hard_l2g):
   out = multihop.make_multihop_side_inputs(
       **MH_INPUTS, use_hard_g2l_mask=hard_g2l, use_hard_l2g_mask=hard_l2g)
-  expected = dict(MH_SOFT)
-  expected["g2l_relative_att_ids"] = np.transpose(
-      MH_SOFT["l2g_relative_att_ids"], [0, 2, 1])
-  if hard_l2g:
-    expected["l2g_att_mask"] = MH_HARD_L2G
-  if hard_g2l:
-    expected["g2l_att_mask"] = MH_HARD_G2L
-  assert_side_inputs_equal(out, expected)
+  soft = dict(MH_SOFT, g2l_relative_att_ids=np.transpose(
+      MH_SOFT["l2g_relative_att_ids"], [0, 2, 1]))
+  assert_side_inputs_equal(out, with_hard_masks(
+      soft, hard_g2l, hard_l2g, MH_HARD_G2L, MH_HARD_L2G))
 
 
 def test_multihop_hard_without_ignore_masks():

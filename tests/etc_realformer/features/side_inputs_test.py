@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from etc_realformer.features import side_inputs as si
 from side_inputs_testing import assert_side_inputs_equal
+from side_inputs_testing import with_hard_masks
 
 KEYS = si.SIDE_INPUT_KEYS
 
@@ -83,13 +84,8 @@ GL_HARD_G2L = [[[1, 1, 0, 0, 0, 0], [0, 0, 1, 1, 1, 0], [0, 0, 0, 0, 0, 0]]]
 def test_global_local_hard_masks(hard_g2l, hard_l2g):
   out = si.make_global_local_side_inputs(
       **GL_INPUTS, use_hard_g2l_mask=hard_g2l, use_hard_l2g_mask=hard_l2g)
-  expected = dict(GL_SOFT)
-  # Each hard mask changes only its own direction.
-  if hard_l2g:
-    expected["l2g_att_mask"] = GL_HARD_L2G
-  if hard_g2l:
-    expected["g2l_att_mask"] = GL_HARD_G2L
-  assert_side_inputs_equal(out, expected)
+  assert_side_inputs_equal(out, with_hard_masks(
+      GL_SOFT, hard_g2l, hard_l2g, GL_HARD_G2L, GL_HARD_L2G))
 
 
 def test_edges_and_radius_larger_than_sequence():
