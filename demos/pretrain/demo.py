@@ -47,6 +47,7 @@ GLOBAL_SEQ_LEN = 32
 MIN_SENTENCES = 4
 EVAL_FRACTION = 0.15
 TRAIN_STEPS = 750
+LEARNING_RATE = 1e-2
 
 
 def demo_gin(data_dir: str, vocab_size: int, train_steps: int,
@@ -84,7 +85,7 @@ PretrainTask.cpc_max_sentence_len = 64
 PretrainTask.cpc_temperature = 0.1
 
 optimizer.optimizer_type = 'lamb'
-optimizer.learning_rate = 1e-2
+optimizer.learning_rate = {LEARNING_RATE!r}
 optimizer.warmup_steps = 100
 TrainerConfig.train_batch_size = 16
 # The whole held-out set in one batch: every CPC query has all held-out CPC

@@ -1,0 +1,142 @@
+"""Tests of `tools.compare_residual_attention`: the plan, the records and
+their summary on hand-made values, and the quick mode end to end (a tiny
+model, two variants, two seeds) with the resume of an interrupted
+comparison."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tools import compare_residual_attention as compare
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+
+LOG = """\
+train | step:      0 | training until step 4...
+progress | step 2/4 | loss 5.5000 | nan steps/s | ETA ?
+progress | step 4/4 | loss 4.2500 | 1.00 steps/s | ETA 00:00:00
+I1126 controller.py:343]  eval | step:      4 | eval time:   1.0 sec | output: 
+    {'cpc_accuracy': 0.25,
+     'cpc_loss': 1.5,
+     'loss': 2.0,
+     'mlm_accuracy': 0.5,
+     'mlm_loss': 3.0}
+ eval | step:      4 | eval time:   1.0 sec | output: 
+    {'cpc_accuracy': 0.25,
+     'cpc_loss': 1.5,
+     'loss': 2.0,
+     'mlm_accuracy': 0.5,
+     'mlm_loss': 3.0}
+"""
+
+
+def test_variants_set_what_they_name():
+  assert "etc_config.residual_attention = False" in compare.VARIANTS["post_ln"]
+  assert "etc_config.use_pre_activation_order = True" in (
+      compare.VARIANTS["pre_ln"])
+  assert "etc_config.residual_running_mean = True" in (
+      compare.VARIANTS["running_mean"])
+  assert ("etc_config.residual_patterns = ('l2l', 'l2g', 'g2l',)" in
+          compare.VARIANTS["no_g2g_stream"])
+
+
+def test_plan_and_pending():
+  runs = compare.plan_runs(["post_ln", "realformer", "no_l2l_stream"],
+                           [0, 1], [1.0, 2.0], ["post_ln", "realformer"],
+                           base_learning_rate=0.01)
+  # 3 variants x 2 seeds at the base rate, 2 variants x 2 seeds at 2x.
+  assert len(runs) == 10
+  assert {r.learning_rate for r in runs if r.lr_multiplier == 2.0} == {0.02}
+  assert not [r for r in runs if r.variant == "no_l2l_stream" and
+              r.lr_multiplier != 1.0]
+  # Every variant once (seed 0) before any twice.
+  assert [r.seed for r in runs[:5]] == [0] * 5
+  records = [{"run": runs[0].name}, {"run": runs[3].name}]
+  assert compare.pending(runs, records) == [
+      r for i, r in enumerate(runs) if i not in (0, 3)]
+
+
+def test_parse_log_and_record():
+  train, evals = compare.parse_log(LOG)
+  assert train == [[2, 5.5], [4, 4.25]]
+  # The logged copy of the same evaluation counts once.
+  assert evals == [{"step": 4, "mlm_accuracy": 0.5, "mlm_loss": 3.0,
+                    "cpc_accuracy": 0.25, "cpc_loss": 1.5}]
+  run = compare.Run("realformer", 1, 1.0, 0.01)
+  final = {"step": 4, "mlm_accuracy": 0.5, "mlm_loss": 3.0,
+           "cpc_accuracy": 0.25, "cpc_loss": 1.5}
+  r = compare.make_record(run, 0, LOG, final, 4, ["b = 1"], ["python"], 2.0)
+  assert (r["variant"], r["seed"], r["learning_rate"], r["steps"]) == (
+      "realformer", 1, 0.01, 4)
+  assert r["diverged"] is False and r["mlm_accuracy"] == 0.5
+  nan_log = LOG.replace("loss 4.2500", "loss nan")
+  assert compare.make_record(run, 0, nan_log, final, 4, [], [], 1.0)[
+      "diverged"] is True
+  assert compare.make_record(run, 1, LOG, None, 4, [], [], 1.0)[
+      "diverged"] is True
+
+
+def test_summary_mean_sd_and_diverged_apart():
+  def rec(variant, seed, acc, diverged=False):
+    return {"variant": variant, "seed": seed, "learning_rate": 0.01,
+            "mlm_accuracy": acc, "mlm_loss": 1.0, "cpc_accuracy": acc,
+            "cpc_loss": 1.0, "diverged": diverged}
+  rows = compare.summarize([rec("realformer", 0, 0.2), rec("post_ln", 0, 0.1),
+                            rec("post_ln", 1, 0.3),
+                            rec("post_ln", 2, float("nan"), diverged=True)])
+  assert [r["variant"] for r in rows] == ["post_ln", "realformer"]
+  post = rows[0]
+  assert (post["runs"], post["diverged"], post["seeds"]) == (3, 1, [0, 1])
+  assert post["mlm_accuracy"] == pytest.approx(0.2)
+  assert post["mlm_accuracy_sd"] == pytest.approx(math.sqrt(0.02))
+  text = compare.table(rows)
+  assert "| post_ln | 0.01 | 3 (1) | 0.2000 +- 0.1414 |" in text
+
+
+@pytest.mark.slow
+def test_quick_comparison_end_to_end_and_resume(tmp_path):
+  out = tmp_path / "study"
+  command = [sys.executable, "-m", "tools.compare_residual_attention",
+             "--quick", "--variants=post_ln,realformer", "--seeds=0,1",
+             "--lr_multipliers=1", "--jobs=2", f"--output_dir={out}"]
+
+  def run():
+    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True,
+                          timeout=400, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+  stdout = run()
+  records = compare.read_records(str(out / compare.RECORDS_FILE))
+  assert sorted(r["run"] for r in records) == [
+      "post_ln-lr1x-seed0", "post_ln-lr1x-seed1", "realformer-lr1x-seed0",
+      "realformer-lr1x-seed1"]
+  for r in records:
+    assert not r["diverged"], r
+    assert r["steps"] == compare.QUICK_STEPS
+    assert 0 <= r["mlm_accuracy"] <= 1 and r["mlm_loss"] > 0
+    assert 0 <= r["cpc_accuracy"] <= 1
+    assert r["train_curve"] and r["eval_curve"][-1]["step"] == (
+        compare.QUICK_STEPS)
+  assert "| post_ln | 0.01 | 2 (0) |" in stdout
+  assert (out / compare.TABLE_FILE).exists()
+  assert (out / compare.PLOT_FILE).stat().st_size > 0
+
+  # Interrupted while writing the last record: that run is run again (it
+  # resumes from its final checkpoint and only evaluates), the others not.
+  lines = (out / compare.RECORDS_FILE).read_text().splitlines()
+  (out / compare.RECORDS_FILE).write_text(
+      "\n".join(lines[:3]) + "\n" + lines[3][:40])
+  stdout = run()
+  assert "4 runs planned, 3 already recorded" in stdout
+  again = compare.read_records(str(out / compare.RECORDS_FILE))
+  assert len(again) == 4
+  redone = again[-1]
+  assert redone["run"] == json.loads(lines[3])["run"]
+  for key in ("mlm_accuracy", "cpc_accuracy"):
+    assert redone[key] == pytest.approx(json.loads(lines[3])[key])
