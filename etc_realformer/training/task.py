@@ -427,9 +427,19 @@ class RawInputTask(Task):
       self._featurizer = self.build_featurizer()
     return self._featurizer
 
+  def featurizer_kwargs(self) -> Dict[str, Any]:
+    """The featurizer arguments every raw-input task shares with
+    preprocessing: the vocabulary, the lengths and the casing."""
+    return dict(vocab_path=self.vocab_file,
+                spm_model_path=self.spm_model_file,
+                long_seq_len=self.long_seq_len,
+                global_seq_len=self.global_seq_len,
+                lower_case=self.lower_case)
+
   @abc.abstractmethod
   def build_featurizer(self):
-    """A new featurizer with this task's settings."""
+    """A new featurizer with this task's settings (`featurizer_kwargs()`
+    and the task's own)."""
 
   @abc.abstractmethod
   def raw_serving_signatures(

@@ -252,10 +252,7 @@ class HotpotQATask(task_lib.RawInputTask):
         "answer_global")}
 
   def build_featurizer(self) -> features_lib.HotpotFeaturizer:
-    return features_lib.HotpotFeaturizer(
-        vocab_path=self.vocab_file, spm_model_path=self.spm_model_file,
-        long_seq_len=self.long_seq_len, global_seq_len=self.global_seq_len,
-        lower_case=self.lower_case)
+    return features_lib.HotpotFeaturizer(**self.featurizer_kwargs())
 
   def raw_serving_signatures(self, model, featurizer, names):
     @tf.function(input_signature=[

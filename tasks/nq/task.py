@@ -210,10 +210,8 @@ class NaturalQuestionsTask(task_lib.RawInputTask):
 
   def build_featurizer(self) -> "features_lib.NqFeaturizer":
     return features_lib.NqFeaturizer(
-        vocab_path=self.vocab_file, spm_model_path=self.spm_model_file,
-        long_seq_len=self.long_seq_len, global_seq_len=self.global_seq_len,
         stride=self.stride, max_question_len=self.max_question_len,
-        lower_case=self.lower_case)
+        **self.featurizer_kwargs())
 
   def raw_serving_signatures(self, model, featurizer, names):
     signatures = {}

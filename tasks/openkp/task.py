@@ -248,10 +248,7 @@ class OpenKPTask(task_lib.RawInputTask):
     return out
 
   def build_featurizer(self) -> openkp_features.OpenKPFeaturizer:
-    return openkp_features.OpenKPFeaturizer(
-        vocab_path=self.vocab_file, spm_model_path=self.spm_model_file,
-        long_seq_len=self.long_seq_len, global_seq_len=self.global_seq_len,
-        lower_case=self.lower_case)
+    return openkp_features.OpenKPFeaturizer(**self.featurizer_kwargs())
 
   def raw_serving_signatures(self, model, featurizer, names):
     signatures = {}

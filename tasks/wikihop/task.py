@@ -139,11 +139,9 @@ class WikiHopTask(task_lib.RawInputTask):
 
   def build_featurizer(self) -> wikihop_features.WikiHopFeaturizer:
     return wikihop_features.WikiHopFeaturizer(
-        vocab_path=self.vocab_file, spm_model_path=self.spm_model_file,
-        long_seq_len=self.long_seq_len, global_seq_len=self.global_seq_len,
         max_num_sentences=self.max_num_sentences,
-        lower_case=self.lower_case,
-        mark_query_subject=self.mark_query_subject)
+        mark_query_subject=self.mark_query_subject,
+        **self.featurizer_kwargs())
 
   def raw_serving_signatures(self, model, featurizer, names):
     @tf.function(input_signature=[
