@@ -198,6 +198,16 @@ def define_featurizer_flags(global_seq_len: int,
   flags.DEFINE_bool("lower_case", True, "Uncased vocabulary.")
 
 
+def featurizer_flag_values() -> Dict[str, Any]:
+  """The vocabulary, length and casing flags of `define_featurizer_flags`,
+  named as the binaries' `make_featurizer` arguments: vocab, spm_model,
+  long_seq_len, global_seq_len, lower_case."""
+  f = flags.FLAGS
+  return dict(vocab=f.vocab, spm_model=f.spm_model,
+              long_seq_len=f.long_seq_len, global_seq_len=f.global_seq_len,
+              lower_case=f.lower_case)
+
+
 def require_flags(names: Sequence[str]) -> None:
   """Raises `UserInputError` naming the absl flags of `names` left unset."""
   missing = [f"--{n}" for n in names if flags.FLAGS[n].value in (None, "")]
@@ -206,13 +216,19 @@ def require_flags(names: Sequence[str]) -> None:
                          f"{'is' if len(missing) == 1 else 'are'} required")
 
 
-def check_command_line(argv: Sequence[str], required: Sequence[str]) -> None:
-  """A binary's command line: no positional arguments (`argv[1:]`), and the
-  `required` flags set.
+def check_command_line(argv: Sequence[str], required: Sequence[str],
+                       one_of: Sequence[str] = ()) -> None:
+  """A binary's command line: no positional arguments (`argv[1:]`), the
+  `required` flags set, and, when given, exactly one of the `one_of` flags
+  (alternative inputs).
 
   Raises:
-    UserInputError: naming the unexpected arguments or the unset flags.
+    UserInputError: naming the unexpected arguments, the unset flags, or the
+      alternatives.
   """
   if len(argv) > 1:
     raise UserInputError(f"unexpected arguments: {list(argv[1:])}")
   require_flags(required)
+  if one_of and sum(bool(flags.FLAGS[n].value) for n in one_of) != 1:
+    raise UserInputError("give exactly one of " +
+                         " and ".join(f"--{n}" for n in one_of))

@@ -160,9 +160,8 @@ def main(argv):
   preprocessing.check_command_line(argv, ("input", "output_dir"))
   f = flags.FLAGS
   valid, stats = read_file(f.input, f.is_training, f.strict)
-  featurizer = make_featurizer(f.vocab, f.spm_model, f.long_seq_len,
-                               f.global_seq_len, f.lower_case,
-                               f.global_token_ids)
+  featurizer = make_featurizer(global_token_ids=f.global_token_ids,
+                               **preprocessing.featurizer_flag_values())
   stats = write_features(valid, stats, f.output_dir, featurizer,
                          f.is_training)
   print(preprocessing.summary_line(f.input, stats))

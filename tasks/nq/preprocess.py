@@ -298,15 +298,15 @@ def _define_flags():
 
 
 def main(argv):
-  preprocessing.check_command_line(argv, ("output_dir",))
+  preprocessing.check_command_line(argv, ("output_dir",),
+                                   one_of=("input", "tfds"))
   f = flags.FLAGS
-  if bool(f.input) == bool(f.tfds):
-    raise UserInputError("give exactly one of --input and --tfds")
   # The files first: a missing one fails before the vocabulary is loaded.
   inputs = data.expand_inputs(f.input) if f.input else None
-  featurizer = make_featurizer(f.vocab, f.spm_model, f.long_seq_len,
-                               f.global_seq_len, f.stride, f.max_question_len,
-                               f.lower_case, f.token_ids)
+  featurizer = make_featurizer(stride=f.stride,
+                               max_question_len=f.max_question_len,
+                               token_ids=f.token_ids,
+                               **preprocessing.featurizer_flag_values())
   kwargs = dict(
       is_training=f.is_training, strict=f.strict,
       include_unknown_rate=f.include_unknown_rate,

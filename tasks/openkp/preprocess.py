@@ -118,8 +118,7 @@ def main(argv):
   for path in f.input:
     if not tf.io.gfile.exists(path):
       raise records.InputFileError(f"{path}: no such input file")
-  featurizer = make_featurizer(f.vocab, f.spm_model, f.long_seq_len,
-                               f.global_seq_len, f.lower_case)
+  featurizer = make_featurizer(**preprocessing.featurizer_flag_values())
   labeled = {"auto": None, "true": True, "false": False}[f.labeled]
   for path in f.input:
     stats = preprocess_file(path, f.output_dir, featurizer, strict=f.strict,

@@ -336,10 +336,9 @@ def _define_flags():
 
 
 def main(argv):
-  preprocessing.check_command_line(argv, ("output_dir",))
+  preprocessing.check_command_line(argv, ("output_dir",),
+                                   one_of=("input", "tfds_name"))
   f = flags.FLAGS
-  if bool(f.input) == bool(f.tfds_name):
-    raise UserInputError("give exactly one of --input and --tfds_name")
   settings = Settings(
       min_sentences=f.min_sentences, eval_fraction=f.eval_fraction,
       num_shards=f.num_shards, seed=f.seed,

@@ -144,10 +144,10 @@ def main(argv):
   preprocessing.check_command_line(argv, ("input", "output_dir"))
   f = flags.FLAGS
   valid, stats = read_file(f.input, strict=f.strict)
-  featurizer = make_featurizer(f.vocab, f.spm_model, f.long_seq_len,
-                               f.global_seq_len, f.max_num_sentences,
-                               f.lower_case, f.global_token_ids,
-                               f.mark_query_subject)
+  featurizer = make_featurizer(max_num_sentences=f.max_num_sentences,
+                               global_token_ids=f.global_token_ids,
+                               mark_query_subject=f.mark_query_subject,
+                               **preprocessing.featurizer_flag_values())
   stats = write_features(valid, stats, f.output_dir, featurizer)
   print(preprocessing.summary_line(f.input, stats))
 
