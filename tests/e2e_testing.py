@@ -1,13 +1,21 @@
 """Helpers for the end-to-end task tests (test_*_e2e.py): the subprocess
-environment, running a binary or a served-model script, and the trainer
-lines of the tiny gin configs. One copy, so the tests run binaries alike.
+environment, running a binary or a served-model script, the lines of the
+tiny gin configs, and reading the runner's progress and checkpoints. One
+copy, so the tests run binaries alike.
 """
 
 import json
 import os
+import re
 import subprocess
 import sys
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import gin
+
+from etc_realformer.training import experiment
+from etc_realformer.training import task as task_lib
+from tasks import run
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -39,6 +47,14 @@ def zero_features(signature, batch_size=2):
   spec = signature.structured_input_signature[1]
   return {k: tf.zeros([batch_size] + s.shape[1:].as_list(), s.dtype)
           for k, s in spec.items()}
+
+# (shape of serve_examples' `output` on the first `count` examples of `path`,
+# sorted output names of serving_default on zero features).
+def stored_and_default(loaded, path, count, output):
+  ex = loaded.signatures["serve_examples"](examples=examples_of(path, count))
+  feats = zero_features(loaded.signatures["serving_default"])
+  return (ex[output].shape.as_list(),
+          sorted(loaded.signatures["serving_default"](**feats)))
 """
 
 
@@ -52,6 +68,19 @@ def run_script(script: str, cwd: str, timeout: int = 180) -> Any:
                         cwd=cwd)
   assert proc.returncode == 0, proc.stderr[-4000:]
   return json.loads(proc.stdout.split("RESULT ", 1)[1])
+
+
+def tiny_encoder_gin_lines(vocab_size: int) -> List[str]:
+  """`models/etc_tiny.gin` cut to one 32-wide layer without dropout."""
+  return [
+      "include 'models/etc_tiny.gin'",
+      f"etc_config.vocab_size = {vocab_size}",
+      "etc_config.hidden_size = 32",
+      "etc_config.intermediate_size = 64",
+      "etc_config.num_hidden_layers = 1",
+      "etc_config.hidden_dropout_prob = 0.0",
+      "etc_config.attention_probs_dropout_prob = 0.0",
+  ]
 
 
 def trainer_gin_lines(train_steps: int, batch_size: int = 8) -> List[str]:
@@ -70,3 +99,57 @@ def write_gin(path: str, lines: Sequence[str]) -> str:
   with open(path, "w") as f:
     f.write("\n".join(lines) + "\n")
   return path
+
+
+def progress(output: str) -> List[Tuple[int, float]]:
+  """[(step, loss)] from the runner's progress lines."""
+  return [(int(s), float(l)) for s, l in re.findall(
+      r"^progress \| step (\d+)/\d+ \| loss ([\d.naninf]+)", output, re.M)]
+
+
+def latest_checkpoint_step(model_dir: str) -> Optional[int]:
+  """Step of the last checkpoint in the `checkpoint` state file (None before
+  the first one)."""
+  try:
+    with open(os.path.join(model_dir, "checkpoint")) as f:
+      match = re.search(r'^model_checkpoint_path: "ckpt-(\d+)"', f.read(),
+                        re.M)
+  except OSError:
+    return None
+  return int(match.group(1)) if match else None
+
+
+def configured_by_gin(task_gin_file: str) -> Tuple[
+    task_lib.Task, experiment.TrainerConfig]:
+  """The task and the TrainerConfig that a task's gin file configures (with
+  a vocabulary of 100); gin is cleared before and after."""
+  gin.clear_config()
+  try:
+    run.register_tasks()
+    run.parse_gin([task_gin_file], ["etc_config.vocab_size = 100"])
+    return task_lib.task_class()(), experiment.TrainerConfig()
+  finally:
+    gin.clear_config()
+
+
+def train_predict_export(gin_files: Sequence[str], model_dir: str,
+                         export_dir: str, capsys) -> Tuple[
+                             List[Tuple[int, float]], str]:
+  """Trains, predicts and exports in this process (saves process starts);
+  returns training's (step, loss) progress and the export path.
+
+  `capsys` is the test's pytest fixture: training's progress is read from
+  what it printed.
+  """
+  run.register_tasks()
+  gin.clear_config()
+  try:
+    run.parse_gin(gin_files, [])
+    run.run("train", model_dir)
+    steps = progress(capsys.readouterr().out)
+    run.run("predict", model_dir)
+    export_path = run.run("export", model_dir,
+                          export_dir=export_dir)["export_path"]
+  finally:
+    gin.clear_config()
+  return steps, export_path

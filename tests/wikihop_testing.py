@@ -6,8 +6,7 @@ that run the real runner)."""
 import json
 import os
 import random
-import re
-from typing import Dict, List, Tuple
+from typing import Dict
 
 import numpy as np
 import tensorflow as tf
@@ -146,9 +145,3 @@ def tiny_gin(data_dir: str, path: str, **extra) -> str:
   with open(path, "w") as f:
     f.write("\n".join(lines) + "\n")
   return path
-
-
-def progress(output: str) -> List[Tuple[int, float]]:
-  """[(step, loss)] from the runner's progress lines."""
-  return [(int(s), float(l)) for s, l in re.findall(
-      r"^progress \| step (\d+)/\d+ \| loss ([\d.naninf]+)", output, re.M)]

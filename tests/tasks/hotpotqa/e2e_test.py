@@ -11,12 +11,10 @@ import json
 import os
 import re
 
-import gin
 import pytest
 
 from demos.hotpotqa import synthetic
 import e2e_testing
-from tasks import run
 from tasks.hotpotqa import preprocess
 
 LONG, GLOBAL = 96, 40
@@ -25,14 +23,7 @@ LONG, GLOBAL = 96, 40
 def tiny_gin(data_dir: str, path: str) -> str:
   train = os.path.splitext(synthetic.TRAIN_FILE)[0]
   dev = os.path.splitext(synthetic.DEV_FILE)[0]
-  lines = [
-      "include 'models/etc_tiny.gin'",
-      f"etc_config.vocab_size = {len(synthetic.vocabulary())}",
-      "etc_config.hidden_size = 32",
-      "etc_config.intermediate_size = 64",
-      "etc_config.num_hidden_layers = 1",
-      "etc_config.hidden_dropout_prob = 0.0",
-      "etc_config.attention_probs_dropout_prob = 0.0",
+  lines = e2e_testing.tiny_encoder_gin_lines(len(synthetic.vocabulary())) + [
       f"HotpotQATask.long_seq_len = {LONG}",
       f"HotpotQATask.global_seq_len = {GLOBAL}",
       "HotpotQATask.max_answer_length = 6",
@@ -61,24 +52,13 @@ def test_preprocess_train_predict_export_eval_serve(tmp_path, capsys):
   model_dir = str(tmp_path / "model")
 
   # 1. Train in this process (saves a process start); the loss goes down.
-  run.register_tasks()
-  gin.clear_config()
-  try:
-    run.parse_gin(["tasks/hotpotqa.gin", gin_file], [])
-    run.run("train", model_dir)
-    steps = [(int(s), float(l)) for s, l in re.findall(
-        r"^progress \| step (\d+)/\d+ \| loss ([\d.]+)",
-        capsys.readouterr().out, re.M)]
-    assert [s for s, _ in steps] == [10, 20, 30, 40]
-    assert steps[-1][1] < 0.8 * steps[0][1], steps
-
-    # 2. Predict: the official submission format, every dev id.
-    run.run("predict", model_dir)
-    # 3. Export a versioned SavedModel.
-    export_path = run.run("export", model_dir,
-                          export_dir=str(tmp_path / "export"))["export_path"]
-  finally:
-    gin.clear_config()
+  # 2. Predict: the official submission format, every dev id. 3. Export a
+  # versioned SavedModel.
+  steps, export_path = e2e_testing.train_predict_export(
+      ["tasks/hotpotqa.gin", gin_file], model_dir, str(tmp_path / "export"),
+      capsys)
+  assert [s for s, _ in steps] == [10, 20, 30, 40]
+  assert steps[-1][1] < 0.8 * steps[0][1], steps
   predictions_dir = os.path.join(model_dir, "predictions")
   with open(os.path.join(predictions_dir, "predictions.json")) as f:
     submission = json.load(f)
@@ -142,11 +122,9 @@ raw = loaded.signatures["serve_raw"](
 out["raw"] = {{k: v.numpy().tolist() for k, v in raw.items()
               if k != "answer"}}
 out["raw"]["answer"] = raw["answer"].numpy().decode()
-ex = loaded.signatures["serve_examples"](examples=examples_of(
-    {os.path.join(data_dir, "hotpot_dev_distractor_v1.tfrecord")!r}, 2))
-out["examples_sp_shape"] = ex["sp_probs"].shape.as_list()
-feats = zero_features(loaded.signatures["serving_default"])
-out["default_keys"] = sorted(loaded.signatures["serving_default"](**feats))
+out["examples_sp_shape"], out["default_keys"] = stored_and_default(
+    loaded, {os.path.join(data_dir, "hotpot_dev_distractor_v1.tfrecord")!r},
+    2, "sp_probs")
 print("RESULT " + json.dumps(out))
 """
   served = e2e_testing.run_script(script, cwd=str(tmp_path))

@@ -14,14 +14,12 @@ import json
 import os
 import re
 
-import gin
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from demos.nq import synthetic
 import e2e_testing
-from tasks import run
 from tasks.nq import data
 from tasks.nq import decode
 from tasks.nq import evaluate
@@ -33,14 +31,7 @@ SEED = 5
 
 
 def tiny_gin(data_dir: str, path: str) -> str:
-  lines = [
-      "include 'models/etc_tiny.gin'",
-      f"etc_config.vocab_size = {len(synthetic.vocabulary())}",
-      "etc_config.hidden_size = 32",
-      "etc_config.intermediate_size = 64",
-      "etc_config.num_hidden_layers = 1",
-      "etc_config.hidden_dropout_prob = 0.0",
-      "etc_config.attention_probs_dropout_prob = 0.0",
+  lines = e2e_testing.tiny_encoder_gin_lines(len(synthetic.vocabulary())) + [
       f"NaturalQuestionsTask.long_seq_len = {LONG}",
       f"NaturalQuestionsTask.global_seq_len = {GLOBAL}",
       f"NaturalQuestionsTask.stride = {STRIDE}",
@@ -72,24 +63,12 @@ def test_preprocess_train_predict_export_score_serve(tmp_path, capsys):
   gin_file = tiny_gin(data_dir, str(tmp_path / "tiny.gin"))
   model_dir = str(tmp_path / "model")
 
-  # 1. Train in this process; the loss goes down.
-  run.register_tasks()
-  gin.clear_config()
-  try:
-    run.parse_gin(["tasks/nq.gin", gin_file], [])
-    run.run("train", model_dir)
-    out = capsys.readouterr().out
-    steps = [(int(s), float(l)) for s, l in re.findall(
-        r"^progress \| step (\d+)/\d+ \| loss ([\d.]+)", out, re.M)]
-    assert [s for s, _ in steps] == [10, 20, 30, 40, 50, 60]
-    assert steps[-1][1] < 0.7 * steps[0][1], steps
-    # 2. Predict: the official predictions JSON.
-    run.run("predict", model_dir)
-    # 3. Export a versioned SavedModel.
-    export_path = run.run("export", model_dir,
-                          export_dir=str(tmp_path / "export"))["export_path"]
-  finally:
-    gin.clear_config()
+  # 1. Train in this process; the loss goes down. 2. Predict: the official
+  # predictions JSON. 3. Export a versioned SavedModel.
+  steps, export_path = e2e_testing.train_predict_export(
+      ["tasks/nq.gin", gin_file], model_dir, str(tmp_path / "export"), capsys)
+  assert [s for s, _ in steps] == [10, 20, 30, 40, 50, 60]
+  assert steps[-1][1] < 0.7 * steps[0][1], steps
   with capsys.disabled():
     print(f"\nnq e2e loss curve: {steps}")
 
@@ -175,11 +154,9 @@ out["html"] = plain(loaded.signatures["serve_raw"](
     candidate_top_level=tf.zeros([0], tf.bool)))
 out["text"] = plain(loaded.signatures["serve_text"](
     question=tf.constant(x["question"]), document_text=tf.constant({text!r})))
-ex = loaded.signatures["serve_examples"](examples=examples_of(
-    {os.path.join(data_dir, "nq-dev-00.tfrecord")!r}, 3))
-out["examples_long_score_shape"] = ex["long_score"].shape.as_list()
-feats = zero_features(loaded.signatures["serving_default"])
-out["default_keys"] = sorted(loaded.signatures["serving_default"](**feats))
+out["examples_long_score_shape"], out["default_keys"] = stored_and_default(
+    loaded, {os.path.join(data_dir, "nq-dev-00.tfrecord")!r}, 3,
+    "long_score")
 print("RESULT " + json.dumps(out))
 """
   served = e2e_testing.run_script(script, cwd=str(tmp_path))

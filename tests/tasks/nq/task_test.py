@@ -5,17 +5,14 @@ predictions, official scores, gin settings (random windows laid out as
 import gzip
 import json
 
-import gin
 import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
 
+import e2e_testing
 from etc_realformer.config import EtcConfig
 from etc_realformer.errors import UserInputError
-from etc_realformer.training import experiment
-from etc_realformer.training import task as task_lib
-from tasks import run
 from tasks.nq import data
 from tasks.nq import decode
 from tasks.nq import features as F
@@ -318,19 +315,12 @@ def test_official_scores_of_hand_made_predictions(tmp_path):
 
 
 def test_gin_file_gives_the_original_settings():
-  gin.clear_config()
-  try:
-    run.register_tasks()
-    run.parse_gin(["tasks/nq.gin"], ["etc_config.vocab_size = 100"])
-    task = task_lib.task_class()()
-    assert isinstance(task, T.NaturalQuestionsTask)
-    assert (task.long_seq_len, task.global_seq_len) == (4096, 230)
-    assert (task.stride, task.max_question_len) == (2048, 32)
-    assert task.max_short_answer_length == 32
-    assert task.model_config.hidden_size == 768
-    assert task.model_config.residual_attention
-    assert task.model_config.use_hard_g2l_mask
-    config = experiment.TrainerConfig()
-    assert config.train_batch_size == 64
-  finally:
-    gin.clear_config()
+  task, config = e2e_testing.configured_by_gin("tasks/nq.gin")
+  assert isinstance(task, T.NaturalQuestionsTask)
+  assert (task.long_seq_len, task.global_seq_len) == (4096, 230)
+  assert (task.stride, task.max_question_len) == (2048, 32)
+  assert task.max_short_answer_length == 32
+  assert task.model_config.hidden_size == 768
+  assert task.model_config.residual_attention
+  assert task.model_config.use_hard_g2l_mask
+  assert config.train_batch_size == 64

@@ -13,7 +13,6 @@ raw text and VDOM string.
 import json
 import os
 import random
-import re
 
 import gin
 import pytest
@@ -63,11 +62,6 @@ def tiny_gin(data_dir: str, path: str) -> str:
   return e2e_testing.write_gin(path, lines)
 
 
-def progress(output: str):
-  return [(int(s), float(l)) for s, l in re.findall(
-      r"^progress \| step (\d+)/\d+ \| loss ([\d.naninf]+)", output, re.M)]
-
-
 @pytest.mark.slow
 def test_preprocess_train_predict_score_export_serve(tmp_path):
   data_dir = str(tmp_path / "data")
@@ -100,7 +94,7 @@ def test_preprocess_train_predict_score_export_serve(tmp_path):
   model_dir = str(tmp_path / "model")
   output = e2e_testing.run_binary(["tasks.openkp", f"--gin_file={gin_file}",
                        "--mode=train_and_eval", f"--model_dir={model_dir}"])
-  steps = progress(output)
+  steps = e2e_testing.progress(output)
   print("openkp e2e loss by step:", steps)  # shown with pytest -s
   assert steps[-1][0] == 40
   assert steps[-1][1] < 0.5 * steps[0][1], steps

@@ -6,16 +6,13 @@ official scores, gin settings."""
 import json
 import random
 
-import gin
 import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
 
+import e2e_testing
 from etc_realformer import EtcConfig
-from etc_realformer.training import experiment
-from etc_realformer.training import task as task_lib
-from tasks import run
 from tasks.openkp import decode
 from tasks.openkp import evaluate as E
 from tasks.openkp import head
@@ -193,22 +190,15 @@ def test_decoding_a_document_without_words():
 
 
 def test_gin_file_gives_the_original_settings():
-  gin.clear_config()
-  try:
-    run.register_tasks()
-    run.parse_gin(["tasks/openkp.gin"], ["etc_config.vocab_size = 100"])
-    task = task_lib.task_class()()
-    assert isinstance(task, T.OpenKPTask)
-    assert (task.long_seq_len, task.global_seq_len) == (4096, 512)
-    assert task.use_visual_features_in_global
-    assert task.use_visual_features_in_long
-    assert task.additive_smoothing_mass == 1e-4
-    assert task.model_config.hidden_size == 768
-    assert task.model_config.residual_attention
-    config = experiment.TrainerConfig()
-    assert (config.train_batch_size, config.train_steps) == (64, 4178)
-  finally:
-    gin.clear_config()
+  task, config = e2e_testing.configured_by_gin("tasks/openkp.gin")
+  assert isinstance(task, T.OpenKPTask)
+  assert (task.long_seq_len, task.global_seq_len) == (4096, 512)
+  assert task.use_visual_features_in_global
+  assert task.use_visual_features_in_long
+  assert task.additive_smoothing_mass == 1e-4
+  assert task.model_config.hidden_size == 768
+  assert task.model_config.residual_attention
+  assert (config.train_batch_size, config.train_steps) == (64, 4178)
 
 
 def test_in_graph_scores_equal_the_official_ones():

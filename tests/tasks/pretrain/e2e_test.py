@@ -2,8 +2,8 @@
 
 A tiny one-layer model is pre-trained on a tiny corpus over the tiny WikiHop
 vocabulary (`pretrain_testing`) and stops after its step-2 checkpoint, as a
-killed run leaves it (the SIGKILL itself is the WikiHop e2e test's: the
-spine is the same); the same command with more steps resumes from that
+killed run leaves it (a real SIGKILL, on two workers:
+`multi_worker_test.py`); the same command with more steps resumes from that
 checkpoint. The encoder is exported in the released ETC layout (heads
 dropped), both the training checkpoint and the export initialise a WikiHop
 model to the pre-trained weights, and WikiHop fine-tunes from the export.
@@ -59,7 +59,7 @@ def test_pretrain_resume_export_and_finetune(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "restored from checkpoint: " + os.path.join(model_dir,
                                                         "ckpt-2") in printed
-    steps = wikihop_testing.progress(printed)
+    steps = e2e_testing.progress(printed)
     assert [s for s, _ in steps] == [3] and np.isfinite(steps[0][1])
 
     # The encoder in the released layout, heads dropped.

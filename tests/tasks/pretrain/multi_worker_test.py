@@ -14,8 +14,6 @@ every task); pre-training is where users outgrow one machine.
 """
 
 import json
-import os
-import re
 import signal
 import socket
 import subprocess
@@ -27,7 +25,6 @@ import tensorflow as tf
 
 import e2e_testing
 import pretrain_testing
-import wikihop_testing
 
 TRAIN_STEPS = 40
 
@@ -42,17 +39,6 @@ def _free_ports(n):
   for s in socks:
     s.close()
   return ports
-
-
-def _checkpoint_step(model_dir):
-  """Step of the last checkpoint in the `checkpoint` state file."""
-  try:
-    with open(os.path.join(model_dir, "checkpoint")) as f:
-      match = re.search(r'^model_checkpoint_path: "ckpt-(\d+)"', f.read(),
-                        re.M)
-  except OSError:
-    return None
-  return int(match.group(1)) if match else None
 
 
 def _start_workers(command, ports, logs):
@@ -94,7 +80,7 @@ def test_two_workers_pretrain_killed_and_resumed(tmp_path):
   try:
     deadline = time.time() + 200
     while time.time() < deadline and all(p.poll() is None for p in procs):
-      step = _checkpoint_step(model_dir)
+      step = e2e_testing.latest_checkpoint_step(model_dir)
       if step is not None and step >= 8:
         for p in procs:
           p.send_signal(signal.SIGKILL)
@@ -112,7 +98,7 @@ def test_two_workers_pretrain_killed_and_resumed(tmp_path):
   assert killed_after is not None, (
       "the run ended or stalled before it could be killed:\n" +
       "\n----\n".join(k[-3000:] for k in killed))
-  resumed_from = _checkpoint_step(model_dir)
+  resumed_from = e2e_testing.latest_checkpoint_step(model_dir)
   assert TRAIN_STEPS > resumed_from >= killed_after >= 8
 
   # 2. The same commands resume from that checkpoint and finish in lockstep.
@@ -136,11 +122,11 @@ def test_two_workers_pretrain_killed_and_resumed(tmp_path):
         out[-3000:])
     assert "restored from checkpoint" in out and (
         f"ckpt-{resumed_from}" in out), out[-3000:]
-    steps = [s for s, _ in wikihop_testing.progress(out)]
+    steps = [s for s, _ in e2e_testing.progress(out)]
     # Training continues right after the checkpoint, none repeated.
     assert steps == list(range(resumed_from + 4, TRAIN_STEPS + 1, 4)), (
         steps, out[-3000:])
   # The replicas train one model: the same losses on both workers.
-  assert (wikihop_testing.progress(outputs[0]) ==
-          wikihop_testing.progress(outputs[1]))
+  assert (e2e_testing.progress(outputs[0]) ==
+          e2e_testing.progress(outputs[1]))
   assert tf.train.latest_checkpoint(model_dir).endswith(f"ckpt-{TRAIN_STEPS}")

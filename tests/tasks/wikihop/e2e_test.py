@@ -12,7 +12,6 @@ and queries every signature.
 import glob
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -27,17 +26,6 @@ from tasks import run
 import wikihop_testing
 
 GLOBAL = wikihop_testing.GLOBAL
-
-
-def _latest_checkpoint_step(model_dir: str):
-  """Step of the last checkpoint recorded in the `checkpoint` state file."""
-  try:
-    with open(os.path.join(model_dir, "checkpoint")) as f:
-      match = re.search(r'^model_checkpoint_path: "ckpt-(\d+)"', f.read(),
-                        re.M)
-  except OSError:
-    return None
-  return int(match.group(1)) if match else None
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +53,7 @@ def test_kill_resume_train_eval_predict_export_serve(workdir):
     deadline = time.time() + 150
     killed_after = None
     while time.time() < deadline and proc.poll() is None:
-      step = _latest_checkpoint_step(model_dir)
+      step = e2e_testing.latest_checkpoint_step(model_dir)
       if step is not None and step >= 30:
         proc.send_signal(signal.SIGKILL)
         killed_after = step
@@ -86,12 +74,12 @@ def test_kill_resume_train_eval_predict_export_serve(workdir):
   # 2. The same command resumes from that checkpoint and finishes.
   output = e2e_testing.run_binary(command, timeout=180)
   assert f"restored from checkpoint: {latest}" in output
-  steps = wikihop_testing.progress(output)
+  steps = e2e_testing.progress(output)
   # Training continues right after the last checkpoint: at most the steps
   # since it were lost, none repeated from the start.
   assert steps[0][0] == resumed_from + 10, steps[:3]
   assert steps[-1][0] == 100
-  first_loss = wikihop_testing.progress(killed_output)[0][1]
+  first_loss = e2e_testing.progress(killed_output)[0][1]
   assert first_loss == pytest.approx(1.386, abs=0.05)  # ln(4 candidates)
   assert steps[-1][1] < 0.5 * first_loss, (first_loss, steps[-5:])
   with open(os.path.join(model_dir, "eval_results.json")) as f:
