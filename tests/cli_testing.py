@@ -30,6 +30,21 @@ def run(module: str, args: Sequence[str],
                         capture_output=True, timeout=timeout)
 
 
+def output(module: str, args: Sequence[str], timeout: int = 120) -> str:
+  """`run`s the binary to success (asserts exit code 0); its stdout."""
+  proc = run(module, args, timeout)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  return proc.stdout
+
+
+def user_error_line(module: str, args: Sequence[str], *texts: str,
+                    timeout: int = 120) -> str:
+  """`run`s the binary into a user's mistake (`assert_user_error` with
+  `texts`); returns its one error line."""
+  proc = run(module, args, timeout)
+  return assert_user_error(proc.returncode, proc.stderr, *texts)
+
+
 def assert_user_error(returncode: int, stderr: str, *texts: str) -> str:
   """Exit code 2 and exactly one stderr line, "error: ..." holding every
   text of `texts`; returns that line."""

@@ -173,16 +173,14 @@ def test_query_chain_reads_the_chain_back_to_the_answer():
 
 
 def test_binary_writes_the_dataset_and_needs_an_output_dir(tmp_path):
-  out = cli_testing.run("demos.wikihop.synthetic",
-                        [f"--output_dir={tmp_path}", "--num_train=3",
-                         "--num_dev=2", "--hops=1"])
-  assert out.returncode == 0, out.stderr[-2000:]
-  assert json.loads(out.stdout) == {
+  out = cli_testing.output("demos.wikihop.synthetic",
+                           [f"--output_dir={tmp_path}", "--num_train=3",
+                            "--num_dev=2", "--hops=1"])
+  assert json.loads(out) == {
       "train": str(tmp_path / "train.json"),
       "dev": str(tmp_path / "dev.json"),
       "vocab": str(tmp_path / "vocab.txt")}
   with open(tmp_path / "dev.json") as f:
     assert len(json.load(f)) == 2
-  out = cli_testing.run("demos.wikihop.synthetic", ["--num_train=3"])
-  cli_testing.assert_user_error(out.returncode, out.stderr,
-                                "--output_dir is required")
+  cli_testing.user_error_line("demos.wikihop.synthetic", ["--num_train=3"],
+                              "--output_dir is required")

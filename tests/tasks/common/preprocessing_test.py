@@ -4,6 +4,7 @@ check_command_line) of the preprocessing and generator binaries."""
 from absl import flags
 import pytest
 
+import cli_testing
 from etc_realformer.errors import UserInputError
 from tasks.common import preprocessing
 
@@ -29,3 +30,28 @@ def test_check_command_line_rejects_positional_arguments():
     preprocessing.check_command_line(["prog", "x"], ())
   with pytest.raises(UserInputError, match="_a is required"):
     preprocessing.check_command_line(["prog"], ("require_flags_test_a",))
+
+
+def test_check_command_line_wants_exactly_one_alternative():
+  preprocessing.check_command_line(
+      ["prog"], (), one_of=("require_flags_test_a", "require_flags_test_c"))
+  for one_of in [("require_flags_test_a", "require_flags_test_b"),
+                 ("require_flags_test_c", "require_flags_test_c")]:
+    with pytest.raises(UserInputError,
+                       match=f"^give exactly one of --{one_of[0]} and "
+                       f"--{one_of[1]}$"):
+      preprocessing.check_command_line(["prog"], (), one_of=one_of)
+
+
+@pytest.mark.parametrize("module,input_name", [
+    ("tasks.nq.preprocess", "nq-dev-07.jsonl.gz"),
+    ("tasks.openkp.preprocess", "OpenKPDev.jsonl"),
+])
+def test_cli_missing_input_is_one_line(module, input_name, tmp_path):
+  missing = str(tmp_path / input_name)
+  # The vocabulary is missing too: the input is checked before it is read.
+  line = cli_testing.user_error_line(
+      module, [f"--input={missing}", f"--vocab={tmp_path / 'no_vocab.txt'}",
+               f"--output_dir={tmp_path / 'out'}"], timeout=300)
+  assert missing in line
+  assert not (tmp_path / "out").exists()

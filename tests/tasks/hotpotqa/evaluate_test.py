@@ -123,11 +123,9 @@ def test_cli(tmp_path):
   pred, gold = tmp_path / "pred.json", tmp_path / "gold.json"
   pred.write_text(json.dumps(PREDICTION))
   gold.write_text(json.dumps(GOLD))
-  out = cli_testing.run("tasks.hotpotqa.evaluate", [str(pred), str(gold)])
-  assert out.returncode == 0, out.stderr[-2000:]
-  assert json.loads(out.stdout) == pytest.approx(E.evaluate(PREDICTION, GOLD))
+  out = cli_testing.output("tasks.hotpotqa.evaluate", [str(pred), str(gold)])
+  assert json.loads(out) == pytest.approx(E.evaluate(PREDICTION, GOLD))
   # A user's mistake (a missing gold file) is one line and exit code 2.
-  out = cli_testing.run("tasks.hotpotqa.evaluate",
-                        [str(pred), str(tmp_path / "none.json")])
-  cli_testing.assert_user_error(out.returncode, out.stderr,
-                                "none.json: cannot read input file")
+  cli_testing.user_error_line("tasks.hotpotqa.evaluate",
+                              [str(pred), str(tmp_path / "none.json")],
+                              "none.json: cannot read input file")

@@ -83,11 +83,10 @@ def test_cli(tmp_path, vocab):
   args = [f"--input={path}", f"--vocab={vocab}",
           f"--output_dir={tmp_path / 'o'}", "--long_seq_len=48",
           "--global_seq_len=16"]
-  out = cli_testing.run("tasks.hotpotqa.preprocess", args)
-  assert out.returncode == 0, out.stderr[-2000:]
-  assert "written 1" in out.stdout and "answer_not_found" in out.stdout
+  out = cli_testing.output("tasks.hotpotqa.preprocess", args)
+  assert "written 1" in out and "answer_not_found" in out
   # A bad record under --strict: one line naming it, exit code 2.
-  out = cli_testing.run("tasks.hotpotqa.preprocess", args + ["--strict"])
-  line = cli_testing.assert_user_error(out.returncode, out.stderr)
+  line = cli_testing.user_error_line("tasks.hotpotqa.preprocess",
+                                     args + ["--strict"])
   assert line == (f"error: {path}: record 'id1', field 'answer': "
                   "answer_not_found (answer 'Oslo')")

@@ -131,30 +131,16 @@ def test_cli(files, tmp_path):
   assert (tmp_path / "simplified-nq-train.tfrecord").exists()
 
 
-def run_failing(args):
-  """The binary's one error line; asserts exit code 2 (a user's mistake)."""
-  proc = cli_testing.run("tasks.nq.preprocess", args, timeout=300)
-  return cli_testing.assert_user_error(proc.returncode, proc.stderr)
-
-
-def test_cli_missing_input_is_one_line(tmp_path):
-  missing = str(tmp_path / "nq-dev-07.jsonl.gz")
-  # The vocabulary is missing too: the input is checked before it is read.
-  line = run_failing([f"--input={missing}",
-                      f"--vocab={tmp_path / 'no_vocab.txt'}",
-                      f"--output_dir={tmp_path / 'out'}"])
-  assert missing in line
-  assert not (tmp_path / "out").exists()
-
-
 def test_cli_truncated_json_line_under_strict_is_one_line(files, tmp_path):
   with gzip.open(files["dev"], "rb") as f:
     first = f.readline()
   cut = tmp_path / "nq-dev-cut.jsonl"
   cut.write_bytes(first + first[:len(first) // 2] + b"\n")
-  line = run_failing([f"--input={cut}", f"--vocab={files['vocab']}",
-                      f"--output_dir={tmp_path / 'out'}", "--strict",
-                      f"--long_seq_len={L}", f"--global_seq_len={G}",
-                      f"--stride={STRIDE}", f"--max_question_len={QLEN}"])
+  line = cli_testing.user_error_line(
+      "tasks.nq.preprocess",
+      [f"--input={cut}", f"--vocab={files['vocab']}",
+       f"--output_dir={tmp_path / 'out'}", "--strict", f"--long_seq_len={L}",
+       f"--global_seq_len={G}", f"--stride={STRIDE}",
+       f"--max_question_len={QLEN}"], timeout=300)
   assert str(cut) in line and "line 2" in line and data.BAD_JSON in line
   assert not list((tmp_path / "out").glob("*.tfrecord"))

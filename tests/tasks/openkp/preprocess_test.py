@@ -66,29 +66,16 @@ def test_preprocess_writes_records_stats_and_dedup_jsonl(tmp_path):
   assert stats.truncation["keyphrases_truncated"] == 1
 
 
-def run_failing(args):
-  """The binary's one error line; asserts exit code 2 (a user's mistake)."""
-  proc = cli_testing.run("tasks.openkp.preprocess", args, timeout=300)
-  return cli_testing.assert_user_error(proc.returncode, proc.stderr)
-
-
-def test_cli_missing_input_is_one_line(tmp_path):
-  missing = str(tmp_path / "OpenKPDev.jsonl")
-  line = run_failing([f"--input={missing}",
-                      f"--vocab={tmp_path / 'no_vocab.txt'}",
-                      f"--output_dir={tmp_path / 'out'}"])
-  assert missing in line
-  assert not (tmp_path / "out").exists()
-
-
 def test_cli_truncated_json_line_under_strict_is_one_line(tmp_path):
   vocab = write_test_vocab(tmp_path / "vocab.txt", VOCAB_WORDS)
   line = json.dumps(GOOD)
   path = tmp_path / "OpenKPDev.jsonl"
   path.write_text(line + "\n" + line[:len(line) // 2] + "\n")
-  error = run_failing([f"--input={path}", f"--vocab={vocab}",
-                       f"--output_dir={tmp_path / 'out'}", "--strict",
-                       "--long_seq_len=16", "--global_seq_len=4"])
+  error = cli_testing.user_error_line(
+      "tasks.openkp.preprocess",
+      [f"--input={path}", f"--vocab={vocab}",
+       f"--output_dir={tmp_path / 'out'}", "--strict", "--long_seq_len=16",
+       "--global_seq_len=4"], timeout=300)
   assert str(path) in error and "line 2" in error
   assert data.NOT_JSON in error
   assert not (tmp_path / "out" / "OpenKPDev.tfrecord").exists()

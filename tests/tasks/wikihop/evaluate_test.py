@@ -39,14 +39,12 @@ def test_cli(tmp_path):
   pred, gold = tmp_path / "pred.json", tmp_path / "gold.json"
   pred.write_text(json.dumps(PREDICTIONS))
   gold.write_text(json.dumps(GOLD))
-  out = cli_testing.run("tasks.wikihop.evaluate", [str(pred), str(gold)])
-  assert out.returncode == 0, out.stderr[-2000:]
-  assert json.loads(out.stdout) == E.evaluate_files(str(pred), str(gold))
+  out = cli_testing.output("tasks.wikihop.evaluate", [str(pred), str(gold)])
+  assert json.loads(out) == E.evaluate_files(str(pred), str(gold))
   # A user's mistake (here a gold file that is not JSON) is one line and
   # exit code 2.
   gold.write_text("[")
-  out = cli_testing.run("tasks.wikihop.evaluate", [str(pred), str(gold)])
-  cli_testing.assert_user_error(out.returncode, out.stderr,
-                                "gold.json: not valid JSON")
-  out = cli_testing.run("tasks.wikihop.evaluate", [str(pred)])
-  cli_testing.assert_user_error(out.returncode, out.stderr, "usage: ")
+  cli_testing.user_error_line("tasks.wikihop.evaluate", [str(pred), str(gold)],
+                              "gold.json: not valid JSON")
+  cli_testing.user_error_line("tasks.wikihop.evaluate", [str(pred)],
+                              "usage: ")
