@@ -3,12 +3,10 @@ released format."""
 
 import json
 
-import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from hotpotqa_testing import released as good
-from tasks.common import records
 from tasks.hotpotqa import features as F
 from tasks.hotpotqa import tfds_dataset
 from tokenization_testing import write_test_vocab
@@ -46,11 +44,3 @@ def test_builder_reads_manual_dir_and_feeds_the_featurizer(tmp_path):
   assert batch["global_kinds"].numpy()[0].tolist()[-11:] == [
       3, 4, 5, 5, 3, 4, 5, 5, 0, 0, 0]
   assert tf.reduce_all(batch["long_token_start"] >= -1)
-
-
-def test_builder_names_missing_files(tmp_path):
-  builder = tfds_dataset.HotpotQaDistractor(data_dir=str(tmp_path / "data"))
-  with pytest.raises(records.InputFileError,
-                     match="hotpot_train_v1.1.json not found"):
-    builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
-        manual_dir=str(tmp_path)))

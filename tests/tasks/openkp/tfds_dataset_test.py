@@ -2,13 +2,11 @@
 the released format."""
 
 import numpy as np
-import pytest
 import tensorflow_datasets as tfds
 
 from openkp_testing import make_record
 from openkp_testing import vdom_features
 from openkp_testing import write_jsonl
-from tasks.common import records
 from tasks.openkp import tfds_dataset
 
 
@@ -38,11 +36,3 @@ def test_builder_reads_manual_dir(tmp_path):
   assert train["keyphrases"].tolist() == [b"kp1"]
   (test,) = tfds.as_numpy(builder.as_dataset(split="test"))
   assert test["keyphrases"].tolist() == []
-
-
-def test_builder_names_missing_files(tmp_path):
-  builder = tfds_dataset.OpenKp(data_dir=str(tmp_path / "data"))
-  with pytest.raises(records.InputFileError,
-                     match="OpenKPTrain.jsonl not found"):
-    builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
-        manual_dir=str(tmp_path)))
