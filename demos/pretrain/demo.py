@@ -19,6 +19,10 @@ Python documentation, on a CPU, in minutes, with nothing to download.
      pretrain | mlm accuracy: X (most-frequent-token baseline: Y)
      pretrain | cpc accuracy: X (chance: Y, length-only baseline: Z)
 
+   and what the CPC accuracy is made of: the share of picks that have the
+   masked sentence's length, and the accuracy among the candidates of that
+   length (what the context adds; its chance is the length-only baseline).
+
 Everything goes to --output_dir (data/, model/ with checkpoints and
 operative_config.gin, demo.gin, demo_results.json). The same training with
 the binary: `python -m tasks.pretrain --gin_file=OUTPUT_DIR/demo.gin
@@ -170,6 +174,10 @@ def summary_lines(summary: Dict[str, Any]) -> List[str]:
       f"{s['mlm_most_frequent_baseline']:.4f})",
       f"pretrain | cpc accuracy: {s['cpc_accuracy']:.4f} "
       f"(chance: {s['cpc_chance']:.4f}, length-only baseline: "
+      f"{s['cpc_length_baseline']:.4f})",
+      f"pretrain | cpc picks of the masked sentence's length: "
+      f"{s['cpc_same_length_rate']:.4f}; cpc accuracy among them: "
+      f"{s['cpc_accuracy_within_length']:.4f} (length-only baseline: "
       f"{s['cpc_length_baseline']:.4f})",
       f"pretrain | wall time: {summary['seconds']['total']:.0f} s (data "
       f"{summary['seconds']['data']:.0f} s, train "

@@ -16,6 +16,12 @@ over the eval set (`scores`):
   ties, a candidate whose length equals the masked sentence's (a fully
   masked sentence shows its length: the number of [MASK] tokens), i.e. the
   mean of 1 / (candidates of that length).
+* What the CPC accuracy is made of: `cpc_same_length_rate`, the share of
+  the model's picks that have the masked sentence's length, and
+  `cpc_accuracy_within_length`, its accuracy when only the candidates of
+  that length compete (what the context adds to the length; chance there
+  is `cpc_length_baseline`). A model that reads the length alone scores a
+  same-length rate near 1 and a within-length accuracy near the baseline.
 
 `python -m tasks.pretrain --mode=eval` prints them (`eval official | ...`)
 and writes them to `pretrain_eval.json` (`write_scores`).
@@ -42,7 +48,9 @@ def scores(predictions: Mapping[str, np.ndarray],
   Args:
     predictions: `prediction_outputs` over the eval set: `mlm_correct`,
       `masked_lm_ids`, `masked_lm_weights` [N, P]; `cpc_correct`,
-      `cpc_weights`, `cpc_length_baseline` [N, C]; `cpc_chance` [N].
+      `cpc_weights`, `cpc_length_baseline` [N, C] (and, optionally,
+      `cpc_same_length_pick`, `cpc_correct_within_length` [N, C]);
+      `cpc_chance` [N].
     most_frequent_token_id: the training corpus's most frequent wordpiece;
       None leaves the MLM baseline out.
 
@@ -65,6 +73,11 @@ def scores(predictions: Mapping[str, np.ndarray],
       "cpc_sentences": int(np.sum(cpc_w)),
       "examples": int(mlm_w.shape[0]),
   }
+  for key, name in (("cpc_same_length_pick", "cpc_same_length_rate"),
+                    ("cpc_correct_within_length",
+                     "cpc_accuracy_within_length")):
+    if key in predictions:
+      out[name] = _weighted_mean(predictions[key], cpc_w)
   if most_frequent_token_id is not None:
     out["most_frequent_token_id"] = int(most_frequent_token_id)
     out["mlm_most_frequent_baseline"] = _weighted_mean(

@@ -315,8 +315,9 @@ class PretrainTask(task_lib.Task):
   # ------------------------------------------------------------ predictions
   def prediction_outputs(self, features, outputs):
     """Per example: MLM ids, predictions, correctness and weights [B, P];
-    CPC correctness, weights and length-only baseline [B, C]; chance [B]
-    (1 / the batch's CPC sentences)."""
+    CPC correctness, weights, length-only baseline, whether the pick has
+    the query's length and correctness among the candidates of that length
+    [B, C]; chance [B] (1 / the batch's CPC sentences)."""
     ids = tf.cast(features["masked_lm_ids"], tf.int32)
     cpc_w = tf.cast(features["cpc_weights"], tf.float32)
     lengths = tf.reshape(tf.cast(features["cpc_lengths"], tf.int32), [-1])
@@ -329,6 +330,18 @@ class PretrainTask(task_lib.Task):
                                  tf.shape(cpc_w)) * cpc_w
     candidates = tf.reduce_sum(tf.cast(present, tf.float32))
     chance = tf.fill([tf.shape(ids)[0]], 1.0 / tf.maximum(candidates, 1.0))
+    # What the model reads (`evaluate.py`): whether its pick has the query's
+    # length, and whether it picks right among the candidates of that length
+    # (the context's share; its chance level is the length-only baseline).
+    slots = tf.shape(lengths)[0]
+    predicted = tf.reshape(outputs["cpc_predictions"], [-1])
+    same_length_pick = tf.reshape(tf.cast(tf.equal(
+        tf.gather(lengths, predicted), lengths), tf.float32), tf.shape(cpc_w))
+    logits = tf.reshape(outputs["cpc_logits"], [slots, slots])
+    within = tf.argmax(tf.where(same, logits, head.NEG_INF), axis=-1,
+                       output_type=tf.int32)
+    correct_within = tf.reshape(tf.cast(tf.equal(within, tf.range(slots)),
+                                        tf.float32), tf.shape(cpc_w))
     return {
         "masked_lm_positions": tf.cast(features["masked_lm_positions"],
                                        tf.int32),
@@ -343,6 +356,8 @@ class PretrainTask(task_lib.Task):
                                         outputs["cpc_labels"]), tf.float32),
         "cpc_length_baseline": length_baseline,
         "cpc_chance": chance,
+        "cpc_same_length_pick": same_length_pick * cpc_w,
+        "cpc_correct_within_length": correct_within * cpc_w,
     }
 
   def scores(self, predictions: Mapping[str, Any]) -> Dict[str, Any]:

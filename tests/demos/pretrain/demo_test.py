@@ -47,11 +47,15 @@ def test_demo_prints_its_lines_on_a_tiny_budget(tmp_path):
   finally:
     gin.clear_config()
   number = r"\d\.\d{4}"
-  mlm, cpc, timing = demo.summary_lines(summary)
+  mlm, cpc, cpc_parts, timing = demo.summary_lines(summary)
   assert re.fullmatch(rf"pretrain \| mlm accuracy: {number} \(most-frequent-"
                       rf"token baseline: {number}\)", mlm), mlm
   assert re.fullmatch(rf"pretrain \| cpc accuracy: {number} \(chance: "
                       rf"{number}, length-only baseline: {number}\)", cpc), cpc
+  assert re.fullmatch(
+      rf"pretrain \| cpc picks of the masked sentence's length: {number}; "
+      rf"cpc accuracy among them: {number} \(length-only baseline: "
+      rf"{number}\)", cpc_parts), cpc_parts
   assert timing.startswith("pretrain | wall time: ")
   scores = summary["official"]
   # Measured on held-out documents, never fixed: chance is 1 / candidates,

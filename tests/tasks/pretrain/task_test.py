@@ -86,6 +86,13 @@ def test_metrics_and_prediction_outputs():
   assert scores["cpc_accuracy"] == pytest.approx(0.5)
   assert scores["cpc_chance"] == pytest.approx(0.5)
   assert scores["cpc_length_baseline"] == pytest.approx(1.0)
+  # Slot 0 picked a candidate of its length (itself), slot 1 an empty slot
+  # of another; among the candidates of its own length each is alone.
+  np.testing.assert_allclose(out["cpc_same_length_pick"], [[1, 0], [0, 0]])
+  np.testing.assert_allclose(out["cpc_correct_within_length"],
+                             [[1, 1], [0, 0]])
+  assert scores["cpc_same_length_rate"] == pytest.approx(0.5)
+  assert scores["cpc_accuracy_within_length"] == pytest.approx(1.0)
   # Equal lengths tie: each query then has a 1/2 chance by length.
   tied = dict(features, cpc_lengths=tf.constant([[4, 4], [0, 0]]))
   out = task.prediction_outputs(tied, outputs)
