@@ -191,7 +191,10 @@ def test_pretrain_mode_times_the_step_and_exports_its_gradient(tmp_path):
   stdout = _run_cli(TINY + [
       "--mode=pretrain", "--finetune_long_len=128", "--vocab_size=500",
       "--finetune_dtypes=float32", "--tokens_per_sentence=8",
-      f"--export_dir={tmp_path / 'xla'}", "--xla_reference=on",
+      # No --xla_reference: compiling the step for TensorFlow's value costs
+      # more than the rest of the test (the export path is the encoder's,
+      # whose reference is checked in xla_runner_test).
+      f"--export_dir={tmp_path / 'xla'}",
       f"--output_jsonl={jsonl}"])
   (r,) = _read(jsonl)
   assert r["status"] == "ok" and r["record_type"] == "pretrain"
@@ -210,7 +213,8 @@ def test_pretrain_mode_times_the_step_and_exports_its_gradient(tmp_path):
   names = [a["name"] for a in manifest["arguments"]]
   assert "feature/cpc_token_ids" in names
   assert any("cls_predictions" in n for n in names)
-  assert manifest["reference_value"] > 0  # loss + gradient norm
+  assert all(a["stored"] for a in manifest["arguments"]
+             if a["name"].startswith("feature/"))
   assert os.path.getsize(os.path.join(r["export_dir"], "module.hlo.pb")) > 0
   assert "# pretrain pretrain-res-f32:" in stdout
 

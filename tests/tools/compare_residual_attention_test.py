@@ -99,44 +99,41 @@ def test_summary_mean_sd_and_diverged_apart():
 
 
 @pytest.mark.slow
-def test_quick_comparison_end_to_end_and_resume(tmp_path):
+def test_quick_comparison_end_to_end_resuming_an_interrupted_one(tmp_path):
+  """The quick mode over two variants and two seeds, resuming a comparison
+  interrupted after one run, while it wrote the next record: the recorded
+  run is not run again, the half-written line is dropped, the three others
+  run and every record is read back."""
   out = tmp_path / "study"
-  command = [sys.executable, "-m", "tools.compare_residual_attention",
-             "--quick", "--variants=post_ln,realformer", "--seeds=0,1",
-             "--lr_multipliers=1", "--jobs=2", f"--output_dir={out}"]
-
-  def run():
-    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True,
-                          timeout=400, check=False)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc.stdout
-
-  stdout = run()
+  out.mkdir()
+  recorded = compare.make_record(
+      compare.Run("realformer", 1, 1.0, 0.01), 0,
+      "progress | step 6/6 | loss 5.0000 | 1.00 steps/s | ETA 00:00:00\n",
+      {"step": 6, "mlm_accuracy": 0.125, "mlm_loss": 5.5,
+       "cpc_accuracy": 0.25, "cpc_loss": 2.0}, 6, [], [], 1.0)
+  (out / compare.RECORDS_FILE).write_text(
+      json.dumps(recorded) + "\n" + '{"run": "post_ln-lr1x-se')
+  proc = subprocess.run(
+      [sys.executable, "-m", "tools.compare_residual_attention", "--quick",
+       "--variants=post_ln,realformer", "--seeds=0,1", "--lr_multipliers=1",
+       "--jobs=2", f"--output_dir={out}"],
+      cwd=REPO, capture_output=True, text=True, timeout=400, check=False)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  assert "4 runs planned, 1 already recorded" in proc.stdout
   records = compare.read_records(str(out / compare.RECORDS_FILE))
   assert sorted(r["run"] for r in records) == [
       "post_ln-lr1x-seed0", "post_ln-lr1x-seed1", "realformer-lr1x-seed0",
       "realformer-lr1x-seed1"]
-  for r in records:
+  assert records[0] == recorded
+  for r in records[1:]:
     assert not r["diverged"], r
     assert r["steps"] == compare.QUICK_STEPS
     assert 0 <= r["mlm_accuracy"] <= 1 and r["mlm_loss"] > 0
     assert 0 <= r["cpc_accuracy"] <= 1
     assert r["train_curve"] and r["eval_curve"][-1]["step"] == (
         compare.QUICK_STEPS)
-  assert "| post_ln | 0.01 | 2 (0) |" in stdout
+    assert "optimizer.learning_rate = 0.01" in r["bindings"]
+  assert "| post_ln | 0.01 | 2 (0) |" in proc.stdout
+  assert "| realformer | 0.01 | 2 (0) |" in proc.stdout
   assert (out / compare.TABLE_FILE).exists()
   assert (out / compare.PLOT_FILE).stat().st_size > 0
-
-  # Interrupted while writing the last record: that run is run again (it
-  # resumes from its final checkpoint and only evaluates), the others not.
-  lines = (out / compare.RECORDS_FILE).read_text().splitlines()
-  (out / compare.RECORDS_FILE).write_text(
-      "\n".join(lines[:3]) + "\n" + lines[3][:40])
-  stdout = run()
-  assert "4 runs planned, 3 already recorded" in stdout
-  again = compare.read_records(str(out / compare.RECORDS_FILE))
-  assert len(again) == 4
-  redone = again[-1]
-  assert redone["run"] == json.loads(lines[3])["run"]
-  for key in ("mlm_accuracy", "cpc_accuracy"):
-    assert redone[key] == pytest.approx(json.loads(lines[3])[key])
