@@ -457,6 +457,57 @@ def measure_matmul_floor(spec: Dict[str, Any]) -> Dict[str, Any]:
   return out
 
 
+# ----------------------------------------------------------------- training
+def _for_precision(tf_keras, spec: Dict[str, Any], optimizer, name: str):
+  """(optimizer, its name) with loss scaling under mixed_float16."""
+  if spec["dtype"] == "mixed_float16":
+    return (tf_keras.mixed_precision.LossScaleOptimizer(optimizer),
+            name + " + LossScaleOptimizer")
+  return optimizer, name
+
+
+def _build(model, features, out: Dict[str, Any]) -> None:
+  """Creates the variables; records the build time, size and baseline RSS."""
+  t0 = time.perf_counter()
+  model(features, training=False)
+  out["eager_build_call_s"] = time.perf_counter() - t0
+  out["num_parameters"] = int(sum(v.shape.num_elements()
+                                  for v in model.trainable_variables))
+  out["baseline_rss_gib"] = rss_gib()
+
+
+def _loss_and_grads_fn(tf, spec: Dict[str, Any], model, per_example_loss,
+                       optimizer):
+  """feats -> (mean loss, unscaled gradients of every trainable weight)."""
+  scaled = spec["dtype"] == "mixed_float16"
+
+  def loss_and_grads(feats):
+    with tf.GradientTape() as tape:
+      outputs = model(feats, training=True)
+      loss = tf.reduce_mean(per_example_loss(feats, outputs))
+      scaled_loss = optimizer.get_scaled_loss(loss) if scaled else loss
+    grads = tape.gradient(scaled_loss, model.trainable_variables)
+    if scaled:
+      grads = optimizer.get_unscaled_gradients(grads)
+    return loss, grads
+  return loss_and_grads
+
+
+def _time_train_step(tf, spec: Dict[str, Any], model, loss_and_grads,
+                     optimizer, features, out: Dict[str, Any]) -> None:
+  """Times `loss_and_grads` + the optimizer update; adds the timings and
+  examples/s to `out`."""
+  def train_step(feats):
+    loss, grads = loss_and_grads(feats)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
+
+  step_fn = tf.function(train_step, jit_compile=spec["xla"])
+  out.update(time_calls(lambda: float(step_fn(features).numpy()),
+                        spec["warmup"], spec["repeats"]))
+  out["examples_per_s"] = spec["batch_size"] / out["median_s"]
+
+
 # ----------------------------------------------------------------- finetune
 def measure_finetune(spec: Dict[str, Any]) -> Dict[str, Any]:
   """Times WikiHop training steps (forward, loss, backward, optimizer)."""
@@ -470,49 +521,22 @@ def measure_finetune(spec: Dict[str, Any]) -> Dict[str, Any]:
                      long_seq_len=spec["long_len"],
                      global_seq_len=spec["global_len"])
   model = task.build_model()
-  loss_fn = task.per_example_loss
-  optimizer = build_optimizer(train_steps=10000, optimizer_type="adamw",
-                              learning_rate=5e-5)
-  optimizer_name = ("etc_realformer.training.optimization.build_optimizer"
-                    "(adamw, lr 5e-5, clip 1.0)")
-  if spec["dtype"] == "mixed_float16":
-    optimizer = tf_keras.mixed_precision.LossScaleOptimizer(optimizer)
-    optimizer_name += " + LossScaleOptimizer"
-  out["optimizer"] = optimizer_name
-
+  optimizer, out["optimizer"] = _for_precision(
+      tf_keras, spec,
+      build_optimizer(train_steps=10000, optimizer_type="adamw",
+                      learning_rate=5e-5),
+      "etc_realformer.training.optimization.build_optimizer"
+      "(adamw, lr 5e-5, clip 1.0)")
   raw = wikihop_raw_features(spec["long_len"], spec["global_len"],
                              spec["batch_size"], cfg.vocab_size,
                              spec.get("seed", 0))
   out["real_long_tokens"] = raw.pop("real_long_tokens")
   out["real_global_tokens"] = raw.pop("real_global_tokens")
   features = {k: tf.constant(v) for k, v in raw.items()}
-  t0 = time.perf_counter()
-  model(features, training=False)  # Creates the variables.
-  out["eager_build_call_s"] = time.perf_counter() - t0
-  out["num_parameters"] = int(sum(v.shape.num_elements()
-                                  for v in model.trainable_variables))
-  out["baseline_rss_gib"] = rss_gib()
-  scaled = spec["dtype"] == "mixed_float16"
-
-  def train_step(feats):
-    with tf.GradientTape() as tape:
-      outputs = model(feats, training=True)
-      loss = tf.reduce_mean(loss_fn(feats, outputs))
-      scaled_loss = optimizer.get_scaled_loss(loss) if scaled else loss
-    variables = model.trainable_variables
-    grads = tape.gradient(scaled_loss, variables)
-    if scaled:
-      grads = optimizer.get_unscaled_gradients(grads)
-    optimizer.apply_gradients(zip(grads, variables))
-    return loss
-
-  step_fn = tf.function(train_step, jit_compile=spec["xla"])
-
-  def step():
-    return float(step_fn(features).numpy())
-
-  out.update(time_calls(step, spec["warmup"], spec["repeats"]))
-  out["examples_per_s"] = spec["batch_size"] / out["median_s"]
+  _build(model, features, out)
+  _time_train_step(tf, spec, model, _loss_and_grads_fn(
+      tf, spec, model, task.per_example_loss, optimizer), optimizer,
+                   features, out)
   return out
 
 
@@ -569,16 +593,12 @@ def measure_pretrain(spec: Dict[str, Any]) -> Dict[str, Any]:
                       mask_token_id=PRETRAIN_MASK_ID,
                       no_mask_token_ids=PRETRAIN_SPECIAL_IDS)
   model = task.build_model()
-  optimizer = build_optimizer(train_steps=10000, optimizer_type="lamb",
-                              learning_rate=2.8284271e-3,
-                              weight_decay_rate=0.01)
-  optimizer_name = ("etc_realformer.training.optimization.build_optimizer"
-                    "(lamb, lr sqrt(8)e-3, weight decay 0.01, clip 1.0)")
-  scaled = spec["dtype"] == "mixed_float16"
-  if scaled:
-    optimizer = tf_keras.mixed_precision.LossScaleOptimizer(optimizer)
-    optimizer_name += " + LossScaleOptimizer"
-  out["optimizer"] = optimizer_name
+  optimizer, out["optimizer"] = _for_precision(
+      tf_keras, spec,
+      build_optimizer(train_steps=10000, optimizer_type="lamb",
+                      learning_rate=2.8284271e-3, weight_decay_rate=0.01),
+      "etc_realformer.training.optimization.build_optimizer"
+      "(lamb, lr sqrt(8)e-3, weight decay 0.01, clip 1.0)")
 
   raw = pretrain_raw_features(spec["long_len"], spec["global_len"],
                               spec["batch_size"], cfg.vocab_size,
@@ -592,35 +612,10 @@ def measure_pretrain(spec: Dict[str, Any]) -> Dict[str, Any]:
               if k in task.model_input_spec()}
   out["mlm_predictions"] = int(features["masked_lm_weights"][0].numpy().sum())
   out["cpc_sentences"] = int(features["cpc_weights"][0].numpy().sum())
-  t0 = time.perf_counter()
-  model(features, training=False)  # Creates the variables.
-  out["eager_build_call_s"] = time.perf_counter() - t0
-  out["num_parameters"] = int(sum(v.shape.num_elements()
-                                  for v in model.trainable_variables))
-  out["baseline_rss_gib"] = rss_gib()
-
-  def loss_and_grads(feats):
-    with tf.GradientTape() as tape:
-      outputs = model(feats, training=True)
-      loss = tf.reduce_mean(task.per_example_loss(feats, outputs))
-      scaled_loss = optimizer.get_scaled_loss(loss) if scaled else loss
-    grads = tape.gradient(scaled_loss, model.trainable_variables)
-    if scaled:
-      grads = optimizer.get_unscaled_gradients(grads)
-    return loss, grads
-
-  def train_step(feats):
-    loss, grads = loss_and_grads(feats)
-    optimizer.apply_gradients(zip(grads, model.trainable_variables))
-    return loss
-
-  step_fn = tf.function(train_step, jit_compile=spec["xla"])
-
-  def step():
-    return float(step_fn(features).numpy())
-
-  out.update(time_calls(step, spec["warmup"], spec["repeats"]))
-  out["examples_per_s"] = spec["batch_size"] / out["median_s"]
+  _build(model, features, out)
+  loss_and_grads = _loss_and_grads_fn(tf, spec, model, task.per_example_loss,
+                                      optimizer)
+  _time_train_step(tf, spec, model, loss_and_grads, optimizer, features, out)
   out["tokens_per_s"] = (spec["batch_size"] * out["real_long_tokens"] /
                          out["median_s"])
   if spec.get("export_dir"):
