@@ -18,6 +18,7 @@ from typing import Any, Union
 from etc_realformer.errors import UserInputError
 
 ATT_IMPLEMENTATIONS = ("auto", "sparse", "full")
+SOFTMAX_DTYPES = ("float32", "compute")
 
 # `att_implementation = "auto"`: the dense path up to this static long length
 # (as the original), the sparse (blocked) path above it.
@@ -54,13 +55,28 @@ class ExecutionConfig:
       them (chunk by chunk on the sparse path): no [L, G]-sized stream
       between layers, for O(layers^2) score products. For shallow models or
       inputs of 8k tokens and more.
+    softmax_dtype: under mixed precision, where the attention probabilities
+      live. 'float32': softmax, probabilities, dropout and their gradients
+      in float32 (cast to the compute dtype for the context product).
+      'compute': logits and the per-row sums stay float32, the
+      probabilities are made in the compute dtype (bfloat16 or float16) and
+      only they are kept for the backward pass (a hand-written softmax
+      gradient), so the score-sized tensors after the softmax take half the
+      bytes. The forward values are the same (the context product read
+      compute-dtype probabilities already); gradients round once more.
+      No effect in float32.
   """
   att_implementation: str = "auto"
   recompute_attention: bool = False
   attention_chunk_len: Union[int, str] = AUTO
   recompute_residual_streams: bool = False
+  softmax_dtype: str = "float32"
 
   def __post_init__(self):
+    if self.softmax_dtype not in SOFTMAX_DTYPES:
+      raise UserInputError(f"ExecutionConfig.softmax_dtype: "
+                           f"{self.softmax_dtype!r} is not one of "
+                           f"{SOFTMAX_DTYPES}")
     if self.att_implementation not in ATT_IMPLEMENTATIONS:
       raise UserInputError(f"ExecutionConfig.att_implementation: "
                        f"{self.att_implementation!r} is not one of "

@@ -71,6 +71,9 @@ GIB = float(1 << 30)
 DTYPES = ("float32", "mixed_bfloat16", "mixed_float16")
 IMPLS = ("sparse", "full")
 PASSES = ("fwd", "fwd_bwd")
+# ExecutionConfig.softmax_dtype's values (this process does not import
+# TensorFlow, which the package's __init__ would).
+SOFTMAX_DTYPES = ("float32", "compute")
 # Lengths the benchmark of record is meant for (others run, with a note).
 RECORD_LENGTHS = (1024, 16384)
 RECORD_MIN_REPEATS = 5
@@ -159,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
     help="ExecutionConfig.recompute_attention: on, off or both")
   a("--recompute_residual_streams", type=_on_off, default=[False],
     help="ExecutionConfig.recompute_residual_streams: on, off or both")
+  a("--softmax_dtype", type=_choices(SOFTMAX_DTYPES), default=["float32"],
+    help="ExecutionConfig.softmax_dtype (mixed precision): float32, "
+    "compute or both")
   a("--attention_chunk_len", type=_csv_ints, default=[-1],
     help="ExecutionConfig.attention_chunk_len values (queries per chunk of "
     "the sparse attention core; 0 = unchunked; -1 = the default, 'auto')")
@@ -289,6 +295,8 @@ def variant_name(spec: Dict[str, Any]) -> str:
     parts.append("recatt")
   if spec.get("recompute_residual_streams"):
     parts.append("recstreams")
+  if spec.get("softmax_dtype", "float32") != "float32":
+    parts.append(f"smx{spec['softmax_dtype']}")
   if spec.get("attention_chunk_len", -1) >= 0:
     parts.append(f"chunk{spec['attention_chunk_len']}")
   if spec["kind"] not in ("finetune", "pretrain"):
@@ -307,9 +315,10 @@ def encoder_specs(args: argparse.Namespace) -> Iterator[Dict[str, Any]]:
     for residual in args.residual:
       for dtype in args.dtypes:
         for xla in args.xla:
-          for period, recompute, chunk, streams in itertools.product(
+          for period, recompute, chunk, streams, smx in itertools.product(
               args.grad_checkpointing, args.recompute_attention,
-              args.attention_chunk_len, args.recompute_residual_streams):
+              args.attention_chunk_len, args.recompute_residual_streams,
+              args.softmax_dtype):
             for pass_ in args.passes:
               for long_len in args.lengths:
                 yield {
@@ -318,7 +327,8 @@ def encoder_specs(args: argparse.Namespace) -> Iterator[Dict[str, Any]]:
                     "grad_checkpointing_period": period,
                     "recompute_attention": recompute,
                     "attention_chunk_len": chunk,
-                    "recompute_residual_streams": streams, "pass": pass_,
+                    "recompute_residual_streams": streams,
+                    "softmax_dtype": smx, "pass": pass_,
                     "training": pass_ == "fwd_bwd",
                     "dropout": 0.1 if pass_ == "fwd_bwd" else 0.0,
                     "long_len": long_len,

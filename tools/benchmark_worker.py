@@ -225,7 +225,8 @@ def _model(spec: Dict[str, Any]):
       recompute_attention=spec.get("recompute_attention", False),
       recompute_residual_streams=spec.get("recompute_residual_streams",
                                           False),
-      att_implementation=spec.get("impl", "auto"), **extra)
+      att_implementation=spec.get("impl", "auto"),
+      softmax_dtype=spec.get("softmax_dtype", "float32"), **extra)
   return config, execution
 
 

@@ -74,6 +74,8 @@ class SideSpec(NamedTuple):
       sparse path, so chunks see the bits of the whole) or over the whole
       tensor (`dropout.stateless_dropout`; the dense path).
     return_probs: also return the probabilities (before dropout).
+    low_precision_softmax: make and keep the probabilities in the compute
+      dtype (`fused_softmax_low`) when that is not float32.
   """
   patterns: Tuple[str, str]
   band: bool = False
@@ -88,6 +90,7 @@ class SideSpec(NamedTuple):
   first_site: int = 0
   by_rows: bool = True
   return_probs: bool = False
+  low_precision_softmax: bool = False
 
 
 # ---------------------------------------------------------------- the rules
@@ -136,6 +139,47 @@ def fused_softmax(logits_a: tf.Tensor, logits_b: tf.Tensor,
   if gain != 1.0:
     scale = scale * gain
   return exp_a * scale, exp_b * scale
+
+
+def fused_softmax_low(logits_a: tf.Tensor, logits_b: tf.Tensor,
+                      valid: tf.Tensor, gain: float, dtype: tf.DType
+                      ) -> Tuple[tf.Tensor, tf.Tensor]:
+  """`fused_softmax` whose probabilities are made, and kept, in `dtype`.
+
+  The logits, the max and the per-row sums stay float32; only the
+  probabilities are rounded to `dtype` (bfloat16 or float16), and the
+  gradient is written by hand from them alone, so the backward pass keeps
+  one low-precision score-sized tensor per pattern instead of the float32
+  exponentials that autodiff would keep
+  (`ExecutionConfig.softmax_dtype = 'compute'`).
+
+  Args:
+    logits_a, logits_b, valid, gain: as `fused_softmax`.
+    dtype: the probabilities' dtype.
+
+  Returns:
+    (probs_a, probs_b) <dtype>; gradients w.r.t. the logits are float32.
+  """
+
+  @tf.custom_gradient
+  def softmax(la, lb, row_valid):
+    pa, pb = fused_softmax(la, lb, row_valid, gain)
+    pa, pb = tf.cast(pa, dtype), tf.cast(pb, dtype)
+
+    def grad(dpa, dpb):
+      # p = gain * softmax(z): dL/dz = p * (dL/dp - sum(dL/dp * p) / gain).
+      # Zeroed rows have p = 0 and get no gradient.
+      fa, fb = tf.cast(pa, tf.float32), tf.cast(pb, tf.float32)
+      ga, gb = tf.cast(dpa, tf.float32), tf.cast(dpb, tf.float32)
+      dot = (tf.reduce_sum(ga * fa, -1, keepdims=True) +
+             tf.reduce_sum(gb * fb, -1, keepdims=True))
+      if gain != 1.0:
+        dot = dot / gain
+      return fa * (ga - dot), fb * (gb - dot), tf.zeros_like(row_valid)
+
+    return (pa, pb), grad
+
+  return softmax(logits_a, logits_b, valid)
 
 
 # ------------------------------------------------------------------- scores
@@ -259,11 +303,15 @@ def attend_side(spec: SideSpec, start: blocking.Dim, size: blocking.Dim,
   # (undropped) probabilities are returned.
   gain = (1.0 if spec.return_probs
           else dropout_lib.keep_gain(spec.rate, spec.training))
-  probs = fused_softmax(logits[0], logits[1], x["valid"], gain)
-  if spec.return_probs:
-    out["probs/" + a], out["probs/" + b] = probs
-
   dtype = x["q"].dtype
+  if spec.low_precision_softmax and dtype != tf.float32:
+    probs = fused_softmax_low(logits[0], logits[1], x["valid"], gain, dtype)
+  else:
+    probs = fused_softmax(logits[0], logits[1], x["valid"], gain)
+  if spec.return_probs:
+    out["probs/" + a], out["probs/" + b] = (tf.cast(p, tf.float32)
+                                            for p in probs)
+
   dropped = []
   for k, p in enumerate(probs):
     site = spec.first_site + k

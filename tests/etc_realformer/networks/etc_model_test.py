@@ -400,6 +400,46 @@ def test_mixed_precision_finite_and_close(float32_model, policy, tolerance,
       assert np.isfinite(p.numpy()).all()
 
 
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_compute_dtype_softmax_same_forward_close_gradients(float32_model,
+                                                            policy):
+  # softmax_dtype='compute' keeps the probabilities in the compute dtype:
+  # the context product read them in that dtype already, so the forward
+  # pass is unchanged; the gradients round once more. Dropout and fully
+  # masked rows included.
+  config, reference = float32_model
+  feats = {k: tf.constant(v) for k, v in random_features(
+      config, batch=2, long_len=13, global_len=5, seed=8).items()}
+  config = config.replace(attention_probs_dropout_prob=0.1)
+  tf_keras.mixed_precision.set_global_policy(policy)
+  try:
+    models = [copy_weights(reference, tiny_model(config, softmax_dtype=d))
+              for d in ("float32", "compute")]
+  finally:
+    tf_keras.mixed_precision.set_global_policy("float32")
+
+  def step(model):
+    tf.random.set_seed(3)
+    with tf.GradientTape() as tape:
+      long_out, global_out = model(feats, training=True,
+                                   att_implementation="sparse")
+      loss = (tf.reduce_sum(tf.cast(long_out, tf.float32) ** 2) +
+              tf.reduce_sum(tf.cast(global_out, tf.float32) ** 2))
+    grads = tape.gradient(loss, model.trainable_variables)
+    return [long_out, global_out], grads
+
+  (outs_a, grads_a), (outs_b, grads_b) = step(models[0]), step(models[1])
+  for a, b in zip(outs_a, outs_b):
+    a, b = tf.cast(a, tf.float32).numpy(), tf.cast(b, tf.float32).numpy()
+    assert np.isfinite(b).all()
+    assert max_abs_diff(a, b) < 1e-2 * np.max(np.abs(a))
+  for a, b in zip(grads_a, grads_b):
+    a = tf.convert_to_tensor(a).numpy()
+    b = tf.convert_to_tensor(b).numpy()
+    assert np.isfinite(b).all()
+    assert max_abs_diff(a, b) <= 0.05 * max(np.max(np.abs(a)), 1e-6)
+
+
 @pytest.mark.parametrize("impl", ["full", "sparse"])
 def test_xla_matches_eager(float32_model, impl):
   config, model = float32_model
