@@ -40,6 +40,7 @@ The choices the ETC paper leaves open, and why (docs/pretraining.md, "CPC"):
   `cpc_stop_gradient = True` treats the target as a fixed label instead.
 """
 
+import dataclasses
 from typing import Dict, Optional
 
 import tensorflow as tf
@@ -56,6 +57,32 @@ PROJECTIONS = ("none", "linear", "mlp")
 NEG_INF = -1e9
 
 
+@dataclasses.dataclass(frozen=True)
+class CpcHeadConfig:
+  """The CPC head's settings (see the module docstring).
+
+  Attributes:
+    projection: 'none' | 'linear' | 'mlp'.
+    projection_size: the projection's width (None: the encoder's
+      hidden_size).
+    temperature: the cosine logits' temperature.
+    stop_gradient: no gradient through the target (second) pass.
+  """
+  projection: str = "linear"
+  projection_size: Optional[int] = None
+  temperature: float = 0.1
+  stop_gradient: bool = False
+
+  def __post_init__(self):
+    # Named as the task's gin parameters, which is where they are set.
+    if self.projection not in PROJECTIONS:
+      raise UserInputError(f"cpc_projection {self.projection!r} is not one "
+                           f"of {PROJECTIONS}")
+    if self.temperature <= 0:
+      raise UserInputError(f"cpc_temperature must be positive, got "
+                           f"{self.temperature}")
+
+
 class PretrainModel(task_lib.EtcTaskModel):
   """Encoder + MLM head + CPC head (see the module docstring)."""
 
@@ -63,18 +90,10 @@ class PretrainModel(task_lib.EtcTaskModel):
                hidden_act: str = "gelu",
                initializer_range: float = 0.02,
                global_token_id: int = 1,
-               cpc_projection: str = "linear",
-               cpc_projection_size: Optional[int] = None,
-               cpc_temperature: float = 0.1,
-               cpc_stop_gradient: bool = False,
+               cpc: Optional[CpcHeadConfig] = None,
                **kwargs):
     super().__init__(encoder, side_inputs_fn, **kwargs)
-    if cpc_projection not in PROJECTIONS:
-      raise UserInputError(f"cpc_projection {cpc_projection!r} is not one of "
-                           f"{PROJECTIONS}")
-    if cpc_temperature <= 0:
-      raise UserInputError(f"cpc_temperature must be positive, got "
-                           f"{cpc_temperature}")
+    cpc = cpc or CpcHeadConfig()
     def init():
       # A new initializer per layer: one instance reused gives every layer
       # of the same shape the same initial weights.
@@ -87,13 +106,13 @@ class PretrainModel(task_lib.EtcTaskModel):
         embedding_table=encoder.embeddings.token_embedding.embedding_table,
         activation=get_activation(hidden_act), initializer=init(),
         name="cls_predictions")
-    width = cpc_projection_size or encoder.config.hidden_size
-    self.cpc_projection_type = cpc_projection
+    width = cpc.projection_size or encoder.config.hidden_size
+    self.cpc_projection_type = cpc.projection
     self.cpc_projection = []
-    if cpc_projection == "linear":
+    if cpc.projection == "linear":
       self.cpc_projection = [tf_keras.layers.Dense(
           width, kernel_initializer=init(), name="cpc_projection")]
-    elif cpc_projection == "mlp":
+    elif cpc.projection == "mlp":
       self.cpc_projection = [
           tf_keras.layers.Dense(width, activation=get_activation(hidden_act),
                                 kernel_initializer=init(),
@@ -101,8 +120,8 @@ class PretrainModel(task_lib.EtcTaskModel):
           tf_keras.layers.Dense(width, kernel_initializer=init(),
                                 name="cpc_projection")]
     self.global_token_id = global_token_id
-    self.cpc_temperature = float(cpc_temperature)
-    self.cpc_stop_gradient = bool(cpc_stop_gradient)
+    self.cpc_temperature = float(cpc.temperature)
+    self.cpc_stop_gradient = bool(cpc.stop_gradient)
 
   def head(self, features: task_lib.Features, long_output: tf.Tensor,
            global_output: tf.Tensor, training: Optional[bool] = None

@@ -48,6 +48,7 @@ from tasks.common import records
 from tasks.common import tokenization
 from tasks.pretrain import data
 from tasks.pretrain import features as features_lib
+from tasks.pretrain import masking
 
 STATS_FILE = "pretrain.stats.json"
 SPLITS = ("train", "eval")
@@ -72,8 +73,9 @@ class Settings:
   eval_fraction: float = 0.01
   num_shards: int = 1
   seed: int = 0
-  cpc_min_sentence_len: int = 2
-  cpc_max_sentence_len: int = 64
+  # The CPC sentence lengths counted in the stats: the masking's defaults.
+  cpc_min_sentence_len: int = masking.MaskingConfig.cpc_min_sentence_len
+  cpc_max_sentence_len: int = masking.MaskingConfig.cpc_max_sentence_len
   max_documents: Optional[int] = None
 
   def __post_init__(self):

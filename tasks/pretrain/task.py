@@ -51,6 +51,9 @@ MODEL_FEATURES = ("token_ids", "sentence_ids", "long_breakpoints",
 # Evaluation masks: fixed, so every evaluation of a run (and of two runs)
 # scores the same positions.
 EVAL_MASKING_SEED = 20200417
+# The gin parameters that fill these configs default to their defaults.
+_MASKING = masking.MaskingConfig
+_CPC_HEAD = head.CpcHeadConfig
 
 
 def read_stats(path: str) -> Dict[str, Any]:
@@ -83,20 +86,20 @@ class PretrainTask(task_lib.Task):
                no_mask_token_ids: Optional[Sequence[int]] = None,
                most_frequent_token_id: Optional[int] = None,
                global_token_id: int = pretrain_features.DEFAULT_GLOBAL_TOKEN_ID,
-               masking_rate: float = 0.15,
+               masking_rate: float = _MASKING.masking_rate,
                max_predictions_per_seq: Optional[int] = None,
-               mask_token_prob: float = 0.8,
-               random_token_prob: float = 0.1,
-               cpc_sentence_rate: float = 0.1,
-               max_cpc_sentences: int = 16,
-               cpc_max_sentence_len: int = 64,
-               cpc_min_sentence_len: int = 2,
+               mask_token_prob: float = _MASKING.mask_token_prob,
+               random_token_prob: float = _MASKING.random_token_prob,
+               cpc_sentence_rate: float = _MASKING.cpc_sentence_rate,
+               max_cpc_sentences: int = _MASKING.max_cpc_sentences,
+               cpc_max_sentence_len: int = _MASKING.cpc_max_sentence_len,
+               cpc_min_sentence_len: int = _MASKING.cpc_min_sentence_len,
                mlm_weight: float = 0.8,
                cpc_weight: float = 0.2,
-               cpc_projection: str = "linear",
-               cpc_projection_size: Optional[int] = None,
-               cpc_temperature: float = 0.1,
-               cpc_stop_gradient: bool = False,
+               cpc_projection: str = _CPC_HEAD.projection,
+               cpc_projection_size: Optional[int] = _CPC_HEAD.projection_size,
+               cpc_temperature: float = _CPC_HEAD.temperature,
+               cpc_stop_gradient: bool = _CPC_HEAD.stop_gradient,
                mlm_head_checkpoint: Optional[str] = None,
                vocab_file: Optional[str] = None,
                spm_model_file: Optional[str] = None,
@@ -175,10 +178,9 @@ class PretrainTask(task_lib.Task):
     self.global_token_id = global_token_id
     self.mlm_weight = float(mlm_weight)
     self.cpc_weight = float(cpc_weight)
-    self.cpc_projection = cpc_projection
-    self.cpc_projection_size = cpc_projection_size
-    self.cpc_temperature = cpc_temperature
-    self.cpc_stop_gradient = cpc_stop_gradient
+    self.cpc_head = head.CpcHeadConfig(
+        projection=cpc_projection, projection_size=cpc_projection_size,
+        temperature=cpc_temperature, stop_gradient=cpc_stop_gradient)
     self.mlm_head_checkpoint = mlm_head_checkpoint
     self.vocab_file = vocab_file
     self.spm_model_file = spm_model_file
@@ -236,10 +238,7 @@ class PretrainTask(task_lib.Task):
         hidden_act=self.model_config.hidden_act,
         initializer_range=self.model_config.initializer_range,
         global_token_id=self.global_token_id,
-        cpc_projection=self.cpc_projection,
-        cpc_projection_size=self.cpc_projection_size,
-        cpc_temperature=self.cpc_temperature,
-        cpc_stop_gradient=self.cpc_stop_gradient,
+        cpc=self.cpc_head,
         name="pretrain_model")
     self._load_mlm_head(model)
     return model
