@@ -24,11 +24,9 @@ from etc_realformer.errors import UserInputError
 from etc_realformer.layers.activations import ACTIVATIONS
 
 
-# Fields BERT's config and `EtcConfig` share, meaning the same.
-SAME_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers",
-               "num_attention_heads", "intermediate_size", "hidden_act",
-               "hidden_dropout_prob", "attention_probs_dropout_prob",
-               "initializer_range")
+def _same(default: Any = dataclasses.MISSING) -> Any:
+  """A field `EtcConfig` has too, meaning the same (see `SAME_FIELDS`)."""
+  return dataclasses.field(default=default, metadata={"etc_config": True})
 
 
 @dataclasses.dataclass
@@ -36,21 +34,22 @@ class BertConfig(json_config.JsonConfig):
   """Configuration of a BERT (or RealFormer BERT) encoder.
 
   The fields up to `initializer_range` are Google's `BertConfig` (same names,
-  same defaults); `use_running_mean` is RealFormer's (None: not a RealFormer
-  config); `residual_attention` is this project's override (None: on exactly
-  for RealFormer configs).
+  same defaults), those marked `_same` copied unchanged by `to_etc_config`;
+  `use_running_mean` is RealFormer's (None: not a RealFormer config);
+  `residual_attention` is this project's override (None: on exactly for
+  RealFormer configs).
   """
-  vocab_size: int
-  hidden_size: int = 768
-  hidden_act: str = "gelu"
-  num_hidden_layers: int = 12
-  num_attention_heads: int = 12
-  intermediate_size: int = 3072
-  hidden_dropout_prob: float = 0.1
-  attention_probs_dropout_prob: float = 0.1
+  vocab_size: int = _same()
+  hidden_size: int = _same(768)
+  hidden_act: str = _same("gelu")
+  num_hidden_layers: int = _same(12)
+  num_attention_heads: int = _same(12)
+  intermediate_size: int = _same(3072)
+  hidden_dropout_prob: float = _same(0.1)
+  attention_probs_dropout_prob: float = _same(0.1)
   max_position_embeddings: int = 512
   type_vocab_size: int = 16
-  initializer_range: float = 0.02
+  initializer_range: float = _same(0.02)
   use_running_mean: Optional[bool] = None
   residual_attention: Optional[bool] = None
   # Keys found in a JSON file that this class does not know (kept, reported).
@@ -128,3 +127,8 @@ class BertConfig(json_config.JsonConfig):
       if values[key] is None:
         values.pop(key)
     return values
+
+
+# Fields BERT's config and `EtcConfig` share, meaning the same.
+SAME_FIELDS = tuple(field.name for field in dataclasses.fields(BertConfig)
+                    if field.metadata.get("etc_config"))
