@@ -8,14 +8,14 @@ from etc_realformer.errors import UserInputError
 
 
 @pytest.mark.parametrize("cls", [EtcConfig, BertConfig])
-def test_file_errors_name_the_file(cls, tmp_path):
-  with pytest.raises(FileNotFoundError, match="nope.json"):
-    cls.from_json_file(str(tmp_path / "nope.json"))
-  bad = tmp_path / "bad.json"
-  bad.write_text("{not json")
-  with pytest.raises(UserInputError, match="bad.json"):
-    cls.from_json_file(str(bad))
-  missing = tmp_path / "missing.json"
-  missing.write_text("{}")
-  with pytest.raises(UserInputError, match="vocab_size"):
-    cls.from_json_file(str(missing))
+@pytest.mark.parametrize("name,text,error,match", [
+    ("nope.json", None, FileNotFoundError, "nope.json"),  # No such file.
+    ("bad.json", "{not json", UserInputError, "bad.json"),
+    ("missing.json", "{}", UserInputError, "vocab_size"),
+])
+def test_file_errors_name_the_file(cls, name, text, error, match, tmp_path):
+  path = tmp_path / name
+  if text is not None:
+    path.write_text(text)
+  with pytest.raises(error, match=match):
+    cls.from_json_file(str(path))
