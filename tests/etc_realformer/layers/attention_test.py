@@ -129,19 +129,29 @@ def test_each_stream_alone(pattern, changes):
                        loss_and_grads(other, feats, probe, training=True))
 
 
-@pytest.mark.parametrize("period", [0, 1])
-def test_chunked_in_tf_function_with_checkpointing(period):
+# Chunked attention, and recomputed streams, in a graph under gradient
+# checkpointing. For recomputed streams, period 1 checkpoints every layer
+# alone; period 2 a group of two layers and then one alone, so streams cross
+# group edges both ways. (Without checkpointing, recomputed streams in a
+# graph are test_xla_chunked_training_step_matches_graph's reference.)
+@pytest.mark.parametrize("changes,long_len", [
+    (dict(attention_chunk_len=4, grad_checkpointing_period=0), 11),
+    (dict(attention_chunk_len=4, grad_checkpointing_period=1), 11),
+    (dict(attention_chunk_len=5, recompute_residual_streams=True,
+          grad_checkpointing_period=1), 12),
+    (dict(attention_chunk_len=5, recompute_residual_streams=True,
+          grad_checkpointing_period=2), 12)])
+def test_in_tf_function_with_checkpointing(changes, long_len):
   config = tiny_config(num_hidden_layers=3, residual_attention=True,
                        attention_probs_dropout_prob=0.2,
                        hidden_dropout_prob=0.1)
-  whole, chunked = twin_models(config, attention_chunk_len=4,
-                               grad_checkpointing_period=period)
-  feats = random_features(config, batch=2, long_len=11, global_len=4, seed=4)
-  probe = probes(config, 2, 11, 4)
+  whole, other = twin_models(config, **changes)
+  feats = random_features(config, batch=2, long_len=long_len, global_len=4,
+                          seed=4)
+  probe = probes(config, 2, long_len, 4)
   assert_same_training(
       loss_and_grads(whole, feats, probe, training=True, use_function=True),
-      loss_and_grads(chunked, feats, probe, training=True,
-                     use_function=True))
+      loss_and_grads(other, feats, probe, training=True, use_function=True))
 
 
 def test_chunked_without_relative_ids_and_side_inputs():
@@ -220,25 +230,6 @@ def test_recomputed_streams_same_outputs_and_gradients(impl, chunk_len,
   probe = probes(config, 2, 13, 4)
   assert_same_training(loss_and_grads(sums, feats, probe, True, impl),
                        loss_and_grads(sources, feats, probe, True, impl))
-
-
-# Period 1 checkpoints every layer alone; period 2 a group of two layers
-# and then one alone, so streams cross group edges both ways. (Without
-# checkpointing, recomputed streams in a graph are test_xla_chunked_
-# training_step_matches_graph's reference.)
-@pytest.mark.parametrize("period", [1, 2])
-def test_recomputed_streams_in_tf_function_with_checkpointing(period):
-  config = tiny_config(num_hidden_layers=3, residual_attention=True,
-                       attention_probs_dropout_prob=0.2,
-                       hidden_dropout_prob=0.1)
-  sums, sources = twin_models(config, attention_chunk_len=5,
-                              recompute_residual_streams=True,
-                              grad_checkpointing_period=period)
-  feats = random_features(config, batch=2, long_len=12, global_len=4, seed=4)
-  probe = probes(config, 2, 12, 4)
-  assert_same_training(
-      loss_and_grads(sums, feats, probe, True, use_function=True),
-      loss_and_grads(sources, feats, probe, True, use_function=True))
 
 
 def test_recomputed_streams_without_relative_ids():
