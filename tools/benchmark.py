@@ -493,18 +493,20 @@ def summary_line(r: Dict[str, Any]) -> Optional[str]:
   records: the table says it all)."""
   if r["status"] != "ok":
     return None
-  if r["record_type"] == "finetune":
-    return (f"# finetune {r['variant']}: {r['examples_per_s']:.3f} "
-            f"examples/s (batch {r['batch_size']}, L={r['long_len']}, "
-            f"G={r['global_len']}); optimizer: {r['optimizer']}")
-  if r["record_type"] == "pretrain":
-    line = (f"# pretrain {r['variant']}: {r['examples_per_s']:.3f} "
-            f"examples/s, {r['tokens_per_s']:.0f} tokens/s (batch "
-            f"{r['batch_size']}, L={r['long_len']}, G={r['global_len']}, "
-            f"{r['real_long_tokens']} real long tokens, "
-            f"{r['mlm_predictions']} MLM predictions, {r['cpc_sentences']} "
-            f"CPC sentences per example); optimizer: {r['optimizer']}")
-    if r.get("export_dir"):
+  if r["record_type"] in ("finetune", "pretrain"):
+    # The training modes: rate (batch and sizes); optimizer. Pre-training
+    # adds its token rate and what an example holds.
+    pretrain = r["record_type"] == "pretrain"
+    rate = f"{r['examples_per_s']:.3f} examples/s"
+    sizes = f"batch {r['batch_size']}, L={r['long_len']}, G={r['global_len']}"
+    if pretrain:
+      rate += f", {r['tokens_per_s']:.0f} tokens/s"
+      sizes += (f", {r['real_long_tokens']} real long tokens, "
+                f"{r['mlm_predictions']} MLM predictions, "
+                f"{r['cpc_sentences']} CPC sentences per example")
+    line = (f"# {r['record_type']} {r['variant']}: {rate} ({sizes}); "
+            f"optimizer: {r['optimizer']}")
+    if pretrain and r.get("export_dir"):
       line += f"; XLA module -> {r['export_dir']}"
     return line
   if r["record_type"] == "xla_export":

@@ -467,6 +467,39 @@ def _for_precision(tf_keras, spec: Dict[str, Any], optimizer, name: str):
   return optimizer, name
 
 
+def _training_setup(spec: Dict[str, Any], make_task,
+                    optimizer_settings: Dict[str, Any], optimizer_name: str,
+                    **task_settings):
+  """Sets TF up and builds the task, its model and the optimizer of the
+  training modes.
+
+  Args:
+    spec: the run's spec.
+    make_task: keyword arguments -> the task (imports it once TF is set up).
+    optimizer_settings: `build_optimizer` arguments besides the steps.
+    optimizer_name: how the record names them, after `build_optimizer`.
+    **task_settings: task arguments besides the model and the lengths.
+
+  Returns:
+    (out with the RSS after import and the optimizer's name, tf, the model
+    config, task, model, optimizer: loss-scaled under mixed_float16).
+  """
+  out: Dict[str, Any] = {}
+  tf, tf_keras = _setup_tf(spec)
+  out["rss_after_import_gib"] = rss_gib()
+  cfg, execution = _model(spec)
+  from etc_realformer.training.optimization import build_optimizer  # pylint: disable=g-import-not-at-top
+  task = make_task(model_config=cfg, execution=execution,
+                   long_seq_len=spec["long_len"],
+                   global_seq_len=spec["global_len"], **task_settings)
+  model = task.build_model()
+  optimizer, out["optimizer"] = _for_precision(
+      tf_keras, spec,
+      build_optimizer(train_steps=10000, **optimizer_settings),
+      "etc_realformer.training.optimization.build_optimizer" + optimizer_name)
+  return out, tf, cfg, task, model, optimizer
+
+
 def _build(model, features, out: Dict[str, Any]) -> None:
   """Creates the variables; records the build time, size and baseline RSS."""
   t0 = time.perf_counter()
@@ -512,21 +545,12 @@ def _time_train_step(tf, spec: Dict[str, Any], model, loss_and_grads,
 # ----------------------------------------------------------------- finetune
 def measure_finetune(spec: Dict[str, Any]) -> Dict[str, Any]:
   """Times WikiHop training steps (forward, loss, backward, optimizer)."""
-  out: Dict[str, Any] = {}
-  tf, tf_keras = _setup_tf(spec)
-  out["rss_after_import_gib"] = rss_gib()
-  cfg, execution = _model(spec)
-  from etc_realformer.training.optimization import build_optimizer  # pylint: disable=g-import-not-at-top
-  from tasks.wikihop.task import WikiHopTask  # pylint: disable=g-import-not-at-top
-  task = WikiHopTask(model_config=cfg, execution=execution,
-                     long_seq_len=spec["long_len"],
-                     global_seq_len=spec["global_len"])
-  model = task.build_model()
-  optimizer, out["optimizer"] = _for_precision(
-      tf_keras, spec,
-      build_optimizer(train_steps=10000, optimizer_type="adamw",
-                      learning_rate=5e-5),
-      "etc_realformer.training.optimization.build_optimizer"
+  def make_task(**settings):
+    from tasks.wikihop.task import WikiHopTask  # pylint: disable=g-import-not-at-top
+    return WikiHopTask(**settings)
+
+  out, tf, cfg, task, model, optimizer = _training_setup(
+      spec, make_task, dict(optimizer_type="adamw", learning_rate=5e-5),
       "(adamw, lr 5e-5, clip 1.0)")
   raw = wikihop_raw_features(spec["long_len"], spec["global_len"],
                              spec["batch_size"], cfg.vocab_size,
@@ -581,25 +605,17 @@ def pretrain_raw_features(long_len: int, global_len: int, batch: int,
 def measure_pretrain(spec: Dict[str, Any]) -> Dict[str, Any]:
   """Times pre-training steps (forward with the CPC second pass, MLM + CPC
   loss, backward, LAMB update); see the module doc."""
-  out: Dict[str, Any] = {}
-  tf, tf_keras = _setup_tf(spec)
-  out["rss_after_import_gib"] = rss_gib()
-  cfg, execution = _model(spec)
-  from etc_realformer.training.optimization import build_optimizer  # pylint: disable=g-import-not-at-top
-  from tasks.pretrain.task import PretrainTask  # pylint: disable=g-import-not-at-top
+  def make_task(**settings):
+    from tasks.pretrain.task import PretrainTask  # pylint: disable=g-import-not-at-top
+    return PretrainTask(**settings)
+
   # The masking and CPC settings of gin/tasks/pretrain.gin (the defaults).
-  task = PretrainTask(model_config=cfg, execution=execution,
-                      long_seq_len=spec["long_len"],
-                      global_seq_len=spec["global_len"],
-                      mask_token_id=PRETRAIN_MASK_ID,
-                      no_mask_token_ids=PRETRAIN_SPECIAL_IDS)
-  model = task.build_model()
-  optimizer, out["optimizer"] = _for_precision(
-      tf_keras, spec,
-      build_optimizer(train_steps=10000, optimizer_type="lamb",
-                      learning_rate=2.8284271e-3, weight_decay_rate=0.01),
-      "etc_realformer.training.optimization.build_optimizer"
-      "(lamb, lr sqrt(8)e-3, weight decay 0.01, clip 1.0)")
+  out, tf, cfg, task, model, optimizer = _training_setup(
+      spec, make_task,
+      dict(optimizer_type="lamb", learning_rate=2.8284271e-3,
+           weight_decay_rate=0.01),
+      "(lamb, lr sqrt(8)e-3, weight decay 0.01, clip 1.0)",
+      mask_token_id=PRETRAIN_MASK_ID, no_mask_token_ids=PRETRAIN_SPECIAL_IDS)
 
   raw = pretrain_raw_features(spec["long_len"], spec["global_len"],
                               spec["batch_size"], cfg.vocab_size,
