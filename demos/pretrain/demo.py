@@ -57,22 +57,10 @@ LEARNING_RATE = 1e-2
 def demo_gin(data_dir: str, vocab_size: int, train_steps: int,
              seed: int) -> str:
   """The demo's gin config (also written to OUTPUT_DIR/demo.gin)."""
-  return f"""\
-include 'tasks/pretrain.gin'
-include 'strategies/cpu.gin'
-
-# A tiny ETC-RealFormer: 2 layers, hidden 64, 4 heads, local radius 8.
-etc_config.vocab_size = {vocab_size}
-etc_config.hidden_size = 64
-etc_config.num_hidden_layers = 2
-etc_config.num_attention_heads = 4
+  # The demos' tiny ETC-RealFormer with 2 layers (relative ids and residual
+  # attention from models/etc_tiny.gin), and a wider feed-forward.
+  return common.model_gin("tasks/pretrain.gin", vocab_size, 2) + f"""\
 etc_config.intermediate_size = 256
-etc_config.local_radius = 8
-etc_config.relative_pos_max_distance = 4
-etc_config.relative_vocab_size = 12
-etc_config.residual_attention = True
-etc_config.hidden_dropout_prob = 0.0
-etc_config.attention_probs_dropout_prob = 0.0
 
 PretrainTask.long_seq_len = {LONG_SEQ_LEN}
 PretrainTask.global_seq_len = {GLOBAL_SEQ_LEN}
