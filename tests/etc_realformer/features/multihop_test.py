@@ -106,6 +106,13 @@ def test_multihop_flat_sequence():
   out = multihop.make_multihop_side_inputs(
       **MH_INPUTS, use_hard_g2l_mask=True, flat_sequence=True,
       l2g_linked_ids=[[0, -1, -1, -1, 3, -1, -1]])
+  # No cross-paragraph id: 1 to the right, 2 to the left.
+  ones = np.ones([6, 6], np.int32)
+  g2g_ids = np.triu(ones, 1) + 2 * np.tril(ones, -1)
+  # Only sentence tokens have the own id: P1's column is plain, and the
+  # linked ids play no part.
+  l2g_ids = np.array(MH_SOFT["l2g_relative_att_ids"])
+  l2g_ids[0, :, 2] = 3
   assert_side_inputs_equal(out, dict(
       # One segment for all real tokens: local attention crosses paragraphs.
       l2l_att_mask=[[[0, 1, 1], [1, 1, 1], [1, 1, 1], [1, 1, 1], [1, 1, 1],
@@ -119,20 +126,7 @@ def test_multihop_flat_sequence():
                      [0, 0, 1, 1, 0, 0, 0],
                      [0, 0, 0, 0, 1, 1, 0],
                      [0, 0, 0, 0, 0, 0, 0]]],
-      # No cross-paragraph id; paragraph and linked ids play no part.
-      g2g_relative_att_ids=[[[0, 1, 1, 1, 1, 1],
-                             [2, 0, 1, 1, 1, 1],
-                             [2, 2, 0, 1, 1, 1],
-                             [2, 2, 2, 0, 1, 1],
-                             [2, 2, 2, 2, 0, 1],
-                             [2, 2, 2, 2, 2, 0]]],
-      l2g_relative_att_ids=[[[3, 4, 3, 3, 3, 3],
-                             [3, 4, 3, 3, 3, 3],
-                             [3, 3, 3, 4, 3, 3],
-                             [3, 3, 3, 4, 3, 3],
-                             [3, 3, 3, 3, 4, 3],
-                             [3, 3, 3, 3, 4, 3],
-                             [3, 3, 3, 3, 3, 3]]]))
+      g2g_relative_att_ids=[g2g_ids], l2g_relative_att_ids=l2g_ids))
 
 
 def test_multihop_unbatched():
