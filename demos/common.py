@@ -188,6 +188,22 @@ etc_config.attention_probs_dropout_prob = 0.0
 """
 
 
+def task_gin(task: str, long_seq_len: int, global_seq_len: int,
+             data_dir: str, train: str, dev: str, seed: int) -> str:
+  """A demo task's lengths, TFRecords (`train`, and `dev` for evaluation and
+  predictions, under `data_dir`), vocabulary (`data_dir`/vocab.txt) and
+  seed: gin text."""
+  return f"""\
+{task}.long_seq_len = {long_seq_len}
+{task}.global_seq_len = {global_seq_len}
+{task}.train_input = '{data_dir}/{train}'
+{task}.eval_input = '{data_dir}/{dev}'
+{task}.predict_input = '{data_dir}/{dev}'
+{task}.vocab_file = '{data_dir}/vocab.txt'
+{task}.seed = {seed}
+"""
+
+
 def trainer_gin(train_steps: int) -> str:
   """The demos' optimizer and trainer settings (tiny model, CPU): gin text."""
   return f"""\

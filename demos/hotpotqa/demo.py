@@ -39,18 +39,13 @@ def demo_gin(data_dir: str, train_steps: int, seed: int) -> str:
   train, dev = (os.path.splitext(name)[0]
                 for name in (synthetic.TRAIN_FILE, synthetic.DEV_FILE))
   return common.model_gin("tasks/hotpotqa.gin", len(synthetic.vocabulary()),
-                          2) + f"""\
+                          2) + """\
 etc_config.use_hard_g2l_mask = False
 
-HotpotQATask.long_seq_len = {LONG_SEQ_LEN}
-HotpotQATask.global_seq_len = {GLOBAL_SEQ_LEN}
+""" + common.task_gin("HotpotQATask", LONG_SEQ_LEN, GLOBAL_SEQ_LEN, data_dir,
+                      f"{train}.tfrecord", f"{dev}.tfrecord", seed) + f"""\
 HotpotQATask.max_answer_length = 8
-HotpotQATask.train_input = '{data_dir}/{train}.tfrecord'
-HotpotQATask.eval_input = '{data_dir}/{dev}.tfrecord'
-HotpotQATask.predict_input = '{data_dir}/{dev}.tfrecord'
-HotpotQATask.vocab_file = '{data_dir}/vocab.txt'
 HotpotQATask.gold_file = '{data_dir}/{synthetic.DEV_FILE}'
-HotpotQATask.seed = {seed}
 
 """ + common.trainer_gin(train_steps)
 

@@ -59,17 +59,12 @@ def demo_gin(data_dir: str, vocab_size: int, train_steps: int,
   """The demo's gin config (also written to OUTPUT_DIR/demo.gin)."""
   # The demos' tiny ETC-RealFormer with 2 layers (relative ids and residual
   # attention from models/etc_tiny.gin), and a wider feed-forward.
-  return common.model_gin("tasks/pretrain.gin", vocab_size, 2) + f"""\
+  return common.model_gin("tasks/pretrain.gin", vocab_size, 2) + """\
 etc_config.intermediate_size = 256
 
-PretrainTask.long_seq_len = {LONG_SEQ_LEN}
-PretrainTask.global_seq_len = {GLOBAL_SEQ_LEN}
-PretrainTask.train_input = '{data_dir}/train-*.tfrecord'
-PretrainTask.eval_input = '{data_dir}/eval-*.tfrecord'
-PretrainTask.predict_input = '{data_dir}/eval-*.tfrecord'
+""" + common.task_gin("PretrainTask", LONG_SEQ_LEN, GLOBAL_SEQ_LEN, data_dir,
+                      "train-*.tfrecord", "eval-*.tfrecord", seed) + f"""\
 PretrainTask.train_stats_file = '{data_dir}/{preprocess.STATS_FILE}'
-PretrainTask.vocab_file = '{data_dir}/vocab.txt'
-PretrainTask.seed = {seed}
 PretrainTask.max_predictions_per_seq = 40
 PretrainTask.cpc_sentence_rate = 0.1
 PretrainTask.max_cpc_sentences = 2

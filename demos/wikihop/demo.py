@@ -45,7 +45,7 @@ def demo_gin(data_dir: str, train_steps: int, seed: int,
              bridge_scaffold: bool = False) -> str:
   """The demo's gin config (also written to OUTPUT_DIR/demo.gin)."""
   vocab_size = common.vocab_size(os.path.join(data_dir, "vocab.txt"))
-  text = common.model_gin("tasks/wikihop.gin", vocab_size, 4) + f"""\
+  text = common.model_gin("tasks/wikihop.gin", vocab_size, 4) + """\
 # 4 layers (above): following a village -> city -> country chain takes four
 # attention steps (docs/wikihop_demo.md, "What the model must learn"): gather
 # each sentence, match the bridge city across documents, read it next to the
@@ -62,13 +62,8 @@ etc_config.own_sentence_bias_init = 20.0
 etc_config.value_output_identity_init = 1.0
 etc_config.query_key_identity_init = 0.25
 
-WikiHopTask.long_seq_len = {LONG_SEQ_LEN}
-WikiHopTask.global_seq_len = {GLOBAL_SEQ_LEN}
-WikiHopTask.train_input = '{data_dir}/train.tfrecord'
-WikiHopTask.eval_input = '{data_dir}/dev.tfrecord'
-WikiHopTask.predict_input = '{data_dir}/dev.tfrecord'
-WikiHopTask.vocab_file = '{data_dir}/vocab.txt'
-WikiHopTask.seed = {seed}
+""" + common.task_gin("WikiHopTask", LONG_SEQ_LEN, GLOBAL_SEQ_LEN, data_dir,
+                      "train.tfrecord", "dev.tfrecord", seed) + """\
 # The query's village is typed in the documents (featurizer option, the same
 # at training and at serving; docs/wikihop_demo.md, "The query's subject
 # typed (mark_query_subject)").
