@@ -24,11 +24,7 @@ object to `--result`. Kinds of measurement:
   tokens/s. With `export_dir`, the step's gradient is also written as an
   XLA module, as `xla_export` writes the encoder's.
 * `xla_export`: the encoder step traced with `jit_compile`, written as its
-  XLA module (`module.hlo.pb`, a serialized HloModuleProto), its inputs
-  (`inputs.npz`: `arg_0000`, ... in the module's parameter order: the
-  flattened features in `tf.nest` order, then the captured variables in
-  capture order) and `manifest.json` (the spec, every argument's name, shape
-  and dtype, and optionally TensorFlow's value of the step), for
+  XLA module, inputs and manifest (`tools.xla_export`) for
   `tools.xla_runner`.
 """
 
@@ -39,8 +35,10 @@ import os
 import resource
 import sys
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
+from tools import matmul_floor
+from tools import xla_export
 from tools.timing import time_calls
 
 # Quiet TF before it is imported; the parent reads our stderr on failure only.
@@ -333,65 +331,6 @@ def measure_encoder(spec: Dict[str, Any]) -> Dict[str, Any]:
 
 
 # ------------------------------------------------------------- matmul floor
-_PRODUCT_OPS = ("MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3")
-_CALL_OPS = ("PartitionedCall", "StatefulPartitionedCall")
-
-
-def matrix_products(graph) -> Tuple[List[Dict[str, Any]], Dict[str, int]]:
-  """The matrix products of a traced step, with their static shapes.
-
-  Returns:
-    (products: one dict per MatMul / BatchMatMul op with `a`, `b` (shapes),
-     `transpose_a`, `transpose_b`, `dtype`, `gflop`, `name`;
-     skipped: op type -> count of ops not timed: einsums (contractions of
-     another form) and calls into nested functions, whose products this walk
-     does not see. Leaving them out keeps the floor a lower bound.)
-  """
-  # FLOPs counted here rather than by TensorFlow's registry
-  # (`ops.get_stats_for_node_def(..., "flops")`, profiler/internal): it
-  # reads BatchMatMul's `transpose_a`, an attribute the op does not have
-  # (`adj_x`), so it miscounts the backward pass's adjoint products (180
-  # against 240 FLOPs for [2, 4, 3]^T x [2, 4, 5]).
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  products, skipped = [], {}
-  for op in graph.get_operations():
-    if op.type == "Einsum" or (op.type in _CALL_OPS and
-                               _may_hold_products(graph, op)):
-      skipped[op.type] = skipped.get(op.type, 0) + 1
-      continue
-    if op.type not in _PRODUCT_OPS:
-      continue
-    a, b = op.inputs[0].shape, op.inputs[1].shape
-    if not (a.is_fully_defined() and b.is_fully_defined()):
-      raise ValueError(f"matrix product {op.name} has a dynamic shape: "
-                       f"{a} x {b}")
-    if op.type == "MatMul":
-      ta, tb = op.get_attr("transpose_a"), op.get_attr("transpose_b")
-    else:
-      ta, tb = op.get_attr("adj_x"), op.get_attr("adj_y")
-    a, b = a.as_list(), b.as_list()
-    m, k = (a[-1], a[-2]) if ta else (a[-2], a[-1])
-    n = b[-2] if tb else b[-1]
-    batch = int(np.prod(np.broadcast_shapes(tuple(a[:-2]), tuple(b[:-2])),
-                        dtype=np.int64))
-    products.append({"a": a, "b": b, "transpose_a": bool(ta),
-                     "transpose_b": bool(tb),
-                     "dtype": op.inputs[0].dtype.name, "name": op.name,
-                     "gflop": 2.0 * batch * m * n * k / 1e9})
-  return products, skipped
-
-
-def _may_hold_products(graph, op) -> bool:
-  """Whether a call op's function (or what it calls) may do matrix products
-  (e.g. the gelu's XLA-compiled gradient does not); True when unknown."""
-  try:
-    fdef = graph._get_function(op.get_attr("f").name).definition  # pylint: disable=protected-access
-  except (AttributeError, ValueError, KeyError, TypeError):
-    return True
-  types = {node.op for node in fdef.node_def}
-  return bool(types & (set(_PRODUCT_OPS) | set(_CALL_OPS) | {"Einsum"}))
-
-
 def measure_matmul_floor(spec: Dict[str, Any]) -> Dict[str, Any]:
   """Times the step's matrix products alone: a floor for any encoder that
   does the same products (the original ETC does: same widths, same blocked
@@ -409,7 +348,7 @@ def measure_matmul_floor(spec: Dict[str, Any]) -> Dict[str, Any]:
   tf, step_fn, features = _encoder_step(spec, out)
   out.pop("_model")
   graph = step_fn.get_concrete_function(features).graph
-  products, skipped = matrix_products(graph)
+  products, skipped = matmul_floor.matrix_products(graph)
   if not products:
     raise ValueError("the traced step has no matrix products")
   inputs = {}  # (shape, dtype) -> one random tensor
@@ -640,7 +579,7 @@ def measure_pretrain(spec: Dict[str, Any]) -> Dict[str, Any]:
       # As the encoder export: the global norm keeps every gradient live.
       loss, grads = loss_and_grads(feats)
       return loss + tf.linalg.global_norm(grads)
-    out.update(write_xla_module(
+    out.update(xla_export.write_module(
         tf, tf.function(gradient_step, jit_compile=True), features,
         model.variables, spec))
   return out
@@ -653,64 +592,9 @@ def export_xla(spec: Dict[str, Any]) -> Dict[str, Any]:
   out: Dict[str, Any] = {}
   tf, step_fn, features = _encoder_step(spec, out)
   model = out.pop("_model")
-  out.update(write_xla_module(tf, step_fn, features, model.variables, spec))
+  out.update(xla_export.write_module(tf, step_fn, features, model.variables,
+                                     spec))
   return out
-
-
-def write_xla_module(tf, step_fn, features: Dict[str, Any], variables,
-                     spec: Dict[str, Any]) -> Dict[str, Any]:
-  """Writes `step_fn(features)` (a `jit_compile` tf.function) as its XLA
-  module, inputs and manifest to `spec["export_dir"]`; `variables`: every
-  variable the step may capture. Returns the export's summary fields."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  directory = spec["export_dir"]
-  os.makedirs(directory, exist_ok=True)
-  hlo = step_fn.experimental_get_compiler_ir(features)(stage="hlo_serialized")
-  concrete = step_fn.get_concrete_function(features)
-  flat = tf.nest.flatten(features, expand_composites=True)
-  names = [f"feature/{path}" for path in _nest_paths(features)]
-  variables = list(variables)
-  values = [t.numpy() for t in flat]
-  for tensor in concrete.captured_inputs:
-    owner = [v for v in variables if v.handle is tensor]
-    if tensor.dtype == tf.resource:
-      if not owner:
-        raise ValueError(f"a captured resource of no model variable: {tensor}")
-      names.append("variable/" + owner[0].name)
-      values.append(owner[0].numpy())
-    else:  # a captured constant
-      names.append("captured")
-      values.append(tensor.numpy())
-  with open(os.path.join(directory, "module.hlo.pb"), "wb") as f:
-    f.write(hlo)
-  # Without `xla_weights`, the variables are not stored (base width is
-  # ~0.5 GB): the runner draws random ones of their shapes, which times the
-  # same; the features (ids, masks) are always stored.
-  stored = [not n.startswith("variable/") or spec.get("xla_weights", True)
-            for n in names]
-  np.savez(os.path.join(directory, "inputs.npz"),
-           **{f"arg_{i:04d}": v for i, (v, keep) in
-              enumerate(zip(values, stored)) if keep})
-  manifest = {"spec": {k: v for k, v in spec.items() if k != "export_dir"},
-              "arguments": [{"name": n, "shape": list(v.shape),
-                             "dtype": str(v.dtype), "stored": keep}
-                            for n, v, keep in zip(names, values, stored)],
-              "tensorflow_version": tf.__version__}
-  if spec.get("xla_reference") and all(stored):
-    manifest["reference_value"] = float(step_fn(features).numpy())
-  with open(os.path.join(directory, "manifest.json"), "w") as f:
-    json.dump(manifest, f, indent=1)
-  return {"export_dir": directory, "num_arguments": len(values),
-          "hlo_bytes": len(hlo),
-          "reference_value": manifest.get("reference_value")}
-
-
-def _nest_paths(structure) -> List[str]:
-  """Names of a dict nest's leaves in `tf.nest.flatten` order."""
-  if isinstance(structure, dict):
-    return [f"{k}/{p}" if p else str(k) for k in sorted(structure)
-            for p in _nest_paths(structure[k])]
-  return [""]
 
 
 # --------------------------------------------------------------------- main
