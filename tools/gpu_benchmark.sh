@@ -14,9 +14,12 @@ dir=${1:-gpu_modules}
 models=bert_sdpa
 if [ "${2:-}" = "--all" ]; then models=bigbird,longformer,bert_sdpa; fi
 out=${OUT:-.}
+# A module that does not compile or fit in time is skipped, not the sweep.
 for module in "$dir"/*/; do
-  python -m tools.xla_runner --module_dir="$module" --device=gpu \
-      --repeats=10 --warmup=3 --hlo_stats --output_jsonl="$out/xla_runs.jsonl"
+  timeout "${MODULE_TIMEOUT_S:-300}" python -m tools.xla_runner \
+      --module_dir="$module" --device=gpu --repeats=10 --warmup=3 \
+      --hlo_stats --output_jsonl="$out/xla_runs.jsonl" \
+      || echo "xla_runner failed or timed out on $module" >&2
 done
 python -m tools.gpu_peers --shapes=4096:256:4,16384:1024:1,16384:256:1 \
     --models="$models" --repeats=10 --warmup=3 \

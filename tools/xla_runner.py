@@ -4,7 +4,8 @@ r"""Compiles and times an exported XLA module with jax/jaxlib alone.
         [--device=gpu] [--output_jsonl=FILE] [--hlo_stats]
 
 DIR is what `python -m tools.benchmark --mode=xla_export` wrote:
-`module.hlo.pb` (a serialized HloModuleProto), `inputs.npz` (`arg_0000`,
+`module.hlo.pb.gz` (a gzipped serialized HloModuleProto; a plain
+`module.hlo.pb` is read too), `inputs.npz` (`arg_0000`,
 ... in the entry computation's parameter order) and `manifest.json`. This
 module imports neither TensorFlow nor the library (only the plain-Python
 `tools.timing`), so it runs from a checkout where only jax is installed (the
@@ -24,6 +25,7 @@ compiler than TensorFlow's), not TensorFlow itself on that device.
 """
 
 import argparse
+import gzip
 import json
 import os
 import re
@@ -50,6 +52,16 @@ def _jax_modules():
     hlo_to_stablehlo = xla_extension.mlir.hlo_to_stablehlo
   import jax.extend  # pylint: disable=g-import-not-at-top
   return jax, xla_client, hlo_to_stablehlo
+
+
+def read_module(module_dir: str) -> bytes:
+  """The serialized HLO of a module directory (gzipped or plain)."""
+  path = os.path.join(module_dir, "module.hlo.pb")
+  if os.path.exists(path + ".gz"):
+    with gzip.open(path + ".gz", "rb") as f:
+      return f.read()
+  with open(path, "rb") as f:
+    return f.read()
 
 
 def compile_module(serialized_hlo: bytes, platform: Optional[str] = None):
@@ -220,8 +232,7 @@ def run(module_dir: str, repeats: int = 10, warmup: int = 3,
   jax, _, _ = _jax_modules()
   with open(os.path.join(module_dir, "manifest.json")) as f:
     manifest = json.load(f)
-  with open(os.path.join(module_dir, "module.hlo.pb"), "rb") as f:
-    serialized = f.read()
+  serialized = read_module(module_dir)
   inputs = load_inputs(module_dir, manifest)
   start = time.perf_counter()
   executable, device = compile_module(serialized, platform)

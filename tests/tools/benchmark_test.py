@@ -185,7 +185,7 @@ def test_pretrain_mode_times_the_step_and_exports_its_gradient(tmp_path):
   assert any("cls_predictions" in n for n in names)
   assert all(a["stored"] for a in manifest["arguments"]
              if a["name"].startswith("feature/"))
-  assert os.path.getsize(os.path.join(r["export_dir"], "module.hlo.pb")) > 0
+  assert os.path.getsize(os.path.join(r["export_dir"], "module.hlo.pb.gz")) > 0
   assert "# pretrain pretrain-res-f32:" in stdout
 
 
