@@ -345,10 +345,73 @@ def plot(records: Sequence[Dict[str, Any]], path: str) -> None:
   plt.close(fig)
 
 
+# Two-sided 95 % quantiles of Student's t by degrees of freedom (1..30; the
+# normal's 1.96 beyond): a table, so that the summary needs no SciPy.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262,
+         2.228, 2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093,
+         2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045,
+         2.042)
+
+
+def t975(df: float) -> float:
+  """The 97.5 % quantile of Student's t at `df` degrees of freedom (rounded
+  down to a whole df: errs wide)."""
+  k = max(1, int(math.floor(df)))
+  return _T975[k - 1] if k <= len(_T975) else 1.96
+
+
+def difference(a: Dict[str, Any], b: Dict[str, Any], metric: str
+               ) -> Optional[Tuple[float, float]]:
+  """(mean of a - mean of b, the smallest difference a Welch t-test at 95 %
+  resolves at these spreads) for two `summarize` rows, or None with fewer
+  than two runs on a side or no spread at all."""
+  n_a, n_b = len(a["seeds"]), len(b["seeds"])
+  if n_a < 2 or n_b < 2:
+    return None
+  v_a, v_b = a[metric + "_sd"] ** 2 / n_a, b[metric + "_sd"] ** 2 / n_b
+  if v_a + v_b == 0.0:
+    return None
+  # Welch-Satterthwaite degrees of freedom.
+  df = (v_a + v_b) ** 2 / (v_a ** 2 / (n_a - 1) + v_b ** 2 / (n_b - 1))
+  return a[metric] - b[metric], t975(df) * math.sqrt(v_a + v_b)
+
+
+def differences(rows: Sequence[Dict[str, Any]], reference: str) -> str:
+  """A Markdown table: each row minus the `reference` variant's row at the
+  same learning rate, beside the smallest difference the seeds resolve
+  (a Welch t-test at 95 %); `*` marks differences that are resolved."""
+  base = {r["learning_rate"]: r for r in rows if r["variant"] == reference}
+  lines = [f"Difference to {reference} at the same learning rate (mean "
+           "difference / smallest difference the seed spread resolves, "
+           "Welch t-test at 95 %; * = resolved):", "",
+           "| variant | learning rate | " + " | ".join(METRICS) + " |",
+           "|---|---|" + "---|" * len(METRICS)]
+  for r in rows:
+    ref = base.get(r["learning_rate"])
+    if r["variant"] == reference or ref is None:
+      continue
+    cells = []
+    for m in METRICS:
+      d = difference(r, ref, m)
+      if d is None:
+        cells.append("-")
+      else:
+        digits = 4 if "accuracy" in m else 3
+        mark = "*" if abs(d[0]) > d[1] else ""
+        cells.append(f"{d[0]:+.{digits}f} / {d[1]:.{digits}f}{mark}")
+    lines.append(f"| {r['variant']} | {r['learning_rate']:g} | " +
+                 " | ".join(cells) + " |")
+  return "\n".join(lines) + "\n"
+
+
 def write_summary(out_dir: str) -> str:
   """table.md and curves.png from runs.jsonl; returns the table."""
   records = read_records(os.path.join(out_dir, RECORDS_FILE))
-  text = table(summarize(records))
+  rows = summarize(records)
+  text = table(rows)
+  variants = {r["variant"] for r in rows}
+  if "realformer" in variants and len(variants) > 1:
+    text += "\n" + differences(rows, "realformer")
   with open(os.path.join(out_dir, TABLE_FILE), "w", encoding="utf-8") as f:
     f.write(text)
   if records:

@@ -98,6 +98,31 @@ def test_summary_mean_sd_and_diverged_apart():
   assert "| post_ln | 0.01 | 3 (1) | 0.2000 +- 0.1414 |" in text
 
 
+def test_differences_resolved_only_beyond_the_seed_spread():
+  # Hand-worked: means 0.30 and 0.20, sds 0.01 and 0.02 over three seeds:
+  # SE = sqrt(0.01^2/3 + 0.02^2/3) = 0.012910; Welch df = 2.94 -> 2, t =
+  # 4.303: resolved beyond 0.05555.
+  def row(variant, mean, sd, lr=0.01):
+    return {"variant": variant, "learning_rate": lr, "seeds": [0, 1, 2],
+            **{m: mean for m in compare.METRICS},
+            **{m + "_sd": sd for m in compare.METRICS}}
+  diff, resolvable = compare.difference(row("a", 0.30, 0.01),
+                                        row("b", 0.20, 0.02), "mlm_accuracy")
+  assert diff == pytest.approx(0.10)
+  assert resolvable == pytest.approx(4.303 * math.sqrt(0.0005 / 3), rel=1e-6)
+  assert compare.t975(2.94) == 4.303 and compare.t975(100) == 1.96
+  text = compare.differences(
+      [row("realformer", 0.20, 0.02), row("post_ln", 0.30, 0.01),
+       row("pre_ln", 0.21, 0.01), row("pre_ln", 0.5, 0.01, lr=0.02)],
+      "realformer")
+  assert "| post_ln | 0.01 | +0.1000 / 0.0556* |" in text
+  assert "| pre_ln | 0.01 | +0.0100 / 0.0556 |" in text
+  assert "0.02" not in text  # no realformer row at that learning rate
+  one_seed = dict(row("post_ln", 0.3, 0.0), seeds=[0])
+  assert compare.difference(one_seed, row("b", 0.2, 0.01),
+                            "mlm_accuracy") is None
+
+
 @pytest.mark.slow
 def test_quick_comparison_end_to_end_resuming_an_interrupted_one(tmp_path):
   """The quick mode over two variants and two seeds, resuming a comparison
