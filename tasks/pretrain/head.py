@@ -21,7 +21,10 @@ Both go through the projection (`cpc_projection`), are L2-normalised, and
 score each other by cosine similarity / `cpc_temperature`. The InfoNCE loss
 of a prediction is the cross-entropy of picking its own target among every
 CPC sentence of the (per-replica) batch: the other sentences of its own
-example and of the other examples are the negatives.
+example and of the other examples are the negatives. Training batches may
+add length-matched negatives, unmasked sentences of the batch that are
+candidates only (`cpc_negative_token_ids`, `masking.py` step 3): their
+targets come from the same second pass.
 
 The choices the ETC paper leaves open, and why (docs/pretraining.md, "CPC"):
 
@@ -67,11 +70,14 @@ class CpcHeadConfig:
       hidden_size).
     temperature: the cosine logits' temperature.
     stop_gradient: no gradient through the target (second) pass.
+    predictor: a linear map on the prediction side only, after the shared
+      projection (CPC's bilinear score z^T W c), starting as the identity.
   """
   projection: str = "linear"
   projection_size: Optional[int] = None
   temperature: float = 0.1
   stop_gradient: bool = False
+  predictor: bool = False
 
   def __post_init__(self):
     # Named as the task's gin parameters, which is where they are set.
@@ -119,6 +125,12 @@ class PretrainModel(task_lib.EtcTaskModel):
                                 name="cpc_projection_hidden"),
           tf_keras.layers.Dense(width, kernel_initializer=init(),
                                 name="cpc_projection")]
+    self.cpc_predictor = None
+    if cpc.predictor:
+      self.cpc_predictor = tf_keras.layers.Dense(
+          width, use_bias=False,
+          kernel_initializer=tf_keras.initializers.Identity(),
+          name="cpc_predictor")
     self.global_token_id = global_token_id
     self.cpc_temperature = float(cpc.temperature)
     self.cpc_stop_gradient = bool(cpc.stop_gradient)
@@ -127,9 +139,10 @@ class PretrainModel(task_lib.EtcTaskModel):
            global_output: tf.Tensor, training: Optional[bool] = None
            ) -> Dict[str, tf.Tensor]:
     """Returns float32 `mlm_logits` [B, P, vocab], `mlm_predictions` [B, P],
-    `cpc_logits` [B, C, B*C] (each CPC sentence's scores over every CPC
-    slot of the batch, empty slots at NEG_INF), `cpc_labels` [B, C] (its
-    own slot) and `cpc_predictions` [B, C]."""
+    `cpc_logits` [B, C, B*C (+ B*C*K)] (each CPC sentence's scores over
+    every CPC slot of the batch, then every negative slot when the batch
+    has negatives; empty slots at NEG_INF), `cpc_labels` [B, C] (its own
+    slot) and `cpc_predictions` [B, C]."""
     mlm_logits = tf.cast(self.masked_lm(
         long_output, masked_positions=tf.cast(
             features["masked_lm_positions"], tf.int32)), tf.float32)
@@ -141,12 +154,18 @@ class PretrainModel(task_lib.EtcTaskModel):
 
   def cpc_target_features(self, features: task_lib.Features
                           ) -> Dict[str, tf.Tensor]:
-    """The second pass's inputs: each CPC sentence alone, [B*C, S], with
-    one global token (the layout of `features.py`)."""
+    """The second pass's inputs: each CPC sentence alone, [B*C, S], then
+    the negatives, [B*C*K, S], when the batch has them; one global token
+    each (the layout of `features.py`)."""
     tokens = tf.cast(features["cpc_token_ids"], tf.int32)
     max_len = tokens.shape[-1]
     tokens = tf.reshape(tokens, [-1, max_len])
     lengths = tf.reshape(tf.cast(features["cpc_lengths"], tf.int32), [-1])
+    if "cpc_negative_token_ids" in features:
+      tokens = tf.concat([tokens, tf.reshape(tf.cast(
+          features["cpc_negative_token_ids"], tf.int32), [-1, max_len])], 0)
+      lengths = tf.concat([lengths, tf.reshape(tf.cast(
+          features["cpc_negative_lengths"], tf.int32), [-1])], 0)
     present = tf.cast(lengths > 0, tf.int32)[:, tf.newaxis]
     return {
         "token_ids": tokens,
@@ -156,9 +175,13 @@ class PretrainModel(task_lib.EtcTaskModel):
         "sentence_ids": tf.zeros_like(tokens),
     }
 
-  def project(self, x: tf.Tensor) -> tf.Tensor:
+  def project(self, x: tf.Tensor, prediction: bool = False) -> tf.Tensor:
+    """The projection (then, for predictions, the predictor), L2-normalised
+    in float32."""
     for layer in self.cpc_projection:
       x = layer(x)
+    if prediction and self.cpc_predictor is not None:
+      x = self.cpc_predictor(x)
     return tf.math.l2_normalize(tf.cast(x, tf.float32), axis=-1)
 
   def cpc(self, features: task_lib.Features, global_output: tf.Tensor,
@@ -173,9 +196,13 @@ class PretrainModel(task_lib.EtcTaskModel):
     target = target_global[:, 0]
     if self.cpc_stop_gradient:
       target = tf.stop_gradient(target)
-    logits = tf.matmul(self.project(predicted), self.project(target),
+    logits = tf.matmul(self.project(predicted, prediction=True),
+                       self.project(target),
                        transpose_b=True) / self.cpc_temperature
     present = tf.reshape(features["cpc_weights"], [-1]) > 0
+    if "cpc_negative_lengths" in features:
+      present = tf.concat([present, tf.reshape(
+          features["cpc_negative_lengths"], [-1]) > 0], 0)
     logits = tf.where(present[tf.newaxis], logits, NEG_INF)
     logits = tf.reshape(logits, [batch, slots, -1])
     labels = tf.reshape(tf.range(batch * slots), [batch, slots])

@@ -37,6 +37,18 @@ Outputs (besides the stored features, with `token_ids` now masked):
 <float32>[B, P]; `cpc_global_positions` <int32>[B, C] (the chosen
 sentences' global tokens), `cpc_weights` <float32>[B, C], `cpc_token_ids`
 <int32>[B, C, S], `cpc_lengths` <int32>[B, C]. Padding slots hold 0.
+
+3. CPC negatives (training only, `cpc_negatives` K > 0): for each CPC
+   sentence, the K unmasked sentences of the batch's *other* examples whose
+   lengths are nearest to its length (random among ties) join the
+   candidates as negatives only: `cpc_negative_token_ids` <int32>[B, C*K,
+   S] and `cpc_negative_lengths` <int32>[B, C*K] (0: empty slot). Why: a
+   fully masked sentence shows its length, and among the few CPC sentences
+   of a training batch the length alone nearly always singles out the true
+   one, so InfoNCE has no gradient left to teach the use of the context;
+   length-matched negatives take that shortcut away. Other examples only:
+   the query's own unmasked neighbours are in its context, so they would be
+   the nearest candidates to a context summary for the wrong reason.
 """
 
 import dataclasses
@@ -60,6 +72,12 @@ OUTPUTS = {
     "cpc_token_ids": (tf.int32, lambda p, c, s: [c, s]),
     "cpc_lengths": (tf.int32, lambda p, c, s: [c]),
 }
+# Added to training batches when `cpc_negatives` > 0, as functions of
+# (C*K, S).
+NEGATIVE_OUTPUTS = {
+    "cpc_negative_token_ids": (tf.int32, lambda n, s: [n, s]),
+    "cpc_negative_lengths": (tf.int32, lambda n, s: [n]),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +97,8 @@ class MaskingConfig:
     cpc_max_sentence_len: S, the longest sentence CPC masks (the second
       pass's length).
     cpc_min_sentence_len: the shortest.
+    cpc_negatives: K, length-matched negatives per CPC sentence from the
+      batch's other examples (0: none; step 3 of the module docstring).
   """
   vocab_size: int
   mask_token_id: int
@@ -91,6 +111,7 @@ class MaskingConfig:
   max_cpc_sentences: int = 16
   cpc_max_sentence_len: int = 64
   cpc_min_sentence_len: int = 2
+  cpc_negatives: int = 0
 
   def __post_init__(self):
     object.__setattr__(self, "no_mask_token_ids",
@@ -116,13 +137,21 @@ class MaskingConfig:
     if not 1 <= self.cpc_min_sentence_len <= self.cpc_max_sentence_len:
       fail(f"need 1 <= cpc_min_sentence_len {self.cpc_min_sentence_len} <= "
            f"cpc_max_sentence_len {self.cpc_max_sentence_len}")
+    if self.cpc_negatives < 0:
+      fail("cpc_negatives must not be negative")
 
   def output_spec(self) -> Dict[str, tf.TensorSpec]:
     """Batched specs of the features `mask_batch` adds."""
     p, c, s = (self.max_predictions_per_seq, max(self.max_cpc_sentences, 1),
                self.cpc_max_sentence_len)
-    return {name: tf.TensorSpec([None] + shape(p, c, s), dtype, name=name)
+    spec = {name: tf.TensorSpec([None] + shape(p, c, s), dtype, name=name)
             for name, (dtype, shape) in OUTPUTS.items()}
+    if self.cpc_negatives:
+      n = c * self.cpc_negatives
+      spec.update({name: tf.TensorSpec([None] + shape(n, s), dtype,
+                                       name=name)
+                   for name, (dtype, shape) in NEGATIVE_OUTPUTS.items()})
+    return spec
 
 
 def _segment(values: tf.Tensor, segments: tf.Tensor, num_segments: int,
@@ -139,6 +168,86 @@ def _segment(values: tf.Tensor, segments: tf.Tensor, num_segments: int,
 def _round(x: tf.Tensor) -> tf.Tensor:
   """Round half up, as int32 (tf.round rounds half to even)."""
   return tf.cast(tf.floor(x + 0.5), tf.int32)
+
+
+def _gather_sentences(token_ids: tf.Tensor, starts: tf.Tensor,
+                      lengths: tf.Tensor, max_len: int) -> tf.Tensor:
+  """[B, L] ids, [B, N] sentence starts and lengths (0: empty slot) ->
+  [B, N, max_len] the sentences' ids, padded with 0."""
+  batch, long_len = tf.shape(token_ids)[0], token_ids.shape[1]
+  slots = starts.shape[1]
+  offsets = tf.range(max_len)
+  positions = tf.minimum(
+      starts[:, :, tf.newaxis] + offsets[tf.newaxis, tf.newaxis],
+      long_len - 1)
+  inside = offsets[tf.newaxis, tf.newaxis] < lengths[:, :, tf.newaxis]
+  gathered = tf.gather(token_ids, tf.reshape(positions, [batch, -1]),
+                       batch_dims=1)
+  return tf.where(inside, tf.reshape(gathered, [batch, slots, max_len]), 0)
+
+
+def _cpc_negatives(token_ids: tf.Tensor, lengths: tf.Tensor,
+                   starts: tf.Tensor, usable: tf.Tensor,
+                   cpc_lengths: tf.Tensor, num_negatives: int, max_len: int,
+                   seed: tf.Tensor) -> Dict[str, tf.Tensor]:
+  """Step 3 of the module docstring.
+
+  Args:
+    token_ids: <int32>[B, L] the unmasked ids.
+    lengths, starts: <int32>[B, G] every sentence's length and first
+      position.
+    usable: <bool>[B, G] the sentences that may serve (real, unmasked, of
+      1 to max_len pieces).
+    cpc_lengths: <int32>[B, C] the CPC sentences' lengths (0: empty slot).
+    num_negatives: K.
+    max_len: S.
+    seed: the stateless seed of the tie-breaking draws.
+
+  Returns:
+    `cpc_negative_token_ids` [B, C*K, S], `cpc_negative_lengths` [B, C*K].
+  """
+  batch = tf.shape(token_ids)[0]
+  global_len = lengths.shape[1]
+  num_cpc = cpc_lengths.shape[1]
+  pool = batch * global_len
+  # [B*C, B*G]: nearest length first; a draw in [0, 0.5) breaks ties
+  # without reordering different distances.
+  distance = tf.abs(tf.reshape(cpc_lengths, [-1, 1]) -
+                    tf.reshape(lengths, [1, -1]))
+  query_example = tf.repeat(tf.range(batch), num_cpc)
+  pool_example = tf.repeat(tf.range(batch), global_len)
+  allowed = (tf.reshape(usable, [1, -1]) &
+             tf.not_equal(query_example[:, tf.newaxis],
+                          pool_example[tf.newaxis]) &
+             (tf.reshape(cpc_lengths, [-1, 1]) > 0))
+  noise = 0.5 * tf.random.stateless_uniform([batch * num_cpc, pool], seed)
+  score = tf.where(allowed, -tf.cast(distance, tf.float32) - noise,
+                   -float("inf"))
+  k = min(num_negatives, global_len)  # top_k needs k <= the pool's size,
+  # and a batch has at least one example of G sentences.
+  top, chosen = tf.math.top_k(score, k=k)
+  if k < num_negatives:
+    top = tf.pad(top, [[0, 0], [0, num_negatives - k]],
+                 constant_values=-float("inf"))
+    chosen = tf.pad(chosen, [[0, 0], [0, num_negatives - k]])
+  valid = tf.math.is_finite(top)
+  chosen = tf.where(valid, chosen, 0)
+  # Back to per-example rows: [B, C*K] indices into the flat [B*G] pool.
+  chosen = tf.reshape(chosen, [batch, num_cpc * num_negatives])
+  valid = tf.reshape(valid, [batch, num_cpc * num_negatives])
+  neg_lengths = tf.where(valid, tf.gather(tf.reshape(lengths, [-1]), chosen),
+                         0)
+  neg_starts = tf.gather(tf.reshape(starts, [-1]), chosen)
+  long_len = token_ids.shape[1]
+  # Positions into the flat [B*L] ids: the pool sentence's example offset.
+  flat_starts = neg_starts + (chosen // global_len) * long_len
+  ids = _gather_sentences(
+      tf.reshape(token_ids, [1, -1]),
+      tf.reshape(flat_starts, [1, -1]), tf.reshape(neg_lengths, [1, -1]),
+      max_len)
+  return {"cpc_negative_token_ids": tf.reshape(
+              ids, [batch, num_cpc * num_negatives, max_len]),
+          "cpc_negative_lengths": neg_lengths}
 
 
 def mask_batch(features: Features, config: MaskingConfig,
@@ -205,15 +314,8 @@ def mask_batch(features: Features, config: MaskingConfig,
   cpc_lengths = tf.where(cpc_valid,
                          tf.gather(lengths, chosen_global, batch_dims=1), 0)
   cpc_starts = tf.gather(starts, chosen_global, batch_dims=1)
-  offsets = tf.range(max_len)
-  cpc_positions = tf.minimum(
-      cpc_starts[:, :, tf.newaxis] + offsets[tf.newaxis, tf.newaxis],
-      long_len - 1)
-  inside = offsets[tf.newaxis, tf.newaxis] < cpc_lengths[:, :, tf.newaxis]
-  gathered = tf.gather(token_ids, tf.reshape(cpc_positions, [batch, -1]),
-                       batch_dims=1)
-  cpc_token_ids = tf.where(
-      inside, tf.reshape(gathered, [batch, num_cpc, max_len]), 0)
+  cpc_token_ids = _gather_sentences(token_ids, cpc_starts, cpc_lengths,
+                                    max_len)
 
   # ----------------------------------------------------------------- MLM
   special = tf.zeros_like(real)
@@ -290,4 +392,10 @@ def mask_batch(features: Features, config: MaskingConfig,
       cpc_weights=tf.cast(cpc_valid, tf.float32),
       cpc_token_ids=cpc_token_ids,
       cpc_lengths=cpc_lengths)
+  if config.cpc_negatives:
+    usable = real_global & ~cpc_sentence & (lengths >= 1) & (
+        lengths <= max_len)
+    out.update(_cpc_negatives(token_ids, lengths, starts, usable,
+                              cpc_lengths, config.cpc_negatives, max_len,
+                              seeds[4]))
   return out

@@ -26,6 +26,7 @@ that checkpoint holds one (the trainer's `init_checkpoint` loads the
 encoder only).
 """
 
+import dataclasses
 import math
 import os
 import random
@@ -94,12 +95,14 @@ class PretrainTask(task_lib.Task):
                max_cpc_sentences: int = _MASKING.max_cpc_sentences,
                cpc_max_sentence_len: int = _MASKING.cpc_max_sentence_len,
                cpc_min_sentence_len: int = _MASKING.cpc_min_sentence_len,
+               cpc_negatives: int = _MASKING.cpc_negatives,
                mlm_weight: float = 0.8,
                cpc_weight: float = 0.2,
                cpc_projection: str = _CPC_HEAD.projection,
                cpc_projection_size: Optional[int] = _CPC_HEAD.projection_size,
                cpc_temperature: float = _CPC_HEAD.temperature,
                cpc_stop_gradient: bool = _CPC_HEAD.stop_gradient,
+               cpc_predictor: bool = _CPC_HEAD.predictor,
                mlm_head_checkpoint: Optional[str] = None,
                vocab_file: Optional[str] = None,
                spm_model_file: Optional[str] = None,
@@ -131,6 +134,7 @@ class PretrainTask(task_lib.Task):
       cpc_projection_size: its width (default hidden_size).
       cpc_temperature: the cosine logits' temperature.
       cpc_stop_gradient: no gradient through the target (second) pass.
+      cpc_predictor: a linear map on the prediction side (head.py).
       mlm_head_checkpoint: a checkpoint with BERT's `cls/predictions/*`
         (a lifted one); default: `TrainerConfig.init_checkpoint` if it has
         them.
@@ -173,14 +177,18 @@ class PretrainTask(task_lib.Task):
         cpc_sentence_rate=cpc_sentence_rate,
         max_cpc_sentences=max_cpc_sentences,
         cpc_max_sentence_len=min(cpc_max_sentence_len, long_seq_len),
-        cpc_min_sentence_len=cpc_min_sentence_len)
+        cpc_min_sentence_len=cpc_min_sentence_len,
+        cpc_negatives=cpc_negatives)
+    # Evaluation, prediction and serving: no negatives (see above).
+    self.eval_masking = dataclasses.replace(self.masking, cpc_negatives=0)
     self.most_frequent_token_id = most_frequent_token_id
     self.global_token_id = global_token_id
     self.mlm_weight = float(mlm_weight)
     self.cpc_weight = float(cpc_weight)
     self.cpc_head = head.CpcHeadConfig(
         projection=cpc_projection, projection_size=cpc_projection_size,
-        temperature=cpc_temperature, stop_gradient=cpc_stop_gradient)
+        temperature=cpc_temperature, stop_gradient=cpc_stop_gradient,
+        predictor=cpc_predictor)
     self.mlm_head_checkpoint = mlm_head_checkpoint
     self.vocab_file = vocab_file
     self.spm_model_file = spm_model_file
@@ -202,13 +210,15 @@ class PretrainTask(task_lib.Task):
     spec = self.feature_spec()
     out = {k: tf.TensorSpec([None, *spec[k][1]], spec[k][0], name=k)
            for k in MODEL_FEATURES}
-    out.update(self.masking.output_spec())
+    out.update(self.eval_masking.output_spec())
     return out
 
-  def mask(self, features: task_lib.Features, seed) -> task_lib.Features:
+  def mask(self, features: task_lib.Features, seed,
+           training: bool = False) -> task_lib.Features:
     """Masks a parsed batch (`masking.mask_batch` with this task's
-    settings); `seed` <int>[2]."""
-    return masking.mask_batch(features, self.masking, seed)
+    settings; CPC negatives only when `training`); `seed` <int>[2]."""
+    return masking.mask_batch(
+        features, self.masking if training else self.eval_masking, seed)
 
   def build_inputs(self, mode: str, global_batch_size: int,
                    input_context: Optional[tf.distribute.InputContext] = None
@@ -225,7 +235,7 @@ class PretrainTask(task_lib.Task):
     def mask(index, features):
       seed = tf.stack([tf.constant(base, tf.int64),
                        tf.constant(pipeline, tf.int64) * 2**31 + index])
-      return self.mask(features, seed)
+      return self.mask(features, seed, training=mode == "train")
 
     return ds.enumerate().map(
         mask, num_parallel_calls=tf.data.AUTOTUNE,

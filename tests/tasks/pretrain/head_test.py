@@ -105,6 +105,73 @@ def test_cpc_targets_and_negatives_by_hand(setup):
       2 * int(np.argmax(scores[0])), 2 * int(np.argmax(scores[1]))]
 
 
+def test_cpc_negatives_join_the_candidates_in_training_only():
+  task = pretrain_testing.tiny_task(max_predictions_per_seq=6,
+                                    max_cpc_sentences=2,
+                                    cpc_max_sentence_len=8,
+                                    cpc_temperature=0.5, cpc_negatives=1)
+  model = task.build_model()
+  stored = {k: tf.constant(v)
+            for k, v in pretrain_testing.hand_batch().items()}
+  seed = tf.constant([3, 4], tf.int64)
+  assert "cpc_negative_token_ids" not in task.mask(stored, seed)
+  assert "cpc_negative_token_ids" not in task.model_input_spec()
+  features = task.mask(stored, seed, training=True)
+  features = {k: v for k, v in features.items()
+              if k in task.model_input_spec() or "negative" in k}
+  outputs = model(features, training=False)
+  logits = outputs["cpc_logits"].numpy()
+  # 4 CPC slots, then 2 x 2 x 1 negative slots; queries in slots 0 and 2
+  # have one negative each (slots 4 and 6), the empty ones none.
+  assert logits.shape == (2, 2, 8)
+  assert features["cpc_negative_lengths"].numpy()[:, 1].tolist() == [0, 0]
+  assert (logits[:, :, [1, 3, 5, 7]] == head.NEG_INF).all()
+  assert outputs["cpc_labels"].numpy().tolist() == [[0, 1], [2, 3]]
+  # A negative's column scores the query against that sentence's target
+  # from the second pass, as a CPC sentence's column does.
+  _, global_output = model.encode(features)
+  for b in range(2):
+    n = int(features["cpc_negative_lengths"][b, 0])
+    sentence = features["cpc_negative_token_ids"].numpy()[b, 0]
+    alone = {"token_ids": sentence[np.newaxis].astype(np.int32),
+             "global_token_ids": np.array([[1]], np.int32),
+             "long_breakpoints": np.eye(8, dtype=np.int32)[[n - 1]],
+             "global_breakpoints": np.array([[1]], np.int32),
+             "sentence_ids": np.zeros([1, 8], np.int32)}
+    _, target = model.encode({k: tf.constant(v) for k, v in alone.items()})
+    g = int(features["cpc_global_positions"][b, 0])
+    pair = model.project(tf.stack([global_output[b, g], target[0, 0]]))
+    np.testing.assert_allclose(
+        logits[b, 0, 4 + 2 * b], float(tf.reduce_sum(pair[0] * pair[1]))
+        / 0.5, atol=1e-4)
+  # The loss and the metrics take the wider candidate set.
+  losses = task.cpc_losses(features, outputs).numpy()
+  assert np.isfinite(losses).all() and (losses[:, 0] > 0).all()
+
+
+def test_predictor_acts_on_the_prediction_side_only():
+  task = pretrain_testing.tiny_task(max_predictions_per_seq=6,
+                                    max_cpc_sentences=1,
+                                    cpc_max_sentence_len=8,
+                                    cpc_predictor=True)
+  model = task.build_model()
+  x = tf.random.stateless_normal([3, 32], [1, 2])
+  # CPC's bilinear score starts as the symmetric one: the predictor is the
+  # identity at initialisation.
+  np.testing.assert_allclose(model.project(x, prediction=True),
+                             model.project(x), atol=1e-6)
+  kernel = model.cpc_predictor.kernel
+  kernel.assign(kernel * 0 + tf.random.stateless_normal(kernel.shape,
+                                                        [3, 4]))
+  assert not np.allclose(model.project(x, prediction=True),
+                         model.project(x), atol=1e-3)
+  # Targets never go through it.
+  projected = model.cpc_projection[0](x)
+  np.testing.assert_allclose(model.project(x),
+                             tf.math.l2_normalize(projected, axis=-1),
+                             atol=1e-6)
+
+
 def test_stop_gradient_and_projection_options():
   task = pretrain_testing.tiny_task(max_predictions_per_seq=6,
                                     max_cpc_sentences=1,

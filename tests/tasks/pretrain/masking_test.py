@@ -167,6 +167,55 @@ def test_cpc_selection_and_second_pass_inputs(many):
   assert 0.15 < total_cpc / total_sentences < 0.25
 
 
+def test_cpc_negatives_are_length_matched_sentences_of_other_examples():
+  rng = np.random.RandomState(3)
+  f = _random_batch(rng, batch=16)
+  args = dict(vocab_size=VOCAB, mask_token_id=MASK,
+              no_mask_token_ids=(0, SEP, MASK), max_predictions_per_seq=40,
+              cpc_sentence_rate=0.2, max_cpc_sentences=3,
+              cpc_max_sentence_len=12)
+  k = 4
+  plain = _mask(f, masking.MaskingConfig(**args), seed=(7, 0))
+  config = masking.MaskingConfig(cpc_negatives=k, **args)
+  out = _mask(f, config, seed=(7, 0))
+  # The negatives add to the batch; they change nothing else.
+  for name in plain:
+    np.testing.assert_array_equal(out[name], plain[name])
+  spec = config.output_spec()
+  for name in masking.NEGATIVE_OUTPUTS:
+    assert list(out[name].shape[1:]) == spec[name].shape[1:].as_list()
+  # Every unmasked sentence of 1-12 pieces: (example, length, ids).
+  pool = []
+  for b in range(16):
+    lengths = features.sentence_lengths({n: v[b] for n, v in f.items()})
+    cpc = set(out["cpc_global_positions"][b][out["cpc_weights"][b] > 0])
+    for g, n in enumerate(lengths):
+      if g not in cpc and 1 <= n <= 12:
+        ids = f["token_ids"][b][f["sentence_ids"][b] == g][:n]
+        pool.append((b, int(n), tuple(ids.tolist())))
+  checked = 0
+  for b in range(16):
+    for c in range(3):
+      slots = slice(c * k, (c + 1) * k)
+      lengths = out["cpc_negative_lengths"][b, slots]
+      ids = out["cpc_negative_token_ids"][b, slots]
+      if not out["cpc_weights"][b, c]:
+        assert (lengths == 0).all() and (ids == 0).all()
+        continue
+      query = out["cpc_lengths"][b, c]
+      others = [p for p in pool if p[0] != b]
+      # The k nearest distances of the pool, and sentences that exist in
+      # another example with exactly their length and pieces.
+      nearest = sorted(abs(n - query) for _, n, _ in others)[:k]
+      assert sorted(np.abs(lengths - query).tolist()) == nearest
+      for n, row in zip(lengths, ids):
+        assert any(p[1] == n and p[2] == tuple(row[:n].tolist())
+                   for p in others)
+        assert (row[n:] == 0).all()
+      checked += 1
+  assert checked > 10
+
+
 def test_hand_batch_and_determinism():
   f = pretrain_testing.hand_batch()
   config = masking.MaskingConfig(vocab_size=VOCAB, mask_token_id=MASK,
@@ -204,7 +253,8 @@ def test_no_cpc_and_bad_settings():
   assert (out["token_ids"] != MASK).sum() > 0
   for bad in (dict(mask_token_id=VOCAB), dict(masking_rate=0.0),
               dict(mask_token_prob=0.9, random_token_prob=0.2),
-              dict(cpc_min_sentence_len=9, cpc_max_sentence_len=8)):
+              dict(cpc_min_sentence_len=9, cpc_max_sentence_len=8),
+              dict(cpc_negatives=-1)):
     args = dict(vocab_size=VOCAB, mask_token_id=MASK)
     args.update(bad)
     with pytest.raises(UserInputError, match="masking"):
