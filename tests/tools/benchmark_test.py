@@ -156,6 +156,7 @@ def test_matmul_floor_mode_times_the_steps_products(tmp_path):
   assert "matmul floor floor-sparse-res-f32-G=L/16 fwd_bwd L=128" in stdout
 
 
+@pytest.mark.slow  # a benchmark process and an XLA export (~40 s)
 def test_pretrain_mode_times_the_step_and_exports_its_gradient(tmp_path):
   jsonl = tmp_path / "pretrain.jsonl"
   stdout = _run_cli(TINY + [

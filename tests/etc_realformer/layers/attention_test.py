@@ -141,6 +141,7 @@ def test_each_stream_alone(pattern, changes):
           grad_checkpointing_period=1), 12),
     (dict(attention_chunk_len=5, recompute_residual_streams=True,
           grad_checkpointing_period=2), 12)])
+@pytest.mark.slow  # traces forward and backward twice per case (~35 s)
 def test_in_tf_function_with_checkpointing(changes, long_len):
   config = tiny_config(num_hidden_layers=3, residual_attention=True,
                        attention_probs_dropout_prob=0.2,

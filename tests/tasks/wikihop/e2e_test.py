@@ -39,6 +39,7 @@ def workdir(tmp_path_factory):
           "model_dir": str(root / "model")}
 
 
+@pytest.mark.slow  # two binaries, a kill and a resume (~90 s)
 def test_kill_resume_train_eval_predict_export_serve(workdir):
   model_dir = workdir["model_dir"]
   command = ["tasks.wikihop", f"--gin_file={workdir['gin']}",
