@@ -22,11 +22,13 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
   """Files with a slow test first, in collection order otherwise.
 
-  The suite runs with `--dist=loadfile`, which hands files to the workers
-  in collection order: the long end-to-end files, collected last
-  (tests/tasks, tests/tools), used to start at the end and leave one
-  worker idle while the other finished them. Longest first balances the
-  workers (every worker collects, so the order is the same on all).
+  The suite runs with `--dist=loadfile` and `--no-loadscope-reorder`
+  (pytest.ini), which hand files to the workers in collection order. The
+  long end-to-end files hold one test or two each; handed out last (they
+  are collected late, and xdist's default order is most tests first), they
+  left one worker idle while the other finished them. Slow ones first
+  balances the workers (every worker collects, so the order is the same on
+  all).
   """
   del config
   slow_files = {item.path for item in items
