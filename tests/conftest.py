@@ -19,23 +19,6 @@ def pytest_configure(config):
   config.addinivalue_line("markers", "slow: a test that takes more than ~20 s")
 
 
-def pytest_collection_modifyitems(config, items):
-  """Files with a slow test first, in collection order otherwise.
-
-  The suite runs with `--dist=loadfile` and `--no-loadscope-reorder`
-  (pytest.ini), which hand files to the workers in collection order. The
-  long end-to-end files hold one test or two each; handed out last (they
-  are collected late, and xdist's default order is most tests first), they
-  left one worker idle while the other finished them. Slow ones first
-  balances the workers (every worker collects, so the order is the same on
-  all).
-  """
-  del config
-  slow_files = {item.path for item in items
-                if item.get_closest_marker("slow")}
-  items.sort(key=lambda item: item.path not in slow_files)
-
-
 @pytest.fixture
 def golden_dir():
   return GOLDEN_DIR
