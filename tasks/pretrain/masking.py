@@ -49,6 +49,10 @@ sentences' global tokens), `cpc_weights` <float32>[B, C], `cpc_token_ids`
    length-matched negatives take that shortcut away. Other examples only:
    the query's own unmasked neighbours are in its context, so they would be
    the nearest candidates to a context summary for the wrong reason.
+   Costs: the choice scores every (CPC sentence, sentence) pair of the
+   batch, [B*C, B*G] floats (32 MB at B=64, C=16, G=512; quadratic in the
+   per-pipeline batch), and two queries may pick the same sentence, which
+   then counts twice among the candidates.
 """
 
 import dataclasses
