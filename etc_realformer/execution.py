@@ -19,6 +19,9 @@ from etc_realformer.errors import UserInputError
 
 ATT_IMPLEMENTATIONS = ("auto", "sparse", "full")
 SOFTMAX_DTYPES = ("float32", "compute")
+# etc_realformer.layers.dropout.DROPOUT_RNGS (this module stays free of
+# TensorFlow).
+DROPOUT_RNGS = ("philox", "hash")
 
 # `att_implementation = "auto"`: the dense path up to this static long length
 # (as the original), the sparse (blocked) path above it.
@@ -65,14 +68,26 @@ class ExecutionConfig:
       bytes. The forward values are the same (the context product read
       compute-dtype probabilities already); gradients round once more.
       No effect in float32.
+    dropout_rng: what draws the dropout masks (`layers.dropout`).
+      'philox': TensorFlow's stateless Philox op, the fastest on the CPU
+      graph path. 'hash': a keyed hash of each element's index, which XLA
+      fuses into the ops that apply the mask, so the step writes no mask
+      bits (the GPU path). The same keep probability and the same
+      chunk-independence, but other masks: unlike the other fields, this
+      one changes which elements a seed drops (never the eval outputs).
   """
   att_implementation: str = "auto"
   recompute_attention: bool = False
   attention_chunk_len: Union[int, str] = AUTO
   recompute_residual_streams: bool = False
   softmax_dtype: str = "float32"
+  dropout_rng: str = "philox"
 
   def __post_init__(self):
+    if self.dropout_rng not in DROPOUT_RNGS:
+      raise UserInputError(f"ExecutionConfig.dropout_rng: "
+                           f"{self.dropout_rng!r} is not one of "
+                           f"{DROPOUT_RNGS}")
     if self.softmax_dtype not in SOFTMAX_DTYPES:
       raise UserInputError(f"ExecutionConfig.softmax_dtype: "
                            f"{self.softmax_dtype!r} is not one of "

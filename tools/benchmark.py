@@ -74,6 +74,7 @@ PASSES = ("fwd", "fwd_bwd")
 # ExecutionConfig.softmax_dtype's values (this process does not import
 # TensorFlow, which the package's __init__ would).
 SOFTMAX_DTYPES = ("float32", "compute")
+DROPOUT_RNGS = ("philox", "hash")
 # Lengths the benchmark of record is meant for (others run, with a note).
 RECORD_LENGTHS = (1024, 16384)
 RECORD_MIN_REPEATS = 5
@@ -165,6 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
   a("--softmax_dtype", type=_choices(SOFTMAX_DTYPES), default=["float32"],
     help="ExecutionConfig.softmax_dtype (mixed precision): float32, "
     "compute or both")
+  a("--dropout_rng", type=_choices(DROPOUT_RNGS), default=["philox"],
+    help="ExecutionConfig.dropout_rng: philox, hash or both")
   a("--attention_chunk_len", type=_csv_ints, default=[-1],
     help="ExecutionConfig.attention_chunk_len values (queries per chunk of "
     "the sparse attention core; 0 = unchunked; -1 = the default, 'auto')")
@@ -297,6 +300,8 @@ def variant_name(spec: Dict[str, Any]) -> str:
     parts.append("recstreams")
   if spec.get("softmax_dtype", "float32") != "float32":
     parts.append(f"smx{spec['softmax_dtype']}")
+  if spec.get("dropout_rng", "philox") != "philox":
+    parts.append(f"rng{spec['dropout_rng']}")
   if spec.get("attention_chunk_len", -1) >= 0:
     parts.append(f"chunk{spec['attention_chunk_len']}")
   if spec["kind"] not in ("finetune", "pretrain"):
@@ -315,10 +320,11 @@ def encoder_specs(args: argparse.Namespace) -> Iterator[Dict[str, Any]]:
     for residual in args.residual:
       for dtype in args.dtypes:
         for xla in args.xla:
-          for period, recompute, chunk, streams, smx in itertools.product(
-              args.grad_checkpointing, args.recompute_attention,
-              args.attention_chunk_len, args.recompute_residual_streams,
-              args.softmax_dtype):
+          for period, recompute, chunk, streams, smx, rng in (
+              itertools.product(
+                  args.grad_checkpointing, args.recompute_attention,
+                  args.attention_chunk_len, args.recompute_residual_streams,
+                  args.softmax_dtype, args.dropout_rng)):
             for pass_ in args.passes:
               for long_len in args.lengths:
                 yield {
@@ -328,7 +334,8 @@ def encoder_specs(args: argparse.Namespace) -> Iterator[Dict[str, Any]]:
                     "recompute_attention": recompute,
                     "attention_chunk_len": chunk,
                     "recompute_residual_streams": streams,
-                    "softmax_dtype": smx, "pass": pass_,
+                    "softmax_dtype": smx, "dropout_rng": rng,
+                    "pass": pass_,
                     "training": pass_ == "fwd_bwd",
                     "dropout": 0.1 if pass_ == "fwd_bwd" else 0.0,
                     "long_len": long_len,

@@ -224,7 +224,8 @@ def _model(spec: Dict[str, Any]):
       recompute_residual_streams=spec.get("recompute_residual_streams",
                                           False),
       att_implementation=spec.get("impl", "auto"),
-      softmax_dtype=spec.get("softmax_dtype", "float32"), **extra)
+      softmax_dtype=spec.get("softmax_dtype", "float32"),
+      dropout_rng=spec.get("dropout_rng", "philox"), **extra)
   return config, execution
 
 

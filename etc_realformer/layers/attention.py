@@ -358,7 +358,8 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
           first_site=(self.dropout_site +
                       dropout_lib.ATTENTION_PROBS_OFFSET[patterns[0]]),
           by_rows=side.sparse, return_probs=return_probs,
-          low_precision_softmax=self.execution.softmax_dtype == "compute")
+          low_precision_softmax=self.execution.softmax_dtype == "compute",
+          dropout_rng=self.execution.dropout_rng)
 
     has_rel = self.long_relative is not None
     long_spec = spec(("l2l", "l2g"), side.sparse)

@@ -76,6 +76,7 @@ class SideSpec(NamedTuple):
     return_probs: also return the probabilities (before dropout).
     low_precision_softmax: make and keep the probabilities in the compute
       dtype (`fused_softmax_low`) when that is not float32.
+    dropout_rng: the masks' generator (`ExecutionConfig.dropout_rng`).
   """
   patterns: Tuple[str, str]
   band: bool = False
@@ -91,6 +92,7 @@ class SideSpec(NamedTuple):
   by_rows: bool = True
   return_probs: bool = False
   low_precision_softmax: bool = False
+  dropout_rng: str = "philox"
 
 
 # ---------------------------------------------------------------- the rules
@@ -318,11 +320,13 @@ def attend_side(spec: SideSpec, start: blocking.Dim, size: blocking.Dim,
     if spec.by_rows:
       p = dropout_lib.row_dropout(p, spec.rate, x.get("seed"), site,
                                   spec.training, start,
-                                  prescaled=gain != 1.0)
+                                  prescaled=gain != 1.0,
+                                  rng=spec.dropout_rng)
     else:
       p = dropout_lib.stateless_dropout(p, spec.rate, x.get("seed"), site,
                                         spec.training,
-                                        prescaled=gain != 1.0)
+                                        prescaled=gain != 1.0,
+                                        rng=spec.dropout_rng)
     dropped.append(tf.cast(p, dtype))
 
   if spec.band:

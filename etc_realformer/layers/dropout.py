@@ -9,8 +9,19 @@ same call thus always sees the same masks, recomputed or not.
 
 Keras' own `Dropout` has no way to take a seed tensor per call, and
 `tf.nn.experimental.stateless_dropout` draws one random number per
-element; the mask here is drawn from `tf.random.stateless_uniform` bits, two
-16-bit decisions per draw (see `_keep_mask`).
+element. Two generators make the masks here (`ExecutionConfig.dropout_rng`):
+
+* 'philox': `tf.random.stateless_uniform` bits, two 16-bit decisions per
+  draw (see `_keep_mask`). The random op is a separate kernel: under XLA it
+  writes its bits to memory and the softmax reads them back.
+* 'hash': a keyed integer hash of each element's index (`hash_bits`),
+  elementwise arithmetic on an iota that XLA fuses into the op that applies
+  the mask, so no mask or bits reach memory (the GPU path; on the CPU
+  graph path each step of the hash is a kernel of its own, slower than
+  Philox).
+
+Both keep an element with the same probability and give a piece of a
+tensor the bits of the whole (chunks), but they draw different masks.
 """
 
 from typing import Optional, Union
@@ -18,6 +29,10 @@ from typing import Optional, Union
 import tensorflow as tf
 
 Dim = Union[int, tf.Tensor]
+
+PHILOX = "philox"
+HASH = "hash"
+DROPOUT_RNGS = (PHILOX, HASH)
 
 # ---------------------------------------------------------------- the sites
 # Every dropout site of the encoder has a fixed number, folded into the
@@ -61,7 +76,8 @@ def keep_gain(rate: float, training: bool = True) -> float:
 
 def stateless_dropout(x: tf.Tensor, rate: float, seed: Optional[tf.Tensor],
                       site: int, training: bool,
-                      prescaled: bool = False) -> tf.Tensor:
+                      prescaled: bool = False, rng: str = PHILOX
+                      ) -> tf.Tensor:
   """Inverted dropout with a mask fixed by (`seed`, `site`).
 
   Args:
@@ -72,14 +88,19 @@ def stateless_dropout(x: tf.Tensor, rate: float, seed: Optional[tf.Tensor],
     training: dropout applies only when True.
     prescaled: `x` already carries the `keep_gain(rate)` factor (folded into
       an earlier multiply by the caller), so only the mask is applied.
+    rng: 'philox' or 'hash' (see the module docstring).
 
   Returns:
     A tensor like `x`.
   """
   if not _applies(rate, seed, training):
     return x
-  return _apply(x, _keep_mask(tf.shape(x), rate, fold_seed(seed, site)),
-                rate, prescaled)
+  if rng == HASH:
+    # Row-major over the whole tensor: rows first along axis 0.
+    keep = row_keep_mask(seed, site, rate, 0, tf.shape(x), 0, rng)
+  else:
+    keep = _keep_mask(tf.shape(x), rate, fold_seed(seed, site))
+  return _apply(x, keep, rate, prescaled)
 
 
 def _applies(rate: float, seed: Optional[tf.Tensor], training: bool) -> bool:
@@ -149,7 +170,8 @@ def _keep_mask(shape: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tensor:
 
 def row_dropout(probs: tf.Tensor, rate: float, seed: Optional[tf.Tensor],
                 site: int, training: bool, row_start: Dim = 0,
-                row_axis: int = 2, prescaled: bool = False) -> tf.Tensor:
+                row_axis: int = 2, prescaled: bool = False,
+                rng: str = PHILOX) -> tf.Tensor:
   """Dropout whose mask is cut along `row_axis` (attention probabilities).
 
   The mask of the rows [row_start, row_start + n) is the same whether the
@@ -161,7 +183,7 @@ def row_dropout(probs: tf.Tensor, rate: float, seed: Optional[tf.Tensor],
 
   Args:
     probs: <float>[..., n, ...] with the n rows at `row_axis`.
-    rate, seed, site, training, prescaled: as `stateless_dropout`.
+    rate, seed, site, training, prescaled, rng: as `stateless_dropout`.
     row_start: the index of this tensor's first row in the whole tensor.
     row_axis: the row axis (non-negative).
 
@@ -171,14 +193,28 @@ def row_dropout(probs: tf.Tensor, rate: float, seed: Optional[tf.Tensor],
   if not _applies(rate, seed, training):
     return probs
   return _apply(probs, row_keep_mask(seed, site, rate, row_start,
-                                     tf.shape(probs), row_axis),
+                                     tf.shape(probs), row_axis, rng),
                 rate, prescaled)
 
 
 def row_keep_mask(seed: tf.Tensor, site: int, rate: float, row_start: Dim,
-                  shape: tf.Tensor, row_axis: int = 2) -> tf.Tensor:
+                  shape: tf.Tensor, row_axis: int = 2,
+                  rng: str = PHILOX) -> tf.Tensor:
   """<bool>[shape]: rows [row_start, row_start + shape[row_axis]) of one
   seeded keep mask laid out rows first (see `row_dropout`)."""
+  if rng == HASH:
+    key = _hash_key(fold_seed(seed, site))
+    # The key's first word starts the index's sum: a partial sum that held
+    # only static shapes would be folded into a constant of the graph (tens
+    # of MB in the module), where XLA should see iotas.
+    bits = _keyed_hash(row_major_index(shape, row_axis, row_start,
+                                       offset=key[0]), key[1])
+    # The top 16 bits against the threshold: the keep probability of the
+    # Philox masks, exactly.
+    return (tf.bitwise.right_shift(bits, tf.constant(16, tf.uint32)) >=
+            tf.constant(keep_threshold(rate), tf.uint32))
+  if rng != PHILOX:
+    raise ValueError(f"dropout rng {rng!r} is not one of {DROPOUT_RNGS}")
   rank = int(shape.shape[0])
   rest = [i for i in range(rank) if i != row_axis]
   row_shape = tf.gather(shape, rest)
@@ -194,6 +230,67 @@ def row_keep_mask(seed: tf.Tensor, site: int, rate: float, row_start: Dim,
   # [n, *rest] -> the layout of the tensor.
   perm = list(range(1, row_axis + 1)) + [0] + list(range(row_axis + 1, rank))
   return tf.transpose(keep, perm)
+
+
+# ------------------------------------------------------------- hash masks
+def row_major_index(shape: tf.Tensor, row_axis: int, row_start: Dim,
+                    offset: Union[int, tf.Tensor] = 0) -> tf.Tensor:
+  """<uint32>[shape]: each element's index in the rows-first layout of the
+  whole tensor (rows [row_start, ...) along `row_axis`, then the other axes
+  in order), plus `offset`, modulo 2**32.
+
+  Built by broadcasting one iota per axis in the tensor's own layout, so
+  under XLA it is elementwise work that fuses into its consumer (no
+  transpose, no buffer).
+  """
+  rank = int(shape.shape[0])
+  rest = [i for i in range(rank) if i != row_axis]
+  sizes = [tf.cast(shape[i], tf.uint32) for i in range(rank)]
+  strides = {}
+  stride = tf.constant(1, tf.uint32)
+  for i in reversed(rest):
+    strides[i] = stride
+    stride = stride * sizes[i]
+  strides[row_axis] = stride  # elements per row
+  # offset + row_start * per_row, wrapped to 32 bits like the rest.
+  index = (tf.cast(offset, tf.uint32) +
+           tf.cast(row_start, tf.uint32) * stride)
+  for i in range(rank):
+    iota = tf.cast(tf.range(shape[i]), tf.uint32) * strides[i]
+    index = index + tf.reshape(
+        iota, [-1 if j == i else 1 for j in range(rank)])
+  return index
+
+
+def _mix32(x: tf.Tensor) -> tf.Tensor:
+  """A bijective 32-bit finaliser with low bias (C. Wellons' `lowbias32`:
+  xorshift-multiply rounds, every input bit reaching every output bit)."""
+  shift = lambda v, n: tf.bitwise.right_shift(v, tf.constant(n, tf.uint32))
+  x = tf.bitwise.bitwise_xor(x, shift(x, 16))
+  x = x * tf.constant(0x21F0AAAD, tf.uint32)
+  x = tf.bitwise.bitwise_xor(x, shift(x, 15))
+  x = x * tf.constant(0xD35A2D97, tf.uint32)
+  return tf.bitwise.bitwise_xor(x, shift(x, 15))
+
+
+def hash_bits(folded: tf.Tensor, index: tf.Tensor) -> tf.Tensor:
+  """<uint32>[index.shape]: 32 keyed pseudo-random bits per element index.
+
+  Two rounds of `_mix32` keyed by the <int32>[2] `fold_seed` result:
+  mix(mix(index + k0) ^ k1). Not a cryptographic generator; its outputs
+  pass the tests' rate, independence and neighbour-correlation checks,
+  which is what a dropout mask needs.
+  """
+  key = _hash_key(folded)
+  return _keyed_hash(index + key[0], key[1])
+
+
+def _hash_key(folded: tf.Tensor) -> tf.Tensor:
+  return tf.bitcast(tf.cast(folded, tf.int32), tf.uint32)
+
+
+def _keyed_hash(index_plus_k0: tf.Tensor, k1: tf.Tensor) -> tf.Tensor:
+  return _mix32(tf.bitwise.bitwise_xor(_mix32(index_plus_k0), k1))
 
 
 def new_call_seed() -> tf.Tensor:

@@ -51,6 +51,9 @@ class GlobalLocalTransformerBlock(tf_keras.layers.Layer):
     self.share_feed_forward_params = share_feed_forward_params
     self.use_pre_activation_order = use_pre_activation_order
     self.site = dropout_lib.layer_sites(index)
+    execution = attention_cfg.get("execution")
+    self.dropout_rng = (execution.dropout_rng if execution is not None
+                        else dropout_lib.PHILOX)
     self.attention = FusedGlobalLocalAttention(
         layer_index=index, initializer=initializer,
         name="fused_global_local_att", **attention_cfg)
@@ -95,7 +98,7 @@ class GlobalLocalTransformerBlock(tf_keras.layers.Layer):
 
     def dropout(x, offset):
       return dropout_lib.stateless_dropout(x, rate, seed, self.site + offset,
-                                           training)
+                                           training, rng=self.dropout_rng)
 
     pre_ln = self.use_pre_activation_order
     att_long_in = self.long_att_norm(long_x) if pre_ln else long_x

@@ -275,10 +275,12 @@ class EtcModel(tf_keras.layers.Layer):
         global_embedding_adder=inputs.get("global_embedding_adder"))
     long_x = dropout_lib.stateless_dropout(
         embedding_long, cfg.hidden_dropout_prob, seed,
-        dropout_lib.SITE_EMBEDDING_LONG, training)
+        dropout_lib.SITE_EMBEDDING_LONG, training,
+        rng=self.execution.dropout_rng)
     global_x = dropout_lib.stateless_dropout(
         embedding_global, cfg.hidden_dropout_prob, seed,
-        dropout_lib.SITE_EMBEDDING_GLOBAL, training)
+        dropout_lib.SITE_EMBEDDING_GLOBAL, training,
+        rng=self.execution.dropout_rng)
 
     side = prepare_side_inputs(
         {k: inputs.get(k) for k in SIDE_INPUT_KEYS},

@@ -52,6 +52,13 @@ def test_model_sizes_turn_residual_attention_on(size, expected):
   assert config.residual_attention
 
 
+def test_xla_gin_compiles_and_draws_dropout_from_the_hash():
+  run.parse_gin(["precision/xla.gin"], [])
+  assert task_lib.execution_config().dropout_rng == "hash"
+  assert task_lib.execution_config(dropout_rng="philox").dropout_rng == (
+      "philox")
+
+
 def test_released_config_json_is_the_base(golden_dir):
   # A released etc_config.json under the project's switches: the JSON gives
   # the shapes, the bindings (RealFormer on) win.

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from encoder_testing import (assert_same_training, loss_and_grads,
+from encoder_testing import (assert_same_training, copy_weights,
+                             loss_and_grads,
                              max_abs_diff, model_weights, numpy_reference,
                              probes, random_features,
                              randomize_relative_bias, tiny_config, tiny_model,
@@ -90,6 +91,27 @@ def test_chunked_equals_whole(residual, dropout, radius, long_len,
   if dropout:  # Dropout really was on.
     eval_ref = loss_and_grads(whole, feats, probe, training=False)
     assert abs(eval_ref[1] - ref[1]) > 1e-3
+
+
+def test_hash_dropout_chunked_equals_whole_and_draws_other_masks():
+  # ExecutionConfig.dropout_rng='hash': chunks see the whole's bits as with
+  # Philox, and the masks are not Philox's.
+  config = tiny_config(num_hidden_layers=2, local_radius=2,
+                       residual_attention=True,
+                       attention_probs_dropout_prob=0.3,
+                       hidden_dropout_prob=0.3)
+  whole = tiny_model(config, dropout_rng="hash")
+  randomize_relative_bias(whole)
+  chunked = copy_weights(whole, tiny_model(config, dropout_rng="hash",
+                                           attention_chunk_len=3))
+  philox = copy_weights(whole, tiny_model(config))
+  feats = random_features(config, batch=2, long_len=13, global_len=4, seed=8)
+  probe = probes(config, 2, 13, 4)
+  ref = loss_and_grads(whole, feats, probe, training=True)
+  assert_same_training(ref, loss_and_grads(chunked, feats, probe,
+                                           training=True))
+  other = loss_and_grads(philox, feats, probe, training=True)
+  assert abs(other[1] - ref[1]) > 1e-3
 
 
 @pytest.mark.parametrize("running_mean", [False, True])
