@@ -24,7 +24,10 @@ class ServingModule(tf.Module):
 
   def __init__(self, model: tf.Module, assets: Mapping[str, Any]):
     super().__init__(name="serving")
-    self.model = model
+    # The weights, not the Keras model: saving a tf_keras model also traces
+    # every layer's call functions for Keras' own metadata, which serving
+    # never reads (most of an export's time).
+    self.weights = list(model.variables)
     # Lookup tables / tokenizers (tracked so their files become assets).
     self.assets = dict(assets)
 

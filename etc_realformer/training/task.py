@@ -354,8 +354,8 @@ class Task(abc.ABC):
                          ) -> Dict[str, tf.types.experimental.ConcreteFunction]:
     """Signature name -> concrete function. Subclasses extend the dict.
 
-    The functions close over `model`; the exporter attaches the model to the
-    saved module so its variables are saved.
+    The functions close over `model`; the exporter saves the model's
+    variables beside them.
     """
     spec = self.model_input_spec()
 
