@@ -433,11 +433,15 @@ def test_compute_dtype_softmax_same_forward_close_gradients(float32_model,
     a, b = tf.cast(a, tf.float32).numpy(), tf.cast(b, tf.float32).numpy()
     assert np.isfinite(b).all()
     assert max_abs_diff(a, b) < 1e-2 * np.max(np.abs(a))
+  grads_a = [tf.convert_to_tensor(g).numpy() for g in grads_a]
+  grads_b = [tf.convert_to_tensor(g).numpy() for g in grads_b]
+  # Each gradient within 5% of its own scale; gradients that are rounding
+  # noise alone (~1e-7: biases feeding a layer norm) are judged against the
+  # largest gradient's rounding instead.
+  noise = 1e-5 * max(np.max(np.abs(g)) for g in grads_a)
   for a, b in zip(grads_a, grads_b):
-    a = tf.convert_to_tensor(a).numpy()
-    b = tf.convert_to_tensor(b).numpy()
     assert np.isfinite(b).all()
-    assert max_abs_diff(a, b) <= 0.05 * max(np.max(np.abs(a)), 1e-6)
+    assert max_abs_diff(a, b) <= 0.05 * max(np.max(np.abs(a)), noise)
 
 
 @pytest.mark.parametrize("impl", ["full", "sparse"])
