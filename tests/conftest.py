@@ -19,14 +19,6 @@ def pytest_configure(config):
   config.addinivalue_line("markers", "slow: a test that takes more than ~20 s")
 
 
-def pytest_xdist_auto_num_workers(config):
-  """`-n auto`: one worker more than the cores. The end-to-end tests wait
-  on the binaries they start and on checkpoints to appear; a spare worker
-  keeps the cores busy meanwhile (`--maxprocesses` still caps it)."""
-  del config
-  return (os.cpu_count() or 1) + 1
-
-
 @pytest.fixture
 def golden_dir():
   return GOLDEN_DIR
