@@ -2,8 +2,8 @@
 
 `EtcConfig` is the model (what `etc_config.json` holds, plus the RealFormer
 options); these choices trade speed for memory and give the same outputs and
-gradients whatever their values (to float32 rounding), so a checkpoint never
-depends on them:
+gradients whatever their values (to float32 rounding; `dropout_rng` draws
+other dropout masks in training), so a checkpoint never depends on them:
 
     model = EtcModel(config, ExecutionConfig(attention_chunk_len=2048))
 

@@ -95,11 +95,12 @@ def stateless_dropout(x: tf.Tensor, rate: float, seed: Optional[tf.Tensor],
   """
   if not _applies(rate, seed, training):
     return x
-  if rng == HASH:
-    # Row-major over the whole tensor: rows first along axis 0.
-    keep = row_keep_mask(seed, site, rate, 0, tf.shape(x), 0, rng)
-  else:
+  if rng == PHILOX:
     keep = _keep_mask(tf.shape(x), rate, fold_seed(seed, site))
+  else:
+    # Row-major over the whole tensor: rows first along axis 0 (and an
+    # unknown `rng` is refused there).
+    keep = row_keep_mask(seed, site, rate, 0, tf.shape(x), 0, rng)
   return _apply(x, keep, rate, prescaled)
 
 

@@ -182,6 +182,12 @@ def _random_words(hlo: str) -> list:
   return words
 
 
+def test_unknown_generator_is_refused():
+  with pytest.raises(ValueError, match="rng"):
+    stateless_dropout(tf.ones([4]), 0.5, tf.constant([1, 2]), 0, True,
+                      rng="threefry")
+
+
 def test_execution_config_names_the_same_generators():
   from etc_realformer import execution
   assert execution.DROPOUT_RNGS == dropout.DROPOUT_RNGS
