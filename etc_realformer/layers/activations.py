@@ -22,7 +22,7 @@ def _gelu_derivative(x: tf.Tensor) -> tf.Tensor:
 # Fused by XLA into one pass over [N, intermediate]: unfused, the derivative's
 # dozen element-wise ops leave up to three more [N, intermediate] temporaries
 # alive at once, at the point of the backward pass where memory peaks.
-@tf.function(jit_compile=True)
+@tf.function(jit_compile=True, autograph=False)
 def _gelu_backward(x: tf.Tensor, dy: tf.Tensor) -> tf.Tensor:
   return tf.cast(_gelu_derivative(x), dy.dtype) * dy
 

@@ -268,9 +268,14 @@ class Task(abc.ABC):
     if is_training:
       ds = ds.shuffle(self.shuffle_buffer_size, seed=self.seed).repeat()
     ds = ds.batch(batch_size, drop_remainder=is_training)
-    ds = ds.map(self.parse_examples, num_parallel_calls=tf.data.AUTOTUNE)
+    # The pipeline's functions are straight-line code: traced without
+    # AutoGraph, which would convert them and all they call in every process.
+    ds = ds.map(tf.autograph.experimental.do_not_convert(self.parse_examples),
+                num_parallel_calls=tf.data.AUTOTUNE)
     if self.side_inputs_in_pipeline:
-      ds = ds.map(self._add_side_inputs, num_parallel_calls=tf.data.AUTOTUNE)
+      ds = ds.map(
+          tf.autograph.experimental.do_not_convert(self._add_side_inputs),
+          num_parallel_calls=tf.data.AUTOTUNE)
     return ds.prefetch(tf.data.AUTOTUNE)
 
   def _add_side_inputs(self, features: Features) -> Features:

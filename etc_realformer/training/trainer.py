@@ -52,7 +52,7 @@ class EtcTrainer(orbit.StandardTrainer):
     # XLA compiles the forward/backward computation only: the optimizer
     # update contains cross-replica merge calls, which XLA cannot hold.
     self._compute = tf.function(self._compute_gradients,
-                                jit_compile=jit_compile)
+                                jit_compile=jit_compile, autograph=False)
     super().__init__(
         train_dataset,
         options=orbit.StandardTrainerOptions(use_tf_while_loop=True))
@@ -93,6 +93,10 @@ class EtcTrainer(orbit.StandardTrainer):
   def train_loop_begin(self):
     self.train_loss.reset_states()
 
+  # Traced without AutoGraph (orbit's loop around it keeps it): the step is
+  # straight-line code, and converting it and everything it calls costs
+  # seconds of every process's first step.
+  @tf.autograph.experimental.do_not_convert
   def train_step(self, iterator):
     batches = [next(iterator) for _ in range(self.grad_accum_steps)]
     self.strategy.run(self._replica_step, args=(batches,))
@@ -123,6 +127,7 @@ class EtcEvaluator(orbit.StandardEvaluator):
     for m in self.metrics:
       m.reset_states()
 
+  @tf.autograph.experimental.do_not_convert  # as train_step
   def eval_step(self, iterator):
     def step(features):
       outputs = self.model(features, training=False)
@@ -174,7 +179,7 @@ def predict(task, model: tf_keras.Model, strategy: tf.distribute.Strategy,
     name -> NumPy array concatenated over all examples (and replicas) of
     `task.prediction_outputs`.
   """
-  @tf.function
+  @tf.function(autograph=False)  # straight-line code, as train_step
   def step(features):
     def replica_fn(f):
       return task.prediction_outputs(f, model(f, training=False))
