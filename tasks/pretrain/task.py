@@ -232,6 +232,8 @@ class PretrainTask(task_lib.Task):
             else EVAL_MASKING_SEED)
     pipeline = input_context.input_pipeline_id if input_context else 0
 
+    # Straight-line code, traced without AutoGraph (as the base pipeline).
+    @tf.autograph.experimental.do_not_convert
     def mask(index, features):
       seed = tf.stack([tf.constant(base, tf.int64),
                        tf.constant(pipeline, tf.int64) * 2**31 + index])
