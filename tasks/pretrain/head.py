@@ -24,7 +24,9 @@ CPC sentence of the (per-replica) batch: the other sentences of its own
 example and of the other examples are the negatives. Training batches may
 add length-matched negatives, unmasked sentences of the batch that are
 candidates only (`cpc_negative_token_ids`, `masking.py` step 3): their
-targets come from the same second pass.
+targets come from the same second pass. With `cpc_same_length_in_training`
+a training query's candidates are only those of its own length, so that the
+length a fully masked sentence shows earns nothing.
 
 The choices the ETC paper leaves open, and why (docs/pretraining.md, "CPC"):
 
@@ -72,12 +74,18 @@ class CpcHeadConfig:
     stop_gradient: no gradient through the target (second) pass.
     predictor: a linear map on the prediction side only, after the shared
       projection (CPC's bilinear score z^T W c), starting as the identity.
+    same_length_in_training: in training, a query's candidates are only
+      the sentences of its own length (the length-matched negatives and
+      the batch's CPC sentences of that length), so that the length, which
+      a fully masked sentence shows, earns nothing and only the context
+      can lower the loss. Evaluation keeps every candidate.
   """
   projection: str = "linear"
   projection_size: Optional[int] = None
   temperature: float = 0.1
   stop_gradient: bool = False
   predictor: bool = False
+  same_length_in_training: bool = False
 
   def __post_init__(self):
     # Named as the task's gin parameters, which is where they are set.
@@ -134,6 +142,7 @@ class PretrainModel(task_lib.EtcTaskModel):
     self.global_token_id = global_token_id
     self.cpc_temperature = float(cpc.temperature)
     self.cpc_stop_gradient = bool(cpc.stop_gradient)
+    self.cpc_same_length_in_training = bool(cpc.same_length_in_training)
 
   def head(self, features: task_lib.Features, long_output: tf.Tensor,
            global_output: tf.Tensor, training: Optional[bool] = None
@@ -160,12 +169,10 @@ class PretrainModel(task_lib.EtcTaskModel):
     tokens = tf.cast(features["cpc_token_ids"], tf.int32)
     max_len = tokens.shape[-1]
     tokens = tf.reshape(tokens, [-1, max_len])
-    lengths = tf.reshape(tf.cast(features["cpc_lengths"], tf.int32), [-1])
+    lengths = self.cpc_target_lengths(features)
     if "cpc_negative_token_ids" in features:
       tokens = tf.concat([tokens, tf.reshape(tf.cast(
           features["cpc_negative_token_ids"], tf.int32), [-1, max_len])], 0)
-      lengths = tf.concat([lengths, tf.reshape(tf.cast(
-          features["cpc_negative_lengths"], tf.int32), [-1])], 0)
     present = tf.cast(lengths > 0, tf.int32)[:, tf.newaxis]
     return {
         "token_ids": tokens,
@@ -174,6 +181,14 @@ class PretrainModel(task_lib.EtcTaskModel):
         "global_breakpoints": present,
         "sentence_ids": tf.zeros_like(tokens),
     }
+
+  def cpc_target_lengths(self, features: task_lib.Features) -> tf.Tensor:
+    """The candidates' lengths in pieces, [B*C (+ B*C*K)] (0: empty)."""
+    lengths = tf.reshape(tf.cast(features["cpc_lengths"], tf.int32), [-1])
+    if "cpc_negative_lengths" in features:
+      lengths = tf.concat([lengths, tf.reshape(tf.cast(
+          features["cpc_negative_lengths"], tf.int32), [-1])], 0)
+    return lengths
 
   def project(self, x: tf.Tensor, prediction: bool = False) -> tf.Tensor:
     """The projection (then, for predictions, the predictor), L2-normalised
@@ -203,7 +218,13 @@ class PretrainModel(task_lib.EtcTaskModel):
     if "cpc_negative_lengths" in features:
       present = tf.concat([present, tf.reshape(
           features["cpc_negative_lengths"], [-1]) > 0], 0)
-    logits = tf.where(present[tf.newaxis], logits, NEG_INF)
+    keep = present[tf.newaxis]
+    if training and self.cpc_same_length_in_training:
+      lengths = self.cpc_target_lengths(features)
+      keep = keep & tf.equal(
+          tf.reshape(tf.cast(features["cpc_lengths"], tf.int32), [-1, 1]),
+          lengths[tf.newaxis])
+    logits = tf.where(keep, logits, NEG_INF)
     logits = tf.reshape(logits, [batch, slots, -1])
     labels = tf.reshape(tf.range(batch * slots), [batch, slots])
     return {"cpc_logits": logits, "cpc_labels": labels,

@@ -103,6 +103,8 @@ class PretrainTask(task_lib.Task):
                cpc_temperature: float = _CPC_HEAD.temperature,
                cpc_stop_gradient: bool = _CPC_HEAD.stop_gradient,
                cpc_predictor: bool = _CPC_HEAD.predictor,
+               cpc_same_length_in_training: bool = (
+                   _CPC_HEAD.same_length_in_training),
                mlm_head_checkpoint: Optional[str] = None,
                vocab_file: Optional[str] = None,
                spm_model_file: Optional[str] = None,
@@ -135,6 +137,8 @@ class PretrainTask(task_lib.Task):
       cpc_temperature: the cosine logits' temperature.
       cpc_stop_gradient: no gradient through the target (second) pass.
       cpc_predictor: a linear map on the prediction side (head.py).
+      cpc_same_length_in_training: in training, a query's candidates are
+        only the sentences of its own length (head.py).
       mlm_head_checkpoint: a checkpoint with BERT's `cls/predictions/*`
         (a lifted one); default: `TrainerConfig.init_checkpoint` if it has
         them.
@@ -188,7 +192,8 @@ class PretrainTask(task_lib.Task):
     self.cpc_head = head.CpcHeadConfig(
         projection=cpc_projection, projection_size=cpc_projection_size,
         temperature=cpc_temperature, stop_gradient=cpc_stop_gradient,
-        predictor=cpc_predictor)
+        predictor=cpc_predictor,
+        same_length_in_training=cpc_same_length_in_training)
     self.mlm_head_checkpoint = mlm_head_checkpoint
     self.vocab_file = vocab_file
     self.spm_model_file = spm_model_file

@@ -149,6 +149,40 @@ def test_cpc_negatives_join_the_candidates_in_training_only():
   assert np.isfinite(losses).all() and (losses[:, 0] > 0).all()
 
 
+def test_same_length_candidates_in_training_only():
+  task = pretrain_testing.tiny_task(max_predictions_per_seq=6,
+                                    max_cpc_sentences=2,
+                                    cpc_max_sentence_len=8,
+                                    cpc_negatives=1,
+                                    cpc_same_length_in_training=True)
+  model = task.build_model()
+  stored = {k: tf.constant(v)
+            for k, v in pretrain_testing.hand_batch().items()}
+  features = task.mask(stored, tf.constant([3, 4], tf.int64), training=True)
+  features = {k: v for k, v in features.items()
+              if k in task.model_input_spec() or "negative" in k}
+  lengths = np.concatenate([features["cpc_lengths"].numpy().reshape(-1),
+                            features["cpc_negative_lengths"].numpy()
+                            .reshape(-1)])
+  query_lengths = features["cpc_lengths"].numpy().reshape(-1)
+  trained = model(features, training=True)["cpc_logits"].numpy()
+  evaluated = model(features, training=False)["cpc_logits"].numpy()
+  trained = trained.reshape(-1, trained.shape[-1])
+  evaluated = evaluated.reshape(-1, evaluated.shape[-1])
+  other_lengths = 0
+  for q in np.flatnonzero(query_lengths > 0):
+    same = lengths == query_lengths[q]
+    # Its own slot stays, and so does every candidate of its length.
+    assert same[q]
+    assert (trained[q][same] > head.NEG_INF).all()
+    assert (trained[q][~same] == head.NEG_INF).all()
+    # Evaluation scores every sentence present, whatever its length.
+    assert (evaluated[q][lengths > 0] > head.NEG_INF).all()
+    other_lengths += int(((lengths > 0) & ~same).sum())
+  # The batch has candidates of another length for training to drop.
+  assert other_lengths > 0
+
+
 def test_predictor_acts_on_the_prediction_side_only():
   task = pretrain_testing.tiny_task(max_predictions_per_seq=6,
                                     max_cpc_sentences=1,
