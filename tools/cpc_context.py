@@ -3,12 +3,12 @@ summary token of each fully masked (CPC) sentence.
 
     python -m tools.cpc_context --model_dir=RUN [--checkpoint=RUN/ckpt-N|init] \
         [--input='DATA/eval-*.tfrecord'] [--batch_size=128] [--seed=0] \
-        [--gin_bindings=...]
+        [--gin_file=...] [--gin_bindings=...]
 
-The run's `operative_config.gin` configures the task and model (as
-`--mode=eval` does; `--checkpoint=init` probes the model as initialised,
-untrained); the batches are its evaluation input (or --input),
-masked with the evaluation seed. For each CPC sentence of a batch:
+The run's `operative_config.gin`, then --gin_file and --gin_bindings,
+configure the task and model (as `--mode=eval` does; `--checkpoint=init`
+probes the model as initialised, untrained); the batches are its
+evaluation input (or --input), masked with the evaluation seed. For each CPC sentence of a batch:
 
   q  = the summary token's global output in the masked example (the CPC
        prediction before the head's projection);
@@ -46,8 +46,9 @@ from etc_realformer.errors import UserInputError
 from etc_realformer.training import experiment
 from etc_realformer.training import task as task_lib
 from tasks import run
+from tasks.common import records
 
-# --model_dir, --checkpoint and --gin_bindings are the runner's
+# --model_dir, --checkpoint, --gin_file and --gin_bindings are the runner's
 # (`tasks.run`); this tool's own flags are defined when it runs as a binary.
 FLAGS = flags.FLAGS
 
@@ -147,13 +148,15 @@ def main(argv):
   bindings = list(FLAGS.gin_bindings)
   if FLAGS.input:
     bindings.append(f"PretrainTask.eval_input = {FLAGS.input!r}")
-  run.parse_gin([config], bindings)
+  run.parse_gin([config] + list(FLAGS.gin_file), bindings)
   task = task_lib.task_class()()
   if not hasattr(task, "cpc_head"):
     raise UserInputError(f"{config}: not a pre-training run")
   batch_size = FLAGS.batch_size or experiment.TrainerConfig().eval_batch_size
   dataset = task.build_inputs("eval", batch_size)
   batches = [dict(b) for _, b in zip(range(FLAGS.max_batches), dataset)]
+  if not batches:
+    raise UserInputError(f"{FLAGS.input or 'the eval input'}: no examples")
   model = task.build_model()
   model(batches[0], training=False)
   if FLAGS.checkpoint != "init":
@@ -162,8 +165,7 @@ def main(argv):
   result = probe(model, batches, FLAGS.seed)
   print("cpc_context | " + json.dumps(result, sort_keys=True), flush=True)
   if FLAGS.output:
-    with tf.io.gfile.GFile(FLAGS.output, "w") as f:
-      json.dump(result, f, indent=1, sort_keys=True)
+    records.write_json(FLAGS.output, result, sort_keys=True)
 
 
 if __name__ == "__main__":
