@@ -19,6 +19,21 @@ def pytest_configure(config):
   config.addinivalue_line("markers", "slow: a test that takes more than ~20 s")
 
 
+def pytest_collection_modifyitems(config, items):
+  """Runs the files that hold a slow test first.
+
+  `--dist=loadfile` hands each worker whole files in collection order. In
+  path order the slowest files (the tasks' end-to-end tests, the tools'
+  studies) come last, and one worker ran them alone while the other had
+  nothing left; longest first lets the two finish together. The sort is
+  stable: the order within a file, and among the other files, is kept.
+  """
+  del config  # unused
+  slow_files = {item.path for item in items
+                if item.get_closest_marker("slow") is not None}
+  items.sort(key=lambda item: item.path not in slow_files)
+
+
 @pytest.fixture
 def golden_dir():
   return GOLDEN_DIR
