@@ -22,11 +22,12 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
   """Runs the files that hold a slow test first.
 
-  `--dist=loadfile` hands each worker whole files in collection order. In
-  path order the slowest files (the tasks' end-to-end tests, the tools'
-  studies) come last, and one worker ran them alone while the other had
-  nothing left; longest first lets the two finish together. The sort is
-  stable: the order within a file, and among the other files, is kept.
+  `--dist=loadfile` hands each worker whole files, in collection order
+  with `--no-loadscope-reorder` (pytest.ini). The slowest files (the
+  tasks' end-to-end tests, the tools' studies) hold one test each; last,
+  one worker ran them alone while the other had nothing left. Longest
+  first lets the two finish together. The sort is stable: the order within
+  a file, and among the other files, is kept.
   """
   del config  # unused
   slow_files = {item.path for item in items
