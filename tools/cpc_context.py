@@ -8,7 +8,8 @@ summary token of each fully masked (CPC) sentence.
 The run's `operative_config.gin`, then --gin_file and --gin_bindings,
 configure the task and model (as `--mode=eval` does; `--checkpoint=init`
 probes the model as initialised, untrained); the batches are its
-evaluation input (or --input), masked with the evaluation seed. For each CPC sentence of a batch:
+evaluation input (or --input), masked with the evaluation seed. For each
+CPC sentence of a batch:
 
   q  = the summary token's global output in the masked example (the CPC
        prediction before the head's projection);
@@ -156,7 +157,7 @@ def main(argv):
   dataset = task.build_inputs("eval", batch_size)
   batches = [dict(b) for _, b in zip(range(FLAGS.max_batches), dataset)]
   if not batches:
-    raise UserInputError(f"{FLAGS.input or 'the eval input'}: no examples")
+    raise UserInputError(f"{task.input_patterns['eval']}: no examples")
   model = task.build_model()
   model(batches[0], training=False)
   if FLAGS.checkpoint != "init":

@@ -110,3 +110,10 @@ def test_command_line(data, tmp_path):
                               [f"--model_dir={tmp_path}/missing"],
                               "operative_config.gin")
   assert not os.path.exists(tmp_path / "missing")
+  # Files that hold no example: one line naming the pattern, not an
+  # IndexError.
+  empty = str(tmp_path / "empty.tfrecord")
+  tf.io.TFRecordWriter(empty).close()
+  cli_testing.user_error_line("tools.cpc_context",
+                              [f"--model_dir={model_dir}", f"--input={empty}"],
+                              f"{empty}: no examples")
