@@ -71,8 +71,11 @@ def probes(config: EtcConfig, batch: int, long_len: int, global_len: int,
 
 def loss_and_grads(model: EtcModel, feats, probe: Sequence[np.ndarray],
                    training: bool, impl: str = "sparse",
-                   use_function: bool = False):
+                   use_function: bool = False, jit_compile: bool = False):
   """(outputs, loss, gradients) of sum(outputs * probes), dropout seeded.
+
+  `use_function` traces the step in a `tf.function`, `jit_compile` compiles
+  it with XLA.
 
   Returns NumPy values; the gradients follow `model.trainable_variables`.
   """
@@ -82,8 +85,8 @@ def loss_and_grads(model: EtcModel, feats, probe: Sequence[np.ndarray],
       outs = model(feats, training=training, att_implementation=impl)
       loss = sum(tf.reduce_sum(o * p) for o, p in zip(outs, probe))
     return outs, loss, tape.gradient(loss, model.trainable_variables)
-  if use_function:
-    step = tf.function(step)
+  if use_function or jit_compile:
+    step = tf.function(step, jit_compile=jit_compile)
   outs, loss, grads = step()
   return ([o.numpy() for o in outs], float(loss),
           [None if g is None else tf.convert_to_tensor(g).numpy()

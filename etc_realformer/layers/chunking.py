@@ -10,6 +10,10 @@ attention layer uses it for its chunked and recomputed strategies
 from typing import Callable, Dict, List, Mapping, NamedTuple, Sequence, Tuple
 
 import tensorflow as tf
+# XLA's optimization barrier has no public TensorFlow wrapper (not in
+# tf.raw_ops); tf2xla's Python module is where TensorFlow itself exposes it.
+from tensorflow.compiler.tf2xla.python import xla as tf2xla
+from tensorflow.python.ops import control_flow_util
 
 from etc_realformer.layers import blocking
 
@@ -76,6 +80,15 @@ def chunked_recompute(parts: Sequence[ChunkedPart]
   else, e.g. the constants of a slice, may be folded away by the graph
   optimizers, and then the executor runs all chunks at once.
 
+  Under XLA (`jit_compile`) control inputs do not stop common-subexpression
+  elimination: the recomputed forward is the same expression of the same
+  tensors as the original one, so XLA merges the two and keeps the
+  original's intermediates for the backward pass, and recomputation saves
+  nothing. There the backward pass reads its inputs, constants and upstream
+  gradients through one optimization barrier, as JAX's `remat` does: the
+  recomputation is then a new expression that XLA cannot merge, and it
+  cannot start before every upstream gradient exists.
+
   Returns:
     per part, dict name -> the concatenated output.
   """
@@ -90,25 +103,27 @@ def chunked_recompute(parts: Sequence[ChunkedPart]
     bounds.append(bounds[-1] + len(ns))
   out_names: List[List[str]] = [[] for _ in parts]
 
-  def cut(i: int, k: int, values, deps) -> Dict[str, tf.Tensor]:
+  def cut(i: int, k: int, values, deps, consts=None
+          ) -> Dict[str, tf.Tensor]:
     start, size = parts[i].chunks[k]
     pieces = {}
     with tf.control_dependencies(deps):
       for n, spec, v in zip(names[i], specs[i], values):
         pieces[n] = _take(spec, tf.identity(v), start, size)
-      for n, v in zip(const_names[i], const_values[i]):
+      for n, v in zip(const_names[i], consts or const_values[i]):
         pieces[n] = tf.stop_gradient(
             _take(parts[i].consts[n], tf.identity(v), start, size))
     return pieces
 
-  def part_grads(i: int, values, dys: Dict[str, tf.Tensor], deps):
+  def part_grads(i: int, values, dys: Dict[str, tf.Tensor], deps,
+                 consts):
     """Gradients of part i's inputs, chunk after chunk (after `deps`)."""
     part = parts[i]
     rows = {n: [] for n, spec in zip(names[i], specs[i])
             if spec.kind == "rows"}
     sums: Dict[str, tf.Tensor] = {}
     for k, (start, size) in enumerate(part.chunks):
-      pieces = cut(i, k, values, deps)
+      pieces = cut(i, k, values, deps, consts)
       piece_list = [pieces[n] for n in names[i]]
       with tf.GradientTape() as tape:
         tape.watch(piece_list)
@@ -169,11 +184,27 @@ def chunked_recompute(parts: Sequence[ChunkedPart]
       # (else it is merged with the forward pass, runs all chunks at once,
       # or runs beside the rest of the backward pass).
       deps = [d for d in dys if d is not None]
-      out, at = [], 0
+      flat_values = [v for vs in values for v in vs]
+      flat_consts = [c for cs in const_values for c in cs]
+      dys = list(dys)
+      if _in_xla():
+        live = [k for k, d in enumerate(dys) if d is not None]
+        barred = list(tf2xla.optimization_barrier(
+            *flat_values, *flat_consts, *[dys[k] for k in live]))
+        flat_values = barred[:len(flat_values)]
+        flat_consts = barred[len(flat_values):
+                             len(flat_values) + len(flat_consts)]
+        for k, d in zip(live, barred[len(flat_values) + len(flat_consts):]):
+          dys[k] = d
+        deps = []  # The barrier orders the recomputation already.
+      out, at, c_at = [], 0, 0
       for i in range(len(parts)):
         part_dys = dict(zip(out_names[i], dys[at:at + len(out_names[i])]))
         at += len(out_names[i])
-        grads = part_grads(i, values[i], part_dys, deps)
+        part_values = flat_values[bounds[i]:bounds[i + 1]]
+        part_consts = flat_consts[c_at:c_at + len(const_values[i])]
+        c_at += len(const_values[i])
+        grads = part_grads(i, part_values, part_dys, deps, part_consts)
         out.extend(grads)
         deps = grads
       return out
@@ -187,6 +218,12 @@ def chunked_recompute(parts: Sequence[ChunkedPart]
     results.append(dict(zip(ns, flat_result[at:at + len(ns)])))
     at += len(ns)
   return results
+
+
+def _in_xla() -> bool:
+  """Whether the graph being built is traced for XLA (`jit_compile=True`)."""
+  return control_flow_util.GraphOrParentsInXlaContext(
+      tf.compat.v1.get_default_graph())
 
 
 def chunk_bounds(total: int, num_chunks: int) -> List[Tuple[int, int]]:
