@@ -19,6 +19,7 @@ from etc_realformer.errors import UserInputError
 
 ATT_IMPLEMENTATIONS = ("auto", "sparse", "full")
 SOFTMAX_DTYPES = ("float32", "compute")
+STREAM_DTYPES = ("float32", "compute")
 # etc_realformer.layers.dropout.DROPOUT_RNGS (this module stays free of
 # TensorFlow).
 DROPOUT_RNGS = ("philox", "hash")
@@ -68,6 +69,14 @@ class ExecutionConfig:
       bytes. The forward values are the same (the context product read
       compute-dtype probabilities already); gradients round once more.
       No effect in float32.
+    stream_dtype: under mixed precision, the dtype of the RealFormer running
+      score sums carried from layer to layer. 'float32': as the scores.
+      'compute': rounded to the compute dtype (bfloat16 or float16) where a
+      layer emits them and read back into float32 where the next layer adds
+      its own scores, so the score-sized tensors between layers (and their
+      gradients) take half the bytes; each layer's logits then carry one
+      more rounding of the sum (about 2^-9 of it in bfloat16). No effect in
+      float32 or without residual attention.
     dropout_rng: what draws the dropout masks (`layers.dropout`).
       'philox': TensorFlow's stateless Philox op, the fastest on the CPU
       graph path. 'hash': a keyed hash of each element's index, which XLA
@@ -81,6 +90,7 @@ class ExecutionConfig:
   attention_chunk_len: Union[int, str] = AUTO
   recompute_residual_streams: bool = False
   softmax_dtype: str = "float32"
+  stream_dtype: str = "float32"
   dropout_rng: str = "philox"
 
   def __post_init__(self):
@@ -92,6 +102,10 @@ class ExecutionConfig:
       raise UserInputError(f"ExecutionConfig.softmax_dtype: "
                            f"{self.softmax_dtype!r} is not one of "
                            f"{SOFTMAX_DTYPES}")
+    if self.stream_dtype not in STREAM_DTYPES:
+      raise UserInputError(f"ExecutionConfig.stream_dtype: "
+                           f"{self.stream_dtype!r} is not one of "
+                           f"{STREAM_DTYPES}")
     if self.att_implementation not in ATT_IMPLEMENTATIONS:
       raise UserInputError(f"ExecutionConfig.att_implementation: "
                        f"{self.att_implementation!r} is not one of "

@@ -74,6 +74,7 @@ PASSES = ("fwd", "fwd_bwd")
 # ExecutionConfig.softmax_dtype's values (this process does not import
 # TensorFlow, which the package's __init__ would).
 SOFTMAX_DTYPES = ("float32", "compute")
+STREAM_DTYPES = ("float32", "compute")
 DROPOUT_RNGS = ("philox", "hash")
 # Lengths the benchmark of record is meant for (others run, with a note).
 RECORD_LENGTHS = (1024, 16384)
@@ -165,6 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
     help="ExecutionConfig.recompute_residual_streams: on, off or both")
   a("--softmax_dtype", type=_choices(SOFTMAX_DTYPES), default=["float32"],
     help="ExecutionConfig.softmax_dtype (mixed precision): float32, "
+    "compute or both")
+  a("--stream_dtype", type=_choices(STREAM_DTYPES), default=["float32"],
+    help="ExecutionConfig.stream_dtype (mixed precision): float32, "
     "compute or both")
   a("--dropout_rng", type=_choices(DROPOUT_RNGS), default=["philox"],
     help="ExecutionConfig.dropout_rng: philox, hash or both")
@@ -300,6 +304,8 @@ def variant_name(spec: Dict[str, Any]) -> str:
     parts.append("recstreams")
   if spec.get("softmax_dtype", "float32") != "float32":
     parts.append(f"smx{spec['softmax_dtype']}")
+  if spec.get("stream_dtype", "float32") != "float32":
+    parts.append(f"str{spec['stream_dtype']}")
   if spec.get("dropout_rng", "philox") != "philox":
     parts.append(f"rng{spec['dropout_rng']}")
   if spec.get("attention_chunk_len", -1) >= 0:
@@ -320,11 +326,11 @@ def encoder_specs(args: argparse.Namespace) -> Iterator[Dict[str, Any]]:
     for residual in args.residual:
       for dtype in args.dtypes:
         for xla in args.xla:
-          for period, recompute, chunk, streams, smx, rng in (
+          for period, recompute, chunk, streams, smx, sdt, rng in (
               itertools.product(
                   args.grad_checkpointing, args.recompute_attention,
                   args.attention_chunk_len, args.recompute_residual_streams,
-                  args.softmax_dtype, args.dropout_rng)):
+                  args.softmax_dtype, args.stream_dtype, args.dropout_rng)):
             for pass_ in args.passes:
               for long_len in args.lengths:
                 yield {
@@ -334,8 +340,8 @@ def encoder_specs(args: argparse.Namespace) -> Iterator[Dict[str, Any]]:
                     "recompute_attention": recompute,
                     "attention_chunk_len": chunk,
                     "recompute_residual_streams": streams,
-                    "softmax_dtype": smx, "dropout_rng": rng,
-                    "pass": pass_,
+                    "softmax_dtype": smx, "stream_dtype": sdt,
+                    "dropout_rng": rng, "pass": pass_,
                     "training": pass_ == "fwd_bwd",
                     "dropout": 0.1 if pass_ == "fwd_bwd" else 0.0,
                     "long_len": long_len,

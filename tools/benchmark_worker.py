@@ -225,6 +225,7 @@ def _model(spec: Dict[str, Any]):
                                           False),
       att_implementation=spec.get("impl", "auto"),
       softmax_dtype=spec.get("softmax_dtype", "float32"),
+      stream_dtype=spec.get("stream_dtype", "float32"),
       dropout_rng=spec.get("dropout_rng", "philox"), **extra)
   return config, execution
 

@@ -359,6 +359,7 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
                       dropout_lib.ATTENTION_PROBS_OFFSET[patterns[0]]),
           by_rows=side.sparse, return_probs=return_probs,
           low_precision_softmax=self.execution.softmax_dtype == "compute",
+          low_precision_streams=self.execution.stream_dtype == "compute",
           dropout_rng=self.execution.dropout_rng)
 
     has_rel = self.long_relative is not None

@@ -76,6 +76,9 @@ class SideSpec(NamedTuple):
     return_probs: also return the probabilities (before dropout).
     low_precision_softmax: make and keep the probabilities in the compute
       dtype (`fused_softmax_low`) when that is not float32.
+    low_precision_streams: emit the running sums in the compute dtype when
+      that is not float32 (`ExecutionConfig.stream_dtype = 'compute'`); the
+      sums read back are added in float32 either way.
     dropout_rng: the masks' generator (`ExecutionConfig.dropout_rng`).
   """
   patterns: Tuple[str, str]
@@ -92,6 +95,7 @@ class SideSpec(NamedTuple):
   by_rows: bool = True
   return_probs: bool = False
   low_precision_softmax: bool = False
+  low_precision_streams: bool = False
   dropout_rng: str = "philox"
 
 
@@ -292,20 +296,24 @@ def attend_side(spec: SideSpec, start: blocking.Dim, size: blocking.Dim,
   a, b = spec.patterns
   own = side_scores(spec, x, size)
   previous = _previous_streams(spec, x, size)
+  dtype = x["q"].dtype
+  low_streams = spec.low_precision_streams and dtype != tf.float32
   out, logits = {}, []
   for pattern in spec.patterns:
-    new, logit = residual_logits(own[pattern], previous.get(pattern),
+    prev = previous.get(pattern)
+    if prev is not None:
+      prev = tf.cast(prev, tf.float32)
+    new, logit = residual_logits(own[pattern], prev,
                                  pattern in spec.carried, spec.num_summed,
                                  spec.running_mean)
     if spec.emit and new is not None:
-      out["stream/" + pattern] = new
+      out["stream/" + pattern] = tf.cast(new, dtype) if low_streams else new
     logits.append(logit + x[pattern + "_adder"])
 
   # Dropout's gain rides on the softmax's per-row scale, except when the
   # (undropped) probabilities are returned.
   gain = (1.0 if spec.return_probs
           else dropout_lib.keep_gain(spec.rate, spec.training))
-  dtype = x["q"].dtype
   if spec.low_precision_softmax and dtype != tf.float32:
     probs = fused_softmax_low(logits[0], logits[1], x["valid"], gain, dtype)
   else:

@@ -400,20 +400,24 @@ def test_mixed_precision_finite_and_close(float32_model, policy, tolerance,
       assert np.isfinite(p.numpy()).all()
 
 
+@pytest.mark.parametrize("option", ["softmax_dtype", "stream_dtype"])
 @pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
-def test_compute_dtype_softmax_same_forward_close_gradients(float32_model,
-                                                            policy):
+def test_compute_dtype_options_close_forward_and_gradients(float32_model,
+                                                           policy, option):
   # softmax_dtype='compute' keeps the probabilities in the compute dtype:
   # the context product read them in that dtype already, so the forward
-  # pass is unchanged; the gradients round once more. Dropout and fully
-  # masked rows included.
+  # pass is unchanged; the gradients round once more. stream_dtype='compute'
+  # rounds the residual sums carried between layers: the second layer's
+  # logits round once more (the tiny model's logits are small, so the
+  # outputs may round alike; the gradients differ). Dropout and fully masked
+  # rows included.
   config, reference = float32_model
   feats = {k: tf.constant(v) for k, v in random_features(
       config, batch=2, long_len=13, global_len=5, seed=8).items()}
   config = config.replace(attention_probs_dropout_prob=0.1)
   tf_keras.mixed_precision.set_global_policy(policy)
   try:
-    models = [copy_weights(reference, tiny_model(config, softmax_dtype=d))
+    models = [copy_weights(reference, tiny_model(config, **{option: d}))
               for d in ("float32", "compute")]
   finally:
     tf_keras.mixed_precision.set_global_policy("float32")
@@ -442,6 +446,8 @@ def test_compute_dtype_softmax_same_forward_close_gradients(float32_model,
   for a, b in zip(grads_a, grads_b):
     assert np.isfinite(b).all()
     assert max_abs_diff(a, b) <= 0.05 * max(np.max(np.abs(a)), noise)
+  if option == "stream_dtype":  # the option acts
+    assert max(max_abs_diff(a, b) for a, b in zip(grads_a, grads_b)) > 0
 
 
 @pytest.mark.parametrize("impl", ["full", "sparse"])
