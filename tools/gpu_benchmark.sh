@@ -9,6 +9,11 @@
 #   # there: every module under DIR, then dense SDPA (and, with --all, the
 #   # sparse peers) at the same shapes; JSON lines under $OUT
 #   bash tools/gpu_benchmark.sh gpu_modules [--all]
+#
+# Environment: DEVICE (the jax platform, default gpu), MODULE_TIMEOUT_S
+# (seconds per module, default 300), PEER_SHAPES (L:G:batch,... for the
+# peers), PROFILE_MODULES (names of module folders under DIR to run once
+# more, last, with `xla_runner --profile`: device time per kernel).
 set -u
 dir=${1:-gpu_modules}
 models=bert_sdpa
@@ -17,10 +22,17 @@ out=${OUT:-.}
 # A module that does not compile or fit in time is skipped, not the sweep.
 for module in "$dir"/*/; do
   timeout "${MODULE_TIMEOUT_S:-300}" python -m tools.xla_runner \
-      --module_dir="$module" --device=gpu --repeats=10 --warmup=3 \
-      --hlo_stats --output_jsonl="$out/xla_runs.jsonl" \
+      --module_dir="$module" --device="${DEVICE:-gpu}" --repeats=10 \
+      --warmup=3 --hlo_stats --output_jsonl="$out/xla_runs.jsonl" \
       || echo "xla_runner failed or timed out on $module" >&2
 done
-python -m tools.gpu_peers --shapes=4096:256:4,16384:1024:1,16384:256:1 \
+python -m tools.gpu_peers \
+    --shapes="${PEER_SHAPES:-4096:256:4,16384:1024:1,16384:256:1}" \
     --models="$models" --repeats=10 --warmup=3 \
     --output_jsonl="$out/peers.jsonl"
+for name in ${PROFILE_MODULES:-}; do
+  timeout "${MODULE_TIMEOUT_S:-300}" python -m tools.xla_runner \
+      --module_dir="$dir/$name" --device="${DEVICE:-gpu}" --repeats=3 \
+      --warmup=2 --profile --profile_runs=3 --output_jsonl="$out/profiles.jsonl" \
+      || echo "profiling failed or timed out on $name" >&2
+done

@@ -18,20 +18,27 @@ memory (`memory_stats()`, where the platform reports it), the first
 output's value and, when the manifest holds TensorFlow's, their relative
 difference. `--hlo_stats` adds the compiled module's fusion count, the
 buffers it writes (count, total, the largest, grouped by type) and the
-compiled memory statistics.
+compiled memory statistics. `--profile` adds the device time per kernel of
+`--profile_runs` more calls, traced by jax's profiler: per call, the total,
+the time per kind of kernel (matrix products, XLA's loop / input (reduction)
+/ transpose fusions, copies, ...) and the longest kernels with the
+TensorFlow op each fusion was made from.
 
 The figures are TensorFlow's XLA module run by jaxlib's XLA (often a newer
 compiler than TensorFlow's), not TensorFlow itself on that device.
 """
 
 import argparse
+import collections
+import glob
 import gzip
 import json
 import os
 import re
 import sys
+import tempfile
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
@@ -203,6 +210,179 @@ def hlo_stats(executable, top: int = 8, groups: int = 16) -> Dict[str, Any]:
   return stats
 
 
+def kernel_kind(name: str) -> str:
+  """The kind of a device kernel, from its name: 'gemm' (cuBLAS, CUTLASS,
+  XLA's Triton GEMM fusions), an XLA fusion's kind (the first word of
+  `loop_add_fusion_3`, `input_reduce_fusion`, ...), 'copy', 'memset', or
+  'other'."""
+  low = name.lower()
+  if any(k in low for k in ("gemm", "cutlass", "xmma", "cublas", "matmul",
+                            "dot_")):
+    return "gemm"
+  if low.startswith(("memcpy", "copy")):
+    return "copy"
+  if low.startswith("memset"):
+    return "memset"
+  if "fusion" in low:
+    return low.split("_", 1)[0]
+  return "other"
+
+
+def _kernel_key(name: str) -> str:
+  """HLO instruction names and kernel names alike (`loop_add_fusion.3` is
+  launched as `loop_add_fusion_3`)."""
+  return re.sub(r"[.\-]", "_", name)
+
+
+def kernel_summary(events: Iterable[Tuple[str, float]], runs: int,
+                   op_names: Optional[Dict[str, str]] = None,
+                   top: int = 25) -> Dict[str, Any]:
+  """Per-call device time of kernels: total, by kind, the longest.
+
+  Args:
+    events: (kernel name, duration in ns) of every kernel of `runs` calls.
+    runs: how many calls the events cover.
+    op_names: HLO instruction name -> TensorFlow op name (`_kernel_key`'d),
+      to name what each fusion computes.
+    top: how many kernels to list.
+  """
+  per_name: Dict[str, List[float]] = collections.defaultdict(lambda: [0, 0])
+  for name, ns in events:
+    per_name[name][0] += 1
+    per_name[name][1] += ns
+  total = sum(ns for _, ns in per_name.values())
+  kinds: Dict[str, List[float]] = collections.defaultdict(lambda: [0, 0])
+  for name, (count, ns) in per_name.items():
+    kinds[kernel_kind(name)][0] += count
+    kinds[kernel_kind(name)][1] += ns
+  ms = lambda ns: round(ns / 1e6 / runs, 3)
+  op_names = op_names or {}
+  return {
+      "runs": runs,
+      "kernel_ms_per_call": ms(total),
+      "kernels_per_call": round(sum(c for c, _ in per_name.values()) / runs,
+                                1),
+      "by_kind": [{"kind": k, "ms": ms(ns), "share": round(ns / total, 3),
+                   "kernels_per_call": round(c / runs, 1)}
+                  for k, (c, ns) in sorted(kinds.items(),
+                                           key=lambda kv: -kv[1][1])]
+                 if total else [],
+      "longest": [{"kernel": n, "kind": kernel_kind(n), "ms": ms(ns),
+                   "per_call": round(c / runs, 1),
+                   "op_name": op_names.get(_kernel_key(n), "")}
+                  for n, (c, ns) in sorted(per_name.items(),
+                                           key=lambda kv: -kv[1][1])[:top]],
+  }
+
+
+# The profiler's trace is an XSpace protocol buffer (tsl/profiler/protobuf/
+# xplane.proto). jax's own reader (`jax.profiler.ProfileData`) is missing
+# from some jaxlib builds, and the GPU machine has no protobuf package, so
+# the few fields read here are decoded from the wire format by hand.
+_XSPACE_PLANES = 1
+_XPLANE_NAME, _XPLANE_LINES, _XPLANE_EVENT_METADATA = 2, 3, 4
+_XLINE_NAME, _XLINE_EVENTS = 2, 4
+_XEVENT_METADATA_ID, _XEVENT_DURATION_PS = 1, 3
+_XEVENT_METADATA_NAME = 2
+
+
+def _varint(buf: bytes, i: int) -> Tuple[int, int]:
+  shift = value = 0
+  while True:
+    byte = buf[i]
+    i += 1
+    value |= (byte & 0x7F) << shift
+    if byte < 0x80:
+      return value, i
+    shift += 7
+
+
+def proto_fields(buf: bytes) -> Iterable[Tuple[int, Any]]:
+  """(field number, value) of one protocol buffer message: ints for varints,
+  bytes for length-delimited fields (strings, sub-messages), raw bytes for
+  fixed-width ones."""
+  i, end = 0, len(buf)
+  while i < end:
+    key, i = _varint(buf, i)
+    field, wire = key >> 3, key & 7
+    if wire == 0:
+      value, i = _varint(buf, i)
+    elif wire == 2:
+      size, i = _varint(buf, i)
+      value, i = buf[i:i + size], i + size
+    elif wire in (1, 5):
+      size = 8 if wire == 1 else 4
+      value, i = buf[i:i + size], i + size
+    else:
+      raise ValueError(f"protocol buffer wire type {wire} not supported")
+    yield field, value
+
+
+def trace_kernels(xspace: bytes) -> List[Tuple[str, float]]:
+  """(kernel name, duration in ns) of every event on the device planes'
+  stream lines of a serialized XSpace. Other lines ("XLA Ops", "XLA
+  Modules", "Steps") are derived from the streams and would count twice."""
+  events = []
+  for field, plane in proto_fields(xspace):
+    if field != _XSPACE_PLANES:
+      continue
+    name, lines, names = "", [], {}
+    for f, v in proto_fields(plane):
+      if f == _XPLANE_NAME:
+        name = bytes(v).decode("utf-8", "replace")
+      elif f == _XPLANE_LINES:
+        lines.append(v)
+      elif f == _XPLANE_EVENT_METADATA:  # map<int64, XEventMetadata> entry
+        entry = dict(proto_fields(v))
+        meta = dict(proto_fields(entry.get(2, b"")))
+        names[entry.get(1, 0)] = bytes(
+            meta.get(_XEVENT_METADATA_NAME, b"")).decode("utf-8", "replace")
+    if not name.startswith("/device:"):
+      continue
+    for line in lines:
+      line_name, line_events = "", []
+      for f, v in proto_fields(line):
+        if f == _XLINE_NAME:
+          line_name = bytes(v).decode("utf-8", "replace")
+        elif f == _XLINE_EVENTS:
+          line_events.append(v)
+      if not line_name.startswith("Stream"):
+        continue
+      for event in line_events:
+        fields = dict(proto_fields(event))
+        events.append((names.get(fields.get(_XEVENT_METADATA_ID, 0), "?"),
+                       fields.get(_XEVENT_DURATION_PS, 0) / 1000.0))
+  return events
+
+
+def profile_kernels(call, runs: int, executable=None) -> Dict[str, Any]:
+  """Traces `runs` calls with jax's profiler and summarises the device's
+  kernels (`kernel_summary`); on a platform whose trace has no device plane
+  (the CPU) the summary is empty and says so."""
+  import jax  # pylint: disable=g-import-not-at-top
+  with tempfile.TemporaryDirectory() as trace_dir:
+    jax.profiler.start_trace(trace_dir)
+    try:
+      for _ in range(runs):
+        call()
+    finally:
+      jax.profiler.stop_trace()
+    paths = glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"),
+                      recursive=True)
+    if not paths:
+      return {"runs": runs, "note": "the profiler wrote no trace"}
+    with open(paths[0], "rb") as f:
+      events = trace_kernels(f.read())
+  if not events:
+    return {"runs": runs, "note": "no device kernels in the trace"}
+  op_names = {}
+  if executable is not None and hasattr(executable, "hlo_modules"):
+    text = executable.hlo_modules()[0].to_string()
+    op_names = {_kernel_key(b["name"]): b["op_name"]
+                for b in materialized_buffers(text)}
+  return kernel_summary(events, runs, op_names)
+
+
 def load_inputs(module_dir: str, manifest: Dict[str, Any]
                 ) -> List[np.ndarray]:
   """The module's arguments: the stored ones, and random values of the
@@ -226,9 +406,12 @@ def load_inputs(module_dir: str, manifest: Dict[str, Any]
 
 def run(module_dir: str, repeats: int = 10, warmup: int = 3,
         platform: Optional[str] = None, with_hlo_stats: bool = False,
-        compile_only: bool = False) -> Dict[str, Any]:
+        compile_only: bool = False, profile_runs: int = 0
+        ) -> Dict[str, Any]:
   """Compiles and times one exported module; returns its record
-  (`compile_only`: the compiled module's statistics, nothing run)."""
+  (`compile_only`: the compiled module's statistics, nothing run;
+  `profile_runs` > 0: the kernels of that many more calls, after the
+  timed ones)."""
   jax, _, _ = _jax_modules()
   with open(os.path.join(module_dir, "manifest.json")) as f:
     manifest = json.load(f)
@@ -271,6 +454,14 @@ def run(module_dir: str, repeats: int = 10, warmup: int = 3,
         abs(ref), 1e-30)
   if with_hlo_stats:
     record["hlo_stats"] = hlo_stats(executable)
+  if profile_runs:
+    try:
+      record["kernel_profile"] = profile_kernels(call, profile_runs,
+                                                 executable)
+    except Exception as e:  # pylint: disable=broad-except
+      # A profiler that cannot start (no CUPTI) must not lose the timing.
+      record["kernel_profile"] = {"runs": profile_runs,
+                                  "note": f"profiler failed: {e!r}"[:500]}
   return record
 
 
@@ -285,17 +476,22 @@ def main(argv: Optional[List[str]] = None) -> int:
   parser.add_argument("--hlo_stats", action="store_true")
   parser.add_argument("--compile_only", action="store_true",
                       help="compile and report the module's statistics only")
+  parser.add_argument("--profile", action="store_true",
+                      help="trace --profile_runs more calls and report the "
+                      "device time per kernel")
+  parser.add_argument("--profile_runs", type=int, default=3)
   parser.add_argument("--output_jsonl", default=None)
   args = parser.parse_args(argv)
-  if args.repeats < 1 or args.warmup < 1:
-    parser.error("--repeats and --warmup must be >= 1")
+  if args.repeats < 1 or args.warmup < 1 or args.profile_runs < 1:
+    parser.error("--repeats, --warmup and --profile_runs must be >= 1")
   for directory in args.module_dir:
     if not os.path.exists(os.path.join(directory, "manifest.json")):
       print(f"error: {directory}: no manifest.json (not an exported module)",
             file=sys.stderr)
       return 2
     record = run(directory, args.repeats, args.warmup, args.device,
-                 args.hlo_stats, args.compile_only)
+                 args.hlo_stats, args.compile_only,
+                 args.profile_runs if args.profile else 0)
     emit(record, args.output_jsonl)
   return 0
 

@@ -106,3 +106,54 @@ def test_written_buffers_skip_fusion_internals_and_follow_loops():
   assert by_name["f"]["bytes"] == 4 * 8 * 4
   assert by_name["d"]["bytes"] == 4 * 8 * 2
   assert by_name["w"]["op_name"] == "loop/Neg"
+
+
+def test_kernel_summary_per_call_by_kind_and_longest():
+  events = [("loop_add_fusion_3", 4e6), ("loop_add_fusion_3", 4e6),
+            ("sm90_xmma_gemm_bf16bf16", 10e6),
+            ("sm90_xmma_gemm_bf16bf16", 10e6),
+            ("input_reduce_fusion", 2e6), ("input_reduce_fusion", 2e6),
+            ("Memcpy DtoD", 1e6)]
+  summary = xla_runner.kernel_summary(
+      events, runs=2, op_names={"loop_add_fusion_3": "layer_0/add"})
+  assert summary["kernel_ms_per_call"] == 16.5
+  assert summary["kernels_per_call"] == 3.5
+  kinds = {k["kind"]: k for k in summary["by_kind"]}
+  assert kinds["gemm"]["ms"] == 10.0 and kinds["loop"]["ms"] == 4.0
+  assert kinds["input"]["ms"] == 2.0 and kinds["copy"]["ms"] == 0.5
+  assert abs(sum(k["share"] for k in summary["by_kind"]) - 1) < 1e-2
+  longest = summary["longest"]
+  assert [k["kernel"] for k in longest][:2] == ["sm90_xmma_gemm_bf16bf16",
+                                                "loop_add_fusion_3"]
+  assert longest[1]["op_name"] == "layer_0/add"
+  assert longest[1]["per_call"] == 1.0
+
+
+def test_profile_on_a_platform_without_device_kernels(exported):
+  # The CPU's trace has no device plane: the summary says so instead of
+  # failing the run.
+  record = xla_runner.run(exported, repeats=1, warmup=1, platform="cpu",
+                          profile_runs=1)
+  assert record["kernel_profile"]["runs"] == 1
+  assert "note" in record["kernel_profile"]
+
+
+def test_trace_kernels_reads_device_streams_only():
+  # An XSpace as the profiler writes it, built with TensorFlow's own
+  # protocol buffer classes; the runner decodes it without them.
+  from tensorflow.tsl.profiler.protobuf import xplane_pb2  # pylint: disable=g-import-not-at-top
+  space = xplane_pb2.XSpace()
+  host = space.planes.add(name="/host:CPU")
+  host.event_metadata[1].name = "host_op"
+  host.lines.add(name="Stream #1").events.add(metadata_id=1,
+                                              duration_ps=9_000_000)
+  gpu = space.planes.add(name="/device:GPU:0")
+  gpu.event_metadata[7].name = "loop_add_fusion_3"
+  gpu.event_metadata[300].name = "sm90_xmma_gemm"
+  stream = gpu.lines.add(name="Stream #13(Compute)")
+  stream.events.add(metadata_id=7, offset_ps=5, duration_ps=2_500_000)
+  stream.events.add(metadata_id=300, offset_ps=9, duration_ps=4_000_000)
+  derived = gpu.lines.add(name="XLA Ops")
+  derived.events.add(metadata_id=7, duration_ps=2_500_000)
+  events = xla_runner.trace_kernels(space.SerializeToString())
+  assert events == [("loop_add_fusion_3", 2500.0), ("sm90_xmma_gemm", 4000.0)]
