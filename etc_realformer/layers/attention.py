@@ -25,9 +25,6 @@ from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 from absl import logging
 import tensorflow as tf
-# TF's own test for "being traced for XLA" (its control flow and Keras use
-# it); there is no public one.
-from tensorflow.python.ops import control_flow_util  # pylint: disable=g-direct-tensorflow-import
 import tf_keras
 
 from etc_realformer.execution import ExecutionConfig
@@ -43,6 +40,7 @@ from etc_realformer.layers.projections import HeadProjection
 from etc_realformer.layers.projections import Linear
 from etc_realformer.layers.projections import merge_heads
 from etc_realformer.layers.relative_table import RelativeTable
+from etc_realformer.layers.xla_context import in_xla_context
 
 # With `ExecutionConfig.recompute_residual_streams`, the streams dict holds
 # one entry under this key: the earlier layers' score inputs.
@@ -68,12 +66,6 @@ class AttentionPlan(NamedTuple):
   """
   num_chunks: int
   stream_sources: bool
-
-
-def in_xla_context() -> bool:
-  """Whether the op being built is traced for XLA (`jit_compile=True`)."""
-  return control_flow_util.GraphOrParentsInXlaContext(
-      tf.compat.v1.get_default_graph())
 
 
 def plan_attention(execution: ExecutionConfig, sparse: bool, long_len: Any,

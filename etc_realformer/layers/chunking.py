@@ -13,9 +13,9 @@ import tensorflow as tf
 # XLA's optimization barrier has no public TensorFlow wrapper (not in
 # tf.raw_ops); tf2xla's Python module is where TensorFlow itself exposes it.
 from tensorflow.compiler.tf2xla.python import xla as tf2xla
-from tensorflow.python.ops import control_flow_util
 
 from etc_realformer.layers import blocking
+from etc_realformer.layers.xla_context import in_xla_context
 
 
 class ChunkInput(NamedTuple):
@@ -187,7 +187,7 @@ def chunked_recompute(parts: Sequence[ChunkedPart]
       flat_values = [v for vs in values for v in vs]
       flat_consts = [c for cs in const_values for c in cs]
       dys = list(dys)
-      if _in_xla():
+      if in_xla_context():
         live = [k for k, d in enumerate(dys) if d is not None]
         barred = list(tf2xla.optimization_barrier(
             *flat_values, *flat_consts, *[dys[k] for k in live]))
@@ -218,12 +218,6 @@ def chunked_recompute(parts: Sequence[ChunkedPart]
     results.append(dict(zip(ns, flat_result[at:at + len(ns)])))
     at += len(ns)
   return results
-
-
-def _in_xla() -> bool:
-  """Whether the graph being built is traced for XLA (`jit_compile=True`)."""
-  return control_flow_util.GraphOrParentsInXlaContext(
-      tf.compat.v1.get_default_graph())
 
 
 def chunk_bounds(total: int, num_chunks: int) -> List[Tuple[int, int]]:

@@ -14,6 +14,8 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from etc_realformer.layers.xla_context import in_xla_context
+
 
 class RelativeTable(tf_keras.layers.Layer):
   """The relative embeddings <float>[R, H, D] and biases [R, H] of one side.
@@ -89,5 +91,37 @@ def relative_scores(per_id: tf.Tensor, ids: tf.Tensor) -> tf.Tensor:
   Returns:
     <float32>[B, H, N, K].
   """
+  if in_xla_context():
+    return _relative_scores_xla(per_id, ids)
   picked = tf.gather(per_id, ids, axis=2, batch_dims=2)
   return tf.transpose(picked, [0, 3, 1, 2])
+
+
+@tf.custom_gradient
+def _relative_scores_xla(per_id: tf.Tensor, ids: tf.Tensor):
+  """`relative_scores` whose gradient is a masked sum per id, for XLA.
+
+  The gather's own gradient is a scatter-add of every [B, H, N, K] score
+  gradient into the few [B, N, R, H] cells of its ids. On a GPU the adds
+  collide (an l2g row has one or two distinct ids over its G keys), and at
+  16384 long and 1024 global tokens those scatters took 190 of the 415 ms
+  of a 12-layer step on an H100 (docs/benchmarks.md). Here the gradient of
+  id r is the sum over the keys of the score gradient where the id is r: a
+  row reduction over the last axis of a broadcast [B, H, N, R, K]
+  comparison, which XLA fuses into one pass over the gradient without
+  materialising it (outside XLA that tensor would be R times the scores,
+  so TensorFlow's kernels keep the gather's gradient).
+  """
+  picked = tf.transpose(tf.gather(per_id, ids, axis=2, batch_dims=2),
+                        [0, 3, 1, 2])
+
+  def grad(d_picked):
+    num_ids = per_id.shape[2]
+    match = tf.equal(ids[:, None, :, None, :],
+                     tf.range(num_ids, dtype=ids.dtype)[:, None])
+    per_id_grad = tf.reduce_sum(
+        tf.where(match, tf.cast(d_picked, per_id.dtype)[:, :, :, None, :],
+                 tf.zeros([], per_id.dtype)), axis=-1)  # [B, H, N, R]
+    return tf.transpose(per_id_grad, [0, 2, 3, 1]), None
+
+  return picked, grad

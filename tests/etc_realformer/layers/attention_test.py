@@ -259,6 +259,22 @@ def test_recomputed_core_under_xla_same_loss_and_gradients(impl,
                      jit_compile=True))
 
 
+@pytest.mark.parametrize("impl", ["full", "sparse"])
+def test_xla_same_loss_and_gradients_as_graph(impl):
+  # Under XLA the relative scores' gradient is a masked sum per id
+  # (`relative_table.relative_scores`), not the gather's scatter.
+  config = tiny_config(num_hidden_layers=2, residual_attention=True)
+  model = tiny_model(config)
+  randomize_relative_bias(model)
+  feats = random_features(config, batch=2, long_len=10, global_len=3, seed=4)
+  probe = probes(config, 2, 10, 3, seed=1)
+  assert_same_training(
+      loss_and_grads(model, feats, probe, training=True, impl=impl,
+                     use_function=True),
+      loss_and_grads(model, feats, probe, training=True, impl=impl,
+                     jit_compile=True))
+
+
 # ------------------------------------------------------ recomputed streams
 @pytest.mark.parametrize("impl", ["sparse", "full"])
 @pytest.mark.parametrize("chunk_len", [0, 3, 100])
