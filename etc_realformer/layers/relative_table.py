@@ -81,6 +81,15 @@ class RelativeTable(tf_keras.layers.Layer):
             "relative_bias_table": self.bias_table}
 
 
+# Under XLA, rows of at least this many keys get the masked-sum gradient
+# (`_relative_scores_masked_sum`). Measured on an H100 (12 layers, bf16,
+# docs/benchmarks.md): the gather's scatter-add cost g2l rows of 16384 keys
+# 12.2 ms per layer against about 2.2 ms for the masked sum, while at 4096
+# keys and below (l2l, l2g, g2g and the g2l of 4096 tokens) the scatter
+# was the faster of the two.
+MASKED_SUM_MIN_KEYS = 8192
+
+
 def relative_scores(per_id: tf.Tensor, ids: tf.Tensor) -> tf.Tensor:
   """Picks the relative score of each (query, key) pair.
 
@@ -91,26 +100,28 @@ def relative_scores(per_id: tf.Tensor, ids: tf.Tensor) -> tf.Tensor:
   Returns:
     <float32>[B, H, N, K].
   """
-  if in_xla_context():
-    return _relative_scores_xla(per_id, ids)
+  keys = ids.shape[-1]
+  if in_xla_context() and keys is not None and keys >= MASKED_SUM_MIN_KEYS:
+    return _relative_scores_masked_sum(per_id, ids)
   picked = tf.gather(per_id, ids, axis=2, batch_dims=2)
   return tf.transpose(picked, [0, 3, 1, 2])
 
 
 @tf.custom_gradient
-def _relative_scores_xla(per_id: tf.Tensor, ids: tf.Tensor):
+def _relative_scores_masked_sum(per_id: tf.Tensor, ids: tf.Tensor):
   """`relative_scores` whose gradient is a masked sum per id, for XLA.
 
   The gather's own gradient is a scatter-add of every [B, H, N, K] score
   gradient into the few [B, N, R, H] cells of its ids. On a GPU the adds
-  collide (an l2g row has one or two distinct ids over its G keys), and at
-  16384 long and 1024 global tokens those scatters took 190 of the 415 ms
-  of a 12-layer step on an H100 (docs/benchmarks.md). Here the gradient of
-  id r is the sum over the keys of the score gradient where the id is r: a
-  row reduction over the last axis of a broadcast [B, H, N, R, K]
-  comparison, which XLA fuses into one pass over the gradient without
-  materialising it (outside XLA that tensor would be R times the scores,
-  so TensorFlow's kernels keep the gather's gradient).
+  collide: a g2l row has one or two distinct ids over its L keys, and at
+  16384 long and 1024 global tokens that scatter took 146 of the 415 ms of
+  a 12-layer step on an H100. Here the gradient of id r is the sum over the
+  keys of the score gradient where the id is r: a row reduction over the
+  last axis of a broadcast [B, H, N, R, K] comparison, which XLA fuses
+  into passes over the gradient without materialising it, at a cost that
+  grows with R instead of with the collisions (outside XLA that tensor
+  would be R times the scores, so TensorFlow's kernels keep the gather's
+  gradient).
   """
   picked = tf.transpose(tf.gather(per_id, ids, axis=2, batch_dims=2),
                         [0, 3, 1, 2])

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from etc_realformer.layers import relative_table
 from etc_realformer.layers.relative_table import relative_scores
 
 
@@ -38,8 +39,11 @@ def _expected(per_id, ids, probe):
   return picked, grad
 
 
+@pytest.mark.parametrize("min_keys", [1, 8192])
 @pytest.mark.parametrize("jit_compile", [False, True])
-def test_picks_and_gradient(jit_compile):
+def test_picks_and_gradient(jit_compile, min_keys, monkeypatch):
+  # min_keys = 1: under XLA the masked-sum gradient; 8192: the gather's.
+  monkeypatch.setattr(relative_table, "MASKED_SUM_MIN_KEYS", min_keys)
   per_id, ids, probe = _inputs()
   fn = tf.function(_picked_and_grad, jit_compile=jit_compile)
   picked, grad = fn(per_id, ids, probe)
@@ -51,9 +55,17 @@ def test_picks_and_gradient(jit_compile):
   assert not grad.numpy()[:, :, [1, 2, 4, 5], :].any()
 
 
-def test_xla_gradient_has_no_scatter():
+def _xla_hlo():
   per_id, ids, probe = _inputs()
   fn = tf.function(_picked_and_grad, jit_compile=True)
-  hlo = fn.experimental_get_compiler_ir(per_id, ids, probe)(stage="hlo")
-  assert "gather(" in hlo
-  assert "scatter(" not in hlo
+  return fn.experimental_get_compiler_ir(per_id, ids, probe)(stage="hlo")
+
+
+def test_xla_gradient_is_a_masked_sum_for_long_rows(monkeypatch):
+  # Rows of at least MASKED_SUM_MIN_KEYS keys (7 here): no scatter.
+  monkeypatch.setattr(relative_table, "MASKED_SUM_MIN_KEYS", 7)
+  hlo = _xla_hlo()
+  assert "gather(" in hlo and "scatter(" not in hlo
+  # Shorter rows keep the gather's scatter-add.
+  monkeypatch.setattr(relative_table, "MASKED_SUM_MIN_KEYS", 8)
+  assert "scatter(" in _xla_hlo()
