@@ -212,13 +212,15 @@ def hlo_stats(executable, top: int = 8, groups: int = 16) -> Dict[str, Any]:
 
 def kernel_kind(name: str) -> str:
   """The kind of a device kernel, from its name: 'gemm' (cuBLAS, CUTLASS,
-  XLA's Triton GEMM fusions), an XLA fusion's kind (the first word of
-  `loop_add_fusion_3`, `input_reduce_fusion`, ...), 'copy', 'memset', or
-  'other'."""
+  XLA's Triton GEMM fusions), 'transpose' (XLA's transpose kernels), an XLA
+  fusion's kind (the first word of `loop_add_fusion_3`,
+  `input_reduce_fusion`, ...), 'copy', 'memset', or 'other'."""
   low = name.lower()
   if any(k in low for k in ("gemm", "cutlass", "xmma", "cublas", "matmul",
-                            "dot_")):
+                            "dot_", "nvjet")):  # nvjet: cuBLAS's kernels
     return "gemm"
+  if "transpose" in low and "fusion" not in low:  # XLA's wrapped_transpose
+    return "transpose"
   if low.startswith(("memcpy", "copy")):
     return "copy"
   if low.startswith("memset"):

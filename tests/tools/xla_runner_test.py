@@ -113,13 +113,15 @@ def test_kernel_summary_per_call_by_kind_and_longest():
             ("sm90_xmma_gemm_bf16bf16", 10e6),
             ("sm90_xmma_gemm_bf16bf16", 10e6),
             ("input_reduce_fusion", 2e6), ("input_reduce_fusion", 2e6),
-            ("Memcpy DtoD", 1e6)]
+            ("Memcpy DtoD", 1e6), ("nvjet_sm90_tst_128x160_h_bz_TNT", 2e6),
+            ("wrapped_transpose", 2e6)]
   summary = xla_runner.kernel_summary(
       events, runs=2, op_names={"loop_add_fusion_3": "layer_0/add"})
-  assert summary["kernel_ms_per_call"] == 16.5
-  assert summary["kernels_per_call"] == 3.5
+  assert summary["kernel_ms_per_call"] == 18.5
+  assert summary["kernels_per_call"] == 4.5
   kinds = {k["kind"]: k for k in summary["by_kind"]}
-  assert kinds["gemm"]["ms"] == 10.0 and kinds["loop"]["ms"] == 4.0
+  assert kinds["gemm"]["ms"] == 11.0 and kinds["loop"]["ms"] == 4.0
+  assert kinds["transpose"]["ms"] == 1.0
   assert kinds["input"]["ms"] == 2.0 and kinds["copy"]["ms"] == 0.5
   assert abs(sum(k["share"] for k in summary["by_kind"]) - 1) < 1e-2
   longest = summary["longest"]
