@@ -225,22 +225,10 @@ def test_auto_chunk_len_same_function(long_len):
 
 
 # -------------------------------------------------------------- recomputed
+@pytest.mark.parametrize("jit_compile", [False, True])
 @pytest.mark.parametrize("impl", ["full", "sparse"])
-def test_recomputed_core_same_loss_and_gradients(impl):
-  config = tiny_config(num_hidden_layers=2, hidden_dropout_prob=0.2,
-                       attention_probs_dropout_prob=0.2,
-                       residual_attention=True)
-  whole, recomputed = twin_models(config, recompute_attention=True)
-  feats = random_features(config, batch=2, long_len=10, global_len=3, seed=4)
-  probe = probes(config, 2, 10, 3, seed=1)
-  assert_same_training(
-      loss_and_grads(whole, feats, probe, training=True, impl=impl),
-      loss_and_grads(recomputed, feats, probe, training=True, impl=impl))
-
-
-@pytest.mark.parametrize("impl", ["full", "sparse"])
-def test_recomputed_core_under_xla_same_loss_and_gradients(impl,
-                                                           monkeypatch):
+def test_recomputed_core_same_loss_and_gradients(impl, jit_compile,
+                                                 monkeypatch):
   # Under XLA the recomputation reads its inputs through an optimization
   # barrier (`chunking.chunked_recompute`); the function is the same,
   # dropout masks included. Two traced functions would draw different
@@ -255,9 +243,9 @@ def test_recomputed_core_under_xla_same_loss_and_gradients(impl,
   probe = probes(config, 2, 10, 3, seed=1)
   assert_same_training(
       loss_and_grads(whole, feats, probe, training=True, impl=impl,
-                     jit_compile=True),
+                     jit_compile=jit_compile),
       loss_and_grads(recomputed, feats, probe, training=True, impl=impl,
-                     jit_compile=True))
+                     jit_compile=jit_compile))
 
 
 @pytest.mark.parametrize("impl", ["full", "sparse"])
