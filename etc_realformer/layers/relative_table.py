@@ -82,11 +82,12 @@ class RelativeTable(tf_keras.layers.Layer):
 
 
 # Under XLA, rows of at least this many keys get the masked-sum gradient
-# (`_relative_scores_masked_sum`). Measured on an H100 (12 layers, bf16,
-# docs/benchmarks.md): the gather's scatter-add cost g2l rows of 16384 keys
-# 12.2 ms per layer against about 2.2 ms for the masked sum, while at 4096
-# keys and below (l2l, l2g, g2g and the g2l of 4096 tokens) the scatter
-# was the faster of the two.
+# (`_relative_scores_masked_sum`). On an H100 (12 layers, bf16,
+# docs/benchmarks.md, "The relative scores' gradient") the gather's
+# scatter-add took 12.2 ms per layer for g2l rows of 16384 keys, where the
+# masked sum costs about 2.2 ms (its measured total shared out by score
+# elements); at 4096 keys and below (l2l, l2g, g2g, and g2l at 4096
+# tokens) the scatter was the faster of the two.
 MASKED_SUM_MIN_KEYS = 8192
 
 
