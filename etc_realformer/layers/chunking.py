@@ -103,14 +103,13 @@ def chunked_recompute(parts: Sequence[ChunkedPart]
     bounds.append(bounds[-1] + len(ns))
   out_names: List[List[str]] = [[] for _ in parts]
 
-  def cut(i: int, k: int, values, deps, consts=None
-          ) -> Dict[str, tf.Tensor]:
+  def cut(i: int, k: int, values, consts, deps) -> Dict[str, tf.Tensor]:
     start, size = parts[i].chunks[k]
     pieces = {}
     with tf.control_dependencies(deps):
       for n, spec, v in zip(names[i], specs[i], values):
         pieces[n] = _take(spec, tf.identity(v), start, size)
-      for n, v in zip(const_names[i], consts or const_values[i]):
+      for n, v in zip(const_names[i], consts):
         pieces[n] = tf.stop_gradient(
             _take(parts[i].consts[n], tf.identity(v), start, size))
     return pieces
@@ -123,7 +122,7 @@ def chunked_recompute(parts: Sequence[ChunkedPart]
             if spec.kind == "rows"}
     sums: Dict[str, tf.Tensor] = {}
     for k, (start, size) in enumerate(part.chunks):
-      pieces = cut(i, k, values, deps, consts)
+      pieces = cut(i, k, values, consts, deps)
       piece_list = [pieces[n] for n in names[i]]
       with tf.GradientTape() as tape:
         tape.watch(piece_list)
@@ -170,7 +169,8 @@ def chunked_recompute(parts: Sequence[ChunkedPart]
     for i, part in enumerate(parts):
       outs = []
       for k in range(len(part.chunks)):
-        out = part.fn(*part.chunks[k], cut(i, k, values[i], deps))
+        pieces = cut(i, k, values[i], const_values[i], deps)
+        out = part.fn(*part.chunks[k], pieces)
         outs.append(out)
         deps = list(out.values())
       out_names[i][:] = sorted(outs[0])

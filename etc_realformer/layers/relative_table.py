@@ -104,6 +104,11 @@ def relative_scores(per_id: tf.Tensor, ids: tf.Tensor) -> tf.Tensor:
   keys = ids.shape[-1]
   if in_xla_context() and keys is not None and keys >= MASKED_SUM_MIN_KEYS:
     return _relative_scores_masked_sum(per_id, ids)
+  return _picked(per_id, ids)
+
+
+def _picked(per_id: tf.Tensor, ids: tf.Tensor) -> tf.Tensor:
+  """The gather itself: [B, N, R, H] by [B, N, K] ids -> [B, H, N, K]."""
   picked = tf.gather(per_id, ids, axis=2, batch_dims=2)
   return tf.transpose(picked, [0, 3, 1, 2])
 
@@ -124,9 +129,6 @@ def _relative_scores_masked_sum(per_id: tf.Tensor, ids: tf.Tensor):
   would be R times the scores, so TensorFlow's kernels keep the gather's
   gradient).
   """
-  picked = tf.transpose(tf.gather(per_id, ids, axis=2, batch_dims=2),
-                        [0, 3, 1, 2])
-
   def grad(d_picked):
     num_ids = per_id.shape[2]
     match = tf.equal(ids[:, None, :, None, :],
@@ -136,4 +138,4 @@ def _relative_scores_masked_sum(per_id: tf.Tensor, ids: tf.Tensor):
                  tf.zeros([], per_id.dtype)), axis=-1)  # [B, H, N, R]
     return tf.transpose(per_id_grad, [0, 2, 3, 1]), None
 
-  return picked, grad
+  return _picked(per_id, ids), grad
