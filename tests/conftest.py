@@ -35,6 +35,20 @@ def pytest_collection_modifyitems(config, items):
   items.sort(key=lambda item: item.path not in slow_files)
 
 
+@pytest.fixture(autouse=True)
+def _seeded():
+  """Seeds Python, NumPy and TensorFlow before every test.
+
+  A test's random draws (unseeded initialisers, dropout, sampled data)
+  then do not depend on which tests ran before it in the same worker, so
+  a test passes or fails the same way on every run. Resetting the global
+  seed also resets TensorFlow's eager op-seed counter.
+  """
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  tf_keras.utils.set_random_seed(0)
+  yield
+
+
 @pytest.fixture
 def golden_dir():
   return GOLDEN_DIR

@@ -7,6 +7,7 @@ import random
 import numpy as np
 import pytest
 import tensorflow as tf
+import tf_keras
 
 from demos.wikihop import scaffold
 from demos.wikihop import synthetic
@@ -119,7 +120,10 @@ def test_schedule_checks_and_the_floor():
 
 def _scaffold_task(vocab_path, **kwargs):
   # A wide initialisation, so that the marks move the outputs well beyond
-  # float rounding.
+  # float rounding. Seeded: how far they move depends on the draw (over
+  # seeds 0-11 the relative move ranges from 0.004 to 0.075, and an
+  # unlucky unseeded draw fell below the test's 1e-3).
+  tf_keras.utils.set_random_seed(1)
   config = EtcConfig(vocab_size=600, hidden_size=16, num_hidden_layers=1,
                      num_attention_heads=2, intermediate_size=32,
                      local_radius=4, relative_pos_max_distance=2,
