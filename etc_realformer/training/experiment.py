@@ -9,6 +9,7 @@ task class, `etc_config` and `execution_config`).
 import dataclasses
 import json
 import os
+import re
 import tempfile
 from typing import Any, Dict, Optional
 
@@ -20,6 +21,7 @@ import tf_keras
 
 from etc_realformer.checkpoints import initialization
 from etc_realformer.checkpoints.paths import resolve_checkpoint_path
+from etc_realformer.errors import UserInputError
 from etc_realformer.export import saved_model
 from etc_realformer.training import distribution
 from etc_realformer.training import optimization
@@ -118,6 +120,22 @@ def build_model(task, strategy: tf.distribute.Strategy) -> tf_keras.Model:
   return model
 
 
+def assert_checkpoint_fits(status, path: str) -> None:
+  """Raises UserInputError, one line naming the checkpoint and the model's
+  variables it has no value for, when a restore left some unmatched (the
+  model was built from another config than the one that wrote it)."""
+  try:
+    status.assert_existing_objects_matched()
+  except AssertionError as e:
+    names = sorted(set(re.findall(r"<tf\.Variable '([^']+)'", str(e))))
+    shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+    raise UserInputError(
+        f"{path}: the checkpoint does not fit the model built from this "
+        f"config (another model size or task option?); "
+        f"{len(names) or 'some'} of the model's variables have no value "
+        f"in it: {shown or str(e).splitlines()[0]}") from None
+
+
 def restore_for_inference(model: tf_keras.Model, model_dir: str,
                           checkpoint: Optional[str] = None) -> str:
   """Restores model weights (not the optimizer) from a training checkpoint."""
@@ -128,7 +146,7 @@ def restore_for_inference(model: tf_keras.Model, model_dir: str,
   if tf.io.gfile.isdir(path):
     path = resolve_checkpoint_path(path)
   status = tf.train.Checkpoint(model=model).restore(path)
-  status.expect_partial().assert_existing_objects_matched()
+  assert_checkpoint_fits(status.expect_partial(), path)
   logging.info("Restored model weights from %s", path)
   return path
 
@@ -242,7 +260,7 @@ def _train(task, model, strategy, mode, model_dir, config: TrainerConfig,
   def init_fn():
     latest = tf.train.latest_checkpoint(model_dir)
     if latest and write_dir != model_dir:  # non-chief worker resuming
-      checkpoint.restore(latest).assert_existing_objects_matched()
+      assert_checkpoint_fits(checkpoint.restore(latest), latest)
       # The chief's line (orbit's) on every worker, so each log says where
       # its run resumed.
       print(f"restored from checkpoint: {latest}", flush=True)

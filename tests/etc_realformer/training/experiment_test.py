@@ -1,6 +1,6 @@
 """`run_experiment` under the loop's gin switches on the real WikiHop model:
 float16 with loss scaling, bfloat16, XLA and gradient accumulation, a few
-steps each."""
+steps each; restoring a checkpoint that does not fit the model."""
 
 import json
 import os
@@ -8,8 +8,11 @@ import os
 import gin
 import numpy as np
 import pytest
+import tensorflow as tf
 import tf_keras
 
+from etc_realformer.errors import UserInputError
+from etc_realformer.training import experiment
 from tasks import run
 import wikihop_testing
 
@@ -55,3 +58,22 @@ def test_switch_trains_and_evaluates(tiny_gin, tmp_path, bindings):
     assert binding.replace(" ", "") in operative.replace(" ", "")
   with open(os.path.join(tmp_path, "model", "eval_results.json")) as f:
     assert json.load(f)["step"] == 4
+
+
+def test_a_checkpoint_of_another_model_is_named_in_one_line(tmp_path):
+  def model(widths):
+    m = tf_keras.Sequential([tf_keras.layers.Dense(w, name=f"dense_{i}")
+                             for i, w in enumerate(widths)])
+    m(tf.zeros([1, 3]))
+    return m
+
+  path = tf.train.Checkpoint(model=model([2])).save(str(tmp_path / "ckpt"))
+  same = model([2])
+  assert experiment.restore_for_inference(same, str(tmp_path), path) == path
+  with pytest.raises(UserInputError) as error:
+    experiment.restore_for_inference(model([2, 4]), str(tmp_path), path)
+  message = str(error.value)
+  assert "\n" not in message
+  assert message.startswith(f"{path}: the checkpoint does not fit")
+  assert "2 of the model's variables" in message
+  assert "dense_1/kernel" in message
