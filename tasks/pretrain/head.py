@@ -33,7 +33,15 @@ The choices the ETC paper leaves open, and why (docs/pretraining.md, "CPC"):
 * projection: 'linear' by default, one Dense layer shared by prediction and
   target (SimCLR found a projection before the contrastive loss makes the
   encoder's own outputs better features; shared so that both sides live in
-  one space); 'mlp' (dense-gelu-dense) or 'none' by gin.
+  one space); 'mlp' (dense-gelu-dense) or 'none' by gin; 'none+mlp'
+  scores the mean of two cosines, one of the summary outputs themselves
+  and one of their MLP projection (the first keeps what the encoder
+  computes, word content where the initialisation makes it a bag of its
+  inputs; the second has room to learn other codes, such as the length).
+* centring (`center`, off by default): predictions and targets each minus
+  their batch mean before the cosine. Every summary token output shares a
+  large common part (its own embedding, what all sentences share); the
+  cosine of the raw outputs compares mostly that.
 * temperature: 0.1 by default, in the range SimCLR and CLIP settle in for
   cosine logits: with 1.0 the logits span only [-1, 1] and the loss cannot
   fall far below log(candidates).
@@ -57,7 +65,7 @@ from etc_realformer.errors import UserInputError
 from etc_realformer.layers.activations import get_activation
 from etc_realformer.training import task as task_lib
 
-PROJECTIONS = ("none", "linear", "mlp")
+PROJECTIONS = ("none", "linear", "mlp", "none+mlp")
 # Logit of a candidate slot that holds no sentence (float32).
 NEG_INF = -1e9
 
@@ -79,6 +87,12 @@ class CpcHeadConfig:
       the batch's CPC sentences of that length), so that the length, which
       a fully masked sentence shows, earns nothing and only the context
       can lower the loss. Evaluation keeps every candidate.
+    mlp_view_weight: w, for projection 'none+mlp': the score is (1 - w)
+      x the cosine of the outputs + w x the cosine of their MLP
+      projection (before the temperature).
+    center: subtract the batch's mean prediction from every prediction
+      and the mean target from every target (present slots only) before
+      the cosine.
   """
   projection: str = "linear"
   projection_size: Optional[int] = None
@@ -86,12 +100,17 @@ class CpcHeadConfig:
   stop_gradient: bool = False
   predictor: bool = False
   same_length_in_training: bool = False
+  center: bool = False
+  mlp_view_weight: float = 0.5
 
   def __post_init__(self):
     # Named as the task's gin parameters, which is where they are set.
     if self.projection not in PROJECTIONS:
       raise UserInputError(f"cpc_projection {self.projection!r} is not one "
                            f"of {PROJECTIONS}")
+    if not 0.0 <= self.mlp_view_weight <= 1.0:
+      raise UserInputError(f"cpc_mlp_view_weight must be in [0, 1], got "
+                           f"{self.mlp_view_weight}")
     if self.temperature <= 0:
       raise UserInputError(f"cpc_temperature must be positive, got "
                            f"{self.temperature}")
@@ -126,7 +145,7 @@ class PretrainModel(task_lib.EtcTaskModel):
     if cpc.projection == "linear":
       self.cpc_projection = [tf_keras.layers.Dense(
           width, kernel_initializer=init(), name="cpc_projection")]
-    elif cpc.projection == "mlp":
+    elif cpc.projection in ("mlp", "none+mlp"):
       self.cpc_projection = [
           tf_keras.layers.Dense(width, activation=get_activation(hidden_act),
                                 kernel_initializer=init(),
@@ -143,6 +162,8 @@ class PretrainModel(task_lib.EtcTaskModel):
     self.cpc_temperature = float(cpc.temperature)
     self.cpc_stop_gradient = bool(cpc.stop_gradient)
     self.cpc_same_length_in_training = bool(cpc.same_length_in_training)
+    self.cpc_center = bool(cpc.center)
+    self.cpc_mlp_view_weight = float(cpc.mlp_view_weight)
 
   def head(self, features: task_lib.Features, long_output: tf.Tensor,
            global_output: tf.Tensor, training: Optional[bool] = None
@@ -190,14 +211,32 @@ class PretrainModel(task_lib.EtcTaskModel):
           features["cpc_negative_lengths"], tf.int32), [-1])], 0)
     return lengths
 
-  def project(self, x: tf.Tensor, prediction: bool = False) -> tf.Tensor:
-    """The projection (then, for predictions, the predictor), L2-normalised
-    in float32."""
+  def project(self, x: tf.Tensor, prediction: bool = False,
+              present: Optional[tf.Tensor] = None) -> tf.Tensor:
+    """The projection (then, for predictions, the predictor), centred on
+    the mean of the `present` rows when `center` is set, L2-normalised in
+    float32."""
+    def finish(x):
+      x = tf.cast(x, tf.float32)
+      if self.cpc_center and present is not None:
+        weight = tf.cast(present, tf.float32)[:, tf.newaxis]
+        mean = tf.reduce_sum(x * weight, 0, keepdims=True) / tf.maximum(
+            tf.reduce_sum(weight), 1.0)
+        x = x - mean
+      return tf.math.l2_normalize(x, axis=-1)
+
+    outputs = x
     for layer in self.cpc_projection:
       x = layer(x)
     if prediction and self.cpc_predictor is not None:
       x = self.cpc_predictor(x)
-    return tf.math.l2_normalize(tf.cast(x, tf.float32), axis=-1)
+    if self.cpc_projection_type.startswith("none+"):
+      # Both views, each normalised and weighted: the score is
+      # (1 - w) x the first view's cosine + w x the second's.
+      w = self.cpc_mlp_view_weight
+      return tf.concat([finish(outputs) * (1.0 - w) ** 0.5,
+                        finish(x) * w ** 0.5], -1)
+    return finish(x)
 
   def cpc(self, features: task_lib.Features, global_output: tf.Tensor,
           training: Optional[bool]) -> Dict[str, tf.Tensor]:
@@ -211,13 +250,15 @@ class PretrainModel(task_lib.EtcTaskModel):
     target = target_global[:, 0]
     if self.cpc_stop_gradient:
       target = tf.stop_gradient(target)
-    logits = tf.matmul(self.project(predicted, prediction=True),
-                       self.project(target),
-                       transpose_b=True) / self.cpc_temperature
-    present = tf.reshape(features["cpc_weights"], [-1]) > 0
+    queries = tf.reshape(features["cpc_weights"], [-1]) > 0
+    present = queries
     if "cpc_negative_lengths" in features:
       present = tf.concat([present, tf.reshape(
           features["cpc_negative_lengths"], [-1]) > 0], 0)
+    logits = tf.matmul(
+        self.project(predicted, prediction=True, present=queries),
+        self.project(target, present=present),
+        transpose_b=True) / self.cpc_temperature
     keep = present[tf.newaxis]
     if training and self.cpc_same_length_in_training:
       lengths = self.cpc_target_lengths(features)

@@ -105,6 +105,8 @@ class PretrainTask(task_lib.Task):
                cpc_predictor: bool = _CPC_HEAD.predictor,
                cpc_same_length_in_training: bool = (
                    _CPC_HEAD.same_length_in_training),
+               cpc_center: bool = _CPC_HEAD.center,
+               cpc_mlp_view_weight: float = _CPC_HEAD.mlp_view_weight,
                mlm_head_checkpoint: Optional[str] = None,
                vocab_file: Optional[str] = None,
                spm_model_file: Optional[str] = None,
@@ -132,13 +134,17 @@ class PretrainTask(task_lib.Task):
       cpc_max_sentence_len, cpc_min_sentence_len: the lengths (pieces) of
         the sentences CPC may mask; the longest is the second pass's length.
       mlm_weight, cpc_weight: the loss weights (0.8 / 0.2).
-      cpc_projection: 'linear' | 'mlp' | 'none' (head.py).
+      cpc_projection: 'linear' | 'mlp' | 'none' | 'none+mlp' (head.py).
       cpc_projection_size: its width (default hidden_size).
       cpc_temperature: the cosine logits' temperature.
       cpc_stop_gradient: no gradient through the target (second) pass.
       cpc_predictor: a linear map on the prediction side (head.py).
       cpc_same_length_in_training: in training, a query's candidates are
         only the sentences of its own length (head.py).
+      cpc_center: centre predictions and targets on their batch means
+        before the cosine (head.py).
+      cpc_mlp_view_weight: with cpc_projection 'none+mlp', the MLP
+        view's share of the score (head.py).
       mlm_head_checkpoint: a checkpoint with BERT's `cls/predictions/*`
         (a lifted one); default: `TrainerConfig.init_checkpoint` if it has
         them.
@@ -193,7 +199,8 @@ class PretrainTask(task_lib.Task):
         projection=cpc_projection, projection_size=cpc_projection_size,
         temperature=cpc_temperature, stop_gradient=cpc_stop_gradient,
         predictor=cpc_predictor,
-        same_length_in_training=cpc_same_length_in_training)
+        same_length_in_training=cpc_same_length_in_training,
+        center=cpc_center, mlp_view_weight=cpc_mlp_view_weight)
     self.mlm_head_checkpoint = mlm_head_checkpoint
     self.vocab_file = vocab_file
     self.spm_model_file = spm_model_file

@@ -183,6 +183,78 @@ def test_same_length_candidates_in_training_only():
   assert other_lengths > 0
 
 
+def test_centred_cosine_by_hand():
+  task = pretrain_testing.tiny_task(max_predictions_per_seq=6,
+                                    max_cpc_sentences=2,
+                                    cpc_max_sentence_len=8,
+                                    cpc_temperature=0.5, cpc_negatives=1,
+                                    cpc_center=True)
+  model = task.build_model()
+  stored = {k: tf.constant(v)
+            for k, v in pretrain_testing.hand_batch().items()}
+  features = task.mask(stored, tf.constant([3, 4], tf.int64), training=True)
+  features = {k: v for k, v in features.items()
+              if k in task.model_input_spec() or "negative" in k}
+  logits = model(features, training=False)["cpc_logits"].numpy()
+  logits = logits.reshape(-1, logits.shape[-1])
+  _, global_output = model.encode(features)
+  queries = features["cpc_weights"].numpy().reshape(-1) > 0
+  predicted = tf.gather(global_output, features["cpc_global_positions"],
+                        batch_dims=1).numpy().reshape(-1, 32)
+  _, target = model.encode(model.cpc_target_features(features))
+  present = model.cpc_target_lengths(features).numpy() > 0
+  projection = model.cpc_projection[0]
+  p = projection(tf.constant(predicted)).numpy()
+  t = projection(target[:, 0]).numpy()
+  # Each side minus the mean of its own present rows (queries; queries and
+  # negatives), then the cosine.
+  p = p - p[queries].mean(0)
+  t = t - t[present].mean(0)
+  p /= np.linalg.norm(p, axis=-1, keepdims=True)
+  t /= np.linalg.norm(t, axis=-1, keepdims=True)
+  expected = p @ t.T / 0.5
+  assert queries.sum() == 2 and present.sum() == 4
+  np.testing.assert_allclose(logits[queries][:, present],
+                             expected[queries][:, present], atol=1e-4)
+  # Centring changes the scores: without it they are other numbers.
+  model.cpc_center = False
+  plain = model(features, training=False)["cpc_logits"].numpy()
+  plain = plain.reshape(-1, plain.shape[-1])
+  assert not np.allclose(plain[queries][:, present],
+                         expected[queries][:, present], atol=1e-2)
+
+
+@pytest.mark.parametrize("weight", [0.5, 0.75])
+def test_two_view_projection_scores_a_weighted_sum_of_two_cosines(weight):
+  task = pretrain_testing.tiny_task(max_predictions_per_seq=6,
+                                    max_cpc_sentences=1,
+                                    cpc_max_sentence_len=8,
+                                    cpc_projection="none+mlp",
+                                    cpc_mlp_view_weight=weight)
+  model = task.build_model()
+  a = tf.random.stateless_normal([3, 32], [5, 6])
+  b = tf.random.stateless_normal([4, 32], [7, 8])
+
+  def cosines(x, y):
+    x = tf.math.l2_normalize(x, axis=-1)
+    y = tf.math.l2_normalize(y, axis=-1)
+    return tf.matmul(x, y, transpose_b=True).numpy()
+
+  def mlp(x):
+    for layer in model.cpc_projection:
+      x = layer(x)
+    return x
+
+  assert len(model.cpc_projection) == 2
+  scores = tf.matmul(model.project(a), model.project(b),
+                     transpose_b=True).numpy()
+  np.testing.assert_allclose(
+      scores, (1 - weight) * cosines(a, b) + weight * cosines(mlp(a), mlp(b)),
+      atol=1e-5)
+  with pytest.raises(UserInputError, match="cpc_mlp_view_weight"):
+    pretrain_testing.tiny_task(cpc_mlp_view_weight=-0.1).build_model()
+
+
 def test_predictor_acts_on_the_prediction_side_only():
   task = pretrain_testing.tiny_task(max_predictions_per_seq=6,
                                     max_cpc_sentences=1,
