@@ -58,9 +58,15 @@ def demo_gin(data_dir: str, vocab_size: int, train_steps: int,
              seed: int) -> str:
   """The demo's gin config (also written to OUTPUT_DIR/demo.gin)."""
   # The demos' tiny ETC-RealFormer with 2 layers (relative ids and residual
-  # attention from models/etc_tiny.gin), and a wider feed-forward.
+  # attention from models/etc_tiny.gin), 128 wide, a wider feed-forward,
+  # and an initialisation under which a summary token starts as a bag of
+  # its sentence's pieces: identity value/output projections, each sentence
+  # token attending to its own pieces (docs/pretraining.md, "The demo").
   return common.model_gin("tasks/pretrain.gin", vocab_size, 2) + """\
+etc_config.hidden_size = 128
 etc_config.intermediate_size = 256
+etc_config.value_output_identity_init = 1.0
+etc_config.own_sentence_bias_init = 4.0
 
 """ + common.task_gin("PretrainTask", LONG_SEQ_LEN, GLOBAL_SEQ_LEN, data_dir,
                       "train-*.tfrecord", "eval-*.tfrecord", seed) + f"""\
@@ -69,7 +75,13 @@ PretrainTask.max_predictions_per_seq = 40
 PretrainTask.cpc_sentence_rate = 0.1
 PretrainTask.max_cpc_sentences = 2
 PretrainTask.cpc_max_sentence_len = 64
-PretrainTask.cpc_temperature = 0.1
+# The CPC head that reads the context (docs/pretraining.md, "The demo"):
+# centred cosines of the summary outputs themselves and of an MLP view,
+# length-matched negatives in training.
+PretrainTask.cpc_projection = 'none+mlp'
+PretrainTask.cpc_center = True
+PretrainTask.cpc_temperature = 0.05
+PretrainTask.cpc_negatives = 3
 
 optimizer.optimizer_type = 'lamb'
 optimizer.learning_rate = {LEARNING_RATE!r}
