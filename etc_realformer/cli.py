@@ -28,7 +28,11 @@ def user_error_line(error: BaseException) -> str:
   text = str(error).strip() or type(error).__name__
   if isinstance(error, tf.errors.NotFoundError):
     text = error.message
-  return "error: " + text
+  # gin appends "In call to configurable ..." lines to an error raised
+  # inside a configurable; the user's line is what the code said.
+  lines = [line for line in text.splitlines()
+           if not line.strip().startswith("In call to configurable")]
+  return "error: " + " ".join(line.strip() for line in lines if line.strip())
 
 
 def guarded(main: Callable[[List[str]], Optional[int]]

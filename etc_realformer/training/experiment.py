@@ -120,20 +120,31 @@ def build_model(task, strategy: tf.distribute.Strategy) -> tf_keras.Model:
   return model
 
 
-def assert_checkpoint_fits(status, path: str) -> None:
-  """Raises UserInputError, one line naming the checkpoint and the model's
-  variables it has no value for, when a restore left some unmatched (the
-  model was built from another config than the one that wrote it)."""
+def restore_checked(checkpoint: tf.train.Checkpoint, path: str,
+                    partial: bool = False) -> None:
+  """Restores `path` into `checkpoint`, or raises UserInputError, one line
+  naming the checkpoint (and the model's variables it has no value for)
+  when it does not fit the model, i.e. the model was built from another
+  config than the one that wrote it. `partial`: the checkpoint may hold
+  more than the model (an optimizer's slots)."""
+  def fail(detail: str):
+    raise UserInputError(
+        f"{path}: the checkpoint does not fit the model built from this "
+        f"config (another model size or task option?); {detail}") from None
+
+  try:
+    status = checkpoint.restore(path)
+  except ValueError as e:  # a variable of another shape
+    fail(str(e).splitlines()[0])
+  if partial:
+    status = status.expect_partial()
   try:
     status.assert_existing_objects_matched()
   except AssertionError as e:
     names = sorted(set(re.findall(r"<tf\.Variable '([^']+)'", str(e))))
     shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
-    raise UserInputError(
-        f"{path}: the checkpoint does not fit the model built from this "
-        f"config (another model size or task option?); "
-        f"{len(names) or 'some'} of the model's variables have no value "
-        f"in it: {shown or str(e).splitlines()[0]}") from None
+    fail(f"{len(names) or 'some'} of the model's variables have no value "
+         f"in it: {shown or str(e).splitlines()[0]}")
 
 
 def restore_for_inference(model: tf_keras.Model, model_dir: str,
@@ -145,8 +156,7 @@ def restore_for_inference(model: tf_keras.Model, model_dir: str,
                             "pass --checkpoint")
   if tf.io.gfile.isdir(path):
     path = resolve_checkpoint_path(path)
-  status = tf.train.Checkpoint(model=model).restore(path)
-  assert_checkpoint_fits(status.expect_partial(), path)
+  restore_checked(tf.train.Checkpoint(model=model), path, partial=True)
   logging.info("Restored model weights from %s", path)
   return path
 
@@ -260,13 +270,19 @@ def _train(task, model, strategy, mode, model_dir, config: TrainerConfig,
   def init_fn():
     latest = tf.train.latest_checkpoint(model_dir)
     if latest and write_dir != model_dir:  # non-chief worker resuming
-      assert_checkpoint_fits(checkpoint.restore(latest), latest)
+      restore_checked(checkpoint, latest)
       # The chief's line (orbit's) on every worker, so each log says where
       # its run resumed.
       print(f"restored from checkpoint: {latest}", flush=True)
     elif config.init_checkpoint:
       initialization.initialize_encoder(model.encoder, config.init_checkpoint)
 
+  latest = tf.train.latest_checkpoint(model_dir)
+  if latest and write_dir == model_dir:
+    # The chief resumes through orbit's `restore_or_initialize`, which
+    # restores without any check: a model_dir written with another config
+    # fails here, in one line. (The restore there repeats this one.)
+    restore_checked(checkpoint, latest)
   manager = tf.train.CheckpointManager(
       checkpoint, directory=write_dir,
       max_to_keep=config.max_checkpoints_to_keep, step_counter=global_step,

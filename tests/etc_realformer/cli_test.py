@@ -12,6 +12,10 @@ from etc_realformer.errors import UserInputError
      "error: data.json: record 'x', field 'query': missing"),
     (FileNotFoundError("vocab.txt: vocabulary file not found"),
      "error: vocab.txt: vocabulary file not found"),
+    # As gin re-raises an error from inside a configurable.
+    (UserInputError("ckpt-2: the checkpoint does not fit\n"
+                    "  In call to configurable 'run_experiment' (<function>)"),
+     "error: ckpt-2: the checkpoint does not fit"),
 ])
 def test_user_errors_are_one_line_and_exit_2(capsys, error, line):
   def main(argv):

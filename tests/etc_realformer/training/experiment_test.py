@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
+from etc_realformer import cli
 from etc_realformer.errors import UserInputError
 from etc_realformer.training import experiment
 from tasks import run
@@ -77,3 +78,42 @@ def test_a_checkpoint_of_another_model_is_named_in_one_line(tmp_path):
   assert message.startswith(f"{path}: the checkpoint does not fit")
   assert "2 of the model's variables" in message
   assert "dense_1/kernel" in message
+
+
+def test_a_checkpoint_with_other_shapes_is_named_in_one_line(tmp_path):
+  def model(width):
+    m = tf_keras.Sequential([tf_keras.layers.Dense(width, name="dense")])
+    m(tf.zeros([1, 3]))
+    return m
+
+  path = tf.train.Checkpoint(model=model(2)).save(str(tmp_path / "ckpt"))
+  with pytest.raises(UserInputError) as error:
+    experiment.restore_for_inference(model(5), str(tmp_path), path)
+  assert "\n" not in str(error.value)
+  assert str(error.value).startswith(f"{path}: the checkpoint does not fit")
+
+
+def test_resuming_with_another_config_is_named_in_one_line(tiny_gin,
+                                                          tmp_path):
+  model_dir = str(tmp_path / "model")
+  run.register_tasks()
+
+  def train(bindings):
+    gin.clear_config()
+    try:
+      run.parse_gin(["tasks/wikihop.gin", tiny_gin], bindings)
+      return run.run("train", model_dir)
+    finally:
+      gin.clear_config()
+
+  train(["TrainerConfig.train_steps = 2",
+         "TrainerConfig.checkpoint_interval = 2"])
+  latest = tf.train.latest_checkpoint(model_dir)
+  assert latest
+  with pytest.raises(UserInputError) as error:
+    train(["TrainerConfig.train_steps = 4",
+           "etc_config.intermediate_size = 48"])
+  # What the binaries print (gin adds the configurable's name below).
+  line = cli.user_error_line(error.value)
+  assert "\n" not in line and "In call to" not in line
+  assert line.startswith(f"error: {latest}: the checkpoint does not fit")
