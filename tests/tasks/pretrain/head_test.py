@@ -149,18 +149,23 @@ def test_cpc_negatives_join_the_candidates_in_training_only():
   assert np.isfinite(losses).all() and (losses[:, 0] > 0).all()
 
 
-def test_same_length_candidates_in_training_only():
+def _training_batch(**task_kwargs):
+  """(model, the hand batch masked for training with one negative per CPC
+  sentence) of a tiny task with `task_kwargs`."""
   task = pretrain_testing.tiny_task(max_predictions_per_seq=6,
                                     max_cpc_sentences=2,
                                     cpc_max_sentence_len=8,
-                                    cpc_negatives=1,
-                                    cpc_same_length_in_training=True)
-  model = task.build_model()
+                                    cpc_negatives=1, **task_kwargs)
   stored = {k: tf.constant(v)
             for k, v in pretrain_testing.hand_batch().items()}
   features = task.mask(stored, tf.constant([3, 4], tf.int64), training=True)
-  features = {k: v for k, v in features.items()
-              if k in task.model_input_spec() or "negative" in k}
+  return task.build_model(), {
+      k: v for k, v in features.items()
+      if k in task.model_input_spec() or "negative" in k}
+
+
+def test_same_length_candidates_in_training_only():
+  model, features = _training_batch(cpc_same_length_in_training=True)
   lengths = np.concatenate([features["cpc_lengths"].numpy().reshape(-1),
                             features["cpc_negative_lengths"].numpy()
                             .reshape(-1)])
@@ -184,17 +189,7 @@ def test_same_length_candidates_in_training_only():
 
 
 def test_centred_cosine_by_hand():
-  task = pretrain_testing.tiny_task(max_predictions_per_seq=6,
-                                    max_cpc_sentences=2,
-                                    cpc_max_sentence_len=8,
-                                    cpc_temperature=0.5, cpc_negatives=1,
-                                    cpc_center=True)
-  model = task.build_model()
-  stored = {k: tf.constant(v)
-            for k, v in pretrain_testing.hand_batch().items()}
-  features = task.mask(stored, tf.constant([3, 4], tf.int64), training=True)
-  features = {k: v for k, v in features.items()
-              if k in task.model_input_spec() or "negative" in k}
+  model, features = _training_batch(cpc_temperature=0.5, cpc_center=True)
   logits = model(features, training=False)["cpc_logits"].numpy()
   logits = logits.reshape(-1, logits.shape[-1])
   _, global_output = model.encode(features)
