@@ -147,6 +147,26 @@ def restore_checked(checkpoint: tf.train.Checkpoint, path: str,
          f"in it: {shown or str(e).splitlines()[0]}")
 
 
+class CheckedCheckpointManager(tf.train.CheckpointManager):
+  """`tf.train.CheckpointManager` whose `restore_or_initialize` (what orbit's
+  Controller calls to resume) restores the latest checkpoint through
+  `restore_checked`: the parent restores without any check, so a model_dir
+  written with another config raised a traceback (a variable of another
+  shape) or silently kept initial values (a variable it lacks). One restore
+  either way: under a multi-worker strategy every worker must run the same
+  restore ops."""
+
+  def restore_or_initialize(self):
+    latest = self.latest_checkpoint
+    if latest is None:
+      return super().restore_or_initialize()
+    restore_checked(self.checkpoint, latest)
+    if self.checkpoint_interval is not None:
+      # As the parent: the interval counts from the restored step.
+      self._last_checkpoint_step = int(self._step_counter.numpy())  # pylint: disable=protected-access
+    return latest
+
+
 def restore_for_inference(model: tf_keras.Model, model_dir: str,
                           checkpoint: Optional[str] = None) -> str:
   """Restores model weights (not the optimizer) from a training checkpoint."""
@@ -277,13 +297,7 @@ def _train(task, model, strategy, mode, model_dir, config: TrainerConfig,
     elif config.init_checkpoint:
       initialization.initialize_encoder(model.encoder, config.init_checkpoint)
 
-  latest = tf.train.latest_checkpoint(model_dir)
-  if latest and write_dir == model_dir:
-    # The chief resumes through orbit's `restore_or_initialize`, which
-    # restores without any check: a model_dir written with another config
-    # fails here, in one line. (The restore there repeats this one.)
-    restore_checked(checkpoint, latest)
-  manager = tf.train.CheckpointManager(
+  manager = CheckedCheckpointManager(
       checkpoint, directory=write_dir,
       max_to_keep=config.max_checkpoints_to_keep, step_counter=global_step,
       checkpoint_interval=config.checkpoint_interval, init_fn=init_fn)
