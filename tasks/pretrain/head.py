@@ -34,10 +34,11 @@ The choices the ETC paper leaves open, and why (docs/pretraining.md, "CPC"):
   target (SimCLR found a projection before the contrastive loss makes the
   encoder's own outputs better features; shared so that both sides live in
   one space); 'mlp' (dense-gelu-dense) or 'none' by gin; 'none+mlp'
-  scores the mean of two cosines, one of the summary outputs themselves
-  and one of their MLP projection (the first keeps what the encoder
-  computes, word content where the initialisation makes it a bag of its
-  inputs; the second has room to learn other codes, such as the length).
+  scores a weighted mean of two cosines (`mlp_view_weight`, 0.5), one of
+  the summary outputs themselves and one of their MLP projection (the
+  first keeps what the encoder computes, word content where the
+  initialisation makes it a bag of its inputs; the second has room to
+  learn other codes, such as the length).
 * centring (`center`, off by default): predictions and targets each minus
   their batch mean before the cosine. Every summary token output shares a
   large common part (its own embedding, what all sentences share); the
@@ -214,14 +215,17 @@ class PretrainModel(task_lib.EtcTaskModel):
   def project(self, x: tf.Tensor, prediction: bool = False,
               present: Optional[tf.Tensor] = None) -> tf.Tensor:
     """The projection (then, for predictions, the predictor), centred on
-    the mean of the `present` rows when `center` is set, L2-normalised in
-    float32."""
+    the mean of the `present` rows (bool [N]; default every row) when
+    `center` is set, L2-normalised in float32."""
     def finish(x):
       x = tf.cast(x, tf.float32)
-      if self.cpc_center and present is not None:
-        weight = tf.cast(present, tf.float32)[:, tf.newaxis]
-        mean = tf.reduce_sum(x * weight, 0, keepdims=True) / tf.maximum(
-            tf.reduce_sum(weight), 1.0)
+      if self.cpc_center:
+        if present is None:
+          mean = tf.reduce_mean(x, 0, keepdims=True)
+        else:
+          weight = tf.cast(present, tf.float32)[:, tf.newaxis]
+          mean = tf.reduce_sum(x * weight, 0, keepdims=True) / tf.maximum(
+              tf.reduce_sum(weight), 1.0)
         x = x - mean
       return tf.math.l2_normalize(x, axis=-1)
 
@@ -230,7 +234,7 @@ class PretrainModel(task_lib.EtcTaskModel):
       x = layer(x)
     if prediction and self.cpc_predictor is not None:
       x = self.cpc_predictor(x)
-    if self.cpc_projection_type.startswith("none+"):
+    if self.cpc_projection_type == "none+mlp":
       # Both views, each normalised and weighted: the score is
       # (1 - w) x the first view's cosine + w x the second's.
       w = self.cpc_mlp_view_weight

@@ -211,6 +211,14 @@ def test_centred_cosine_by_hand():
   assert queries.sum() == 2 and present.sum() == 4
   np.testing.assert_allclose(logits[queries][:, present],
                              expected[queries][:, present], atol=1e-4)
+  # Without `present`, every row counts in the mean.
+  x = tf.random.stateless_normal([3, 32], [1, 2])
+  projected = projection(x).numpy()
+  projected -= projected.mean(0)
+  np.testing.assert_allclose(
+      model.project(x),
+      projected / np.linalg.norm(projected, axis=-1, keepdims=True),
+      atol=1e-5)
   # Centring changes the scores: without it they are other numbers.
   model.cpc_center = False
   plain = model(features, training=False)["cpc_logits"].numpy()
