@@ -93,6 +93,16 @@ class EtcConfig(json_config.JsonConfig):
   # sentence/paragraph token starts attending to its own tokens in g2l
   # instead of uniformly over the whole input. 0 = the original's zeros.
   own_sentence_bias_init: float = 0.0
+  # When > 0: the last head of every layer's global queries starts as a
+  # counter. Its initial biases are +b on the token itself (g2g distance 0),
+  # -b on the other global tokens and 0 on its own sentence's tokens (in
+  # place of own_sentence_bias_init), so that its weight on itself is about
+  # 1 / (1 + n e^-c) for a sentence of n pieces, c = b / sqrt(size per head)
+  # (the biases, as the scores, are scaled). Attention averages, so
+  # without such a reference a sentence token cannot tell n pieces of the
+  # same kind (a fully masked sentence) from n + 1. Needs relative ids and
+  # hard g2l masking (with soft masking the whole input would count).
+  count_head_bias_init: float = 0.0
   # When > 0: every layer's value projection starts as a random orthogonal
   # map Q and both output projections as this factor times Q^T, so that an
   # attention layer initially adds (factor x) the attention-weighted average
@@ -170,6 +180,12 @@ class EtcConfig(json_config.JsonConfig):
     if self.own_sentence_bias_init and self.relative_vocab_size is None:
       fail("own_sentence_bias_init", "needs relative ids "
            "(relative_vocab_size is null)")
+    if self.count_head_bias_init < 0:
+      fail("count_head_bias_init", "must not be negative")
+    if self.count_head_bias_init and (self.relative_vocab_size is None
+                                      or not self.use_hard_g2l_mask):
+      fail("count_head_bias_init", "needs relative ids and "
+           "use_hard_g2l_mask = true")
     for field in ("value_output_identity_init", "query_key_identity_init"):
       value = getattr(self, field)
       if value < 0:

@@ -21,7 +21,8 @@ layout-independent and finite in every dtype.
 """
 
 import math
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
+from typing import (Any, Dict, List, Mapping, NamedTuple, Optional, Sequence,
+                    Tuple, Union)
 
 from absl import logging
 import tensorflow as tf
@@ -134,7 +135,8 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
                residual_patterns: Tuple[str, ...] = (),
                residual_running_mean: bool = False,
                execution: Optional[ExecutionConfig] = None,
-               global_relative_initial_biases: Optional[Mapping[int, float]]
+               global_relative_initial_biases: Optional[Mapping[
+                   int, Union[float, Sequence[float]]]]
                = None,
                value_output_identity_init: float = 0.0,
                query_key_identity_init: float = 0.0,
@@ -147,8 +149,8 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
         (empty: residual attention off).
       residual_running_mean: softmax the running mean of the streams.
       execution: how to run the core (default `ExecutionConfig()`).
-      global_relative_initial_biases: {relative id: initial bias} of the
-        global queries' relative table.
+      global_relative_initial_biases: {relative id: initial bias, one for
+        all heads or one per head} of the global queries' relative table.
       value_output_identity_init: when > 0, value kernels start as one
         orthogonal Q and output kernels as this factor times Q^T.
       query_key_identity_init: when > 0, query and key kernels start as

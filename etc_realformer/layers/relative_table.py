@@ -8,7 +8,7 @@ ETC adds to each score q.k a relative term q.e[id] + bias[id, head], where
 (`relative_scores`), never as an [N, K, D] tensor.
 """
 
-from typing import Dict, Mapping, Optional
+from typing import Dict, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import tensorflow as tf
@@ -26,24 +26,31 @@ class RelativeTable(tf_keras.layers.Layer):
 
   def __init__(self, relative_vocab_size: int, num_heads: int,
                size_per_head: int,
-               initial_biases: Optional[Mapping[int, float]] = None,
+               initial_biases: Optional[Mapping[
+                   int, Union[float, Sequence[float]]]] = None,
                **kwargs):
-    """`initial_biases`: {relative id: initial bias (all heads)}; others 0."""
+    """`initial_biases`: {relative id: initial bias, one for all heads or
+    one per head}; others 0."""
     super().__init__(**kwargs)
     self.relative_vocab_size = relative_vocab_size
     self.num_heads = num_heads
     self.size_per_head = size_per_head
-    self.initial_biases = dict(initial_biases or {})
-    for rel_id in self.initial_biases:
+    # A plain array, not a dict of lists: Keras would track those as
+    # checkpoint dependencies, which cannot have integer keys.
+    rows = np.zeros([relative_vocab_size, num_heads], np.float32)
+    for rel_id, value in (initial_biases or {}).items():
       if not 0 <= rel_id < relative_vocab_size:
         raise ValueError(f"initial bias for relative id {rel_id}, outside "
                          f"the vocabulary of {relative_vocab_size}")
+      if np.ndim(value) not in (0, 1) or np.size(value) not in (1, num_heads):
+        raise ValueError(f"initial bias for relative id {rel_id}: one value "
+                         f"or one per head ({num_heads}), got {value!r}")
+      rows[rel_id, :] = value
+    self._initial_bias_rows = rows
 
   def _bias_initializer(self, shape, dtype=None, **unused_kwargs):
-    rows = np.zeros(shape, np.float32)
-    for rel_id, value in self.initial_biases.items():
-      rows[rel_id, :] = value
-    return tf.constant(rows, dtype or tf.float32)
+    return tf.constant(np.reshape(self._initial_bias_rows, shape),
+                       dtype or tf.float32)
 
   def build(self, input_shape=None):
     self.emb_table = self.add_weight(

@@ -22,6 +22,7 @@ import tf_keras
 from etc_realformer.config import EtcConfig, PATTERNS
 from etc_realformer.execution import ExecutionConfig
 from etc_realformer.features.side_inputs import SIDE_INPUT_KEYS
+from etc_realformer.features.relative_positions import distance_vocab_size
 from etc_realformer.features.relative_positions import own_sentence_id
 from etc_realformer.layers import dropout as dropout_lib
 from etc_realformer.layers.attention_inputs import prepare_side_inputs
@@ -65,6 +66,32 @@ class EncoderOutput(NamedTuple):
   attention_probs: Optional[List[Dict[str, tf.Tensor]]] = None
 
 
+def global_relative_initial_biases(config: EtcConfig, layer_index: int
+                                   ) -> Dict[int, List[float]]:
+  """{relative id: initial bias per head} of a layer's global queries.
+
+  `own_sentence_bias_init` on the own-sentence id of every head;
+  `count_head_bias_init` b makes the last head of the last layer a counter
+  (+b on itself, -b on the other global tokens, 0 on its own sentence).
+  Empty when neither applies.
+  """
+  heads = config.num_attention_heads
+  own = [config.own_sentence_bias_init] * heads
+  biases = {}
+  b = config.count_head_bias_init
+  # The last layer only: its global outputs are the summaries and feed no
+  # long token, so the count does not reach the MLM predictions.
+  if b and layer_index == config.num_hidden_layers - 1:
+    own[-1] = 0.0
+    distances = distance_vocab_size(config.relative_pos_max_distance)
+    biases[0] = [0.0] * (heads - 1) + [b]
+    for rel_id in range(1, distances):
+      biases[rel_id] = [0.0] * (heads - 1) + [-b]
+  if any(own):
+    biases[own_sentence_id(config.relative_pos_max_distance)] = own
+  return biases
+
+
 class EtcModel(tf_keras.layers.Layer):
   """The ETC encoder, with RealFormer residual attention per pattern.
 
@@ -99,14 +126,12 @@ class EtcModel(tf_keras.layers.Layer):
         size_per_head=config.size_per_head, execution=self.execution,
         residual_patterns=(tuple(config.residual_patterns)
                            if config.residual_attention else ()))
-    if config.own_sentence_bias_init:
-      attention_cfg["global_relative_initial_biases"] = {
-          own_sentence_id(config.relative_pos_max_distance):
-              config.own_sentence_bias_init}
     self.blocks = [
         GlobalLocalTransformerBlock(
-            index=i, attention_cfg=attention_cfg, initializer=init,
-            name=f"layer_{i}",
+            index=i, initializer=init, name=f"layer_{i}",
+            attention_cfg=dict(
+                attention_cfg, global_relative_initial_biases=(
+                    global_relative_initial_biases(config, i))),
             **{f: getattr(config, f) for f in _BLOCK_FIELDS})
         for i in range(config.num_hidden_layers)]
 

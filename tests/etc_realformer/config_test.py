@@ -25,6 +25,12 @@ from etc_realformer.errors import UserInputError
      "query_key_identity_init"),
     (dict(own_sentence_bias_init=1.0, relative_vocab_size=None,
           relative_pos_max_distance=0), "own_sentence_bias_init"),
+    (dict(count_head_bias_init=-1.0, use_hard_g2l_mask=True),
+     "count_head_bias_init"),
+    (dict(count_head_bias_init=3.0), "count_head_bias_init"),
+    (dict(count_head_bias_init=3.0, use_hard_g2l_mask=True,
+          relative_vocab_size=None, relative_pos_max_distance=0),
+     "count_head_bias_init"),
 ])
 def test_bad_config_names_the_field(changes, field):
   with pytest.raises(UserInputError, match=field):

@@ -69,3 +69,23 @@ def test_xla_gradient_is_a_masked_sum_for_long_rows(monkeypatch):
   # Shorter rows keep the gather's scatter-add.
   monkeypatch.setattr(relative_table, "MASKED_SUM_MIN_KEYS", 8)
   assert "scatter(" in _xla_hlo()
+
+
+def test_initial_biases_one_for_all_heads_or_one_per_head():
+  table = relative_table.RelativeTable(
+      6, 3, 4, initial_biases={0: [1.0, 2.0, 3.0], 4: -5.0})
+  table.build()
+  biases = table.bias_table.numpy()
+  np.testing.assert_array_equal(biases[0], [1.0, 2.0, 3.0])
+  np.testing.assert_array_equal(biases[4], [-5.0] * 3)
+  assert np.all(np.delete(biases, [0, 4], axis=0) == 0.0)
+
+
+@pytest.mark.parametrize("biases, match", [
+    ({6: 1.0}, "outside the vocabulary"),
+    ({1: [1.0, 2.0]}, "one per head"),
+    ({1: [[1.0, 2.0, 3.0]]}, "one per head"),
+])
+def test_initial_biases_checked(biases, match):
+  with pytest.raises(ValueError, match=match):
+    relative_table.RelativeTable(6, 3, 4, initial_biases=biases)

@@ -598,6 +598,57 @@ def test_own_sentence_bias_sets_one_row_of_the_global_table():
     assert np.all(block.attention.long_relative.bias_table.numpy() == 0.0)
 
 
+def test_count_head_biases():
+  model = tiny_model(num_attention_heads=4, own_sentence_bias_init=4.0,
+                     count_head_bias_init=3.0, use_hard_g2l_mask=True)
+  max_distance = model.config.relative_pos_max_distance
+  own = own_sentence_id(max_distance)
+  first, last = [block.attention.global_relative.bias_table.numpy()
+                 for block in model.blocks]
+  # The last layer's last head counts; the first layer only has the
+  # own-sentence bias.
+  np.testing.assert_array_equal(last[own], [4.0, 4.0, 4.0, 0.0])
+  np.testing.assert_array_equal(last[0], [0.0, 0.0, 0.0, 3.0])
+  for rel_id in range(1, 2 * max_distance + 1):
+    np.testing.assert_array_equal(last[rel_id], [0.0, 0.0, 0.0, -3.0])
+  assert np.all(last[own + 1:] == 0.0)
+  assert np.all(first[own] == 4.0)
+  assert np.all(np.delete(first, own, axis=0) == 0.0)
+
+
+def test_count_head_weight_on_itself_tells_the_sentence_length():
+  # Three sentences of 3, 5 and 4 identical pieces (a fully masked sentence
+  # looks like this): averaging heads see the same keys whatever the length;
+  # the counter's weight on its own token is about 1 / (1 + n e^-b), b the
+  # bias after the scores' 1/sqrt(d) scaling.
+  b = 3.0
+  config = tiny_config(num_attention_heads=4, num_hidden_layers=1,
+                       own_sentence_bias_init=16.0,
+                       count_head_bias_init=2 * b, use_hard_g2l_mask=True,
+                       value_output_identity_init=1.0)
+  lengths = [3, 5, 4]
+  sentence_ids = np.repeat(np.arange(3), lengths)[None]
+  long_breakpoints = np.zeros_like(sentence_ids)
+  long_breakpoints[0, -1] = 1
+  side = make_global_local_side_inputs(
+      long_breakpoints, np.array([[0, 0, 1]]), sentence_ids,
+      local_radius=config.local_radius,
+      relative_pos_max_distance=config.relative_pos_max_distance,
+      use_hard_g2l_mask=True)
+  feats = dict(token_ids=np.full_like(sentence_ids, 7),
+               global_token_ids=np.ones([1, 3], np.int32), **side)
+  _, _, probs = EtcModel(config)(feats, return_attention_probs=True)
+  g2g = probs[0]["g2g"].numpy()[0]  # [H, G, G]
+  self_weight = np.diagonal(g2g, axis1=1, axis2=2)  # [H, G]
+  assert config.size_per_head == 4
+  expected = 1 / (1 + np.array(lengths) * np.exp(-b) + 2 * np.exp(-2 * b))
+  # Query-key products of an untrained model move it by a few percent.
+  np.testing.assert_allclose(self_weight[-1], expected, rtol=0.05)
+  assert np.all(np.diff(self_weight[-1][[0, 2, 1]]) < 0)
+  # The other heads look at their sentence's pieces.
+  assert np.all(self_weight[:-1] < 0.02)
+
+
 @pytest.mark.parametrize("share_qkv", [True, False])
 def test_value_output_identity(share_qkv):
   model = tiny_model(value_output_identity_init=0.5,
