@@ -94,6 +94,10 @@ class CpcHeadConfig:
     center: subtract the batch's mean prediction from every prediction
       and the mean target from every target (present slots only) before
       the cosine.
+    mlp_view_gradient_scale: for projection 'none+mlp': the factor on the
+      gradient the MLP view sends into the encoder (1: all of it; 0: none,
+      only the first view shapes the encoder; the forward pass is the
+      same).
   """
   projection: str = "linear"
   projection_size: Optional[int] = None
@@ -103,12 +107,16 @@ class CpcHeadConfig:
   same_length_in_training: bool = False
   center: bool = False
   mlp_view_weight: float = 0.5
+  mlp_view_gradient_scale: float = 1.0
 
   def __post_init__(self):
     # Named as the task's gin parameters, which is where they are set.
     if self.projection not in PROJECTIONS:
       raise UserInputError(f"cpc_projection {self.projection!r} is not one "
                            f"of {PROJECTIONS}")
+    if not 0.0 <= self.mlp_view_gradient_scale <= 1.0:
+      raise UserInputError(f"cpc_mlp_view_gradient_scale must be in [0, 1], "
+                           f"got {self.mlp_view_gradient_scale}")
     if not 0.0 <= self.mlp_view_weight <= 1.0:
       raise UserInputError(f"cpc_mlp_view_weight must be in [0, 1], got "
                            f"{self.mlp_view_weight}")
@@ -165,6 +173,7 @@ class PretrainModel(task_lib.EtcTaskModel):
     self.cpc_same_length_in_training = bool(cpc.same_length_in_training)
     self.cpc_center = bool(cpc.center)
     self.cpc_mlp_view_weight = float(cpc.mlp_view_weight)
+    self.cpc_mlp_view_gradient_scale = float(cpc.mlp_view_gradient_scale)
 
   def head(self, features: task_lib.Features, long_output: tf.Tensor,
            global_output: tf.Tensor, training: Optional[bool] = None
@@ -230,6 +239,10 @@ class PretrainModel(task_lib.EtcTaskModel):
       return tf.math.l2_normalize(x, axis=-1)
 
     outputs = x
+    scale = self.cpc_mlp_view_gradient_scale
+    if self.cpc_projection_type == "none+mlp" and scale < 1.0:
+      # The same value; a gradient scaled by `scale` on its way back.
+      x = scale * x + (1.0 - scale) * tf.stop_gradient(x)
     for layer in self.cpc_projection:
       x = layer(x)
     if prediction and self.cpc_predictor is not None:

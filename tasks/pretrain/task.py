@@ -107,6 +107,8 @@ class PretrainTask(task_lib.Task):
                    _CPC_HEAD.same_length_in_training),
                cpc_center: bool = _CPC_HEAD.center,
                cpc_mlp_view_weight: float = _CPC_HEAD.mlp_view_weight,
+               cpc_mlp_view_gradient_scale: float = (
+                   _CPC_HEAD.mlp_view_gradient_scale),
                mlm_head_checkpoint: Optional[str] = None,
                vocab_file: Optional[str] = None,
                spm_model_file: Optional[str] = None,
@@ -145,6 +147,8 @@ class PretrainTask(task_lib.Task):
         before the cosine (head.py).
       cpc_mlp_view_weight: with cpc_projection 'none+mlp', the MLP
         view's share of the score (head.py).
+      cpc_mlp_view_gradient_scale: the share of the MLP view's gradient
+        that reaches the encoder (head.py).
       mlm_head_checkpoint: a checkpoint with BERT's `cls/predictions/*`
         (a lifted one); default: `TrainerConfig.init_checkpoint` if it has
         them.
@@ -200,7 +204,8 @@ class PretrainTask(task_lib.Task):
         temperature=cpc_temperature, stop_gradient=cpc_stop_gradient,
         predictor=cpc_predictor,
         same_length_in_training=cpc_same_length_in_training,
-        center=cpc_center, mlp_view_weight=cpc_mlp_view_weight)
+        center=cpc_center, mlp_view_weight=cpc_mlp_view_weight,
+        mlp_view_gradient_scale=cpc_mlp_view_gradient_scale)
     self.mlm_head_checkpoint = mlm_head_checkpoint
     self.vocab_file = vocab_file
     self.spm_model_file = spm_model_file

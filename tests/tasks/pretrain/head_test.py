@@ -258,6 +258,52 @@ def test_two_view_projection_scores_a_weighted_sum_of_two_cosines(weight):
     pretrain_testing.tiny_task(cpc_mlp_view_weight=-0.1).build_model()
 
 
+@pytest.mark.parametrize("scale", [0.0, 0.25])
+def test_two_view_gradient_scale_on_the_mlp_view(scale):
+  weight = 0.6
+  task = pretrain_testing.tiny_task(max_predictions_per_seq=6,
+                                    max_cpc_sentences=1,
+                                    cpc_max_sentence_len=8,
+                                    cpc_projection="none+mlp",
+                                    cpc_mlp_view_weight=weight,
+                                    cpc_mlp_view_gradient_scale=scale)
+  model = task.build_model()
+  a = tf.random.stateless_normal([3, 32], [5, 6])
+  b = tf.random.stateless_normal([4, 32], [7, 8])
+  probe = tf.random.stateless_normal([3, 4], [9, 10])
+
+  def mlp(x):
+    for layer in model.cpc_projection:
+      x = layer(x)
+    return x
+
+  def view(x, y):
+    return tf.reduce_sum(probe * tf.matmul(
+        tf.math.l2_normalize(x, axis=-1), tf.math.l2_normalize(y, axis=-1),
+        transpose_b=True))
+
+  with tf.GradientTape(persistent=True) as tape:
+    tape.watch(a)
+    score = tf.reduce_sum(probe * tf.matmul(
+        model.project(a), model.project(b), transpose_b=True))
+    first_view = (1 - weight) * view(a, b)
+    second_view = weight * view(mlp(a), mlp(b))
+  # The forward pass is the two views' weighted sum whatever the scale.
+  np.testing.assert_allclose(score, first_view + second_view, rtol=1e-5)
+  # What reaches the encoder's outputs is the first view's gradient and
+  # `scale` x the second's; the MLP itself learns from all of it.
+  np.testing.assert_allclose(
+      tape.gradient(score, a),
+      tape.gradient(first_view, a) + scale * tape.gradient(second_view, a),
+      atol=1e-6)
+  kernels = [layer.kernel for layer in model.cpc_projection]
+  for g, full in zip(tape.gradient(score, kernels),
+                     tape.gradient(second_view, kernels)):
+    np.testing.assert_allclose(g, full, atol=1e-6)
+  with pytest.raises(UserInputError, match="cpc_mlp_view_gradient_scale"):
+    pretrain_testing.tiny_task(cpc_mlp_view_gradient_scale=1.5).build_model()
+
+
 def test_predictor_acts_on_the_prediction_side_only():
   task = pretrain_testing.tiny_task(max_predictions_per_seq=6,
                                     max_cpc_sentences=1,
