@@ -93,15 +93,17 @@ class EtcConfig(json_config.JsonConfig):
   # sentence/paragraph token starts attending to its own tokens in g2l
   # instead of uniformly over the whole input. 0 = the original's zeros.
   own_sentence_bias_init: float = 0.0
-  # When > 0: the last head of every layer's global queries starts as a
-  # counter. Its initial biases are +b on the token itself (g2g distance 0),
-  # -b on the other global tokens and 0 on its own sentence's tokens (in
-  # place of own_sentence_bias_init), so that its weight on itself is about
-  # 1 / (1 + n e^-c) for a sentence of n pieces, c = b / sqrt(size per head)
-  # (the biases, as the scores, are scaled). Attention averages, so
-  # without such a reference a sentence token cannot tell n pieces of the
-  # same kind (a fully masked sentence) from n + 1. Needs relative ids and
-  # hard g2l masking (with soft masking the whole input would count).
+  # When > 0: the last head of the last layer's global queries starts as a
+  # counter (that layer's global outputs feed no long token, so the count
+  # stays out of the MLM predictions). Its initial biases are +b on the
+  # token itself (g2g distance 0), -b on the other global tokens and 0 on
+  # its own sentence's tokens (in place of own_sentence_bias_init), so that
+  # its weight on itself is about 1 / (1 + n e^-c) for a sentence of n
+  # pieces, c = b / sqrt(size per head) (the biases, as the scores, are
+  # scaled). Attention averages, so without such a reference a sentence
+  # token cannot tell n pieces of the same kind (a fully masked sentence)
+  # from n + 1. Needs relative ids and hard g2l masking (with soft masking
+  # the whole input would count).
   count_head_bias_init: float = 0.0
   # When > 0: every layer's value projection starts as a random orthogonal
   # map Q and both output projections as this factor times Q^T, so that an
