@@ -225,7 +225,10 @@ class PretrainModel(task_lib.EtcTaskModel):
               present: Optional[tf.Tensor] = None) -> tf.Tensor:
     """The projection (then, for predictions, the predictor), centred on
     the mean of the `present` rows (bool [N]; default every row) when
-    `center` is set, L2-normalised in float32."""
+    `center` is set, L2-normalised in float32. For 'none+mlp': both views
+    so normalised, concatenated and weighted by sqrt(1 - w) and sqrt(w),
+    so that a dot product of two such rows is the weighted sum of the two
+    cosines (a unit vector of twice the width)."""
     def finish(x):
       x = tf.cast(x, tf.float32)
       if self.cpc_center:
