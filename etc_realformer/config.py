@@ -59,6 +59,15 @@ class EtcConfig(json_config.JsonConfig):
   relative_pos_max_distance: int = 12
   relative_vocab_size: Optional[int] = 32
   max_absolute_position_embeddings: int = 0
+  # When > 0: every global token's input embedding also gets a learned
+  # embedding of its sentence's length, the number of long tokens that carry
+  # its own-sentence relative id (clipped to this value - 1). Attention
+  # averages and ETC has no absolute positions, so otherwise a summary token
+  # cannot count its sentence's pieces: n [MASK] pieces look like n + 1
+  # (docs/pretraining.md, "The demo"). A table of this many rows
+  # (`sentence_length_emb_lookup`), not in the released checkpoints. Needs
+  # relative ids. 0 = none, as the original.
+  max_sentence_length_embeddings: int = 0
   intermediate_size: int = 3072
   hidden_act: str = "gelu"
   hidden_dropout_prob: float = 0.1
@@ -188,6 +197,11 @@ class EtcConfig(json_config.JsonConfig):
                                       or not self.use_hard_g2l_mask):
       fail("count_head_bias_init", "needs relative ids and "
            "use_hard_g2l_mask = true")
+    if self.max_sentence_length_embeddings < 0:
+      fail("max_sentence_length_embeddings", "must not be negative")
+    if self.max_sentence_length_embeddings and self.relative_vocab_size is None:
+      fail("max_sentence_length_embeddings", "needs relative ids "
+           "(relative_vocab_size is null)")
     for field in ("value_output_identity_init", "query_key_identity_init"):
       value = getattr(self, field)
       if value < 0:

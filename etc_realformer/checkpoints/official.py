@@ -154,6 +154,7 @@ _SHARING_HINTS = (
      "share_feed_forward_params"),
     (r"token_emb_lookup/projection", "embedding_size"),
     (r"position_emb_lookup", "max_absolute_position_embeddings"),
+    (r"sentence_length_emb_lookup", "max_sentence_length_embeddings"),
     (r"relative_", "relative_vocab_size"),
 )
 

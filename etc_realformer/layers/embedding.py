@@ -2,8 +2,9 @@
 
 One token table serves both sequences (so wordpieces can sit in the global
 input), one segment table too; each sequence has its own LayerNorm and,
-optionally, its own absolute position table. With `embedding_size` != hidden
-size the token lookup is followed by an ALBERT-style projection.
+optionally, its own absolute position table; the global side, optionally, a
+table of sentence lengths. With `embedding_size` != hidden size the token
+lookup is followed by an ALBERT-style projection.
 """
 
 from typing import Dict, Optional
@@ -52,12 +53,14 @@ class EmbeddingTable(tf_keras.layers.Layer):
 
 
 class EtcEmbeddings(tf_keras.layers.Layer):
-  """Token + segment (+ position, + adder) embeddings, normalized per side."""
+  """Token + segment (+ position, + sentence length on the global side,
+  + adder) embeddings, normalized per side."""
 
   def __init__(self, vocab_size: int, hidden_size: int,
                segment_vocab_size: int, initializer,
                embedding_size: Optional[int] = None,
-               max_absolute_position_embeddings: int = 0, **kwargs):
+               max_absolute_position_embeddings: int = 0,
+               max_sentence_length_embeddings: int = 0, **kwargs):
     """Args as the `EtcConfig` fields of the same names (`embedding_size`
     None or equal to `hidden_size`: no projection)."""
     super().__init__(**kwargs)
@@ -79,19 +82,27 @@ class EtcEmbeddings(tf_keras.layers.Layer):
           name="position_emb_lookup_global")
     else:
       self.long_position_embedding = self.global_position_embedding = None
+    self.sentence_length_embedding = None
+    if max_sentence_length_embeddings:
+      self.sentence_length_embedding = EmbeddingTable(
+          max_sentence_length_embeddings, hidden_size, init,
+          name="sentence_length_emb_lookup")
     self.long_norm = layer_norm("long_emb_layer_norm")
     self.global_norm = layer_norm("global_emb_layer_norm")
 
   def build(self, input_shape=None):
-    for layer in (self.token_embedding, self.segment_embedding,
-                  self.long_position_embedding,
-                  self.global_position_embedding):
+    for layer in self._tables():
       if layer is not None:
         layer.build()
     hidden = tf.TensorShape([None, None, self.hidden_size])
     self.long_norm.build(hidden)
     self.global_norm.build(hidden)
     super().build(input_shape)
+
+  def _tables(self):
+    return (self.token_embedding, self.segment_embedding,
+            self.long_position_embedding, self.global_position_embedding,
+            self.sentence_length_embedding)
 
   def _embed(self, ids, segment_ids, position_table, position_ids, adder,
              norm):
@@ -111,7 +122,7 @@ class EtcEmbeddings(tf_keras.layers.Layer):
   def call(self, token_ids, global_token_ids, segment_ids=None,
            global_segment_ids=None, position_ids=None,
            global_position_ids=None, long_embedding_adder=None,
-           global_embedding_adder=None):
+           global_embedding_adder=None, global_sentence_lengths=None):
     """Embeds both sequences.
 
     Args:
@@ -123,6 +134,9 @@ class EtcEmbeddings(tf_keras.layers.Layer):
         0..N-1 when absolute positions are on (must be None otherwise).
       long_embedding_adder / global_embedding_adder: <float>[B, N, hidden]
         added before the LayerNorm (e.g. OpenKP's visual features).
+      global_sentence_lengths: <int32>[B, G], each global token's number of
+        long tokens; required with a sentence length table (clipped to its
+        last row), else must be None.
 
     Returns:
       (<T>[B, L, hidden], <T>[B, G, hidden]), before dropout.
@@ -135,6 +149,17 @@ class EtcEmbeddings(tf_keras.layers.Layer):
         position_ids is not None or global_position_ids is not None):
       raise ValueError("position_ids/global_position_ids given but "
                        "max_absolute_position_embeddings is 0")
+    if (self.sentence_length_embedding is None) != (
+        global_sentence_lengths is None):
+      raise ValueError("global_sentence_lengths must be given exactly when "
+                       "max_sentence_length_embeddings > 0")
+    if global_sentence_lengths is not None:
+      rows = self.sentence_length_embedding.vocab_size
+      length_x = self.sentence_length_embedding(
+          tf.minimum(tf.cast(global_sentence_lengths, tf.int32), rows - 1))
+      global_embedding_adder = (
+          length_x if global_embedding_adder is None else
+          length_x + tf.cast(global_embedding_adder, length_x.dtype))
     long_x = self._embed(token_ids, segment_ids, self.long_position_embedding,
                          position_ids, long_embedding_adder, self.long_norm)
     global_x = self._embed(global_token_ids, global_segment_ids,
@@ -145,9 +170,7 @@ class EtcEmbeddings(tf_keras.layers.Layer):
 
   def official_variables(self) -> Dict[str, tf.Variable]:
     out = {}
-    for layer in (self.token_embedding, self.segment_embedding,
-                  self.long_position_embedding,
-                  self.global_position_embedding):
+    for layer in self._tables():
       if layer is not None:
         for suffix, var in layer.official_variables().items():
           out[f"{layer.name}/{suffix}"] = var

@@ -120,6 +120,7 @@ class EtcModel(tf_keras.layers.Layer):
         embedding_size=config.embedding_size,
         max_absolute_position_embeddings=(
             config.max_absolute_position_embeddings),
+        max_sentence_length_embeddings=config.max_sentence_length_embeddings,
         name="embeddings")
     attention_cfg = {f: getattr(config, f) for f in _ATTENTION_FIELDS}
     attention_cfg.update(
@@ -297,7 +298,10 @@ class EtcModel(tf_keras.layers.Layer):
         position_ids=inputs.get("position_ids"),
         global_position_ids=inputs.get("global_position_ids"),
         long_embedding_adder=inputs.get("long_embedding_adder"),
-        global_embedding_adder=inputs.get("global_embedding_adder"))
+        global_embedding_adder=inputs.get("global_embedding_adder"),
+        global_sentence_lengths=(self._sentence_lengths(inputs)
+                                 if cfg.max_sentence_length_embeddings
+                                 else None))
     long_x = dropout_lib.stateless_dropout(
         embedding_long, cfg.hidden_dropout_prob, seed,
         dropout_lib.SITE_EMBEDDING_LONG, training,
@@ -347,6 +351,18 @@ class EtcModel(tf_keras.layers.Layer):
         embedding_long=embedding_long, embedding_global=embedding_global,
         layer_outputs=layer_outputs if return_layer_outputs else None,
         attention_probs=all_probs if return_attention_probs else None)
+
+  def _sentence_lengths(self, inputs: Mapping[str, tf.Tensor]) -> tf.Tensor:
+    """<int32>[B, G]: per global token, the long tokens it may attend to
+    that carry its own-sentence id (padding excluded by the mask)."""
+    for key in ("g2l_relative_att_ids", "g2l_att_mask"):
+      if key not in inputs:
+        raise ValueError(f"EtcModel inputs: max_sentence_length_embeddings "
+                         f"needs {key!r}")
+    own = own_sentence_id(self.config.relative_pos_max_distance)
+    member = tf.equal(tf.cast(inputs["g2l_relative_att_ids"], tf.int32), own)
+    member &= tf.not_equal(tf.cast(inputs["g2l_att_mask"], tf.int32), 0)
+    return tf.reduce_sum(tf.cast(member, tf.int32), axis=-1)
 
   # ------------------------------------------------------------ checkpoints
   def official_variables(self) -> Dict[str, tf.Variable]:

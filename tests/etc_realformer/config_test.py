@@ -31,6 +31,10 @@ from etc_realformer.errors import UserInputError
     (dict(count_head_bias_init=3.0, use_hard_g2l_mask=True,
           relative_vocab_size=None, relative_pos_max_distance=0),
      "count_head_bias_init"),
+    (dict(max_sentence_length_embeddings=-1),
+     "max_sentence_length_embeddings"),
+    (dict(max_sentence_length_embeddings=8, relative_vocab_size=None,
+          relative_pos_max_distance=0), "max_sentence_length_embeddings"),
 ])
 def test_bad_config_names_the_field(changes, field):
   with pytest.raises(UserInputError, match=field):

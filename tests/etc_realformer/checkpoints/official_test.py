@@ -30,6 +30,7 @@ OPTIONS = _sharing_combinations() + [
     dict(att_size_per_head=6),
     dict(embedding_size=8),
     dict(max_absolute_position_embeddings=32),
+    dict(max_sentence_length_embeddings=4),
     dict(use_hard_g2l_mask=True, use_hard_l2g_mask=True),
     dict(relative_vocab_size=None, relative_pos_max_distance=0),
 ]
@@ -58,6 +59,8 @@ def test_every_option_saves_and_loads(tmp_path, options):
       config.embedding_size is not None)
   assert any("position_emb_lookup_long" in n for n in names) == bool(
       config.max_absolute_position_embeddings)
+  assert ("etc_document_bert/sentence_length_emb_lookup/embedding_table"
+          in names) == bool(config.max_sentence_length_embeddings)
 
   target = EtcModel(config)
   report = load_official_checkpoint(target, prefix)

@@ -710,3 +710,63 @@ def test_initialised_model_runs_finite():
   feats = random_features(config, batch=2, long_len=12, global_len=4, seed=1)
   for out in EtcModel(config, ExecutionConfig())(feats):
     assert np.isfinite(out.numpy()).all()
+
+
+def _three_sentences(lengths, long_len, config, hard_g2l):
+  """One example: sentences of `lengths` identical pieces, then padding."""
+  sentence_ids = np.zeros([1, long_len], np.int32)
+  sentence_ids[0, :sum(lengths)] = np.repeat(np.arange(len(lengths)), lengths)
+  long_breakpoints = np.zeros_like(sentence_ids)
+  long_breakpoints[0, sum(lengths) - 1] = 1
+  global_breakpoints = np.zeros([1, len(lengths) + 1], np.int32)
+  global_breakpoints[0, len(lengths) - 1] = 1
+  side = make_global_local_side_inputs(
+      long_breakpoints, global_breakpoints, sentence_ids,
+      local_radius=config.local_radius,
+      relative_pos_max_distance=config.relative_pos_max_distance,
+      use_hard_g2l_mask=hard_g2l)
+  return dict(token_ids=np.full_like(sentence_ids, 7),
+              global_token_ids=np.ones_like(global_breakpoints), **side)
+
+
+@pytest.mark.parametrize("hard_g2l", [False, True])
+def test_sentence_lengths_are_counted_from_the_side_inputs(hard_g2l):
+  config = tiny_config(max_sentence_length_embeddings=5,
+                       use_hard_g2l_mask=hard_g2l)
+  model = EtcModel(config)
+  feats = _three_sentences([3, 6, 1], 16, config, hard_g2l)
+  lengths = model._sentence_lengths(model._check_inputs(feats))
+  # Padding (6 long tokens, 1 global token) belongs to no sentence.
+  np.testing.assert_array_equal(lengths.numpy(), [[3, 6, 1, 0]])
+
+
+def test_sentence_length_embedding_tells_lengths_apart():
+  # Sentences of 3 and 4 identical pieces: averaging attention gives their
+  # summary tokens the same output; a trained length table does not.
+  # Lengths at or beyond the table's end share its last row.
+  config = tiny_config(max_sentence_length_embeddings=5, num_hidden_layers=1,
+                       use_hard_g2l_mask=True, own_sentence_bias_init=16.0)
+  model = EtcModel(config)
+  model.build()
+  feats = _three_sentences([3, 4, 5, 6], 24, config, True)
+  table = model.embeddings.sentence_length_embedding.embedding_table
+  assert table.shape == (5, config.hidden_size)
+  assert ("etc_document_bert/sentence_length_emb_lookup/embedding_table"
+          in model.official_variables())
+  g = model(feats)[1].numpy()[0]
+  assert max_abs_diff(g[0], g[1]) > 0.1
+  # Outputs of scale 1; softmaxes over 5 and 6 keys round differently.
+  np.testing.assert_allclose(g[2], g[3], atol=1e-4)
+  # A table of zeros is no table: the summary tokens of 3 and 4 identical
+  # pieces are then the same (the premise of the test).
+  table.assign(tf.zeros_like(table))
+  g = model(feats)[1].numpy()[0]
+  np.testing.assert_allclose(g[0], g[1], atol=1e-4)
+
+
+def test_sentence_length_embedding_needs_the_g2l_side_inputs():
+  config = tiny_config(max_sentence_length_embeddings=5)
+  feats = _three_sentences([2, 2], 8, config, False)
+  del feats["g2l_relative_att_ids"]
+  with pytest.raises(ValueError, match="g2l_relative_att_ids"):
+    EtcModel(config)(feats)
