@@ -45,6 +45,30 @@ def checkpoint_kind(prefix: str) -> CheckpointKind:
       f"(TF2); first names: {names[:5]}")
 
 
+# Optional encoder tables (object path in a TF2 checkpoint -> the config
+# field that creates them). A TF2 read skips what the model lacks, so a
+# table the checkpoint has and the config leaves out would be dropped
+# without a word.
+_OPTIONAL_TABLES = (
+    ("/embeddings/long_position_embedding/",
+     "max_absolute_position_embeddings"),
+    ("/embeddings/sentence_length_embedding/",
+     "max_sentence_length_embeddings"),
+)
+
+
+def _check_optional_tables(encoder: tf.Module, prefix: str) -> None:
+  names = [n for n, _ in tf.train.list_variables(prefix)]
+  config = getattr(encoder, "config", None)
+  for path, field in _OPTIONAL_TABLES:
+    if config is not None and not getattr(config, field) and any(
+        path in n and "OPTIMIZER_SLOT" not in n for n in names):
+      raise UserInputError(
+          f"{prefix}: the checkpoint's encoder has a table that "
+          f"EtcConfig.{field} = 0 leaves out; set {field} as in the "
+          f"checkpoint's config")
+
+
 def initialize_encoder(encoder: tf.Module, path: str) -> CheckpointKind:
   """Loads encoder weights from `path` (a directory or a prefix).
 
@@ -57,6 +81,7 @@ def initialize_encoder(encoder: tf.Module, path: str) -> CheckpointKind:
   if kind == CheckpointKind.OFFICIAL_TF1:
     load_official_checkpoint(encoder, prefix)
     return kind
+  _check_optional_tables(encoder, prefix)
   if kind == CheckpointKind.TF2_TASK_MODEL:
     ckpt = tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=encoder))
   else:

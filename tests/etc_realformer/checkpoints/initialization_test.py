@@ -5,10 +5,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from encoder_testing import tiny_config
 from etc_realformer import EtcConfig, EtcModel
 from etc_realformer.checkpoints import initialization
 from etc_realformer.checkpoints.converted import save_converted_checkpoint
 from etc_realformer.checkpoints.paths import resolve_checkpoint_path
+from etc_realformer.errors import UserInputError
 
 INPUT_KEYS = ("token_ids", "segment_ids", "global_token_ids",
               "global_segment_ids", "l2l_att_mask", "l2l_relative_att_ids",
@@ -71,6 +73,27 @@ def test_tf2_encoder_and_task_model_checkpoints(golden_dir, tmp_path):
   assert initialization.initialize_encoder(target, str(tmp_path / "task")) == (
       initialization.CheckpointKind.TF2_TASK_MODEL)
   for a, b in zip(_weights(source), _weights(target)):
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("field", ["max_sentence_length_embeddings",
+                                   "max_absolute_position_embeddings"])
+def test_a_table_the_config_leaves_out_is_an_error(tmp_path, field):
+  # A TF2 read skips checkpoint values the model has no variable for: a
+  # pre-trained length or position table would vanish.
+  config = tiny_config(**{field: 16})
+  source = EtcModel(config)
+  source.build()
+  prefix = tf.train.Checkpoint(model=tf.train.Checkpoint(
+      encoder=source)).save(str(tmp_path / "task/ckpt"))
+  target = EtcModel(config.replace(**{field: 0}))
+  target.build()
+  with pytest.raises(UserInputError, match=f"EtcConfig.{field} = 0"):
+    initialization.initialize_encoder(target, prefix)
+  same = EtcModel(config)
+  same.build()
+  initialization.initialize_encoder(same, prefix)
+  for a, b in zip(_weights(source), _weights(same)):
     np.testing.assert_array_equal(a, b)
 
 
