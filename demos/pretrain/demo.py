@@ -49,6 +49,7 @@ from tasks.pretrain import preprocess
 LONG_SEQ_LEN = 256
 GLOBAL_SEQ_LEN = 32
 MIN_SENTENCES = 4
+CPC_MAX_SENTENCE_LEN = 64
 EVAL_FRACTION = 0.15
 TRAIN_STEPS = 750
 LEARNING_RATE = 1e-2
@@ -59,14 +60,17 @@ def demo_gin(data_dir: str, vocab_size: int, train_steps: int,
   """The demo's gin config (also written to OUTPUT_DIR/demo.gin)."""
   # The demos' tiny ETC-RealFormer with 2 layers (relative ids and residual
   # attention from models/etc_tiny.gin), 128 wide, a wider feed-forward,
-  # and an initialisation under which a summary token starts as a bag of
-  # its sentence's pieces: identity value/output projections, each sentence
-  # token attending to its own pieces (docs/pretraining.md, "The demo").
-  return common.model_gin("tasks/pretrain.gin", vocab_size, 2) + """\
+  # an initialisation under which a summary token starts as a bag of its
+  # sentence's pieces (identity value/output projections, each sentence
+  # token attending to its own pieces), and each summary token told its
+  # sentence's length, which attention cannot count (docs/pretraining.md,
+  # "The demo").
+  return common.model_gin("tasks/pretrain.gin", vocab_size, 2) + f"""\
 etc_config.hidden_size = 128
 etc_config.intermediate_size = 256
 etc_config.value_output_identity_init = 1.0
 etc_config.own_sentence_bias_init = 4.0
+etc_config.max_sentence_length_embeddings = {CPC_MAX_SENTENCE_LEN + 1}
 
 """ + common.task_gin("PretrainTask", LONG_SEQ_LEN, GLOBAL_SEQ_LEN, data_dir,
                       "train-*.tfrecord", "eval-*.tfrecord", seed) + f"""\
@@ -74,11 +78,13 @@ PretrainTask.train_stats_file = '{data_dir}/{preprocess.STATS_FILE}'
 PretrainTask.max_predictions_per_seq = 40
 PretrainTask.cpc_sentence_rate = 0.1
 PretrainTask.max_cpc_sentences = 2
-PretrainTask.cpc_max_sentence_len = 64
+PretrainTask.cpc_max_sentence_len = {CPC_MAX_SENTENCE_LEN}
 # The CPC head that reads the context (docs/pretraining.md, "The demo"):
-# centred cosines of the summary outputs themselves and of an MLP view,
-# length-matched negatives in training.
+# centred cosines of the summary outputs themselves and of an MLP view
+# that learns from them without shaping them, length-matched negatives in
+# training.
 PretrainTask.cpc_projection = 'none+mlp'
+PretrainTask.cpc_mlp_view_gradient_scale = 0.0
 PretrainTask.cpc_center = True
 PretrainTask.cpc_temperature = 0.05
 PretrainTask.cpc_negatives = 3

@@ -27,6 +27,10 @@ def test_demo_gin_builds_the_pretraining_task(tmp_path):
         demo.LONG_SEQ_LEN, demo.GLOBAL_SEQ_LEN)
     assert task.model_config.use_hard_g2l_mask
     assert task.model_config.residual_attention
+    # Every CPC length has its own row of the length table.
+    assert task.model_config.max_sentence_length_embeddings == (
+        task.masking.cpc_max_sentence_len + 1)
+    assert task.cpc_head.mlp_view_gradient_scale == 0.0
     assert (task.mlm_weight, task.cpc_weight) == (0.8, 0.2)
     assert gin.query_parameter("optimizer.optimizer_type") == "lamb"
     assert task.seed == 3
