@@ -7,8 +7,9 @@ killed run leaves it (a real SIGKILL, on two workers:
 checkpoint. The encoder is exported in the released ETC layout (heads
 dropped), both the training checkpoint and the export initialise a WikiHop
 model to the pre-trained weights, and WikiHop fine-tunes from the export.
-One test: every phase builds on the one before, and each trace of the model
-costs seconds.
+The pre-trained model has a sentence length table, which fine-tuning has
+to be configured to take. One test: every phase builds on the one before,
+and each trace of the model costs seconds.
 """
 
 import os
@@ -43,9 +44,11 @@ def _built_model():
 @pytest.mark.slow
 def test_pretrain_resume_export_and_finetune(tmp_path, capsys):
   paths = pretrain_testing.write_data(str(tmp_path / "pt"), num_docs=16)
+  # With the sentence length table, which has to travel into fine-tuning.
   gin_file = e2e_testing.write_gin(
       str(tmp_path / "pretrain.gin"),
-      pretrain_testing.tiny_gin_lines(paths, 2, num_layers=1))
+      pretrain_testing.tiny_gin_lines(paths, 2, num_layers=1) +
+      ["etc_config.max_sentence_length_embeddings = 17"])
   model_dir = str(tmp_path / "model")
   try:
     _parse([gin_file])
@@ -69,6 +72,8 @@ def test_pretrain_resume_export_and_finetune(tmp_path, capsys):
     assert names and all(n.startswith("etc_document_bert/") for n in names), (
         names)
     assert {"etc_config.json", "vocab.txt"} <= set(os.listdir(out))
+    assert "etc_document_bert/sentence_length_emb_lookup/embedding_table" in (
+        names)
     _parse([gin_file])
     pretrained = _built_model()
     tf.train.Checkpoint(model=pretrained).read(
@@ -81,7 +86,9 @@ def test_pretrain_resume_export_and_finetune(tmp_path, capsys):
     wikihop_testing.write_tiny_wikihop(wh_dir, num_train=4, num_dev=2)
     wikihop_testing.preprocess(wh_dir)
     wh_gin = wikihop_testing.tiny_gin(wh_dir, str(tmp_path / "wh.gin"), **{
-        "etc_config.num_hidden_layers": 1, "TrainerConfig.train_steps": 2,
+        "etc_config.num_hidden_layers": 1,
+        "etc_config.max_sentence_length_embeddings": 17,
+        "TrainerConfig.train_steps": 2,
         "TrainerConfig.steps_per_loop": 2,
         "TrainerConfig.checkpoint_interval": 2})
     _parse(["tasks/wikihop.gin", wh_gin])
