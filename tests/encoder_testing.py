@@ -214,6 +214,13 @@ def numpy_reference(weights: Dict[str, np.ndarray], config: EtcConfig,
   seg = w["segment_emb_lookup/embedding_table"]
   x_long = table[feats["token_ids"]] + seg[feats["segment_ids"]]
   x_glob = table[feats["global_token_ids"]] + seg[feats["global_segment_ids"]]
+  if config.max_sentence_length_embeddings:
+    # A global token's length: the visible long tokens of its own sentence.
+    own = 2 * config.relative_pos_max_distance + 2
+    lengths = ((feats["g2l_relative_att_ids"] == own) &
+               (feats["g2l_att_mask"] != 0)).sum(-1)
+    x_glob = x_glob + w["sentence_length_emb_lookup/embedding_table"][
+        np.minimum(lengths, config.max_sentence_length_embeddings - 1)]
   x_long = _layer_norm(x_long, w["long_emb_layer_norm/gamma"],
                        w["long_emb_layer_norm/beta"])
   x_glob = _layer_norm(x_glob, w["global_emb_layer_norm/gamma"],

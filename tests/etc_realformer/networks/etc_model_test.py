@@ -101,8 +101,9 @@ def test_sparse_equals_full(residual, radius, long_len):
     assert max_abs_diff(a, b) < 1e-5
 
 
-def test_matches_numpy_reference_without_residual():
-  model = tiny_model()
+@pytest.mark.parametrize("length_rows", [0, 3])
+def test_matches_numpy_reference_without_residual(length_rows):
+  model = tiny_model(max_sentence_length_embeddings=length_rows)
   randomize_relative_bias(model)
   feats = random_features(model.config, batch=2, long_len=11, global_len=4,
                           seed=5)
