@@ -64,9 +64,9 @@ class EtcConfig(json_config.JsonConfig):
   # its own-sentence relative id (clipped to this value - 1). Attention
   # averages and ETC has no absolute positions, so otherwise a summary token
   # cannot count its sentence's pieces: n [MASK] pieces look like n + 1
-  # (docs/pretraining.md, "The demo"). A table of this many rows
-  # (`sentence_length_emb_lookup`), not in the released checkpoints. Needs
-  # relative ids. 0 = none, as the original.
+  # (docs/pretraining.md, "Telling each summary token its length"). A
+  # table of this many rows (`sentence_length_emb_lookup`), not in the
+  # released checkpoints. Needs relative ids. 0 = none, as the original.
   max_sentence_length_embeddings: int = 0
   intermediate_size: int = 3072
   hidden_act: str = "gelu"
