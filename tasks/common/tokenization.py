@@ -21,6 +21,8 @@ from etc_realformer.errors import UserInputError
 
 WORDPIECE = "wordpiece"
 SENTENCEPIECE = "sentencepiece"
+# SentencePiece's word-boundary mark.
+_SPIECE_UNDERLINE = "\u2581"
 
 # A sentence ends at `.`, `!` or `?` (optionally followed by closing quotes or
 # brackets) and whitespace, unless the character before the punctuation is an
@@ -129,8 +131,58 @@ def read_vocab(vocab_path: str) -> List[str]:
   return tokens
 
 
+# BERT's BasicTokenizer, as regular expressions (RE2 syntax). Whitespace is
+# space, tab, newline, carriage return and Unicode Zs, nothing else: other
+# control characters (form feed, U+0085) are removed, not split on, and line
+# separators (Zl, Zp) stay inside a word, as BERT's `_is_whitespace` says.
+_WHITESPACE = r"[ \t\n\r\p{Zs}]"
+# Punctuation: every non-alphanumeric printable ASCII character, and Unicode P*.
+_PUNCTUATION = r"[!-/:-@\[-`{-~\p{P}]"
+# The CJK ideograph blocks of BERT's `_is_chinese_char`: each is its own word.
+_CJK = (r"[\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{20000}-\x{2A6DF}"
+        r"\x{2A700}-\x{2B73F}\x{2B740}-\x{2B81F}\x{2B820}-\x{2CEAF}"
+        r"\x{F900}-\x{FAFF}\x{2F800}-\x{2FA1F}]")
+_KEPT_DELIMITERS = f"{_PUNCTUATION}|{_CJK}"
+_DELIMITERS = f"{_WHITESPACE}+|{_KEPT_DELIMITERS}"
+# Removed characters: NUL, U+FFFD and control/format characters (Cc, Cf);
+# tab, newline and carriage return never reach this (they are whitespace).
+_REMOVED = r"[\x{0}\x{FFFD}\p{Cc}\p{Cf}]"
+# The original ETC code's WordpieceTokenizer gives one [UNK] for a word of
+# more than 200 characters.
+MAX_CHARS_PER_WORD = 200
+
+
+def _split_words(texts: tf.Tensor) -> Tuple[tf.RaggedTensor, tf.Tensor,
+                                            tf.Tensor]:
+  """BERT's word split: <string>[N] -> words [N, (w)], int32 offsets [w]."""
+  # The split op ends a string at a NUL byte; NUL is removed later anyway, so
+  # it becomes another removed character of the same length (offsets hold).
+  texts = tf.strings.regex_replace(texts, r"\x00", "\x01")
+  words, starts, ends = tf_text.regex_split_with_offsets(
+      texts, _DELIMITERS, _KEPT_DELIMITERS)
+  return (words, tf.cast(starts.flat_values, tf.int32),
+          tf.cast(ends.flat_values, tf.int32))
+
+
 class WordPieceTokenizer(Tokenizer):
-  """BERT WordPiece tokenization from a `vocab.txt`."""
+  """BERT WordPiece tokenization from a `vocab.txt`, as BERT's FullTokenizer.
+
+  Text is normalized exactly as BERT's `BasicTokenizer` (and so the original
+  ETC code) does it: NUL, U+FFFD and control/format characters removed; split
+  on whitespace, punctuation and CJK ideographs; for an uncased vocabulary,
+  each word lower-cased, decomposed (NFD) and stripped of its combining marks
+  (Mn), nothing more. tensorflow-text's own BERT normalization
+  (`lower_case_nfd_strip_accents`, `BertTokenizer(lower_case=True)`)
+  case-folds with NFKC, which also folds compatibility characters (`km²` ->
+  `km2`, `ß` -> `ss`, `ﬁ` -> `fi`, full-width letters -> ASCII) and so gives
+  other ids than the checkpoints were trained on: the normalization is written
+  here with regex and `normalize_utf8` ops, and only the WordPiece step is
+  tensorflow-text's (`FastWordpieceTokenizer`).
+
+  Offsets are byte offsets into the raw text. Where normalization changes a
+  word's byte length (accents, ligatures), each of its pieces spans the whole
+  raw word.
+  """
 
   kind = WORDPIECE
 
@@ -143,12 +195,15 @@ class WordPieceTokenizer(Tokenizer):
       raise UserInputError(f"{vocab_path}: no {unknown_token!r} token")
     self.vocab_path = vocab_path
     self.lower_case = lower_case
-    # FastBertTokenizer serializes its model into a constant: nothing to track
-    # for a SavedModel, no lookup table to initialize.
-    self._tokenizer = tf_text.FastBertTokenizer(
+    self._unknown_token = unknown_token
+    # The fast tokenizer serializes its model into a constant: nothing to
+    # track for a SavedModel, no lookup table to initialize. Words arrive
+    # split and normalized; the byte limit only has to admit
+    # MAX_CHARS_PER_WORD characters (the character limit is applied here).
+    self._wordpiece = tf_text.FastWordpieceTokenizer(
         vocab=self._vocab, token_out_type=tf.int32,
-        unknown_token=unknown_token,
-        lower_case_nfd_strip_accents=lower_case)
+        unknown_token=unknown_token, no_pretokenization=True,
+        max_bytes_per_word=4 * MAX_CHARS_PER_WORD)
 
   @property
   def vocab(self) -> List[str]:
@@ -161,21 +216,82 @@ class WordPieceTokenizer(Tokenizer):
   def token_id(self, token: str) -> Optional[int]:
     return self._ids.get(token)
 
+  def normalize(self, words: tf.Tensor) -> tf.Tensor:
+    """BERT's per-word normalization: <string>[...] -> same shape."""
+    words = tf.strings.regex_replace(words, _REMOVED, "")
+    if self.lower_case:
+      words = tf.strings.lower(words, encoding="utf-8")
+      words = tf_text.normalize_utf8(words, "NFD")
+      words = tf.strings.regex_replace(words, r"\p{Mn}", "")
+    return words
+
   def tokenize(self, texts: tf.Tensor) -> tf.RaggedTensor:
-    texts = tf.convert_to_tensor(texts, tf.string)
-    return _flat_int32(self._tokenizer.tokenize(texts))[0]
+    return self.tokenize_with_offsets(texts)[0]
 
   def tokenize_with_offsets(self, texts: tf.Tensor):
     texts = tf.convert_to_tensor(texts, tf.string)
-    return _flat_int32(*self._tokenizer.tokenize_with_offsets(texts))
+    # 1. Raw words and their offsets into the text.
+    raw, raw_starts, raw_ends = _split_words(texts)  # [N, (r)]
+    normalized = self.normalize(raw.flat_values)  # [r]
+    same_length = tf.equal(tf.strings.length(normalized),
+                           raw_ends - raw_starts)
+    # 2. BERT splits punctuation after normalizing, so split again: a
+    # character that only then becomes punctuation (U+1FEF -> "`") splits the
+    # word, and words of removed characters or marks only vanish.
+    words, word_starts, word_ends = _split_words(normalized)  # [r, (w)]
+    # 3. WordPiece; a word of too many characters is one [UNK] (the unknown
+    # token's own text tokenizes to its id).
+    too_long = (tf.strings.length(words.flat_values, unit="UTF8_CHAR") >
+                MAX_CHARS_PER_WORD)
+    pieces, piece_starts, piece_ends = self._wordpiece.tokenize_with_offsets(
+        tf.where(too_long, self._unknown_token, words.flat_values))
+    piece_word = tf.cast(pieces.value_rowids(), tf.int32)  # [p]
+    # Offsets: piece -> its word in the normalized raw word -> the raw text.
+    word_start = tf.gather(word_starts, piece_word)
+    word_end = tf.gather(word_ends, piece_word)
+    long_piece = tf.gather(too_long, piece_word)
+    starts = tf.where(long_piece, word_start,
+                      word_start + tf.cast(piece_starts.flat_values, tf.int32))
+    ends = tf.where(long_piece, word_end,
+                    word_start + tf.cast(piece_ends.flat_values, tf.int32))
+    piece_raw = tf.gather(tf.cast(words.value_rowids(), tf.int32), piece_word)
+    same = tf.gather(same_length, piece_raw)
+    raw_start = tf.gather(raw_starts, piece_raw)
+    starts = tf.where(same, raw_start + starts, raw_start)
+    ends = tf.where(same, raw_start + ends, tf.gather(raw_ends, piece_raw))
+    # Regroup the pieces by input text.
+    piece_text = tf.gather(tf.cast(raw.value_rowids(), tf.int32), piece_raw)
+    nrows = tf.cast(raw.nrows(), tf.int32)
+
+    def by_text(values):
+      return tf.RaggedTensor.from_value_rowids(values, piece_text, nrows)
+
+    return (by_text(tf.cast(pieces.flat_values, tf.int32)), by_text(starts),
+            by_text(ends))
 
 
 class SentencePieceTokenizer(Tokenizer):
-  """SentencePiece tokenization from a `.model` file."""
+  """SentencePiece tokenization from a `.model` file, as the original ETC's
+  ALBERT-style tokenizer.
+
+  The model's own normalizer (NFKC and whatever it was trained with) is the
+  only normalization: the original does not lower-case for a SentencePiece
+  vocabulary. As the original's `encode_pieces`, a piece that ends in a comma
+  right after a digit ("▁1990,") is encoded again without the comma and the
+  comma appended as its own piece, so numbers are pieced as elsewhere.
+  """
 
   kind = SENTENCEPIECE
 
-  def __init__(self, model_path: str, lower_case: bool = True):
+  def __init__(self, model_path: str, lower_case: bool = False):
+    """Loads the model.
+
+    Args:
+      model_path: the `.model` file.
+      lower_case: lower-case the text first (not the original's behaviour;
+        for a model trained on lower-cased text without a case-folding
+        normalizer).
+    """
     super().__init__(name="sentencepiece_tokenizer")
     with tf.io.gfile.GFile(model_path, "rb") as f:
       model = f.read()
@@ -200,11 +316,63 @@ class SentencePieceTokenizer(Tokenizer):
     return texts
 
   def tokenize(self, texts: tf.Tensor) -> tf.RaggedTensor:
-    return _flat_int32(self._tokenizer.tokenize(self._normalized(texts)))[0]
+    return self.tokenize_with_offsets(texts)[0]
 
   def tokenize_with_offsets(self, texts: tf.Tensor):
-    return _flat_int32(
+    ids, starts, ends = _flat_int32(
         *self._tokenizer.tokenize_with_offsets(self._normalized(texts)))
+    return self._split_digit_commas(ids, starts, ends)
+
+  def _split_digit_commas(self, ids: tf.RaggedTensor, starts: tf.RaggedTensor,
+                          ends: tf.RaggedTensor):
+    """The original's digit-comma rule, on [N, (p)] ids and offsets."""
+    i32 = tf.int32
+    flat = ids.flat_values  # [P]
+    pieces = self._tokenizer.id_to_string(flat)
+    split = tf.strings.regex_full_match(pieces, r"(?s).*\p{Nd},")
+    split_at = tf.cast(tf.where(split)[:, 0], i32)  # [K]
+    split_pieces = tf.gather(pieces, split_at)
+    # The piece without its comma and word-boundary marks, encoded again.
+    bare = tf.strings.regex_replace(
+        tf.strings.regex_replace(split_pieces, ",$", ""), _SPIECE_UNDERLINE,
+        "")
+    sub = self._tokenizer.tokenize(bare)  # [K, (s)]
+    sub_pieces = self._tokenizer.id_to_string(sub)
+    # A piece inside a word keeps no word-boundary mark on its first sub-piece
+    # (a bare mark is dropped).
+    inside_word = ~tf.strings.regex_full_match(
+        split_pieces, f"(?s){_SPIECE_UNDERLINE}.*")
+    first = tf.equal(tf.ragged.range(sub.row_lengths()), 0)
+    marked = tf.strings.regex_full_match(sub_pieces,
+                                         f"(?s){_SPIECE_UNDERLINE}.*")
+    fix = first & marked & inside_word[:, tf.newaxis]
+    stripped = tf.strings.regex_replace(sub_pieces, f"^{_SPIECE_UNDERLINE}",
+                                        "")
+    drop = fix & tf.equal(stripped, "")
+    sub_pieces = tf.ragged.boolean_mask(
+        tf.where(fix, stripped, sub_pieces), ~drop)
+    comma = tf.fill([tf.size(split_at), 1], ",")
+    replacement = tf.concat([sub_pieces, comma], axis=1)  # [K, (s + 1)]
+    replacement_ids = self._tokenizer.string_to_id(replacement)
+    # Every piece -> its pieces: [id], or its replacement; merged in order.
+    keep_at = tf.cast(tf.where(~split)[:, 0], i32)
+    piece_of = tf.concat([
+        keep_at, tf.gather(split_at, tf.cast(replacement_ids.value_rowids(),
+                                             i32))], axis=0)
+    order = tf.argsort(piece_of, stable=True)
+    new_ids = tf.gather(tf.concat(
+        [tf.gather(flat, keep_at),
+         tf.cast(replacement_ids.flat_values, i32)], axis=0), order)
+    new_piece = tf.gather(piece_of, order)
+    row = tf.gather(tf.cast(ids.value_rowids(), i32), new_piece)
+    nrows = tf.cast(ids.nrows(), i32)
+    new_starts = tf.gather(starts.flat_values, new_piece)
+    new_ends = tf.gather(ends.flat_values, new_piece)
+
+    def by_text(values):
+      return tf.RaggedTensor.from_value_rowids(values, row, nrows)
+
+    return by_text(new_ids), by_text(new_starts), by_text(new_ends)
 
   def token_id(self, token: str) -> Optional[int]:
     ids = self._tokenizer.string_to_id(tf.constant([token, "<unk>"]))
@@ -215,7 +383,11 @@ class SentencePieceTokenizer(Tokenizer):
 def make_tokenizer(vocab_path: Optional[str] = None,
                    spm_model_path: Optional[str] = None,
                    lower_case: bool = True) -> Tokenizer:
-  """Builds the tokenizer for exactly one of `vocab_path` / `spm_model_path`."""
+  """Builds the tokenizer for exactly one of `vocab_path` / `spm_model_path`.
+
+  `lower_case` is the WordPiece vocabulary's casing; a SentencePiece model
+  normalizes as it was trained (the original's behaviour).
+  """
   if bool(vocab_path) == bool(spm_model_path):
     raise UserInputError("Give exactly one of vocab_path (WordPiece vocab.txt) and "
                      "spm_model_path (SentencePiece .model); got "
@@ -223,7 +395,7 @@ def make_tokenizer(vocab_path: Optional[str] = None,
                      f"spm_model_path={spm_model_path!r}")
   if vocab_path:
     return WordPieceTokenizer(vocab_path, lower_case=lower_case)
-  return SentencePieceTokenizer(spm_model_path, lower_case=lower_case)
+  return SentencePieceTokenizer(spm_model_path)
 
 
 def write_vocab(path: str, tokens: Sequence[str]) -> None:

@@ -41,16 +41,86 @@ def test_wordpiece_tokenizes_uncased_with_pieces(tmp_path):
   assert tok.vocab_size == len(v)
 
 
-def test_sentencepiece_tokenizer_matches_sentencepiece_library(tmp_path):
+def test_wordpiece_normalizes_as_bert_not_nfkc(tmp_path):
+  # BERT lower-cases, decomposes (NFD) and drops combining marks only:
+  # compatibility characters stay what they are.
+  vocab = write_test_vocab(tmp_path / "vocab.txt", [
+      "km", "##²", "stra", "##ße", "ﬁ", "##nal", "cafe", "zurich", "world",
+      "war", "ii", "city", "(", ")", "中", "文", "ｔｏｋｙｏ"])
+  tok = tokenization.make_tokenizer(vocab_path=vocab)
+  v = tok.vocab
+
+  def pieces(text):
+    return [v[i] for i in tok.tokenize_py(text)]
+
+  assert pieces("km² Straße ﬁnal") == ["km", "##²", "stra", "##ße", "ﬁ",
+                                       "##nal"]
+  # Full-width letters are lower-cased but not folded to ASCII.
+  assert pieces("ＴＯＫＹＯ Tokyo") == ["ｔｏｋｙｏ", "[UNK]"]
+  assert pieces("CAFÉ Zürich") == ["cafe", "zurich"]
+  # Zs (no-break space) splits; control and format characters vanish (a
+  # zero-width space joins its neighbours); NUL and U+FFFD too.
+  assert pieces("World\u00a0War\tII") == ["world", "war", "ii"]
+  assert pieces("ci\u200bty c\x00it\ufffdy\x0c") == ["city", "city"]
+  # CJK ideographs are words of their own; punctuation splits.
+  assert pieces("中文(city)") == ["中", "文", "(", "city", ")"]
+  # A word of over 200 characters is one [UNK] (the original's limit).
+  assert pieces("a" * 201 + " city") == ["[UNK]", "city"]
+  assert pieces("\u0301 \x01") == []
+
+
+def test_wordpiece_cased_vocabulary_keeps_case_and_accents(tmp_path):
+  vocab = write_test_vocab(tmp_path / "vocab.txt",
+                           ["Café", "cafe", "Z", "##ürich"])
+  tok = tokenization.WordPieceTokenizer(vocab, lower_case=False)
+  v = tok.vocab
+  assert [v[i] for i in tok.tokenize_py("Café Zürich")] == [
+      "Café", "Z", "##ürich"]
+
+
+def test_wordpiece_offsets_point_into_the_raw_text(tmp_path):
+  vocab = write_test_vocab(tmp_path / "vocab.txt",
+                           ["new", "york", "##s", "cafe"])
+  tok = tokenization.make_tokenizer(vocab_path=vocab)
+  text = "New  Yorks, CAFÉs."
+  ids, starts, ends = tok.tokenize_with_offsets(tf.constant([text]))
+  raw = text.encode("utf-8")
+  spans = [raw[a:b].decode("utf-8")
+           for a, b in zip(starts[0].numpy(), ends[0].numpy())]
+  # ASCII words map piece by piece; a word whose normalization changed its
+  # length ("CAFÉs" -> "cafes") gives each piece the whole raw word.
+  assert spans == ["New", "York", "s", ",", "CAFÉs", "CAFÉs", "."]
+  assert len(ids[0]) == len(spans)
+
+
+def _original_encode(processor, text):
+  """The original ETC's `encode_pieces` + PieceToId, restated: a piece
+  ending in a comma after a digit is encoded again without the comma."""
+  mark = "\u2581"
+  out = []
+  for piece in processor.encode_as_pieces(text):
+    if len(piece) > 1 and piece[-1] == "," and piece[-2].isdigit():
+      sub = processor.encode_as_pieces(piece[:-1].replace(mark, ""))
+      if piece[0] != mark and sub[0][0] == mark:
+        sub = sub[1:] if len(sub[0]) == 1 else [sub[0][1:]] + sub[1:]
+      out.extend(sub + [","])
+    else:
+      out.append(piece)
+  return [processor.piece_to_id(p) for p in out]
+
+
+def test_sentencepiece_tokenizer_as_the_original(tmp_path):
   spm = pytest.importorskip("sentencepiece")
-  texts = [f"the city number {i} lies in the country of avalon." for i in
-           range(200)] + ["Berlin and Paris are cities."] * 20
+  texts = [f"In {1900 + i}, the city number {i} had {i},000, people." for i
+           in range(200)] + ["Berlin and Paris are cities, 12, a."] * 20
   path = train_sentencepiece(tmp_path / "sp.model", texts)
   tok = tokenization.make_tokenizer(spm_model_path=path)
   assert tok.kind == tokenization.SENTENCEPIECE
   reference = spm.SentencePieceProcessor(model_file=path)
-  text = "Berlin lies in the COUNTRY of Avalon."
-  assert tok.tokenize_py(text) == reference.encode(text.lower())
+  for text in ["Berlin lies in the COUNTRY of Avalon.",
+               "In 1990, the city had 12,000, people; x1,5, 7,", ""]:
+    # No lower-casing: the model's own normalizer only, as the original.
+    assert tok.tokenize_py(text) == _original_encode(reference, text), text
 
 
 def test_make_tokenizer_needs_exactly_one_vocabulary(tmp_path):
