@@ -12,8 +12,8 @@ r"""The embedded demo: synthetic multi-hop WikiHop, end to end, on a CPU.
    heads, local radius 8, residual attention on, the from-scratch init
    priors) with the one runner, evaluating on dev at the end;
 4. exports a versioned SavedModel and answers one dev query through its
-   raw-text signature `serve_raw` (tokenization and feature building in the
-   graph);
+   raw-text signature `serve_raw` (the supports split into sentences by
+   Punkt in Python, tokenization and feature building in the graph);
 5. prints the measured dev accuracy and the wall time (`demo | ...` lines).
 
 Everything goes to --output_dir (data/, model/ with checkpoints, TensorBoard
@@ -35,6 +35,7 @@ from demos import common
 from demos.wikihop import scaffold  # pylint: disable=unused-import
 from demos.wikihop import synthetic
 from etc_realformer import cli
+from tasks.wikihop import features
 from tasks.wikihop import preprocess
 
 LONG_SEQ_LEN = 128
@@ -118,9 +119,10 @@ def make_data(data_dir: str, num_train: int, num_dev: int, seed: int,
 
 def ask(export_path: str, record: Dict[str, Any]) -> Dict[str, Any]:
   """Answers one qangaroo record through the SavedModel's `serve_raw`."""
+  sentences, num_sentences = features.split_supports(record["supports"])
   out = common.serve(export_path, query=record["query"],
-                     candidates=record["candidates"],
-                     supports=record["supports"])
+                     candidates=record["candidates"], sentences=sentences,
+                     num_sentences=num_sentences)
   probs: List[float] = out["candidate_probabilities"].tolist()
   return {"answer": out["answer"].decode("utf-8"),
           "probabilities": dict(zip(record["candidates"], probs))}

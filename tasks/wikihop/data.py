@@ -52,7 +52,8 @@ class WikiHopRecord:
 
 
 def _check_text_list(value: Any, file: str, record_id: str, field: str,
-                     empty_reason: str) -> List[str]:
+                     empty_reason: str,
+                     allow_empty_items: bool = False) -> List[str]:
   if not isinstance(value, list):
     raise records.BadRecordError(
         file, record_id, field, records.WRONG_TYPE,
@@ -60,7 +61,8 @@ def _check_text_list(value: Any, file: str, record_id: str, field: str,
   if not value:
     raise records.BadRecordError(file, record_id, field, empty_reason)
   return [
-      records.check_text(v, file, record_id, f"{field}[{i}]")
+      records.check_text(v, file, record_id, f"{field}[{i}]",
+                         allow_empty=allow_empty_items)
       for i, v in enumerate(value)
   ]
 
@@ -89,8 +91,10 @@ def validate_record(raw: Any, file: str, index: int) -> WikiHopRecord:
   query = records.check_text(raw["query"], file, record_id, "query")
   candidates = _check_text_list(raw["candidates"], file, record_id,
                                 "candidates", EMPTY_CANDIDATES)
+  # A blank support is a document without sentences: the original keeps it
+  # (a paragraph global token), so it is no reason to skip the record.
   supports = _check_text_list(raw["supports"], file, record_id, "supports",
-                              EMPTY_SUPPORTS)
+                              EMPTY_SUPPORTS, allow_empty_items=True)
   answer = records.check_text(raw["answer"], file, record_id, "answer")
   candidates = [normalize_candidate(c) for c in candidates]
   answer = normalize_candidate(answer)

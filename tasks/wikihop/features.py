@@ -1,9 +1,12 @@
 """WikiHop featurization: raw record strings -> ETC raw features, in TF ops.
 
 One code path serves preprocessing (through `tf.data`, see `preprocess.py`)
-and serving (inside a `tf.function` / SavedModel signature): everything from
-sentence splitting to padding is TensorFlow ops, with unknown numbers of
-candidates, supports and sentences.
+and serving (inside a `tf.function` / SavedModel signature): everything after
+sentence splitting is TensorFlow ops, with unknown numbers of candidates,
+supports and sentences. Supports are split into sentences as the original,
+by NLTK's Punkt (`tasks.common.sentences`), in Python, before the graph:
+`split_supports` gives the graph's `sentences` and `num_sentences` inputs,
+in preprocessing and for a client of the raw serving signature alike.
 
 Layout (as the original ETC WikiHop preprocessing):
 
@@ -24,8 +27,10 @@ Layout (as the original ETC WikiHop preprocessing):
   derives masks from these (padding = after the last breakpoint).
 - `l2g_linked_ids[i]` = candidate index c (= its global index) when long
   token i is part of a mention of candidate c (its own wordpieces at the start
-  of the long input, or an exact wordpiece-sequence match inside one document
-  sentence; a later candidate wins overlaps); else -1.
+  of the long input, or, as the original, an exact wordpiece-sequence match
+  inside one document sentence whose lower-cased text contains the
+  lower-cased candidate as a substring; a later candidate wins overlaps);
+  else -1.
 - With `mark_query_subject` (off by default, as the original), document
   tokens of an exact wordpiece-sequence match of the query's subject (the
   query after its first, relation, word: "country_of tamoli" -> "tamoli")
@@ -44,18 +49,20 @@ the documents with the most sentences first, until the long tokens fit
 document that still has a sentence) fit `global_seq_len`. The order is the
 original's max-heap order in closed form: by position in the document
 (last first), then by the document's original sentence count (fewer first),
-then by document index. A document that loses all its sentences is dropped
-(no paragraph token). `max_num_sentences` (original: 200) optionally caps the
-total number of sentences as well.
+then by document index. Every document keeps its paragraph token, also one
+without sentences (empty, or emptied by truncation), as the original.
+`max_num_sentences` (original: 200) optionally caps the total number of
+sentences as well.
 """
 
 import dataclasses
-from typing import ClassVar, Dict, Optional, Tuple
+from typing import ClassVar, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 
 from tasks.common import featurizing
+from tasks.common import sentences as sentences_lib
 from tasks.common import tokenization
 
 # Token type ids (segment ids), shared by long and global inputs (16 rows).
@@ -101,7 +108,7 @@ MODEL_FEATURES: Tuple[str, ...] = (
     "ignore_hard_g2l_mask", "candidate_mask")
 # Truncation amounts returned by `featurize_with_stats_tf`.
 TRUNCATION_STATS: Tuple[str, ...] = (
-    "sentences_dropped", "docs_dropped", "doc_tokens_dropped",
+    "sentences_dropped", "docs_emptied", "doc_tokens_dropped",
     "query_tokens_dropped")
 
 
@@ -148,6 +155,21 @@ def feature_spec(
       "candidates": (tf.string, (None,)),
   })
   return spec
+
+
+def split_supports(supports) -> Tuple[List[str], List[int]]:
+  """Supports -> (sentences [S], num_sentences [D]), split as the original
+  (`nltk.sent_tokenize`; see `tasks.common.sentences`).
+
+  Args:
+    supports: [D] documents: Python strings, bytes, or an eager string
+      tensor / array.
+  """
+  if isinstance(supports, (tf.Tensor, np.ndarray)):
+    supports = np.asarray(supports).tolist()
+  texts = [s.decode("utf-8") if isinstance(s, bytes) else s
+           for s in supports]
+  return sentences_lib.split_documents(texts)
 
 
 class WikiHopFeaturizer(featurizing.Featurizer):
@@ -199,6 +221,7 @@ class WikiHopFeaturizer(featurizing.Featurizer):
             tf.TensorSpec([], tf.string),
             tf.TensorSpec([None], tf.string),
             tf.TensorSpec([None], tf.string),
+            tf.TensorSpec([None], tf.int32),
             tf.TensorSpec([], tf.string),
             tf.TensorSpec([], tf.string),
         ])
@@ -207,33 +230,38 @@ class WikiHopFeaturizer(featurizing.Featurizer):
     return feature_spec(self.long_seq_len, self.global_seq_len)
 
   # --------------------------------------------------------------- public API
-  def featurize_tf(self,
-                   query: tf.Tensor,
-                   candidates: tf.Tensor,
-                   supports: tf.Tensor,
-                   answer: Optional[tf.Tensor] = None,
-                   example_id: Optional[tf.Tensor] = None
-                   ) -> Dict[str, tf.Tensor]:
+  def featurize_sentences_tf(self,
+                             query: tf.Tensor,
+                             candidates: tf.Tensor,
+                             sentences: tf.Tensor,
+                             num_sentences: tf.Tensor,
+                             answer: Optional[tf.Tensor] = None,
+                             example_id: Optional[tf.Tensor] = None
+                             ) -> Dict[str, tf.Tensor]:
     """One record's features (see `feature_spec`), in TF ops.
 
     Args:
       query: <string>[] the query, e.g. "country_of_citizenship john doe".
       candidates: <string>[C] candidate answers (C unknown until run time).
-      supports: <string>[D] support documents.
+      sentences: <string>[S] the supports' sentences, all documents'
+        concatenated (`split_supports`).
+      num_sentences: <int32>[D] sentences per support document (sums to S).
       answer: <string>[] the answer; None gives `label` -1.
       example_id: <string>[] the record id; "" when None.
 
     Returns:
       Dict of the `feature_spec` tensors (fixed shapes [L], [G], []).
     """
-    features, _ = self.featurize_with_stats_tf(query, candidates, supports,
-                                               answer, example_id)
+    features, _ = self.featurize_sentences_with_stats_tf(
+        query, candidates, sentences, num_sentences, answer, example_id)
     return features
 
-  def featurize_with_stats_tf(
-      self, query, candidates, supports, answer=None, example_id=None
+  def featurize_sentences_with_stats_tf(
+      self, query, candidates, sentences, num_sentences, answer=None,
+      example_id=None
   ) -> Tuple[Dict[str, tf.Tensor], Dict[str, tf.Tensor]]:
-    """`featurize_tf` plus <int32>[] truncation stats and `overflow`.
+    """`featurize_sentences_tf` plus <int32>[] truncation stats and
+    `overflow`.
 
     `overflow` is 1 when the candidates alone do not fit (more candidates
     than global tokens, or more candidate wordpieces than long tokens); the
@@ -245,17 +273,37 @@ class WikiHopFeaturizer(featurizing.Featurizer):
     features, stats = self._featurize_with_stats(
         tf.convert_to_tensor(query, tf.string),
         tf.convert_to_tensor(candidates, tf.string),
-        tf.convert_to_tensor(supports, tf.string),
+        tf.convert_to_tensor(sentences, tf.string),
+        tf.cast(num_sentences, tf.int32),
         tf.convert_to_tensor(answer, tf.string),
         tf.convert_to_tensor(example_id, tf.string))
     if not has_answer:
       features["label"] = tf.constant(-1, tf.int32)
     return features, stats
 
+  def featurize_tf(self, query, candidates, supports: Sequence[str],
+                   answer=None, example_id=None) -> Dict[str, tf.Tensor]:
+    """`featurize_sentences_tf` of whole supports (Python strings or an
+    eager tensor), split here with Punkt (`split_supports`)."""
+    return self.featurize_sentences_tf(query, candidates,
+                                       *split_supports(supports), answer,
+                                       example_id)
+
+  def featurize_with_stats_tf(self, query, candidates,
+                              supports: Sequence[str], answer=None,
+                              example_id=None):
+    """`featurize_sentences_with_stats_tf` of whole supports, split here
+    with Punkt (`split_supports`)."""
+    return self.featurize_sentences_with_stats_tf(
+        query, candidates, *split_supports(supports), answer, example_id)
+
   def featurize_batch_tf(self, query: tf.Tensor,
                          candidates: tf.RaggedTensor,
-                         supports: tf.RaggedTensor) -> Dict[str, tf.Tensor]:
-    """A batch of records (serving): [B] queries, [B, (C)], [B, (D)] strings.
+                         sentences: tf.RaggedTensor,
+                         num_sentences: tf.RaggedTensor
+                         ) -> Dict[str, tf.Tensor]:
+    """A batch of records (serving): [B] queries, [B, (C)] candidates,
+    [B, (S)] sentences and <int32>[B, (D)] sentences per support.
 
     Returns the fixed-shape features with a leading batch dimension;
     `candidates` comes back as <string>[B, (C)] ragged.
@@ -263,8 +311,8 @@ class WikiHopFeaturizer(featurizing.Featurizer):
     spec = self.feature_spec()
 
     def one(args):
-      q, c, s = args
-      f = self.featurize_tf(q, c, s)
+      q, c, s, n = args
+      f = self.featurize_sentences_tf(q, c, s, n)
       f["candidates"] = tf.RaggedTensor.from_tensor(f["candidates"][None])[0]
       return f
 
@@ -273,28 +321,32 @@ class WikiHopFeaturizer(featurizing.Featurizer):
         for name, (dtype, shape) in spec.items() if name != "candidates"
     }
     signature["candidates"] = tf.RaggedTensorSpec([None], tf.string)
-    return tf.map_fn(one, (query, candidates, supports),
+    return tf.map_fn(one, (query, candidates, sentences,
+                           tf.cast(num_sentences, tf.int32)),
                      fn_output_signature=signature)
 
   def featurize_record(self, record) -> Tuple[Dict[str, np.ndarray],
                                               Dict[str, int]]:
     """Eager helper: a `data.WikiHopRecord` -> numpy features and stats."""
+    sentences, num_sentences = split_supports(record.supports)
     features, stats = self._record_fn(
         tf.constant(record.query), tf.constant(record.candidates, tf.string),
-        tf.constant(record.supports, tf.string), tf.constant(record.answer),
+        tf.constant(sentences, tf.string),
+        tf.constant(num_sentences, tf.int32), tf.constant(record.answer),
         tf.constant(record.id))
     return ({k: v.numpy() for k, v in features.items()},
             {k: int(v.numpy()) for k, v in stats.items()})
 
   @property
   def record_fn(self):
-    """The compiled per-record function (query, candidates, supports, answer,
-    example_id) -> (features, stats), for `tf.data` pipelines."""
+    """The compiled per-record function (query, candidates, sentences,
+    num_sentences, answer, example_id) -> (features, stats), for `tf.data`
+    pipelines."""
     return self._record_fn
 
   # ----------------------------------------------------------- implementation
-  def _featurize_with_stats(self, query, candidates, supports, answer,
-                            example_id):
+  def _featurize_with_stats(self, query, candidates, sentences, num_sentences,
+                            answer, example_id):
     L, G = self.long_seq_len, self.global_seq_len  # pylint: disable=invalid-name
     ids = self.global_token_ids
     i32 = tf.int32
@@ -309,7 +361,8 @@ class WikiHopFeaturizer(featurizing.Featurizer):
     query_tokens = self.tokenizer.tokenize(tf.reshape(query, [1])).flat_values
     num_query_tokens = tf.size(query_tokens, out_type=i32)
 
-    sentences = tokenization.split_sentences(supports)  # [D, (S_d)]
+    sentences = tf.RaggedTensor.from_row_lengths(
+        sentences, tf.cast(num_sentences, tf.int64))  # [D, (S_d)]
     num_docs = tf.cast(sentences.nrows(), i32)
     doc_num_sents = tf.cast(sentences.row_lengths(), i32)  # [D]
     doc_starts = tf.cast(sentences.row_starts(), i32)  # [D]
@@ -340,39 +393,29 @@ class WikiHopFeaturizer(featurizing.Featurizer):
     removed_tokens = tf.concat(
         [[0], tf.cumsum(tf.gather(sent_lens, removal_order))], axis=0)
     num_removed = tf.range(num_sents + 1)  # k = 0..S
-    # A document survives k removals while its first sentence is not removed.
-    # (Empty documents point at a sentinel rank of -1: never alive.)
-    first_rank = tf.gather(
-        tf.concat([removal_rank, [-1]], axis=0),
-        tf.where(doc_num_sents > 0, doc_starts, num_sents))
-    docs_alive = tf.reduce_sum(
-        tf.cast(first_rank[tf.newaxis, :] >= num_removed[:, tf.newaxis], i32),
-        axis=1)  # [S + 1]
     sentences_left = num_sents - num_removed
-    fits = ((docs_alive + sentences_left <= global_budget) &
+    # Every document keeps its paragraph token, emptied or not.
+    fits = ((num_docs + sentences_left <= global_budget) &
             (total_doc_tokens - removed_tokens <= long_budget) &
             (sentences_left <= sentence_budget))
     num_drop = tf.reduce_min(tf.where(fits, num_removed, num_sents))
     keep_sent = removal_rank >= num_drop  # [S]; a prefix of every document
     kept_per_doc = tf.math.unsorted_segment_sum(
         tf.cast(keep_sent, i32), sent_doc, num_docs)
-    doc_alive = kept_per_doc > 0
 
-    # --- Global layout.
-    doc_global_len = tf.where(doc_alive, 1 + kept_per_doc, 0)  # [D]
+    # --- Global layout: per document its paragraph token, then one token
+    # per kept sentence; a breakpoint on the document's last global token.
+    doc_global_len = 1 + kept_per_doc  # [D]
     doc_part_len = tf.reduce_sum(doc_global_len)
     doc_offset = tf.cumsum(doc_global_len, exclusive=True)  # in doc part
     doc_global_start = num_cands + query_keep + doc_offset  # paragraph index
     sent_global_index = (tf.gather(doc_global_start, sent_doc) + 1 + sent_pos)
 
-    alive_offsets = tf.boolean_mask(doc_offset, doc_alive)[:, tf.newaxis]
-    alive_last = tf.boolean_mask(doc_offset + doc_global_len - 1,
-                                 doc_alive)[:, tf.newaxis]
-    num_alive = tf.size(alive_offsets, out_type=i32)
-    is_paragraph = tf.scatter_nd(alive_offsets, tf.ones([num_alive], i32),
-                                 [doc_part_len])
-    doc_part_breaks = tf.scatter_nd(alive_last, tf.ones([num_alive], i32),
-                                    [doc_part_len])
+    is_paragraph = tf.scatter_nd(doc_offset[:, tf.newaxis],
+                                 tf.ones([num_docs], i32), [doc_part_len])
+    doc_part_breaks = tf.scatter_nd(
+        (doc_offset + doc_global_len - 1)[:, tf.newaxis],
+        tf.ones([num_docs], i32), [doc_part_len])
 
     query_range = tf.range(query_keep)
     global_token_ids = tf.concat([
@@ -420,8 +463,14 @@ class WikiHopFeaturizer(featurizing.Featurizer):
     doc_token_paragraph_id = tf.gather(doc_global_start, doc_token_doc)
     num_doc_tokens = tf.size(doc_tokens, out_type=i32)
 
-    doc_linked = self._link_mentions(cand_tokens, cand_lens, doc_tokens,
-                                     doc_token_sent_id)
+    # As the original, a candidate is looked for in a sentence only when
+    # the sentence's lower-cased text contains the lower-cased candidate.
+    cand_in_sentence = _contains(
+        tf.strings.lower(sentences.flat_values, encoding="utf-8"),
+        candidates)  # [C, S]
+    doc_linked = self._link_mentions(
+        cand_tokens, cand_lens, doc_tokens, doc_token_sent_id,
+        tf.gather(cand_in_sentence, doc_token_sent, axis=1))
 
     doc_segment_ids = tf.fill([num_doc_tokens], SENTENCE_TOKEN_TYPE_ID)
     if self.mark_query_subject:
@@ -487,8 +536,8 @@ class WikiHopFeaturizer(featurizing.Featurizer):
     }
     stats = {
         "sentences_dropped": num_drop,
-        "docs_dropped": (tf.reduce_sum(tf.cast(doc_num_sents > 0, i32)) -
-                         tf.reduce_sum(tf.cast(doc_alive, i32))),
+        "docs_emptied": tf.reduce_sum(
+            tf.cast((doc_num_sents > 0) & (kept_per_doc == 0), i32)),
         "doc_tokens_dropped": total_doc_tokens - tf.reduce_sum(
             tf.boolean_mask(sent_lens, keep_sent)),
         "query_tokens_dropped": num_query_tokens - query_keep,
@@ -497,8 +546,8 @@ class WikiHopFeaturizer(featurizing.Featurizer):
     return features, stats
 
   def _link_mentions(self, cand_tokens: tf.RaggedTensor, cand_lens: tf.Tensor,
-                     doc_tokens: tf.Tensor,
-                     doc_token_sent_id: tf.Tensor) -> tf.Tensor:
+                     doc_tokens: tf.Tensor, doc_token_sent_id: tf.Tensor,
+                     may_start: Optional[tf.Tensor] = None) -> tf.Tensor:
     """Candidate index per document token when it is part of a mention.
 
     A mention is an exact match of a candidate's wordpiece sequence that
@@ -510,6 +559,8 @@ class WikiHopFeaturizer(featurizing.Featurizer):
       cand_lens: <int32>[C] n_c.
       doc_tokens: <int32>[T] kept document wordpieces.
       doc_token_sent_id: <int32>[T] sentence (global index) of each.
+      may_start: optional <bool>[C, T]: where a mention of each candidate may
+        start (all tokens when None).
 
     Returns:
       <int32>[T] candidate index or -1.
@@ -533,6 +584,8 @@ class WikiHopFeaturizer(featurizing.Featurizer):
               same_sentence[tf.newaxis])  # [C, T, K]
     starts = tf.reduce_all(agrees | ~needed[:, tf.newaxis], axis=-1)
     starts &= (cand_lens > 0)[:, tf.newaxis]  # [C, T]
+    if may_start is not None:
+      starts &= may_start
     # Token p is covered by a mention starting at p - j, j < n_c.
     starts_ext = tf.concat([tf.zeros([num_cands, max_len], tf.bool), starts],
                            axis=1)  # [C, K + T]
@@ -543,3 +596,26 @@ class WikiHopFeaturizer(featurizing.Featurizer):
     linked = tf.reduce_max(tf.where(covered, cand_index, -1), axis=0)
     # No candidates: reduce_max over nothing is INT_MIN.
     return tf.maximum(linked, -1)
+
+
+def _contains(texts: tf.Tensor, needles: tf.Tensor) -> tf.Tensor:
+  """<bool>[N, M]: whether needle n occurs in text m as a substring.
+
+  Args:
+    texts: <string>[M].
+    needles: <string>[N]; an empty needle occurs nowhere (as the original's
+      check, which skips an empty candidate).
+  """
+  # RE2 quotes everything between \Q and \E; a "\E" inside the needle
+  # closes the quote, so it is written as \E\\E\Q (end quote, a literal
+  # backslash and E, quote again).
+  quoted = tf.strings.regex_replace(needles, r"\\E", r"\\E\\\\E\\Q")
+  patterns = tf.strings.join(["(?s).*\\Q", quoted, "\\E.*"])
+
+  def one(pattern):
+    return tf.strings.regex_full_match(texts, pattern)
+
+  found = tf.map_fn(one, patterns, fn_output_signature=tf.TensorSpec(
+      [None], tf.bool))
+  found = tf.reshape(found, [tf.size(needles), tf.size(texts)])
+  return found & (tf.strings.length(needles) > 0)[:, tf.newaxis]

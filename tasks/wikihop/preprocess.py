@@ -11,9 +11,11 @@ which fails on the first one with an error naming file, record id and field.
 A missing or malformed input file or vocabulary is one line on stderr and
 exit code 2; the input is read and checked before the vocabulary is loaded.
 
-Featurization is `WikiHopFeaturizer`'s in-graph code, run through `tf.data`
+Supports are split into sentences by NLTK's Punkt in Python, as the original
+(`features.split_supports`); the rest of featurization is
+`WikiHopFeaturizer`'s in-graph code, run through `tf.data`
 (`preprocessing.featurize_records`): the same ops an exported serving
-signature runs.
+signature runs on the same split.
 """
 
 from typing import Dict, List, Optional, Tuple
@@ -32,7 +34,8 @@ from tasks.wikihop import features as features_lib
 _INPUT_SIGNATURE = dict(
     query=tf.TensorSpec([], tf.string),
     candidates=tf.TensorSpec([None], tf.string),
-    supports=tf.TensorSpec([None], tf.string),
+    sentences=tf.TensorSpec([None], tf.string),
+    num_sentences=tf.TensorSpec([None], tf.int32),
     answer=tf.TensorSpec([], tf.string),
     id=tf.TensorSpec([], tf.string))
 
@@ -63,12 +66,14 @@ def write_features(valid: List[data.WikiHopRecord],
   """
 
   def to_inputs(r: data.WikiHopRecord):
-    return dict(query=r.query, candidates=r.candidates, supports=r.supports,
-                answer=r.answer, id=r.id)
+    # Punkt splits the supports here, in Python (see tasks.common.sentences).
+    sentences, num_sentences = features_lib.split_supports(r.supports)
+    return dict(query=r.query, candidates=r.candidates, sentences=sentences,
+                num_sentences=num_sentences, answer=r.answer, id=r.id)
 
   def featurize(r):
-    return featurizer.record_fn(r["query"], r["candidates"], r["supports"],
-                                r["answer"], r["id"])
+    return featurizer.record_fn(r["query"], r["candidates"], r["sentences"],
+                                r["num_sentences"], r["answer"], r["id"])
 
   def finish(record: data.WikiHopRecord, features: Dict[str, np.ndarray],
              amounts: Dict[str, int]) -> Optional[records.BadRecordError]:

@@ -8,8 +8,10 @@ examples add 0. Metric: accuracy. Predictions: the official submission
 format, a JSON object `{id: answer}`; on the eval set, `official_scores` is
 the official metric (`evaluate.py`: accuracy) against the gold answers, from
 `gold_file` or else the labels stored in the TFRecords. Export: besides the
-tensor signatures, `serve_raw(query, candidates, supports)`, which
-featurizes in the graph (needs `vocab_file` or `spm_model_file`).
+tensor signatures, `serve_raw(query, candidates, sentences, num_sentences)`,
+which featurizes in the graph (needs `vocab_file` or `spm_model_file`); the
+client splits the supports into sentences first with
+`features.split_supports` (Punkt, as preprocessing does).
 """
 
 import os
@@ -147,12 +149,16 @@ class WikiHopTask(task_lib.RawInputTask):
     @tf.function(input_signature=[
         tf.TensorSpec([], tf.string, name="query"),
         tf.TensorSpec([None], tf.string, name="candidates"),
-        tf.TensorSpec([None], tf.string, name="supports")])
-    def serve_raw(query, candidates, supports):
-      """One qangaroo record's fields -> `answer` [] (the chosen candidate,
-      as given) and `candidate_probabilities` [N] (N = number of candidates
-      that fit the global input)."""
-      feats = featurizer.featurize_tf(query, candidates, supports)
+        tf.TensorSpec([None], tf.string, name="sentences"),
+        tf.TensorSpec([None], tf.int32, name="num_sentences")])
+    def serve_raw(query, candidates, sentences, num_sentences):
+      """One qangaroo record's fields, its supports split into sentences
+      (`features.split_supports`: [S] sentences, [D] sentences per support)
+      -> `answer` [] (the chosen candidate, as given) and
+      `candidate_probabilities` [N] (N = number of candidates that fit the
+      global input)."""
+      feats = featurizer.featurize_sentences_tf(query, candidates, sentences,
+                                                num_sentences)
       batch = {k: feats[k][tf.newaxis] for k in names}
       outputs = model(batch, training=False)
       num = tf.minimum(tf.size(candidates), self.global_seq_len)

@@ -23,6 +23,7 @@ import tensorflow as tf
 
 import e2e_testing
 from tasks import run
+from tasks.wikihop import features as wikihop_features
 import wikihop_testing
 
 GLOBAL = wikihop_testing.GLOBAL
@@ -130,6 +131,9 @@ def test_kill_resume_train_eval_predict_export_serve(workdir):
 
   # 5. A fresh process (no project code imported) queries every signature.
   record = dev[0]
+  # The client splits the supports (Punkt, outside the graph).
+  sentences, num_sentences = wikihop_features.split_supports(
+      record["supports"])
   script = f"""
 import json, sys
 import tensorflow as tf
@@ -139,7 +143,8 @@ out = {{"signatures": sorted(loaded.signatures)}}
 raw = loaded.signatures["serve_raw"](
     query=tf.constant({record['query']!r}),
     candidates=tf.constant({record['candidates']!r}),
-    supports=tf.constant({record['supports']!r}))
+    sentences=tf.constant({sentences!r}, tf.string),
+    num_sentences=tf.constant({num_sentences!r}, tf.int32))
 out["raw_answer"] = raw["answer"].numpy().decode()
 out["raw_probs"] = raw["candidate_probabilities"].numpy().tolist()
 ex = loaded.signatures["serve_examples"](examples=examples_of(

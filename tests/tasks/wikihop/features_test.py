@@ -118,14 +118,15 @@ def _original_heap_truncation(doc_sentence_lens, max_num_sentences,
 
 
 def _kept_counts(f):
-  """Kept sentences per kept doc, read back from the long tokens."""
-  para = f["long_paragraph_ids"].numpy()
-  sent = f["long_sentence_ids"].numpy()
-  kept = {}
-  for p, s in zip(para, sent):
-    if p >= 0:
-      kept.setdefault(p, set()).add(s)
-  return [len(v) for _, v in sorted(kept.items())]
+  """Kept sentences per doc, read back from the global tokens (a paragraph
+  token, then one sentence token per kept sentence)."""
+  counts = []
+  for token in f["global_token_ids"].numpy():
+    if token == 5:
+      counts.append(0)
+    elif token == 1:
+      counts[-1] += 1
+  return counts
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
@@ -149,11 +150,11 @@ def test_truncation_order_matches_original_heap(vocab, seed):
                                    max_num_sentences=max_sents)
   f, stats = featurizer.featurize_with_stats_tf("x", ["a"], docs)
   expected = _original_heap_truncation(lens, max_sents, budget)
-  # Documents left with no sentence are dropped entirely (no paragraph).
-  assert _kept_counts(f) == [c for c in expected if c]
+  # Documents left with no sentence keep their paragraph token.
+  assert _kept_counts(f) == expected
   assert int(stats["sentences_dropped"]) == sum(map(len, lens)) - sum(
       expected)
-  assert int(stats["docs_dropped"]) == expected.count(0)
+  assert int(stats["docs_emptied"]) == expected.count(0)
   assert int(stats["doc_tokens_dropped"]) == total_tokens - sum(
       sum(d[:c]) for d, c in zip(lens, expected))
 
@@ -167,12 +168,15 @@ def test_truncation_counts_paragraph_tokens_in_global_budget(vocab):
       "x", ["a", "b"], ["s1. s2. s3. s4.", "s5. s6."])
   assert f["global_token_ids"].numpy().tolist() == [4, 4, 3, 5, 1, 1, 5, 1]
   assert int(stats["sentences_dropped"]) == 3
-  # Dropping a doc's last sentence frees its paragraph token too.
+  # A document emptied by truncation keeps its paragraph token (with the
+  # breakpoint), as the original: 2 paragraphs + 1 sentence fit.
   featurizer = F.WikiHopFeaturizer(vocab, long_seq_len=100, global_seq_len=6)
   f, stats = featurizer.featurize_with_stats_tf("x", ["a", "b"],
                                                 ["s1. s2.", "s5."])
-  assert f["global_token_ids"].numpy().tolist() == [4, 4, 3, 5, 1, 0]
-  assert int(stats["docs_dropped"]) == 1
+  assert f["global_token_ids"].numpy().tolist() == [4, 4, 3, 5, 1, 5]
+  assert f["global_paragraph_breakpoints"].numpy().tolist() == [
+      1, 1, 1, 0, 1, 1]
+  assert int(stats["docs_emptied"]) == 1
   assert int(stats["sentences_dropped"]) == 2
 
 
@@ -226,16 +230,20 @@ def test_in_graph_serving_path_equals_preprocessed_tfrecords(vocab, tmp_path):
 
   @tf.function(input_signature=[
       tf.TensorSpec([], tf.string), tf.TensorSpec([None], tf.string),
-      tf.TensorSpec([None], tf.string), tf.TensorSpec([], tf.string)])
-  def serve(query, candidates, supports, answer):
-    return featurizer.featurize_tf(query, candidates, supports, answer)
+      tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int32),
+      tf.TensorSpec([], tf.string)])
+  def serve(query, candidates, sentences, num_sentences, answer):
+    return featurizer.featurize_sentences_tf(query, candidates, sentences,
+                                             num_sentences, answer)
 
+  split = [F.split_supports(r["supports"]) for r in _records()]
   batch = featurizer.featurize_batch_tf(
       tf.constant([r["query"] for r in _records()]),
       tf.ragged.constant([r["candidates"] for r in _records()]),
-      tf.ragged.constant([r["supports"] for r in _records()]))
+      tf.ragged.constant([s for s, _ in split], tf.string),
+      tf.ragged.constant([n for _, n in split], tf.int32))
   for i, (record, want) in enumerate(zip(_records(), cached)):
-    got = serve(record["query"], record["candidates"], record["supports"],
+    got = serve(record["query"], record["candidates"], *split[i],
                 record["answer"])
     for name in F.MODEL_FEATURES + ("label", "num_candidates"):
       np.testing.assert_array_equal(got[name].numpy(), want[name], name)
@@ -252,20 +260,22 @@ def test_featurizer_saved_model_signature(vocab, tmp_path):
   module = tf.Module()
   module.featurizer = featurizer
   module.featurize = tf.function(
-      lambda q, c, s: {
-          k: v for k, v in featurizer.featurize_tf(q, c, s).items()
-          if k in F.MODEL_FEATURES},
+      lambda q, c, s, n: {
+          k: v for k, v in featurizer.featurize_sentences_tf(
+              q, c, s, n).items() if k in F.MODEL_FEATURES},
       input_signature=[tf.TensorSpec([], tf.string),
                        tf.TensorSpec([None], tf.string),
-                       tf.TensorSpec([None], tf.string)])
+                       tf.TensorSpec([None], tf.string),
+                       tf.TensorSpec([None], tf.int32)])
   export = str(tmp_path / "saved")
   tf.saved_model.save(module, export,
                       signatures={"featurize": module.featurize})
   loaded = tf.saved_model.load(export)
   record = _records()[1]
+  sentences, num_sentences = F.split_supports(record["supports"])
   got = loaded.signatures["featurize"](
       q=tf.constant(record["query"]), c=tf.constant(record["candidates"]),
-      s=tf.constant(record["supports"]))
+      s=tf.constant(sentences), n=tf.constant(num_sentences))
   want = featurizer.featurize_tf(record["query"], record["candidates"],
                                  record["supports"])
   for name in F.MODEL_FEATURES:
@@ -282,7 +292,7 @@ def test_sentencepiece_path(tmp_path):
       sentence=1, question=41, candidate=42, paragraph=43)
   record = data.validate_record(
       dict(id="sp", query="country_of X", candidates=["New York", "x"],
-           answer="x", supports=["X is in New York. New York is big."]),
+           answer="x", supports=["X is in new york. New York is big."]),
       "f.json", 0)
   f, stats = featurizer.featurize_record(record)
   tok = featurizer.tokenizer
@@ -291,11 +301,13 @@ def test_sentencepiece_path(tmp_path):
   np.testing.assert_array_equal(f["token_ids"][:n0], cand0)
   assert f["global_token_ids"].tolist()[:2] == [42, 42]
   assert 41 in f["global_token_ids"] and 43 in f["global_token_ids"]
-  # Both "New York" mentions (lower-cased) are linked to candidate 0.
+  # The candidate is lower-cased, the support is not (a SentencePiece
+  # vocabulary is not lower-cased, as the original's): only the lower-case
+  # mention is the candidate's pieces.
   doc_start = n0 + len(tok.tokenize_py("x")) + len(
       tok.tokenize_py("country_of X"))
   linked = f["l2g_linked_ids"][doc_start:]
-  assert np.sum(linked == 0) == 2 * n0
+  assert np.sum(linked == 0) == n0
   assert f["label"] == 1 and stats["overflow"] == 0
   assert stats["sentences_dropped"] == 0
 
@@ -333,3 +345,57 @@ def test_mark_query_subject_without_subject_marks_nothing(vocab):
   f = featurizer.featurize_tf(tf.constant("country_of"), tf.constant(["a"]),
                               tf.constant(["country of a."]))
   assert (f["segment_ids"].numpy() != F.QUERY_SUBJECT_TOKEN_TYPE_ID).all()
+
+
+def test_mentions_need_the_candidate_in_the_sentence_text(vocab):
+  # As the original: a candidate is linked in a sentence only when its
+  # lower-cased text contains the lower-cased candidate. "new\u00a0york"
+  # tokenizes as "new york" but does not contain it.
+  featurizer = F.WikiHopFeaturizer(vocab, long_seq_len=20, global_seq_len=10)
+  f = featurizer.featurize_tf("x", ["new york", "york"],
+                              ["a new\u00a0york. big New York."])
+  linked = f["l2g_linked_ids"].numpy()
+  # long: new york | york | x | a new york . | big new york . ("york",
+  # the later candidate, wins the shared token)
+  np.testing.assert_array_equal(linked[4:13],
+                                [-1, -1, 1, -1, -1, 0, 1, -1, -1])
+
+
+def test_empty_support_keeps_its_paragraph_token(vocab):
+  featurizer = F.WikiHopFeaturizer(vocab, long_seq_len=20, global_seq_len=10)
+  f, stats = featurizer.featurize_with_stats_tf("x", ["a"], ["", "a is big."])
+  # Global: candidate, query, [paragraph] of the empty support (its own
+  # breakpoint), [paragraph, sentence] of the second.
+  assert f["global_token_ids"].numpy().tolist() == [4, 3, 5, 5, 1, 0, 0, 0,
+                                                     0, 0]
+  assert f["global_paragraph_breakpoints"].numpy().tolist() == [
+      1, 1, 1, 0, 1, 0, 0, 0, 0, 0]
+  np.testing.assert_array_equal(f["long_paragraph_ids"].numpy()[2:6],
+                                [3, 3, 3, 3])
+  np.testing.assert_array_equal(f["long_sentence_ids"].numpy()[2:6],
+                                [4, 4, 4, 4])
+  assert int(stats["docs_emptied"]) == 0
+
+
+def test_split_supports_is_punkt(vocab):
+  del vocab
+  sentences, counts = F.split_supports(
+      ["The St. Louis Cardinals won ( 3 - 1 ) . Martin Luther King Jr. "
+       "spoke .", b"", tf.constant("One. Two.").numpy()])
+  assert sentences == ["The St. Louis Cardinals won ( 3 - 1 ) .",
+                       "Martin Luther King Jr. spoke .", "One.", "Two."]
+  assert counts == [2, 0, 2]
+
+
+def test_candidate_with_regex_characters_is_matched_literally(vocab):
+  featurizer = F.WikiHopFeaturizer(vocab, long_seq_len=30, global_seq_len=10)
+  f = featurizer.featurize_tf("x", ["a.", "a\\Eb", "(a)"],
+                              ["a. b a\\Eb (a)."])
+  cand_in = F._contains(tf.constant(["a. b a\\Eb (a).", "xa"]),
+                        tf.constant(["a.", "a\\Eb", "(a)", "a*", ""]))
+  np.testing.assert_array_equal(cand_in.numpy(), [[True, False],
+                                                  [True, False],
+                                                  [True, False],
+                                                  [False, False],
+                                                  [False, False]])
+  assert (f["l2g_linked_ids"].numpy() >= 0).sum() > 0
