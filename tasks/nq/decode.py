@@ -14,8 +14,8 @@ Per window (`window_answers`):
 * long answer: the best-scoring long-answer candidate with a global token in
   the window, scored at the candidate's first wordpiece (long-start head) and
   its last wordpiece (long-end head). Only candidates the window holds whole
-  (first and last document token inside) are eligible: those are the only
-  windows whose labels mark the candidate; a cut candidate is decoded from
+  (first and last document token inside) are eligible: a window that cuts a
+  candidate holds at most one of its ends; a cut candidate is decoded from
   the window that holds it whole.
 * short answer: the best span [i, j] inside that candidate, i <= j < i + K
   (K = `max_short_answer_length` wordpieces; the original limited 32 document

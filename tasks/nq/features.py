@@ -81,15 +81,21 @@ Labels (`LABEL_FEATURES`; from the FIRST annotation, as the original):
                4 short; -1 for an unlabelled example (serving, test set).
                Per example: yes/no if `yes_no_answer` is YES/NO, else short
                if there are short answers, else long if there is a long
-               answer, else null. Per window: a short (long) example becomes
-               null in a window that does not fully hold its short (long)
-               span; yes/no stays in every window (as the original).
-  long_start, long_end    []  inclusive long positions of the long answer's
-               first / last wordpiece; 0, 0 (CLS) unless the whole span is
-               inside the window (or no long answer / unlabelled).
+               answer, else null. Per window (as the original): a short
+               (long) example becomes null in a window where both
+               short_start and short_end (long_start and long_end) are 0,
+               i.e. that holds neither end of the span; a span cut by the
+               window edge keeps its type; yes/no stays in every window.
+  long_start, long_end    []  long positions (counted from [CLS], so a
+               document wordpiece sits at q + 2 + its offset in the window)
+               of the long answer's first token's first wordpiece in the
+               window and of its last token's last wordpiece in the window.
+               Each is looked up on its own and is 0 (CLS) when the window
+               lacks that token (or no long answer / unlabelled): a span cut
+               by the window edge gets one real end and a 0.
   short_start, short_end  []  the same for the short answer: from the first
                short span's start to the last short span's end (several
-               spans are merged, as the original); 0, 0 likewise.
+               spans are merged, as the original).
 """
 
 import dataclasses
@@ -559,25 +565,34 @@ class NqFeaturizer(featurizing.Featurizer):
     global_breakpoints = tf.cast(
         tf.equal(gp, num_global[:, tf.newaxis] - 1), i32)
 
-    # --- Labels: a span counts in a window only when its first and last
-    # wordpieces (over the whole document) are both inside.
-    wp = tf.range(n)
+    # --- Labels, as the original: a span's start and end are looked up in
+    # each window independently, so a span cut by a window edge keeps the
+    # end that the window holds (the other one points at [CLS]).
+    def first_position(token: tf.Tensor) -> tf.Tensor:
+      # First wordpiece of `token` in the window; 0 when it has none there.
+      match = tf.equal(doc_token_map, token) & has_pos
+      first = tf.reduce_min(tf.where(match, p, L), axis=1)
+      return tf.where(first < L, first, 0)
 
-    def span_positions(span):
-      in_span = (doc_pos >= span[0]) & (doc_pos < span[1])
-      first = tf.reduce_min(tf.where(in_span, wp, n))
-      last = tf.reduce_max(tf.where(in_span, wp, -1))
-      inside = ((span[0] >= 0) & (first <= last) & (first >= starts) &
-                (last < starts + win_len))  # [W]
-      return (tf.where(inside, pre + first - starts, 0),
-              tf.where(inside, pre + last - starts, 0), inside)
+    def last_position(token: tf.Tensor) -> tf.Tensor:
+      # Last wordpiece of `token` in the window; 0 when it has none there.
+      match = tf.equal(doc_token_map, token) & has_pos
+      return tf.maximum(tf.reduce_max(tf.where(match, p, -1), axis=1), 0)
 
-    long_start, long_end, long_in = span_positions(long_span)
-    short_start, short_end, short_in = span_positions(short_span)
+    # Spans are [start, end): the last token is end - 1.
+    long_start = first_position(long_span[0])
+    long_end = last_position(long_span[1] - 1)
+    short_start = first_position(short_span[0])
+    short_end = last_position(short_span[1] - 1)
+    # Only an example's own answer kind decides: a short (long) example is
+    # null in a window that holds neither end of its short (long) span;
+    # yes / no examples keep their type everywhere.
+    short_gone = tf.equal(short_start, 0) & tf.equal(short_end, 0)
+    long_gone = tf.equal(long_start, 0) & tf.equal(long_end, 0)
     window_type = tf.fill([num_windows], answer_type)
     window_type = tf.where(
-        ((window_type == data.SHORT) & ~short_in) |
-        ((window_type == data.LONG) & ~long_in), data.NULL, window_type)
+        ((window_type == data.SHORT) & short_gone) |
+        ((window_type == data.LONG) & long_gone), data.NULL, window_type)
 
     zeros_l = tf.zeros([num_windows, L], i32)
     features = {

@@ -5,8 +5,9 @@ Model (`head.NqModel`): the ETC-RealFormer encoder over each window
 (`features.py`), four position heads (long / short answer start and end) and
 a 5-way answer type head. Side inputs: the "breakpoints" layout (long and
 global breakpoints, sentence ids), as the original.
-Loss: the mean of the five cross-entropies (four position labels, 0 = [CLS]
-when the window does not hold the span; the answer type), as the original;
+Loss: the mean of the five cross-entropies (four position labels, each 0 =
+[CLS] when the window does not hold that end of the span; the answer type),
+as the original;
 an unlabelled window (answer_type -1) adds 0.
 
 Predictions: the windows of each `example_id` are aggregated into the

@@ -1,6 +1,8 @@
 """Tests for tasks.nq.features: windows, global tokens, labels, side inputs
 (the task's "breakpoints" layout over the features), special ids."""
 
+from typing import Tuple
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -225,41 +227,107 @@ def test_full_global_input_shares_the_last_token(vocab):
   assert (g["sentence_ids"][real[real >= last]] == last).all()
 
 
-@pytest.mark.parametrize("ann,types,which", [
-    # Short answer "b c" inside candidate 0: window 0 only.
-    (annotation(long=(3, 15), short=(5, 7)), [data.SHORT, data.NULL, data.NULL],
-     "short"),
-    # Long answer = candidate 3 (wordpieces 20..28): window 2 only.
-    (annotation(long=(22, 31)), [data.NULL, data.NULL, data.LONG], "long"),
-    # Candidate 1 (wordpieces 13..19): cut by window 0, whole in window 1.
-    (annotation(long=(15, 22)), [data.NULL, data.LONG, data.NULL], "long"),
-    # Yes/no: the type stays in every window (as the original).
-    (annotation(long=(22, 31), yes_no="YES"), [data.YES] * 3, "long"),
-    (annotation(), [data.NULL] * 3, None),
+# Window layout for the default test featurizer (L 24, q 4, stride 8):
+# doc_len = 24 - 4 - 3 = 17, windows hold document wordpieces [0, 16],
+# [8, 24], [16, 28]; wordpiece k sits at long position 6 + k - 8 * w
+# (6 = [CLS] + 4 question wordpieces + [SEP]). Document token t >= 8 is
+# wordpiece t - 2 ("cats", token 7, is wordpieces 4 and 5).
+# The original's rule, applied by hand: a start is the window's first
+# wordpiece of the span's first token, an end the window's last wordpiece of
+# the span's last token (end_token - 1), each 0 when the window lacks that
+# token; a short (long) example is null where both its short (long) ends
+# are 0; yes / no never becomes null.
+@pytest.mark.parametrize("ann,types,long_pos,short_pos", [
+    # Long = candidate 0 (tokens 3..14, wordpieces 0..12), short "b c"
+    # (wordpieces 2..3): window 1 holds only the long answer's end, and the
+    # short example is null there.
+    (annotation(long=(3, 15), short=(5, 7)),
+     [data.SHORT, data.NULL, data.NULL],
+     [(6, 18), (0, 10), (0, 0)], [(8, 9), (0, 0), (0, 0)]),
+    # Long = candidate 3 (wordpieces 20..28): window 1 holds its start only
+    # (its end is cut by the window's end edge) and keeps the type.
+    (annotation(long=(22, 31)), [data.NULL, data.LONG, data.LONG],
+     [(0, 0), (18, 0), (10, 18)], [(0, 0)] * 3),
+    # Candidate 1 (wordpieces 13..19): start only in window 0, whole in
+    # window 1, end only in window 2 (cut by its start edge): long in all.
+    (annotation(long=(15, 22)), [data.LONG] * 3,
+     [(19, 0), (11, 17), (0, 9)], [(0, 0)] * 3),
+    # Short "e f g" (wordpieces 7..9) across window 1's start edge (8).
+    (annotation(long=(3, 15), short=(9, 12)),
+     [data.SHORT, data.SHORT, data.NULL],
+     [(6, 18), (0, 10), (0, 0)], [(13, 15), (0, 7), (0, 0)]),
+    # Short "<Td> y </Td>" (wordpieces 15..17) across window 0's end edge
+    # (16) and window 2's start edge (16).
+    (annotation(long=(15, 22), short=(17, 20)), [data.SHORT] * 3,
+     [(19, 0), (11, 17), (0, 9)], [(21, 0), (13, 15), (0, 7)]),
+    # Yes/no: the type stays in every window, even without either end.
+    (annotation(long=(22, 31), yes_no="YES"), [data.YES] * 3,
+     [(0, 0), (18, 0), (10, 18)], [(0, 0)] * 3),
+    (annotation(), [data.NULL] * 3, [(0, 0)] * 3, [(0, 0)] * 3),
 ])
-def test_labels_in_and_out_of_window(vocab, ann, types, which):
+def test_labels_in_and_out_of_window(vocab, ann, types, long_pos, short_pos):
   f = featurizer(vocab)
   feats, _ = f.featurize_record(make_record(annotation=ann))
   np.testing.assert_array_equal(feats["answer_type"], types)
-  for w in range(3):
-    for kind in ("long", "short"):
-      start, end = feats[f"{kind}_start"][w], feats[f"{kind}_end"][w]
-      span = ann[f"{kind}_answer"] if kind == "long" else (
-          ann["short_answers"][0] if ann["short_answers"] else None)
-      inside = kind == which or (kind == "long" and which == "short")
-      if span and span["start_token"] >= 0 and start > 0:
-        assert inside
-        dm = feats["doc_token_map"][w]
-        assert dm[start] == span["start_token"]
-        assert dm[end] == span["end_token"] - 1
-        assert start == 0 or dm[start - 1] != span["start_token"]
-        assert end + 1 >= len(dm) or dm[end + 1] != span["end_token"] - 1
-      else:
-        assert start == 0 and end == 0
-    if types[w] in (data.SHORT,):
-      assert feats["short_start"][w] > 0
-    if types[w] == data.LONG:
-      assert feats["long_start"][w] > 0
+  for kind, want in (("long", long_pos), ("short", short_pos)):
+    got = list(zip(feats[f"{kind}_start"].tolist(),
+                   feats[f"{kind}_end"].tolist()))
+    assert got == want, kind
+
+
+# A featurizer whose windows cut "cats" (token 7, wordpieces 4 and 5):
+# L 12 -> doc_len 12 - 4 - 3 = 5, stride 5, windows hold wordpieces [0, 4],
+# [5, 9], [10, 14], ...; wordpiece k sits at long position 6 + k - 5 * w.
+@pytest.mark.parametrize("short,short_pos,types", [
+    # "cats d" (tokens 7..8): window 0 holds the first piece of "cats" (its
+    # start, at wordpiece 4) but not "d"; window 1 starts at the second
+    # piece of "cats", which is its start there.
+    ((7, 9), [(10, 0), (6, 7)], [data.SHORT, data.SHORT]),
+    # "b c cats" (tokens 5..7): window 0 ends at the first piece of "cats"
+    # (its end there), window 1 holds only the last piece (its end).
+    ((5, 8), [(8, 10), (0, 6)], [data.SHORT, data.SHORT]),
+])
+def test_labels_of_a_token_cut_by_the_window_edge(vocab, short, short_pos,
+                                                  types):
+  f = featurizer(vocab, long_seq_len=12, stride=5)
+  feats, stats = f.featurize_record(
+      make_record(annotation=annotation(long=(3, 15), short=short)))
+  assert stats["windows"] == 6
+  # Long = candidate 0 (wordpieces 0..12): start in window 0 (position 6),
+  # end in window 2 (wordpiece 12 -> 6 + 12 - 10 = 8), nothing elsewhere.
+  want_long = [(6, 0), (0, 0), (0, 8)] + [(0, 0)] * 3
+  got_long = list(zip(feats["long_start"].tolist(), feats["long_end"].tolist()))
+  assert got_long == want_long
+  got_short = list(zip(feats["short_start"].tolist(),
+                       feats["short_end"].tolist()))
+  assert got_short == short_pos + [(0, 0)] * 4
+  # Window 2 holds the long answer's end only: a short example is null.
+  np.testing.assert_array_equal(feats["answer_type"],
+                                types + [data.NULL] * 4)
+
+
+def original_rule(dmap: np.ndarray,
+                  span: Tuple[int, int]) -> Tuple[int, int]:
+  """The original's per-window lookup over one window's doc_token_map."""
+  start = np.flatnonzero(dmap == span[0])
+  end = np.flatnonzero(dmap == span[1] - 1)
+  return (int(start[0]) if start.size else 0,
+          int(end[-1]) if end.size else 0)
+
+
+def test_labels_follow_the_original_rule_for_every_short_span(vocab):
+  """Every short span of up to 4 kept tokens, on windows cutting "cats"."""
+  f = featurizer(vocab, long_seq_len=12, stride=5)
+  for s in range(3, 31):
+    for e in range(s + 1, min(s + 5, 32)):
+      ann = annotation(long=(3, 15), short=(s, e))
+      feats, _ = f.featurize_record(make_record(annotation=ann))
+      for w, dmap in enumerate(feats["doc_token_map"]):
+        start, end = original_rule(dmap, (s, e))
+        assert (feats["short_start"][w], feats["short_end"][w]) == (
+            start, end), (s, e, w)
+        want = data.NULL if start == end == 0 else data.SHORT
+        assert feats["answer_type"][w] == want, (s, e, w)
 
 
 def test_unlabelled_example(vocab):
