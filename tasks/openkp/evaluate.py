@@ -8,10 +8,13 @@ a list of strings). As the official MS MARCO OpenKP `evaluate.py`:
 
 - a keyphrase is its strings lower-cased and joined by spaces (right
   stripped); keyphrases whose first string is empty are dropped;
-- the reference is the set of its keyphrases; predictions are taken in order;
-- at depth k: true positives tp = predictions among the first k that are in
-  the reference; P@k = tp / k (not / the number predicted), R@k = tp / |ref|,
-  F1@k = 2PR / (P + R) (0 when P + R = 0);
+- the reference is the set of its keyphrases; predictions are taken in order
+  with repeats dropped (after normalization, so "Foo" then "foo" count once:
+  the first occurrence keeps its rank, later ones are removed before the
+  cut at k);
+- at depth k: true positives tp = the first k de-duplicated predictions that
+  are in the reference; P@k = tp / k (not / the number predicted),
+  R@k = tp / |ref|, F1@k = 2PR / (P + R) (0 when P + R = 0);
 - each score is averaged over the reference documents.
 
 Beyond the official script (which would fail): a reference document without
@@ -53,15 +56,22 @@ def normalize_keyphrases(keyphrases: Sequence[Any]) -> List[str]:
   return out
 
 
+def unique_in_order(keyphrases: Sequence[str]) -> List[str]:
+  """The first occurrence of each keyphrase, in order (official `dedup`)."""
+  return list(dict.fromkeys(keyphrases))
+
+
 def score_document(predicted: Sequence[str], reference: Sequence[str],
                    max_depth: int = 5) -> Tuple[List[float], List[float],
                                                 List[float]]:
   """P@k, R@k, F1@k for k = 1..max_depth of one document.
 
   Args:
-    predicted: normalized predictions, best first.
+    predicted: normalized predictions, best first; a repeat is dropped
+      before ranking, so it neither scores twice nor takes a rank.
     reference: normalized gold keyphrases (non-empty).
   """
+  predicted = unique_in_order(predicted)
   reference_set = set(reference)
   precision, recall, f1 = [], [], []
   true_positive = 0

@@ -29,6 +29,28 @@ def test_fewer_predictions_still_divide_by_k():
   assert f[2] == pytest.approx(2 * (1 / 3) / (4 / 3))  # 0.5
 
 
+def test_repeated_predictions_count_once_after_normalization():
+  # The official script de-duplicates the normalized predictions (first
+  # occurrence kept, in order) before the cut at k: "Foo", "foo", "FOO"
+  # are one prediction, so "bar" moves up to rank 2.
+  references = {"u": [["foo"], ["bar"]]}
+  predictions = {"u": [["Foo"], ["foo"], ["FOO"], ["bar"]]}
+  out = E.evaluate(references, predictions)
+  # Ranked: foo (hit), bar (hit); 2 gold.
+  assert out["precision@1"] == pytest.approx(1.0)
+  assert out["recall@1"] == pytest.approx(1 / 2)
+  assert out["f1@1"] == pytest.approx(2 / 3)
+  assert out["precision@3"] == pytest.approx(2 / 3)   # counting repeats: 1
+  assert out["recall@3"] == pytest.approx(1.0)        # counting repeats: 3/2
+  assert out["f1@3"] == pytest.approx(0.8)
+  assert out["precision@5"] == pytest.approx(2 / 5)   # counting repeats: 4/5
+  assert out["recall@5"] == pytest.approx(1.0)        # counting repeats: 2
+  assert out["f1@5"] == pytest.approx(2 * 0.4 / 1.4)
+  # A repeat of a miss takes no rank either.
+  p, r, _ = E.score_document(["x", "x", "a"], ["a"])
+  assert p[:2] == pytest.approx([0, 1 / 2]) and r[1] == 1.0
+
+
 def test_averaged_per_document_with_official_normalization():
   references = {
       "u1": [["Machine", "Learning"], ["TF"]],
