@@ -277,8 +277,12 @@ class SentencePieceTokenizer(Tokenizer):
   The model's own normalizer (NFKC and whatever it was trained with) is the
   only normalization: the original does not lower-case for a SentencePiece
   vocabulary. As the original's `encode_pieces`, a piece that ends in a comma
-  right after a digit ("▁1990,") is encoded again without the comma and the
-  comma appended as its own piece, so numbers are pieced as elsewhere.
+  right after a digit ("▁1990,") is encoded again without the comma and its
+  word-boundary marks, and the comma appended as its own piece. The original
+  meant to drop the boundary mark that re-encoding puts before a piece from
+  inside a word, but under Python 3 its check compares text with bytes and
+  never holds: the mark stays ("10,5" -> "▁", "▁10", ",", "5"). That is how
+  the released checkpoints' data was made, so it is kept.
   """
 
   kind = SENTENCEPIECE
@@ -336,24 +340,10 @@ class SentencePieceTokenizer(Tokenizer):
     bare = tf.strings.regex_replace(
         tf.strings.regex_replace(split_pieces, ",$", ""), _SPIECE_UNDERLINE,
         "")
-    sub = self._tokenizer.tokenize(bare)  # [K, (s)]
-    sub_pieces = self._tokenizer.id_to_string(sub)
-    # A piece inside a word keeps no word-boundary mark on its first sub-piece
-    # (a bare mark is dropped).
-    inside_word = ~tf.strings.regex_full_match(
-        split_pieces, f"(?s){_SPIECE_UNDERLINE}.*")
-    first = tf.equal(tf.ragged.range(sub.row_lengths()), 0)
-    marked = tf.strings.regex_full_match(sub_pieces,
-                                         f"(?s){_SPIECE_UNDERLINE}.*")
-    fix = first & marked & inside_word[:, tf.newaxis]
-    stripped = tf.strings.regex_replace(sub_pieces, f"^{_SPIECE_UNDERLINE}",
-                                        "")
-    drop = fix & tf.equal(stripped, "")
-    sub_pieces = tf.ragged.boolean_mask(
-        tf.where(fix, stripped, sub_pieces), ~drop)
-    comma = tf.fill([tf.size(split_at), 1], ",")
-    replacement = tf.concat([sub_pieces, comma], axis=1)  # [K, (s + 1)]
-    replacement_ids = self._tokenizer.string_to_id(replacement)
+    comma = tf.fill([tf.size(split_at), 1], self._tokenizer.string_to_id(","))
+    replacement_ids = tf.concat(
+        [tf.cast(self._tokenizer.tokenize(bare), i32), comma],
+        axis=1)  # [K, (s + 1)]
     # Every piece -> its pieces: [id], or its replacement; merged in order.
     keep_at = tf.cast(tf.where(~split)[:, 0], i32)
     piece_of = tf.concat([
