@@ -7,7 +7,8 @@ one global token per candidate.
 Modules:
 - `data`: reading and validating the released `train.json` / `dev.json`;
 - `features`: the feature spec and the in-graph featurizer (raw strings ->
-  ETC features; preprocessing and serving run the same ops);
+  ETC features; preprocessing and serving run the same ops on the supports
+  split by Punkt, `split_supports`, as the original);
 - `head`: the model (encoder + candidate head);
 - `task`: the registered task "wikihop" (`WikiHopTask`: loss, accuracy,
   predictions, official scores, serving signatures);
