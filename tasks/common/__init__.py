@@ -1,8 +1,11 @@
 """Data plumbing shared by the task pipelines (WikiHop, HotpotQA, NQ, OpenKP).
 
 - `tokenization`: in-graph WordPiece / SentencePiece tokenizers behind one
-  interface (ids, byte offsets, vocabulary lookups), plus a regex sentence
-  splitter that needs no download.
+  interface (ids, byte offsets, vocabulary lookups), normalizing as the
+  original's BERT and ALBERT-style tokenizers, plus the in-graph regex
+  sentence splitter of the pre-training text datasets.
+- `sentences`: sentence splitting as the original ETC (`nltk.sent_tokenize`,
+  NLTK's Punkt English model), in Python: WikiHop's supports.
 - `featurizing`: the featurizers' shared graph helpers (`fit`,
   `last_of_run`) and their special token ids per vocabulary kind
   (`SpecialTokenIds`).
