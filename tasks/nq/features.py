@@ -466,7 +466,10 @@ class NqFeaturizer(featurizing.Featurizer):
     kept_html = tf.gather(doc_is_html, kept)
     kept_text = tf.where(kept_html, "", tf.gather(doc_tokens, kept))
     pieces = self.tokenizer.tokenize(kept_text)
-    closing = tf.strings.regex_full_match(tf.gather(doc_tokens, kept), "</.*")
+    # A closing tag is a token that starts with "</" (the original's
+    # `startswith`; a regex "</.*" would miss a tag holding a line break).
+    closing = tf.equal(
+        tf.strings.substr(tf.gather(doc_tokens, kept), 0, 2), "</")
     special = tf.RaggedTensor.from_row_lengths(
         tf.boolean_mask(tf.where(closing, ids.html_end, ids.html_start),
                         kept_html),
