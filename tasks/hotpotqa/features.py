@@ -36,15 +36,27 @@ Truncation is the original's greedy pass: the question wordpieces are kept
 while they fit, then paragraph tokens, titles and sentences are visited in
 order and each is kept if it still fits (a paragraph token needs one global
 token; a title or sentence one global token and its wordpieces), otherwise
-skipped -- a later, shorter sentence may still fit.
+skipped -- a later, shorter sentence may still fit. Unlike the original,
+`global_sentence_ids` keeps a sentence's index in its paragraph after such a
+skip (the original numbers the kept sentences 0, 1, 2, ...), so that
+decoding names the right supporting sentence.
+
+Answer spans are located as the original's example generation does it
+(`AnswerLocator`): WordPiece widens an occurrence to the whitespace words it
+touches, then narrows it to a run of pieces equal to the answer's own;
+SentencePiece searches the text the pieces spell (normalized by the model).
+Deliberately unlike the original, yes / no answers point at CLS, and
+occurrences in text dropped to fit are not labelled.
 """
 
 import dataclasses
 import json
-from typing import ClassVar, Dict, Mapping, Optional, Sequence, Tuple
+from typing import (ClassVar, Dict, List, Mapping, Optional, Sequence,
+                    Tuple)
 
 import numpy as np
 import tensorflow as tf
+import tensorflow_text as tf_text
 
 from tasks.common import featurizing
 from tasks.common import tokenization
@@ -112,11 +124,13 @@ def feature_spec(
   supporting_facts [G]: 1 on the paragraph, title and sentence tokens of the
     supporting facts (paragraph and title: any fact in that paragraph).
   answer_type []: 0 span, 1 yes, 2 no; -1 unknown.
-  answer_start, answer_end []: inclusive long positions of the answer's first
-    occurrence in a supporting title / sentence; 0, 0 (CLS) for yes/no; -1
-    when not located (kept only in non-training files).
+  answer_start, answer_end []: inclusive long positions of the answer's
+    occurrence with the smallest end in a kept supporting title / sentence,
+    located as the original does (`AnswerLocator`); 0, 0 (CLS) for yes/no;
+    -1 when not located (kept only in non-training files).
   answer_bio_ids [L]: 0 B / 1 I / 2 O over every located occurrence in
-    supporting text (the BIO variant); -1 everywhere when unknown.
+    kept supporting text (the BIO variant); all O for yes/no; -1 everywhere
+    when unknown.
   example_id []: `_id`.
   record_json []: the record as JSON (question, context and, when labelled,
     answer / supporting facts): decoding recovers answer text from it and
@@ -180,6 +194,8 @@ class HotpotFeaturizer(featurizing.Featurizer):
                      min_seq_len=2)
     self.global_token_ids = (global_token_ids or
                              GlobalTokenIds.for_tokenizer(self.tokenizer))
+    # A plain object: not tracked, so not part of an export.
+    self._answer_locator = AnswerLocator(self.tokenizer)
     self._record_fn = tf.function(
         self._featurize,
         input_signature=[
@@ -239,8 +255,14 @@ class HotpotFeaturizer(featurizing.Featurizer):
     stats, skip reason or None). See `add_labels`."""
     features, stats = self._record_fn(*record_inputs(record))
     features = {k: v.numpy() for k, v in features.items()}
-    reason = add_labels(features, record, is_training)
+    reason = add_labels(features, record, is_training, self.answer_locator)
     return features, {k: int(v.numpy()) for k, v in stats.items()}, reason
+
+  @property
+  def answer_locator(self) -> "AnswerLocator":
+    """The `AnswerLocator` of this featurizer's tokenizer (for
+    `add_labels`)."""
+    return self._answer_locator
 
   # ----------------------------------------------------------- implementation
   def _featurize(self, question, titles, sentences, num_sentences,
@@ -423,46 +445,195 @@ def text_token_ranges(features: Mapping[str, np.ndarray]
   return ranges
 
 
-def find_answer_spans(features: Mapping[str, np.ndarray], text: str,
-                      answer: str, long_range: Tuple[int, int]
-                      ) -> Sequence[Tuple[int, int]]:
-  """Inclusive long spans of every occurrence of `answer` in `text`.
+# The original's whitespace for its word split of a text ("unigrams"): a
+# WordPiece answer span is widened to whole words of this split.
+_UNIGRAM_DELIMITERS = " \t\r\n\u202f"
 
-  Occurrences are found on the original string (as bytes, so that they align
-  with the tokenizer's byte offsets); a span covers every wordpiece that
-  overlaps the occurrence (an answer inside a longer word gets that word).
-  """
-  haystack, needle = text.encode("utf-8"), answer.encode("utf-8")
-  if not needle:
-    return []
-  starts = np.asarray(features["long_token_start"])[long_range[0]:
-                                                   long_range[1]]
-  ends = np.asarray(features["long_token_end"])[long_range[0]:long_range[1]]
+
+def _char_spans(text: str, answer: str) -> List[Tuple[int, int]]:
+  """Inclusive character spans of the non-overlapping occurrences of
+  `answer` in `text`, left to right (the original's `find_char_spans`)."""
   spans = []
-  at = haystack.find(needle)
-  while at >= 0:
-    stop = at + len(needle)
-    overlapping = np.flatnonzero((ends > at) & (starts < stop))
-    if overlapping.size:
-      spans.append((long_range[0] + int(overlapping[0]),
-                    long_range[0] + int(overlapping[-1])))
-    at = haystack.find(needle, stop)
+  at = text.find(answer) if answer else -1
+  while at != -1:
+    spans.append((at, at + len(answer) - 1))
+    at = text.find(answer, at + len(answer))
   return spans
 
 
+def _char_unigrams(text: str) -> List[int]:
+  """Per character, the index of its whitespace word; a delimiter belongs to
+  the word before it, and leading delimiters to word -1 (the original's
+  `whitespace_split_with_indices`)."""
+  out, word, separated = [], -1, True
+  for c in text:
+    if c in _UNIGRAM_DELIMITERS:
+      separated = True
+    else:
+      if separated:
+        word += 1
+      separated = False
+    out.append(word)
+  return out
+
+
+def _improve_span(token_ids: Sequence[int], begin: int, end: int,
+                  answer_ids: Sequence[int]) -> Tuple[int, int]:
+  """The first sub-span of [begin, end] whose pieces are the answer's
+  pieces, else [begin, end] (BERT's `_improve_answer_span`)."""
+  answer_ids = list(answer_ids)
+  for new_begin in range(begin, end + 1):
+    for new_end in range(end, new_begin - 1, -1):
+      if list(token_ids[new_begin:new_end + 1]) == answer_ids:
+        return new_begin, new_end
+  return begin, end
+
+
+def wordpiece_answer_spans(text: str, answer: str,
+                           token_ids: Sequence[int],
+                           token_starts: Sequence[int],
+                           answer_ids: Sequence[int]
+                           ) -> List[Tuple[int, int]]:
+  """Inclusive piece spans of the answer in one text, as the original's
+  `find_answer_spans_wordpiece`.
+
+  Each occurrence of `answer` in the raw `text` is widened to the whitespace
+  words it touches, then narrowed to the first run of pieces equal to the
+  answer's own pieces (`answer_ids`) if there is one: "Japan" in
+  "Japanese," stays `japanese ,`.
+
+  Args:
+    text: the title or sentence.
+    answer: the gold answer.
+    token_ids: the text's piece ids.
+    token_starts: their start byte offsets in `text` (UTF-8).
+    answer_ids: the answer's piece ids.
+  """
+  token_ids = [int(t) for t in token_ids]
+  if not token_ids:
+    return []
+  char_unigram = _char_unigrams(text)
+  char_bytes = np.cumsum([0] + [len(c.encode("utf-8")) for c in text])
+  # Piece -> its word, through the character holding its first byte.
+  chars = np.searchsorted(char_bytes, np.asarray(token_starts),
+                          side="right") - 1
+  token_unigram = [char_unigram[int(c)] for c in chars]
+  num_unigrams = char_unigram[-1] + 1 if char_unigram else 0
+  unigram_token = [int(np.searchsorted(token_unigram, u))
+                   for u in range(num_unigrams)]
+  spans = []
+  for begin_char, end_char in _char_spans(text, answer):
+    begin_word, end_word = char_unigram[begin_char], char_unigram[end_char]
+    if begin_word < 0 or end_word < 0:
+      continue  # in leading whitespace: no word holds it
+    begin = unigram_token[begin_word]
+    end = (unigram_token[end_word + 1] - 1
+           if end_word + 1 < num_unigrams else len(token_ids) - 1)
+    if end >= begin:  # else words without pieces
+      spans.append(_improve_span(token_ids, begin, end, answer_ids))
+  return spans
+
+
+def sentencepiece_answer_spans(pieces: Sequence[str],
+                               answer: str) -> List[Tuple[int, int]]:
+  """Inclusive piece spans of the answer in one text, as the original's
+  `find_answer_spans_sentencepiece`: occurrences are found in the text the
+  pieces spell (normalized by the model, e.g. NFKC: "km²" is "km2" there),
+  with "▁" as a space and the first piece's leading "▁" dropped."""
+  underline = "\u2581"
+  char_token = []
+  for i, piece in enumerate(pieces):
+    char_token.extend([i] * (len(piece) - (1 if i == 0 else 0)))
+  pieces = list(pieces)
+  if pieces and pieces[0].startswith(underline):
+    pieces[0] = pieces[0][1:]
+  text = "".join(pieces).replace(underline, " ")
+  return [(char_token[b], char_token[e]) for b, e in _char_spans(text, answer)
+          if e < len(char_token)]
+
+
+class AnswerLocator:
+  """Finds answer spans in a featurized text as the original does, for the
+  tokenizer's kind (`wordpiece_answer_spans` / `sentencepiece_answer_spans`).
+
+  A plain object (not a `tf.Module`), so that a featurizer holding one does
+  not export it.
+  """
+
+  def __init__(self, tokenizer: tokenization.Tokenizer):
+    self.tokenizer = tokenizer
+    self._answer_ids = (None, [])
+    # SentencePiece with string output, built when first needed.
+    self._string_tokenizer = None
+    self._unknown_id = None
+
+  def _wordpiece_answer_ids(self, answer: str) -> List[int]:
+    """The answer's pieces (the last answer's are kept: a record's texts
+    are looked up one after the other)."""
+    if self._answer_ids[0] != answer:
+      self._answer_ids = (answer, self.tokenizer.tokenize_py(answer))
+    return self._answer_ids[1]
+
+  def _surface_pieces(self, text: str, token_ids: Sequence[int]) -> List[str]:
+    """The pieces the original's tokenizer gives `text` (whose ids are
+    `token_ids`): each id's piece, and for an unknown piece the characters
+    it stands for (the model's string output; "<unk>" would shift the
+    text the answer is searched in)."""
+    if self._string_tokenizer is None:
+      with tf.io.gfile.GFile(self.tokenizer.model_path, "rb") as f:
+        self._string_tokenizer = tf_text.SentencepieceTokenizer(
+            model=f.read(), out_type=tf.string)
+      self._unknown_id = self.tokenizer.token_id("<unk>")
+    sp = self._string_tokenizer
+    pieces = [p.decode("utf-8") for p in
+              sp.id_to_string(tf.constant(list(token_ids), tf.int32)).numpy()]
+    unknown = [i for i, t in enumerate(token_ids) if t == self._unknown_id]
+    if unknown:
+      if getattr(self.tokenizer, "lower_case", False):
+        text = text.lower()
+      surfaces = sp.tokenize(tf.constant([text]))[0]
+      # Unknown pieces are never re-encoded by the digit-comma rule: the
+      # n-th unknown id is the n-th unknown piece.
+      unknown_surfaces = tf.boolean_mask(
+          surfaces, tf.equal(sp.string_to_id(surfaces), self._unknown_id))
+      for i, surface in zip(unknown, unknown_surfaces.numpy()):
+        pieces[i] = surface.decode("utf-8")
+    return pieces
+
+  def spans(self, text: str, answer: str, token_ids: Sequence[int],
+            token_starts: Sequence[int]) -> List[Tuple[int, int]]:
+    """Inclusive spans, relative to the text's first piece."""
+    if self.tokenizer.kind == tokenization.SENTENCEPIECE:
+      if not len(token_ids):  # pylint: disable=g-explicit-length-test
+        return []
+      return sentencepiece_answer_spans(
+          self._surface_pieces(text, token_ids), answer)
+    return wordpiece_answer_spans(text, answer, token_ids, token_starts,
+                                  self._wordpiece_answer_ids(answer))
+
+
 def add_labels(features: Dict[str, np.ndarray], record: data.HotpotRecord,
-               is_training: bool) -> Optional[str]:
+               is_training: bool,
+               locator: AnswerLocator) -> Optional[str]:
   """Adds `LABEL_FEATURES` and `record_json` to numpy features, in place.
 
   Supporting-fact flags go on the paragraph and title tokens of every
   paragraph named by a fact (by title) and on the facts' sentence tokens.
-  The answer span is the first (smallest end) occurrence of the answer in a
-  kept supporting title or sentence; "yes"/"no" answers point at CLS (0, 0).
+  The answer's occurrences are looked up in the kept supporting titles and
+  sentences as the original does (`AnswerLocator`); the answer span is the
+  first by end position; "yes"/"no" answers point at CLS (0, 0).
+
+  Args:
+    features: the featurizer's numpy features of `record`.
+    record: the record.
+    is_training: apply the training filter.
+    locator: the featurizer's `answer_locator`.
 
   Returns:
     None, or (training only) the reason the example must be skipped:
-    `data.NO_SUPPORTING_FACTS`, `data.ANSWER_NOT_FOUND` (in no supporting
-    text) or `data.ANSWER_TRUNCATED` (only in text dropped to fit).
+    `data.NO_SUPPORTING_FACTS`, `data.ANSWER_NOT_FOUND` (not located in the
+    kept supporting texts, nor in a dropped one) or `data.ANSWER_TRUNCATED`
+    (in a supporting text dropped to fit only).
   """
   long_len = features["token_ids"].shape[0]
   global_len = features["global_token_ids"].shape[0]
@@ -482,11 +653,14 @@ def add_labels(features: Dict[str, np.ndarray], record: data.HotpotRecord,
   para_ids = features["global_paragraph_ids"]
   sent_ids = features["global_sentence_ids"]
   ranges = text_token_ranges(features)
-  supporting_texts = []  # (paragraph, sentence) in long order
+  supporting_texts = []  # (global index, paragraph, sentence) in long order
+  kept = set()  # (paragraph, sentence) of the kept titles and sentences
   for g in range(global_len):
     if kinds[g] not in (KIND_PARAGRAPH, KIND_TITLE, KIND_SENTENCE):
       continue
     para = int(para_ids[g])
+    if kinds[g] != KIND_PARAGRAPH:
+      kept.add((para, int(sent_ids[g])))
     fact_sents = facts.get(record.titles[para])
     if fact_sents is None:
       continue
@@ -499,39 +673,44 @@ def add_labels(features: Dict[str, np.ndarray], record: data.HotpotRecord,
   answer_type = data.answer_type_of(record.answer)
   features["answer_type"] = np.array(answer_type, np.int32)
   spans = []
-  for g, para, sent in supporting_texts:
-    if g in ranges:
-      spans.extend(find_answer_spans(features, text_of(record, para, sent),
-                                     record.answer, ranges[g]))
-  spans.sort(key=lambda s: s[1])
-  if spans:
-    bio = np.full([long_len], BIO_OUTSIDE, np.int32)
-    for start, end in spans:
-      bio[start] = BIO_BEGIN
-      bio[start + 1:end + 1] = BIO_INSIDE
-    features["answer_bio_ids"] = bio
-  if answer_type != data.SPAN:
+  if answer_type == data.SPAN:
+    for g, para, sent in supporting_texts:
+      if g not in ranges:
+        continue
+      a, b = ranges[g]
+      spans.extend(
+          (a + start, a + end) for start, end in locator.spans(
+              text_of(record, para, sent), record.answer,
+              features["token_ids"][a:b], features["long_token_start"][a:b]))
+    spans.sort(key=lambda s: s[1])
+    if spans:
+      bio = np.full([long_len], BIO_OUTSIDE, np.int32)
+      for start, end in spans:
+        bio[start] = BIO_BEGIN
+        bio[start + 1:end + 1] = BIO_INSIDE
+      features["answer_bio_ids"] = bio
+      features["answer_start"] = np.array(spans[0][0], np.int32)
+      features["answer_end"] = np.array(spans[0][1], np.int32)
+  else:
     features["answer_start"] = np.array(0, np.int32)
     features["answer_end"] = np.array(0, np.int32)
     features["answer_bio_ids"] = np.full([long_len], BIO_OUTSIDE, np.int32)
-  elif spans:
-    features["answer_start"] = np.array(spans[0][0], np.int32)
-    features["answer_end"] = np.array(spans[0][1], np.int32)
 
   if not is_training:
     return None
   if not sp.any():
     return data.NO_SUPPORTING_FACTS
   if answer_type == data.SPAN and not spans:
-    # Distinguish "nowhere in the supporting facts" from "cut off".
+    # Distinguish "not in the supporting facts" from "cut off".
     for title, sent_id in record.supporting_facts or ():
       for para, t in enumerate(record.titles):
         if t != title:
           continue
-        texts = [t]
+        texts = [(-1, t)]
         if 0 <= sent_id < len(record.sentences[para]):
-          texts.append(record.sentences[para][sent_id])
-        if any(record.answer in x for x in texts):
+          texts.append((sent_id, record.sentences[para][sent_id]))
+        if any((para, i) not in kept and record.answer in x
+               for i, x in texts):
           return data.ANSWER_TRUNCATED
     return data.ANSWER_NOT_FOUND
   return None

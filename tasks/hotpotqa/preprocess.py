@@ -96,7 +96,8 @@ def write_features(valid: List[data.HotpotRecord],
   def finish(record: data.HotpotRecord, features: Dict[str, np.ndarray],
              amounts: Dict[str, int]) -> Optional[records.BadRecordError]:
     del amounts
-    reason = features_lib.add_labels(features, record, is_training)
+    reason = features_lib.add_labels(features, record, is_training,
+                                     featurizer.answer_locator)
     if reason is None:
       return None
     if reason == data.NO_SUPPORTING_FACTS:
