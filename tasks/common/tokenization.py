@@ -23,6 +23,15 @@ WORDPIECE = "wordpiece"
 SENTENCEPIECE = "sentencepiece"
 # SentencePiece's word-boundary mark.
 _SPIECE_UNDERLINE = "\u2581"
+# Python's `str.isdigit` (the original's digit test) as an RE2 class: decimal
+# digits (Nd) and the other characters of numeric type Digit (superscripts,
+# subscripts, circled digits, ...; Unicode 14).
+_DIGIT = (r"[\p{Nd}\x{B2}-\x{B3}\x{B9}\x{1369}-\x{1371}\x{19DA}\x{2070}"
+          r"\x{2074}-\x{2079}\x{2080}-\x{2089}\x{2460}-\x{2468}"
+          r"\x{2474}-\x{247C}\x{2488}-\x{2490}\x{24EA}\x{24F5}-\x{24FD}"
+          r"\x{24FF}\x{2776}-\x{277E}\x{2780}-\x{2788}\x{278A}-\x{2792}"
+          r"\x{10A40}-\x{10A43}\x{10E60}-\x{10E68}\x{11052}-\x{1105A}"
+          r"\x{1F100}-\x{1F10A}]")
 
 # A sentence ends at `.`, `!` or `?` (optionally followed by closing quotes or
 # brackets) and whitespace, unless the character before the punctuation is an
@@ -333,7 +342,7 @@ class SentencePieceTokenizer(Tokenizer):
     i32 = tf.int32
     flat = ids.flat_values  # [P]
     pieces = self._tokenizer.id_to_string(flat)
-    split = tf.strings.regex_full_match(pieces, r"(?s).*\p{Nd},")
+    split = tf.strings.regex_full_match(pieces, f"(?s).*{_DIGIT},")
     split_at = tf.cast(tf.where(split)[:, 0], i32)  # [K]
     split_pieces = tf.gather(pieces, split_at)
     # The piece without its comma and word-boundary marks, encoded again.

@@ -172,3 +172,15 @@ def test_ids_equal_the_original_tokenizers(kind):
   got = tok.tokenize(tf.constant([g["text"] for g in goldens])).to_list()
   for ids, golden in zip(got, goldens):
     assert ids == golden[kind], repr(golden["text"])
+
+
+def test_digit_class_is_python_isdigit():
+  # The digit-comma rule tests the piece's last-but-one character with
+  # Python's `isdigit`: every numeric character (Nd, No, Nl) must be
+  # classified as Python does.
+  import unicodedata  # pylint: disable=g-import-not-at-top
+  chars = [chr(c) for c in range(0x110000)
+           if unicodedata.category(chr(c)) in ("Nd", "No", "Nl")]
+  got = tf.strings.regex_full_match(
+      tf.constant(chars), tokenization._DIGIT).numpy()  # pylint: disable=protected-access
+  assert [c for c, g in zip(chars, got) if g != c.isdigit()] == []
