@@ -165,6 +165,10 @@ def split_supports(supports) -> Tuple[List[str], List[int]]:
     supports: [D] documents: Python strings, bytes, or an eager string
       tensor / array.
   """
+  if tf.is_symbolic_tensor(supports):
+    raise TypeError(
+        "split_supports needs the supports' values (Punkt runs in Python): "
+        "split them before the graph and call featurize_sentences_tf")
   if isinstance(supports, (tf.Tensor, np.ndarray)):
     supports = np.asarray(supports).tolist()
   texts = [s.decode("utf-8") if isinstance(s, bytes) else s

@@ -9,8 +9,10 @@
 
 Yields the raw records (id, query, candidates, answer, supports) with
 candidates and answer normalized (`strip().lower()`); featurize them with
-`features.WikiHopFeaturizer.featurize_tf`. Bad records are skipped and
-logged, as in `preprocess.py`.
+`features.WikiHopFeaturizer.featurize_tf` (eagerly: it splits the supports
+with Punkt in Python), or split them with `features.split_supports` and call
+`featurize_sentences_tf`. Bad records are skipped and logged, as in
+`preprocess.py`.
 """
 
 import os

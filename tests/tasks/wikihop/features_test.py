@@ -399,3 +399,14 @@ def test_candidate_with_regex_characters_is_matched_literally(vocab):
                                                   [False, False],
                                                   [False, False]])
   assert (f["l2g_linked_ids"].numpy() >= 0).sum() > 0
+
+
+def test_split_supports_inside_a_graph_says_what_to_do(vocab):
+  del vocab
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+  def split(supports):
+    return F.split_supports(supports)
+
+  with pytest.raises(TypeError, match="featurize_sentences_tf"):
+    split(tf.constant(["a."]))
