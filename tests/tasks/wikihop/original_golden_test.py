@@ -11,6 +11,7 @@ import os
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tasks.wikihop import data
 from tasks.wikihop import features as F
@@ -89,3 +90,28 @@ def test_features_equal_the_original(key):
 def test_goldens_cover_truncation_and_both_vocabularies():
   assert {s[0] for s in SETTINGS} == {"wordpiece", "sentencepiece"}
   assert len(SETTINGS) == 4 and len(GOLDENS) >= 40
+
+
+def test_serving_path_gives_the_original_features():
+  # serve_raw's path: the client splits the supports (split_supports) and
+  # the graph featurizes; the same features as preprocessing, so the
+  # original's.
+  key = ("wordpiece", 160, 48, 200)
+  goldens = [g for g in GOLDENS if _setting_key(g["setting"]) == key]
+  featurizer = _featurizer(goldens[0]["setting"])
+
+  @tf.function(input_signature=[
+      tf.TensorSpec([], tf.string), tf.TensorSpec([None], tf.string),
+      tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int32)])
+  def serve(query, candidates, sentences, num_sentences):
+    return featurizer.featurize_sentences_tf(query, candidates, sentences,
+                                             num_sentences)
+
+  records = _records()
+  for golden in goldens:
+    record = records[golden["id"]]
+    got = serve(record["query"], record["candidates"],
+                *F.split_supports(record["supports"]))
+    for theirs, ours in NAMES.items():
+      np.testing.assert_array_equal(got[ours].numpy(), golden[theirs],
+                                    err_msg=f"{golden['id']}: {ours}")
