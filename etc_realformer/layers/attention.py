@@ -1,18 +1,26 @@
 """`FusedGlobalLocalAttention`: one layer of ETC attention, RealFormer-ready.
 
 The layer owns the weights (query/key/value projections per pattern, shared
-as the config says, the two relative tables, the two output projections) and
-chooses how to run the attention core (`attention_core.attend_side`, one
-call per query side):
+as the config says, the two relative tables, the two output projections). A
+call is three steps:
 
-* whole: each side's core on all its queries at once;
-* chunked: the sparse path's queries cut into chunks of rows, each computed
-  and, in the backward pass, recomputed alone (`chunking.chunked_recompute`):
-  one chunk's score tensors alive at a time;
-* recomputed: the same with a single chunk: only the core's inputs are kept
-  for the backward pass.
+* projection (`_project`): queries, keys, values and relative scores per id
+  of both sides (`Projections`);
+* plan: how to run (`plan_attention`), what each side computes
+  (`_side_specs`: `attention_core.SideSpec`), and each side's typed pieces
+  in the core's layouts (`_side_inputs`: `attention_pieces.SideInputs`,
+  with the RealFormer streams of `residual_streams`);
+* strategy (`attend_sides`): the attention core
+  (`attention_core.attend_side`, one call per query side), run
+  - whole: each side's core on all its queries at once;
+  - chunked: the sparse path's queries cut into chunks of rows, each
+    computed and, in the backward pass, recomputed alone
+    (`chunking.chunked_recompute`): one chunk's score tensors alive at a
+    time;
+  - recomputed: the same with a single chunk: only the core's inputs are
+    kept for the backward pass.
 
-All three run the same core on the same pieces, so they agree to float32
+The three strategies run the same core on the same pieces, so they agree to float32
 rounding, dropout masks included. A row whose keys are all masked gets
 all-zero probabilities (the attention output of that query is zero). The
 original would spread it uniformly over whatever keys its layout happens to
@@ -20,6 +28,7 @@ hold, which differs between the blocked and the dense layouts; zero is
 layout-independent and finite in every dtype.
 """
 
+import functools
 import math
 from typing import (Any, Dict, List, Mapping, NamedTuple, Optional, Sequence,
                     Tuple, Union)
@@ -33,6 +42,12 @@ from etc_realformer.layers import attention_core as core
 from etc_realformer.layers import blocking
 from etc_realformer.layers import dropout as dropout_lib
 from etc_realformer.layers.attention_inputs import PreparedSideInputs
+from etc_realformer.layers.attention_pieces import chunk_cuts
+from etc_realformer.layers.attention_pieces import PatternPair
+from etc_realformer.layers.attention_pieces import ScoreInputs
+from etc_realformer.layers.attention_pieces import side_inputs
+from etc_realformer.layers.attention_pieces import SideInputs
+from etc_realformer.layers.attention_pieces import SideOutputs
 from etc_realformer.layers.chunking import ChunkedPart
 from etc_realformer.layers.chunking import chunk_bounds
 from etc_realformer.layers.chunking import chunked_recompute
@@ -41,11 +56,13 @@ from etc_realformer.layers.projections import HeadProjection
 from etc_realformer.layers.projections import Linear
 from etc_realformer.layers.projections import merge_heads
 from etc_realformer.layers.relative_table import RelativeTable
+from etc_realformer.layers.residual_streams import as_recomputed
+from etc_realformer.layers.residual_streams import as_summed
+from etc_realformer.layers.residual_streams import LayerScoreInputs
+from etc_realformer.layers.residual_streams import NO_STREAMS
+from etc_realformer.layers.residual_streams import Streams
+from etc_realformer.layers.residual_streams import SummedStreams
 from etc_realformer.layers.xla_context import in_xla_context
-
-# With `ExecutionConfig.recompute_residual_streams`, the streams dict holds
-# one entry under this key: the earlier layers' score inputs.
-SOURCES = "sources"
 
 # In the order of the released checkpoints' variables (and of creation).
 _PROJECTIONS = ("long_query", "global_query", "l2l_key", "l2g_key",
@@ -55,6 +72,21 @@ _PROJECTIONS = ("long_query", "global_query", "l2l_key", "l2g_key",
 _ATTRIBUTE_ORDER = ("long_query", "l2l_key", "l2l_value", "l2g_key",
                     "l2g_value", "global_query", "g2g_key", "g2g_value",
                     "g2l_key", "g2l_value")
+
+
+class Projections(NamedTuple):
+  """One call's projections, each computed once even where shared.
+
+  Attributes:
+    scores: both sides' score inputs: queries <T>[B, H, N, D] (pre-scaled
+      by 1 / sqrt(D)), keys per pattern [B, H, K, D], relative scores per
+      id <float32>[B, N, R, H] (None without relative tables).
+    long_values: (l2l, l2g) values <T>[B, H, L, D], [B, H, G, D].
+    global_values: (g2g, g2l) values <T>[B, H, G, D], [B, H, L, D].
+  """
+  scores: LayerScoreInputs
+  long_values: PatternPair[tf.Tensor]
+  global_values: PatternPair[tf.Tensor]
 
 
 class AttentionPlan(NamedTuple):
@@ -267,43 +299,80 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
            long_input: tf.Tensor,
            global_input: tf.Tensor,
            side: PreparedSideInputs,
-           streams: Optional[Mapping[str, Any]] = None,
+           streams: Streams = NO_STREAMS,
            training: bool = False,
            seed: Optional[tf.Tensor] = None,
            return_probs: bool = False,
            emit_streams: bool = True):
     """Runs one layer of fused global-local attention.
 
+    Projection (`_project`), plan (`plan_attention`, `_side_specs`,
+    `_side_inputs`), strategy (`attend_sides`), then the output projections.
+
     Args:
       long_input: <T>[B, L, hidden].
       global_input: <T>[B, G, hidden].
       side: `PreparedSideInputs` (also fixes sparse vs full).
-      streams: the previous layers' running score sums of the carried
-        patterns (absent in the first layer), in the core's layouts; with
-        `recompute_residual_streams`, `{SOURCES: [one dict of score inputs
-        per earlier layer]}`.
+      streams: the earlier layers' RealFormer streams (`residual_streams`):
+        `SummedStreams`, or with `recompute_residual_streams`
+        `RecomputedStreams`; `NO_STREAMS` in the first layer.
       training: apply attention-probability dropout.
       seed: <int32>[2] per-call dropout seed.
       return_probs: also return the attention probabilities.
-      emit_streams: return the new running sums (False for the last layer,
-        whose streams nobody reads: they are then never built whole).
+      emit_streams: return the new streams (False for the last layer, whose
+        streams nobody reads: they are then never built whole).
 
     Returns:
       (long_output <T>[B, L, hidden], global_output <T>[B, G, hidden],
-       new_streams (like `streams`; {} when not `emit_streams`),
+       new_streams (the form of `streams`; `NO_STREAMS` when not
+       `emit_streams`),
        probs: None, or dict pattern -> <float32> probabilities in canonical
        layouts: l2l [B, H, L, 2r+1], l2g [B, H, L, G], g2g [B, H, G, G],
        g2l [B, H, G, L]).
     """
-    streams = streams or {}
-    scale = 1.0 / math.sqrt(self.size_per_head)
+    projected = self._project(long_input, global_input)
+    plan = plan_attention(self.execution, side.sparse, side.long_len,
+                          projected.scores.global_side.q.shape[2], training,
+                          return_probs, bool(self.residual_patterns),
+                          in_xla_context())
+    specs = self._side_specs(plan, side.sparse, training, return_probs,
+                             emit_streams)
+    inputs = self._side_inputs(specs, projected, side, streams,
+                               plan.stream_sources, seed)
+    long_out, global_out = attend_sides(specs, inputs, plan.num_chunks)
 
-    # Projections, each computed once even when shared between patterns.
+    if not emit_streams:
+      new_streams = NO_STREAMS
+    elif plan.stream_sources:
+      new_streams = as_recomputed(streams).then(projected.scores)
+    else:
+      new_streams = SummedStreams.of_sides(long_out.sums, global_out.sums)
+    probs = None
+    if return_probs:
+      probs = self._canonical_probs(long_out.probs, global_out.probs, side)
+
+    long_ctx = long_out.ctx
+    if side.sparse:  # [B, H, nb, b, D] -> [B, H, L, D]
+      long_ctx = blocking.slice_last(blocking.merge_axes(long_ctx, 2), 0,
+                                     side.long_len, axis=2)
+    long_output = self.long_output_projection(merge_heads(long_ctx))
+    global_output = self.global_output_projection(
+        merge_heads(global_out.ctx))
+    return long_output, global_output, new_streams, probs
+
+  def _project(self, long_input: tf.Tensor, global_input: tf.Tensor
+               ) -> Projections:
+    """Queries, keys, values and relative scores per id of both sides.
+
+    The relative scores per id read the tables (variables), so they are
+    made here, outside the (possibly recomputed) core.
+    """
+    scale = 1.0 / math.sqrt(self.size_per_head)
     cache = {}
 
-    def project(name, x, which):
+    def project(name: str, x: tf.Tensor) -> tf.Tensor:
       layer = self.projection(name)
-      key = (id(layer), which)
+      key = (id(layer), id(x))  # Each layer once per input.
       if key not in cache:
         cache[key] = layer(x)
       return cache[key]
@@ -311,127 +380,110 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
     # Scaling the queries (an [N, D] tensor) instead of the scores (an
     # [N, keys] tensor) saves a full pass over every score tensor; the bias
     # takes the same factor, so every score is (q.k + q.e + b) / sqrt(d).
-    long_q = project("long_query", long_input, "long")
+    long_q = project("long_query", long_input)
     long_q *= tf.cast(scale, long_q.dtype)
-    global_q = project("global_query", global_input, "global")
+    global_q = project("global_query", global_input)
     global_q *= tf.cast(scale, global_q.dtype)
-    long_t = {"q": long_q}
-    global_t = {"q": global_q}
-    for pattern, t, keys_in in (("l2l", long_t, long_input),
-                                ("l2g", long_t, global_input),
-                                ("g2g", global_t, global_input),
-                                ("g2l", global_t, long_input)):
-      which = "long" if keys_in is long_input else "global"
-      t[pattern + "_k"] = project(pattern + "_key", keys_in, which)
-      t[pattern + "_v"] = project(pattern + "_value", keys_in, which)
-    # Relative scores per id read the tables (variables), so they are made
-    # here, outside the (possibly recomputed) core.
+    keys, values = {}, {}
+    for pattern, keys_in in (("l2l", long_input), ("l2g", global_input),
+                             ("g2g", global_input), ("g2l", long_input)):
+      keys[pattern] = project(pattern + "_key", keys_in)
+      values[pattern] = project(pattern + "_value", keys_in)
+    long_per_id = global_per_id = None
     if self.long_relative is not None:
-      long_t["per_id"] = self.long_relative.scores_per_id(long_q, scale)
-      global_t["per_id"] = self.global_relative.scores_per_id(global_q,
-                                                               scale)
+      long_per_id = self.long_relative.scores_per_id(long_q, scale)
+      global_per_id = self.global_relative.scores_per_id(global_q, scale)
+    return Projections(
+        scores=LayerScoreInputs(
+            long_side=ScoreInputs(
+                long_q, PatternPair(keys["l2l"], keys["l2g"]), long_per_id),
+            global_side=ScoreInputs(
+                global_q, PatternPair(keys["g2g"], keys["g2l"]),
+                global_per_id)),
+        long_values=PatternPair(values["l2l"], values["l2g"]),
+        global_values=PatternPair(values["g2g"], values["g2l"]))
 
-    carried = self.residual_patterns
-    plan = plan_attention(self.execution, side.sparse, side.long_len,
-                          global_q.shape[2], training, return_probs,
-                          bool(carried), in_xla_context())
-    sources: List[Dict[str, Dict[str, tf.Tensor]]] = []
-    if plan.stream_sources:
-      sources = list(streams.get(SOURCES, ()))
-    rate = self.attention_probs_dropout_prob
+  def _side_specs(self, plan: AttentionPlan, sparse: bool, training: bool,
+                  return_probs: bool, emit_streams: bool
+                  ) -> Tuple[core.SideSpec, core.SideSpec]:
+    """What the long and the global side compute in this call."""
 
-    def spec(patterns, band):
-      side_carried = tuple(p for p in patterns if p in carried)
+    def spec(patterns: Tuple[str, str], band: bool) -> core.SideSpec:
       return core.SideSpec(
           patterns=patterns, band=band, block_len=self.local_radius + 1,
-          carried=side_carried, num_summed=self.layer_index + 1,
-          running_mean=self.residual_running_mean,
-          emit=emit_streams and not plan.stream_sources,
-          num_sources=len(sources) if side_carried else 0,
-          rate=rate, training=training,
-          first_site=(self.dropout_site +
-                      dropout_lib.ATTENTION_PROBS_OFFSET[patterns[0]]),
-          by_rows=side.sparse, return_probs=return_probs,
-          low_precision_softmax=self.execution.softmax_dtype == "compute",
-          low_precision_streams=self.execution.stream_dtype == "compute",
-          dropout_rng=self.execution.dropout_rng)
+          streams=core.StreamSpec(
+              carried=tuple(p for p in patterns
+                            if p in self.residual_patterns),
+              num_summed=self.layer_index + 1,
+              running_mean=self.residual_running_mean,
+              emit=emit_streams and not plan.stream_sources,
+              low_precision=self.execution.stream_dtype == "compute"),
+          dropout=core.ProbsDropout(
+              rate=self.attention_probs_dropout_prob, training=training,
+              first_site=(self.dropout_site +
+                          dropout_lib.ATTENTION_PROBS_OFFSET[patterns[0]]),
+              by_rows=sparse, rng=self.execution.dropout_rng),
+          return_probs=return_probs,
+          low_precision_softmax=self.execution.softmax_dtype == "compute")
 
-    has_rel = self.long_relative is not None
-    long_spec = spec(("l2l", "l2g"), side.sparse)
-    long_masks = {"l2l_adder": side.l2l_adder, "l2g_adder": side.l2g_adder,
-                  "valid": side.long_valid,
-                  "l2l_ids": side.l2l_ids if has_rel else None,
-                  "l2g_ids": side.l2g_ids if has_rel else None}
-    global_spec = spec(("g2g", "g2l"), False)
-    global_masks = {"g2g_adder": side.g2g_adder, "g2l_adder": side.g2l_adder,
-                    "valid": side.global_valid,
-                    "g2g_ids": side.g2g_ids if has_rel else None,
-                    "g2l_ids": side.g2l_ids if has_rel else None}
-    parts = []
-    for s, t, masks, key in ((long_spec, long_t, long_masks, "long"),
-                             (global_spec, global_t, global_masks, "global")):
-      side_sources = [{"q": src[key + "_q"],
-                       "per_id": src.get(key + "_per_id"),
-                       **{p + "_k": src[p + "_k"] for p in s.patterns}}
-                      for src in sources]
-      inputs, consts = core.side_inputs(s, t, masks, streams, side_sources,
-                                        seed)
-      parts.append((s, inputs, consts))
+    return spec(("l2l", "l2g"), sparse), spec(("g2g", "g2l"), False)
 
-    if plan.num_chunks:
-      outs = chunked_recompute([
-          ChunkedPart(
-              lambda start, size, x, s=s: core.attend_side(s, start, size, x),
-              inputs, _chunks(inputs["q"].value, plan.num_chunks),
-              {name: 2 for name in _output_names(s)}, consts)
-          for s, inputs, consts in parts])
+  def _side_inputs(self, specs: Tuple[core.SideSpec, core.SideSpec],
+                   projected: Projections, side: PreparedSideInputs,
+                   streams: Streams, stream_sources: bool,
+                   seed: Optional[tf.Tensor]
+                   ) -> Tuple[SideInputs[tf.Tensor], SideInputs[tf.Tensor]]:
+    """The long and the global side's pieces in the core's layouts."""
+    relative = self.long_relative is not None
+    if stream_sources:
+      sums, sources = NO_STREAMS, as_recomputed(streams).sources
     else:
-      outs = []
-      for s, inputs, consts in parts:
-        pieces = {k: v.value for k, v in {**inputs, **consts}.items()}
-        outs.append(core.attend_side(s, 0, blocking.dim(pieces["q"], 2),
-                                     pieces))
-    long_out, global_out = outs
+      sums, sources = as_summed(streams), ()
+    long_spec, global_spec = specs
+    long_in = side_inputs(
+        long_spec.band, long_spec.block_len, long_spec.is_carried,
+        projected.scores.long_side, projected.long_values,
+        side.long_masks(relative), sums.long_side,
+        [s.long_side for s in sources], seed)
+    global_in = side_inputs(
+        global_spec.band, global_spec.block_len, global_spec.is_carried,
+        projected.scores.global_side, projected.global_values,
+        side.global_masks(relative), sums.global_side,
+        [s.global_side for s in sources], seed)
+    return long_in, global_in
 
-    long_ctx = long_out["ctx"]
-    if side.sparse:  # [B, H, nb, b, D] -> [B, H, L, D]
-      long_ctx = blocking.slice_last(blocking.merge_axes(long_ctx, 2), 0,
-                                     side.long_len, axis=2)
-    new_streams = {}
-    if emit_streams and plan.stream_sources and carried:
-      own = {"long_q": long_q, "global_q": global_q,
-             "long_per_id": long_t.get("per_id"),
-             "global_per_id": global_t.get("per_id"),
-             **{p + "_k": t[p + "_k"] for p, t in (
-                 ("l2l", long_t), ("l2g", long_t), ("g2g", global_t),
-                 ("g2l", global_t))}}
-      new_streams = {SOURCES: sources + [own]}
-    elif emit_streams:
-      for out in outs:
-        new_streams.update({k.split("/", 1)[1]: v for k, v in out.items()
-                            if k.startswith("stream/")})
-    probs = None
-    if return_probs:
-      probs = self._canonical_probs(
-          {k.split("/", 1)[1]: v for out in outs for k, v in out.items()
-           if k.startswith("probs/")}, side)
-
-    long_output = self.long_output_projection(merge_heads(long_ctx))
-    global_output = self.global_output_projection(
-        merge_heads(global_out["ctx"]))
-    return long_output, global_output, new_streams, probs
-
-  def _canonical_probs(self, probs: Dict[str, tf.Tensor],
+  def _canonical_probs(self, long_probs: PatternPair[tf.Tensor],
+                       global_probs: PatternPair[tf.Tensor],
                        side: PreparedSideInputs) -> Dict[str, tf.Tensor]:
+    """The probabilities by pattern, l2l in the window layout and l2g
+    unblocked (see `call`)."""
     r = self.local_radius
+    l2l, l2g = long_probs
     if side.sparse:
-      l2l = blocking.blocked_to_window(probs["l2l"], side.long_len, r)
-      l2g = blocking.slice_last(blocking.merge_axes(probs["l2g"], 2), 0,
+      l2l = blocking.blocked_to_window(l2l, side.long_len, r)
+      l2g = blocking.slice_last(blocking.merge_axes(l2g, 2), 0,
                                 side.long_len, axis=2)
     else:
-      l2l = blocking.full_to_window(probs["l2l"], r)
-      l2g = probs["l2g"]
-    return {"l2l": l2l, "l2g": l2g, "g2g": probs["g2g"], "g2l": probs["g2l"]}
+      l2l = blocking.full_to_window(l2l, r)
+    g2g, g2l = global_probs
+    return {"l2l": l2l, "l2g": l2g, "g2g": g2g, "g2l": g2l}
+
+
+# ---------------------------------------------------------------- strategy
+def attend_sides(specs: Sequence[core.SideSpec],
+                 inputs: Sequence[SideInputs[tf.Tensor]], num_chunks: int
+                 ) -> List[SideOutputs[tf.Tensor]]:
+  """Runs the core on each side: whole, or (`num_chunks` >= 1) under
+  `chunked_recompute` in that many chunks of rows per side (1: recomputed
+  whole in the backward pass); see `plan_attention`."""
+  if not num_chunks:
+    return [core.attend_side(spec, 0, blocking.dim(x.scores.q, 2), x)
+            for spec, x in zip(specs, inputs)]
+  return chunked_recompute([
+      ChunkedPart(functools.partial(core.attend_side, spec),
+                  chunk_cuts(spec.band, x), _chunks(x.scores.q, num_chunks),
+                  out_axes=2)
+      for spec, x in zip(specs, inputs)])
 
 
 def _chunks(queries: tf.Tensor, num_chunks: int):
@@ -440,10 +492,3 @@ def _chunks(queries: tf.Tensor, num_chunks: int):
   if isinstance(rows, int):
     return chunk_bounds(rows, num_chunks)
   return [(0, rows)]  # Dynamic: one chunk (recomputed, not cut).
-
-
-def _output_names(spec: core.SideSpec) -> List[str]:
-  names = ["ctx"]
-  if spec.emit:
-    names += ["stream/" + p for p in spec.carried]
-  return names

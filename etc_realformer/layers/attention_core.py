@@ -36,20 +36,62 @@ the blocked band, never [L, L]).
 `attend_side` is a pure function of its pieces (tensors in, tensors out;
 seeded dropout), so the layer can run it whole, or under `chunked_recompute`
 in chunks of rows and recomputed in the backward pass, and get the same
-numbers (`etc_realformer.layers.attention`). `side_inputs` says how each
-piece is cut into chunks.
+numbers (`etc_realformer.layers.attention`). The pieces are typed
+(`attention_pieces.SideInputs` in, `SideOutputs` out; `chunk_cuts` says how
+chunks cut each one); what they hold per pattern is a `PatternPair` in the
+order of `SideSpec.patterns`.
 """
 
-from typing import Dict, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 
 from etc_realformer.layers import blocking
 from etc_realformer.layers import dropout as dropout_lib
-from etc_realformer.layers.chunking import ChunkInput
+from etc_realformer.layers.attention_pieces import PatternPair
+from etc_realformer.layers.attention_pieces import ScoreInputs
+from etc_realformer.layers.attention_pieces import SideInputs
+from etc_realformer.layers.attention_pieces import SideOutputs
 from etc_realformer.layers.relative_table import relative_scores
 
-Pieces = Mapping[str, tf.Tensor]
+
+class StreamSpec(NamedTuple):
+  """RealFormer's streams on one side (static).
+
+  Attributes:
+    carried: the side's patterns whose scores RealFormer carries.
+    num_summed: how many layers the new running sums cover (layer index + 1).
+    running_mean: softmax the running mean instead of the running sum.
+    emit: return the new running sums (False in the last layer, and with
+      recomputed streams, whose sums are rebuilt from their sources).
+    low_precision: emit the running sums in the compute dtype when that is
+      not float32 (`ExecutionConfig.stream_dtype = 'compute'`); the sums
+      read back are added in float32 either way.
+  """
+  carried: Tuple[str, ...] = ()
+  num_summed: int = 1
+  running_mean: bool = False
+  emit: bool = True
+  low_precision: bool = False
+
+
+class ProbsDropout(NamedTuple):
+  """Dropout of one side's attention probabilities (static).
+
+  Attributes:
+    rate: the dropout rate.
+    training: apply dropout.
+    first_site: dropout site of the first pattern (the second is + 1).
+    by_rows: draw the mask by rows (`dropout.row_dropout`; the sparse path,
+      so chunks see the bits of the whole) or over the whole tensor
+      (`dropout.stateless_dropout`; the dense path).
+    rng: the masks' generator (`ExecutionConfig.dropout_rng`).
+  """
+  rate: float = 0.0
+  training: bool = False
+  first_site: int = 0
+  by_rows: bool = True
+  rng: str = dropout_lib.PHILOX
 
 
 class SideSpec(NamedTuple):
@@ -60,43 +102,24 @@ class SideSpec(NamedTuple):
     band: the first pattern is the l2l band in the blocked layout (the
       sparse long side).
     block_len: b = r + 1 (with `band`).
-    carried: the side's patterns whose scores RealFormer carries.
-    num_summed: how many layers the new running sums cover (layer index + 1).
-    running_mean: softmax the running mean instead of the running sum.
-    emit: return the new running sums (False in the last layer).
-    num_sources: with recomputed streams, how many earlier layers' score
-      inputs the pieces hold (named `src<i>/...`); 0 = the stored sums
-      (`stream/<pattern>`) are pieces instead.
-    rate: attention-probability dropout rate.
-    training: apply dropout.
-    first_site: dropout site of the first pattern (the second is + 1).
-    by_rows: draw the dropout mask by rows (`dropout.row_dropout`; the
-      sparse path, so chunks see the bits of the whole) or over the whole
-      tensor (`dropout.stateless_dropout`; the dense path).
+    streams: the RealFormer streams.
+    dropout: the probabilities' dropout.
     return_probs: also return the probabilities (before dropout).
     low_precision_softmax: make and keep the probabilities in the compute
       dtype (`fused_softmax_low`) when that is not float32.
-    low_precision_streams: emit the running sums in the compute dtype when
-      that is not float32 (`ExecutionConfig.stream_dtype = 'compute'`); the
-      sums read back are added in float32 either way.
-    dropout_rng: the masks' generator (`ExecutionConfig.dropout_rng`).
   """
   patterns: Tuple[str, str]
   band: bool = False
   block_len: int = 1
-  carried: Tuple[str, ...] = ()
-  num_summed: int = 1
-  running_mean: bool = False
-  emit: bool = True
-  num_sources: int = 0
-  rate: float = 0.0
-  training: bool = False
-  first_site: int = 0
-  by_rows: bool = True
+  streams: StreamSpec = StreamSpec()
+  dropout: ProbsDropout = ProbsDropout()
   return_probs: bool = False
   low_precision_softmax: bool = False
-  low_precision_streams: bool = False
-  dropout_rng: str = "philox"
+
+  @property
+  def is_carried(self) -> Tuple[bool, bool]:
+    """Per pattern, whether RealFormer carries its scores."""
+    return tuple(p in self.streams.carried for p in self.patterns)
 
 
 # ---------------------------------------------------------------- the rules
@@ -220,209 +243,154 @@ def _picked(per_id: tf.Tensor, ids: tf.Tensor) -> tf.Tensor:
   return blocking.split_axis(picked, 2, blocking.dim(ids, 2))
 
 
-def side_scores(spec: SideSpec, x: Pieces, size: blocking.Dim,
-                prefix: str = "",
-                patterns: Optional[Sequence[str]] = None
-                ) -> Dict[str, tf.Tensor]:
+def side_scores(spec: SideSpec, x: ScoreInputs[tf.Tensor],
+                ids: PatternPair[tf.Tensor], size: blocking.Dim,
+                wanted: Tuple[bool, bool] = (True, True)
+                ) -> PatternPair[tf.Tensor]:
   """One layer's scaled scores (q.k + relative) per pattern, before streams
   and masks.
 
   Args:
     spec: the side.
-    x: the chunk's pieces; this layer's are named `prefix` + `q`,
-      `<pattern>_k`, `per_id`; the ids `<pattern>_ids` are shared by layers.
+    x: the layer's score inputs for the chunk (this layer's, or an earlier
+      layer's with recomputed streams).
+    ids: the side's relative ids (shared by every layer).
     size: the chunk's rows.
-    prefix: "" for this layer, `src<i>/` for an earlier layer's inputs.
-    patterns: the patterns wanted (default both).
+    wanted: the patterns to score.
 
   Returns:
-    dict pattern -> <float32> scores in the side's layout.
+    Per wanted pattern, <float32> scores in the side's layout.
   """
-  q = x[prefix + "q"]
-  per_id = x.get(prefix + "per_id")
-  out = {}
-  for pattern in patterns or spec.patterns:
-    k = x[prefix + pattern + "_k"]
-    band = spec.band and pattern == spec.patterns[0]
+  out = []
+  for index, (k, pattern_ids) in enumerate(zip(x.keys, ids)):
+    if not wanted[index]:
+      out.append(None)
+      continue
+    band = spec.band and index == 0
     if band:
-      scores = tf.matmul(q, blocking.band_from_padded(k, 0, size, axis=2),
+      scores = tf.matmul(x.q, blocking.band_from_padded(k, 0, size, axis=2),
                          transpose_b=True)
     else:
-      scores = _dense_product(q, k)
+      scores = _dense_product(x.q, k)
     scores = tf.cast(scores, tf.float32)
-    ids = x.get(pattern + "_ids")
-    if per_id is not None and ids is not None:
-      picked = _picked(per_id, ids)
+    if x.per_id is not None and pattern_ids is not None:
+      picked = _picked(x.per_id, pattern_ids)
       if band:  # Window [.., b, 2r+1] -> band [.., b, 3b].
         picked = blocking.skew_right(picked, offset=1,
                                      width=3 * spec.block_len)
       scores += picked
-    out[pattern] = scores
-  return out
+    out.append(scores)
+  return PatternPair(*out)
 
 
-def _previous_streams(spec: SideSpec, x: Pieces, size: blocking.Dim
-                      ) -> Dict[str, tf.Tensor]:
+def _previous_sums(spec: SideSpec, x: SideInputs[tf.Tensor],
+                   size: blocking.Dim) -> PatternPair[tf.Tensor]:
   """The earlier layers' running sums of the carried patterns: the stored
   ones, or recomputed from their score inputs in the order the stored ones
   are built (layer i's scores + the sum before), so they round alike."""
-  if not spec.num_sources:
-    return {p: x["stream/" + p] for p in spec.carried
-            if "stream/" + p in x}
-  acc = {}
-  for i in range(spec.num_sources):
-    scores = side_scores(spec, x, size, f"src{i}/", spec.carried)
-    for p in spec.carried:
-      acc[p] = scores[p] if i == 0 else scores[p] + acc[p]
-  return acc
+  if not x.sources:
+    return x.sums
+  acc = [None, None]
+  for source in x.sources:
+    scores = side_scores(spec, source, x.masks.ids, size, spec.is_carried)
+    for index, carried in enumerate(spec.is_carried):
+      if carried:
+        acc[index] = (scores[index] if acc[index] is None
+                      else scores[index] + acc[index])
+  return PatternPair(*acc)
 
 
 # -------------------------------------------------------------------- core
 def attend_side(spec: SideSpec, start: blocking.Dim, size: blocking.Dim,
-                x: Pieces) -> Dict[str, tf.Tensor]:
+                x: SideInputs[tf.Tensor]) -> SideOutputs[tf.Tensor]:
   """Scores -> streams -> fused softmax -> dropout -> context, for rows
   [start, start + size) of one side (see the module docstring).
 
   Args:
     spec: the side.
     start, size: the chunk's rows (start also places the dropout bits).
-    x: the chunk's pieces (see `side_inputs`).
+    x: the chunk's pieces (`attention_pieces.side_inputs`).
 
   Returns:
-    `ctx` <T>[B, H, *rows, D]; with `spec.emit`, `stream/<pattern>` (the new
-    running sums of the carried patterns); with `spec.return_probs`,
-    `probs/<pattern>`.
+    The context <T>[B, H, *rows, D]; with `spec.streams.emit`, the new
+    running sums of the carried patterns; with `spec.return_probs`, the
+    probabilities.
   """
-  a, b = spec.patterns
-  own = side_scores(spec, x, size)
-  previous = _previous_streams(spec, x, size)
-  dtype = x["q"].dtype
-  low_streams = spec.low_precision_streams and dtype != tf.float32
-  out, logits = {}, []
-  for pattern in spec.patterns:
-    prev = previous.get(pattern)
-    if prev is not None:
-      prev = tf.cast(prev, tf.float32)
-    new, logit = residual_logits(own[pattern], prev,
-                                 pattern in spec.carried, spec.num_summed,
-                                 spec.running_mean)
-    if spec.emit and new is not None:
-      out["stream/" + pattern] = tf.cast(new, dtype) if low_streams else new
-    logits.append(logit + x[pattern + "_adder"])
+  dtype = x.scores.q.dtype
+  logits, sums = _logits_and_sums(spec, x, size, dtype)
 
   # Dropout's gain rides on the softmax's per-row scale, except when the
   # (undropped) probabilities are returned.
   gain = (1.0 if spec.return_probs
-          else dropout_lib.keep_gain(spec.rate, spec.training))
+          else dropout_lib.keep_gain(spec.dropout.rate, spec.dropout.training))
   if spec.low_precision_softmax and dtype != tf.float32:
-    probs = fused_softmax_low(logits[0], logits[1], x["valid"], gain, dtype)
+    probs = fused_softmax_low(logits[0], logits[1], x.masks.valid, gain,
+                              dtype)
   else:
-    probs = fused_softmax(logits[0], logits[1], x["valid"], gain)
+    probs = fused_softmax(logits[0], logits[1], x.masks.valid, gain)
+  returned = None
   if spec.return_probs:
-    out["probs/" + a], out["probs/" + b] = (tf.cast(p, tf.float32)
-                                            for p in probs)
+    returned = PatternPair(*(tf.cast(p, tf.float32) for p in probs))
 
-  dropped = []
-  for k, p in enumerate(probs):
-    site = spec.first_site + k
-    if spec.by_rows:
-      p = dropout_lib.row_dropout(p, spec.rate, x.get("seed"), site,
-                                  spec.training, start,
-                                  prescaled=gain != 1.0,
-                                  rng=spec.dropout_rng)
-    else:
-      p = dropout_lib.stateless_dropout(p, spec.rate, x.get("seed"), site,
-                                        spec.training,
-                                        prescaled=gain != 1.0,
-                                        rng=spec.dropout_rng)
-    dropped.append(tf.cast(p, dtype))
+  dropped = [tf.cast(_dropout(spec, p, index, start, x.seed, gain), dtype)
+             for index, p in enumerate(probs)]
+  return SideOutputs(ctx=_context(spec, dropped, x.values, size), sums=sums,
+                     probs=returned)
 
+
+def _logits_and_sums(spec: SideSpec, x: SideInputs[tf.Tensor],
+                     size: blocking.Dim, dtype: tf.DType
+                     ) -> Tuple[Tuple[tf.Tensor, tf.Tensor],
+                                PatternPair[tf.Tensor]]:
+  """Per pattern, the softmax's masked logits and the new running sum (None
+  unless carried and emitted)."""
+  own = side_scores(spec, x.scores, x.masks.ids, size)
+  previous = _previous_sums(spec, x, size)
+  low_streams = spec.streams.low_precision and dtype != tf.float32
+  logits, sums = [], []
+  for index, carried in enumerate(spec.is_carried):
+    prev = previous[index]
+    if prev is not None:
+      prev = tf.cast(prev, tf.float32)
+    new, logit = residual_logits(own[index], prev, carried,
+                                 spec.streams.num_summed,
+                                 spec.streams.running_mean)
+    if not spec.streams.emit or new is None:
+      new = None
+    elif low_streams:
+      new = tf.cast(new, dtype)
+    sums.append(new)
+    logits.append(logit + x.masks.adders[index])
+  return tuple(logits), PatternPair(*sums)
+
+
+def _dropout(spec: SideSpec, probs: tf.Tensor, index: int,
+             start: blocking.Dim, seed: Optional[tf.Tensor],
+             gain: float) -> tf.Tensor:
+  """Pattern `index`'s seeded dropout (rows [start, ...) on the sparse
+  path); `gain` != 1 when the softmax already applied 1 / P(keep)."""
+  d = spec.dropout
+  site = d.first_site + index
+  if d.by_rows:
+    return dropout_lib.row_dropout(probs, d.rate, seed, site, d.training,
+                                   start, prescaled=gain != 1.0, rng=d.rng)
+  return dropout_lib.stateless_dropout(probs, d.rate, seed, site, d.training,
+                                       prescaled=gain != 1.0, rng=d.rng)
+
+
+def _context(spec: SideSpec, probs: Tuple[tf.Tensor, tf.Tensor],
+             values: PatternPair[tf.Tensor], size: blocking.Dim
+             ) -> tf.Tensor:
+  """probs_a @ v_a + probs_b @ v_b: <T>[B, H, *rows, D]."""
   if spec.band:
-    ctx = tf.matmul(dropped[0],
-                    blocking.band_from_padded(x[a + "_v"], 0, size, axis=2))
+    ctx = tf.matmul(probs[0],
+                    blocking.band_from_padded(values.first, 0, size, axis=2))
   else:
-    ctx = tf.matmul(dropped[0], x[a + "_v"])
-  if dropped[1].shape.rank == 5:  # Blocked l2g: merge the query blocks.
+    ctx = tf.matmul(probs[0], values.first)
+  if probs[1].shape.rank == 5:  # Blocked l2g: merge the query blocks.
     ctx += blocking.split_axis(
-        tf.matmul(blocking.merge_axes(dropped[1], 2), x[b + "_v"]), 2,
+        tf.matmul(blocking.merge_axes(probs[1], 2), values.second), 2,
         spec.block_len)
   else:
-    ctx += tf.matmul(dropped[1], x[b + "_v"])
-  out["ctx"] = ctx
-  return out
-
-
-# ------------------------------------------------------------------ pieces
-def side_inputs(spec: SideSpec, tensors: Mapping[str, tf.Tensor],
-                side_masks: Mapping[str, Optional[tf.Tensor]],
-                streams: Mapping[str, tf.Tensor],
-                sources: Sequence[Mapping[str, tf.Tensor]] = (),
-                seed: Optional[tf.Tensor] = None
-                ) -> Tuple[Dict[str, ChunkInput], Dict[str, ChunkInput]]:
-  """The pieces of one side and how chunks cut them.
-
-  Args:
-    spec: the side.
-    tensors: this layer's `q` [B, H, N, D] (pre-scaled) and the
-      `<pattern>_k` / `<pattern>_v` [B, H, K, D] of the side's patterns,
-      optionally `per_id` [B, N, R, H].
-    side_masks: `<pattern>_adder`, `valid`, `<pattern>_ids` (None: no
-      relative term) in the side's layout (`attention_inputs`).
-    streams: the stored running sums of the carried patterns (when
-      `spec.num_sources` is 0).
-    sources: the earlier layers' score inputs, dicts like `tensors` (when
-      `spec.num_sources` > 0).
-    seed: the call's dropout seed.
-
-  Returns:
-    (inputs, consts): name -> `ChunkInput`; consts get no gradient.
-  """
-  a, _ = spec.patterns
-  b_len = spec.block_len
-  # Without ids the relative tables take no part (and get no gradient).
-  has_ids = any(side_masks.get(p + "_ids") is not None
-                for p in spec.patterns)
-
-  def score_inputs(t, prefix, patterns):
-    out = {}
-    q = t["q"]
-    if spec.band:  # [B, H, L, D] -> query blocks [B, H, nb, b, D].
-      q = blocking.split_into_blocks(q, b_len, axis=2)
-    out[prefix + "q"] = ChunkInput(q)
-    for p in patterns:
-      if spec.band and p == a:
-        out[prefix + p + "_k"] = ChunkInput(
-            blocking.padded_blocks(t[p + "_k"], b_len, axis=2), "halo", 2, 1)
-      else:
-        out[prefix + p + "_k"] = ChunkInput(t[p + "_k"], "shared")
-    if has_ids and t.get("per_id") is not None:
-      per_id = t["per_id"]
-      if spec.band:  # [B, L, R, H] -> [B, nb, b, R, H]
-        per_id = blocking.split_into_blocks(per_id, b_len, axis=1)
-      out[prefix + "per_id"] = ChunkInput(per_id, axis=1)
-    return out
-
-  inputs = score_inputs(tensors, "", spec.patterns)
-  for p in spec.patterns:
-    if spec.band and p == a:
-      inputs[p + "_v"] = ChunkInput(
-          blocking.padded_blocks(tensors[p + "_v"], b_len, axis=2), "halo",
-          2, 1)
-    else:
-      inputs[p + "_v"] = ChunkInput(tensors[p + "_v"], "shared")
-  if spec.num_sources:
-    for i, src in enumerate(sources):
-      inputs.update(score_inputs(src, f"src{i}/", spec.carried))
-  else:
-    for p in spec.carried:
-      if p in streams:
-        inputs["stream/" + p] = ChunkInput(streams[p])
-
-  consts = {"valid": ChunkInput(side_masks["valid"])}
-  for p in spec.patterns:
-    consts[p + "_adder"] = ChunkInput(side_masks[p + "_adder"])
-    if side_masks.get(p + "_ids") is not None:
-      consts[p + "_ids"] = ChunkInput(side_masks[p + "_ids"], axis=1)
-  if seed is not None:
-    consts["seed"] = ChunkInput(seed, "shared")
-  return inputs, consts
+    ctx += tf.matmul(probs[1], values.second)
+  return ctx

@@ -13,6 +13,8 @@ from typing import Mapping, NamedTuple, Optional
 import tensorflow as tf
 
 from etc_realformer.layers import blocking
+from etc_realformer.layers.attention_pieces import PatternPair
+from etc_realformer.layers.attention_pieces import SideMasks
 
 # Added to the logits of masked keys, as in the original ETC (not -inf: a fully
 # masked row must stay finite; -10000 is representable in float16).
@@ -49,6 +51,23 @@ class PreparedSideInputs(NamedTuple):
   l2g_ids: Optional[tf.Tensor]
   g2g_ids: Optional[tf.Tensor]
   g2l_ids: Optional[tf.Tensor]
+
+  def long_masks(self, relative: bool) -> SideMasks[tf.Tensor]:
+    """The long queries' masks (l2l, l2g); ids only when `relative` (the
+    layer has relative tables)."""
+    return SideMasks(
+        adders=PatternPair(self.l2l_adder, self.l2g_adder),
+        valid=self.long_valid,
+        ids=(PatternPair(self.l2l_ids, self.l2g_ids) if relative
+             else PatternPair()))
+
+  def global_masks(self, relative: bool) -> SideMasks[tf.Tensor]:
+    """The global queries' masks (g2g, g2l), as `long_masks`."""
+    return SideMasks(
+        adders=PatternPair(self.g2g_adder, self.g2l_adder),
+        valid=self.global_valid,
+        ids=(PatternPair(self.g2g_ids, self.g2l_ids) if relative
+             else PatternPair()))
 
 
 def _adder(mask: tf.Tensor) -> tf.Tensor:

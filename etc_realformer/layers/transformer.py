@@ -18,6 +18,8 @@ from etc_realformer.layers.attention import FusedGlobalLocalAttention
 from etc_realformer.layers.attention_inputs import PreparedSideInputs
 from etc_realformer.layers.feed_forward import FeedForward
 from etc_realformer.layers.normalization import layer_norm
+from etc_realformer.layers.residual_streams import NO_STREAMS
+from etc_realformer.layers.residual_streams import Streams
 
 
 class GlobalLocalTransformerBlock(tf_keras.layers.Layer):
@@ -87,12 +89,13 @@ class GlobalLocalTransformerBlock(tf_keras.layers.Layer):
 
   def call(self, long_x: tf.Tensor, global_x: tf.Tensor,
            side: PreparedSideInputs,
-           streams: Optional[Mapping[str, Any]] = None,
+           streams: Streams = NO_STREAMS,
            training: bool = False, seed: Optional[tf.Tensor] = None,
            return_probs: bool = False, emit_streams: bool = True):
     """<T>[B, L, hidden], <T>[B, G, hidden] -> same, new streams, probs.
 
-    `emit_streams=False` (the last layer) returns no new streams.
+    Streams and probs as `FusedGlobalLocalAttention.call`;
+    `emit_streams=False` (the last layer) returns `NO_STREAMS`.
     """
     rate = self.hidden_dropout_prob
 

@@ -27,6 +27,8 @@ from etc_realformer.features.relative_positions import own_sentence_id
 from etc_realformer.layers import dropout as dropout_lib
 from etc_realformer.layers.attention_inputs import prepare_side_inputs
 from etc_realformer.layers.embedding import EtcEmbeddings
+from etc_realformer.layers.residual_streams import NO_STREAMS
+from etc_realformer.layers.residual_streams import Streams
 from etc_realformer.layers.transformer import GlobalLocalTransformerBlock
 
 # Variables the original writes at the checkpoint's root, not under the
@@ -319,7 +321,7 @@ class EtcModel(tf_keras.layers.Layer):
 
     all_probs: List[Dict[str, tf.Tensor]] = []
     layer_outputs: List[Tuple[tf.Tensor, tf.Tensor]] = []
-    streams: Dict[str, tf.Tensor] = {}
+    streams: Streams = NO_STREAMS
     period = cfg.grad_checkpointing_period
     num_layers = len(self.blocks)
     start = 0
@@ -386,7 +388,8 @@ def _recomputed_chunk(chunk, long_x, global_x, streams, side, training, seed):
   Dropout inside is seeded by `seed` (drawn outside), so the recomputation
   sees exactly the forward pass's masks.
   """
-  # Streams are tensors, or (recomputed streams) nests of score inputs.
+  # Streams (`residual_streams`, either form) are tf.nest structures of
+  # tensors; they cross the recomputed function flat.
   in_structure = streams
   out_structure = []
 

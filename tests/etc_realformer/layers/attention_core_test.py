@@ -1,12 +1,18 @@
 """The attention core's rules: RealFormer's stream rule, the fused softmax,
 and one side computed whole or in chunks of rows."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from etc_realformer.layers import attention_core as core
 from etc_realformer.layers.attention_inputs import MASK_ADDER
+from etc_realformer.layers.attention_pieces import PatternPair
+from etc_realformer.layers.attention_pieces import ScoreInputs
+from etc_realformer.layers.attention_pieces import SideInputs
+from etc_realformer.layers.attention_pieces import SideMasks
 
 
 def test_residual_rule():
@@ -91,36 +97,49 @@ def test_low_precision_softmax_gradient_is_autodiffs(gain):
 def _side_pieces(rng, rows, keys_a, keys_b, d=4, heads=2):
   def normal(*shape):
     return tf.constant(rng.normal(size=shape).astype(np.float32))
-  return {
-      "q": normal(1, heads, rows, d),
-      "g2g_k": normal(1, heads, keys_a, d), "g2g_v": normal(1, heads, keys_a,
-                                                             d),
-      "g2l_k": normal(1, heads, keys_b, d), "g2l_v": normal(1, heads, keys_b,
-                                                             d),
-      "g2g_adder": tf.constant(MASK_ADDER * (rng.rand(1, 1, rows, keys_a) <
-                                             0.3), tf.float32),
-      "g2l_adder": tf.constant(MASK_ADDER * (rng.rand(1, 1, rows, keys_b) <
-                                             0.3), tf.float32),
-      "valid": tf.ones([1, 1, rows, 1]),
-      "stream/g2g": normal(1, heads, rows, keys_a),
-      "seed": tf.constant([1, 2]),
-  }
+
+  def adder(keys):
+    return tf.constant(MASK_ADDER * (rng.rand(1, 1, rows, keys) < 0.3),
+                       tf.float32)
+
+  return SideInputs(
+      scores=ScoreInputs(normal(1, heads, rows, d),
+                         PatternPair(normal(1, heads, keys_a, d),
+                                     normal(1, heads, keys_b, d))),
+      values=PatternPair(normal(1, heads, keys_a, d),
+                         normal(1, heads, keys_b, d)),
+      masks=SideMasks(adders=PatternPair(adder(keys_a), adder(keys_b)),
+                      valid=tf.ones([1, 1, rows, 1])),
+      sums=PatternPair(first=normal(1, heads, rows, keys_a)),
+      seed=tf.constant([1, 2]))
 
 
 def test_a_side_in_chunks_of_rows_equals_the_whole():
   rng = np.random.RandomState(3)
   x = _side_pieces(rng, rows=7, keys_a=7, keys_b=11)
-  spec = core.SideSpec(patterns=("g2g", "g2l"), carried=("g2g",),
-                       num_summed=2, running_mean=True, rate=0.3,
-                       training=True, first_site=18)
+  spec = core.SideSpec(
+      patterns=("g2g", "g2l"),
+      streams=core.StreamSpec(carried=("g2g",), num_summed=2,
+                              running_mean=True),
+      dropout=core.ProbsDropout(rate=0.3, training=True, first_site=18))
   whole = core.attend_side(spec, 0, 7, x)
-  assert sorted(whole) == ["ctx", "stream/g2g"]
-  row_pieces = ("q", "g2g_adder", "g2l_adder", "valid", "stream/g2g")
+  assert whole.sums.first is not None and whole.sums.second is None
+  assert whole.probs is None
+
+  def rows(t, start, size):
+    return t[:, :, start:start + size]
+
   for start, size in ((0, 3), (3, 4)):
-    part = {k: (v[:, :, start:start + size] if k in row_pieces else v)
-            for k, v in x.items()}
+    part = dataclasses.replace(
+        x, scores=dataclasses.replace(x.scores,
+                                      q=rows(x.scores.q, start, size)),
+        masks=SideMasks(
+            adders=PatternPair(*(rows(a, start, size)
+                                 for a in x.masks.adders)),
+            valid=rows(x.masks.valid, start, size)),
+        sums=PatternPair(first=rows(x.sums.first, start, size)))
     chunk = core.attend_side(spec, start, size, part)
-    for name in whole:
-      np.testing.assert_allclose(chunk[name].numpy(),
-                                 whole[name].numpy()[:, :, start:start + size],
+    for got, expected in zip(tf.nest.flatten(chunk), tf.nest.flatten(whole)):
+      np.testing.assert_allclose(got.numpy(),
+                                 rows(expected, start, size).numpy(),
                                  rtol=1e-6, atol=1e-6)

@@ -16,6 +16,7 @@ from etc_realformer import ExecutionConfig
 from etc_realformer.layers import attention
 from etc_realformer.layers import dropout as dropout_lib
 from etc_realformer.layers import relative_table
+from etc_realformer.layers import residual_streams
 from etc_realformer.layers.attention_inputs import prepare_side_inputs
 
 # (radius, long_len, global_len, chunk_len): chunks of one block and of
@@ -306,22 +307,21 @@ def test_recomputed_streams_are_score_inputs_not_score_tensors():
                                       feats["global_token_ids"])
   side = prepare_side_inputs(feats, batch_size=1, long_len=12, global_len=3,
                              local_radius=config.local_radius, sparse=True)
-  streams = {}
+  streams = residual_streams.NO_STREAMS
   for index in range(2):
     block = model.blocks[index]
     long_x, global_x, streams, _ = block(long_x, global_x, side,
                                          streams=streams)
-    assert sorted(streams) == [attention.SOURCES]
-    assert len(streams[attention.SOURCES]) == index + 1
+    assert isinstance(streams, residual_streams.RecomputedStreams)
+    assert len(streams.sources) == index + 1
   relative_width = config.relative_vocab_size * config.num_attention_heads
   bound = 12 * max(config.hidden_size, relative_width)  # B = 1, L = 12
-  for src in streams[attention.SOURCES]:
-    for name, value in src.items():
-      assert value.shape.num_elements() <= bound, name
+  for value in tf.nest.flatten(streams):
+    assert value.shape.num_elements() <= bound, value.shape
   # The last layer asked for no streams returns none.
   _, _, last, _ = model.blocks[2](long_x, global_x, side, streams=streams,
                                   emit_streams=False)
-  assert last == {}
+  assert last is residual_streams.NO_STREAMS
 
 
 def test_one_layer_is_the_same_with_any_stream_form():

@@ -74,3 +74,37 @@ def test_xla_recomputes_instead_of_keeping_the_forward():
   # (without the barrier it did, and recomputation saved nothing).
   assert _exponentials(0) == 1
   assert _exponentials(1) == 2
+
+
+def test_nested_pieces_constants_and_outputs():
+  # Any tf.nest structure of ChunkInputs; a constant input is cut like the
+  # others but gets no gradient; the outputs keep fn's structure.
+  a, w, probe = _inputs()
+  mask = tf.constant(np.random.RandomState(1).rand(2, 3, 7, 5) > 0.5,
+                     tf.float32)
+
+  def fn(start, size, x):
+    del start, size
+    y = tf.exp(x["a"]) * x["more"][0] * x["more"][1]
+    return y, {"half": 0.5 * y}
+
+  def loss_and_grads(num_chunks):
+    with tf.GradientTape() as tape:
+      tape.watch([a, w, mask])
+      if num_chunks:
+        inputs = {"a": ChunkInput(a),
+                  "more": (ChunkInput(w, "shared"),
+                           ChunkInput(mask, constant=True))}
+        y, extra = chunked_recompute([ChunkedPart(
+            fn, inputs, chunk_bounds(7, num_chunks), 2)])[0]
+      else:
+        y, extra = fn(0, 7, {"a": a, "more": (w, mask)})
+      loss = tf.reduce_sum(y * probe) + tf.reduce_sum(extra["half"])
+    return [loss] + tape.gradient(loss, [a, w, mask])
+
+  expected = loss_and_grads(0)
+  got = loss_and_grads(3)
+  assert got[3] is None  # The constant.
+  for e, g in zip(expected[:3], got[:3]):
+    np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-5,
+                               atol=1e-5 * float(np.abs(e).max()))
