@@ -56,7 +56,7 @@ sentences' global tokens), `cpc_weights` <float32>[B, C], `cpc_token_ids`
 """
 
 import dataclasses
-from typing import Dict, Sequence
+from typing import Dict, NamedTuple, Sequence
 
 import tensorflow as tf
 
@@ -254,6 +254,162 @@ def _cpc_negatives(token_ids: tf.Tensor, lengths: tf.Tensor,
           "cpc_negative_lengths": neg_lengths}
 
 
+class _CpcChoice(NamedTuple):
+  """Step 1's choice, per example (see `_choose_cpc`)."""
+  lengths: tf.Tensor  # <int32>[B, G] every sentence's real pieces.
+  starts: tf.Tensor  # <int32>[B, G] every sentence's first position.
+  chosen_global: tf.Tensor  # <int32>[B, C] the CPC sentences (0: empty).
+  valid: tf.Tensor  # <bool>[B, C] the slot holds a CPC sentence.
+  sentence: tf.Tensor  # <bool>[B, G] the sentence is masked for CPC.
+  long: tf.Tensor  # <bool>[B, L] the token is masked for CPC.
+  cpc_lengths: tf.Tensor  # <int32>[B, C] (0: empty slot).
+  token_ids: tf.Tensor  # <int32>[B, C, S] the sentences' unmasked ids.
+
+
+def _choose_cpc(token_ids: tf.Tensor, real: tf.Tensor,
+                real_global: tf.Tensor, sentence_ids: tf.Tensor,
+                positions: tf.Tensor, config: MaskingConfig,
+                seed: tf.Tensor) -> _CpcChoice:
+  """Step 1 of the module docstring: the CPC sentences of every example."""
+  batch = tf.shape(token_ids)[0]
+  long_len = token_ids.shape[1]
+  global_len = real_global.shape[1]
+  lengths = _segment(tf.cast(real, tf.int32), sentence_ids, global_len,
+                     tf.math.unsorted_segment_sum)
+  starts = _segment(tf.where(real, positions, long_len), sentence_ids,
+                    global_len, tf.math.unsorted_segment_min)
+  starts = tf.minimum(starts, long_len - 1)
+  num_cpc = max(config.max_cpc_sentences, 1)
+  max_len = config.cpc_max_sentence_len
+  eligible = (real_global & (lengths >= config.cpc_min_sentence_len) &
+              (lengths <= max_len))
+  num_sentences = tf.reduce_sum(tf.cast(real_global, tf.int32), axis=1)
+  wanted = tf.maximum(_round(config.cpc_sentence_rate *
+                             tf.cast(num_sentences, tf.float32)), 1)
+  k = tf.minimum(tf.minimum(wanted, num_sentences - 1), tf.minimum(
+      tf.reduce_sum(tf.cast(eligible, tf.int32), axis=1),
+      config.max_cpc_sentences))
+  if config.cpc_sentence_rate == 0:
+    k = tf.zeros_like(k)
+  draws = tf.random.stateless_uniform([batch, global_len], seed)
+  scores = tf.where(eligible, draws, -1.0)
+  top, chosen_global = tf.math.top_k(scores, k=min(num_cpc, global_len))
+  if num_cpc > global_len:  # More slots than sentences: pad the slots.
+    pad = [[0, 0], [0, num_cpc - global_len]]
+    top = tf.pad(top, pad, constant_values=-1.0)
+    chosen_global = tf.pad(chosen_global, pad)
+  valid = (tf.range(num_cpc)[tf.newaxis] < k[:, tf.newaxis]) & (top >= 0)
+  chosen_global = tf.where(valid, chosen_global, 0)
+  sentence = tf.reduce_max(
+      tf.one_hot(chosen_global, global_len, dtype=tf.int32) *
+      tf.cast(valid, tf.int32)[:, :, tf.newaxis], axis=1) > 0
+  cpc_lengths = tf.where(valid,
+                         tf.gather(lengths, chosen_global, batch_dims=1), 0)
+  cpc_starts = tf.gather(starts, chosen_global, batch_dims=1)
+  return _CpcChoice(
+      lengths=lengths, starts=starts, chosen_global=chosen_global,
+      valid=valid, sentence=sentence,
+      long=tf.gather(sentence, sentence_ids, batch_dims=1) & real,
+      cpc_lengths=cpc_lengths,
+      token_ids=_gather_sentences(token_ids, cpc_starts, cpc_lengths,
+                                  max_len))
+
+
+def _choose_mlm_tokens(real: tf.Tensor, candidate: tf.Tensor,
+                       word_starts: tf.Tensor, sentence_ids: tf.Tensor,
+                       config: MaskingConfig, seed: tf.Tensor) -> tf.Tensor:
+  """Step 2's choice: <bool>[B, L] the tokens of the drawn whole words.
+
+  Args:
+    real: <bool>[B, L] the real (non-padding) tokens.
+    candidate: <bool>[B, L] the tokens MLM may predict.
+    word_starts: [B, L] nonzero at every word's first piece.
+    sentence_ids: <int32>[B, L].
+    config: the masking settings.
+    seed: the stateless seed of the words' order.
+  """
+  batch = tf.shape(real)[0]
+  long_len = real.shape[1]
+  # Words: a new one at every word start and every sentence start; padding
+  # gets its own segment (long_len).
+  new_sentence = tf.concat(
+      [tf.ones([batch, 1], tf.bool),
+       tf.not_equal(sentence_ids[:, 1:], sentence_ids[:, :-1])], axis=1)
+  word_start = (tf.cast(word_starts, tf.int32) > 0) | new_sentence
+  word_index = tf.cumsum(tf.cast(word_start, tf.int32), axis=1) - 1
+  word_index = tf.where(real, word_index, long_len)
+  num_words = long_len + 1
+  word_len = _segment(tf.cast(real, tf.int32), word_index, num_words,
+                      tf.math.unsorted_segment_sum)
+  word_candidates = _segment(tf.cast(candidate, tf.int32), word_index,
+                             num_words, tf.math.unsorted_segment_sum)
+  # A word is drawn only if all its pieces are candidates.
+  word_ok = (word_len > 0) & tf.equal(word_candidates, word_len)
+  num_candidates = tf.reduce_sum(tf.cast(candidate, tf.int32), axis=1)
+  budget = tf.minimum(_round(config.masking_rate *
+                             tf.cast(num_candidates, tf.float32)),
+                      config.max_predictions_per_seq)
+  budget = tf.where(num_candidates > 0, tf.maximum(budget, 1), 0)
+  order = tf.argsort(tf.where(
+      word_ok, tf.random.stateless_uniform([batch, num_words], seed),
+      2.0), axis=1, stable=True)
+  sorted_len = tf.gather(tf.where(word_ok, word_len, 0), order, batch_dims=1)
+  # BERT's greedy rule in two passes: the words that fit in draw order, then
+  # the later words that still fit what the first pass left.
+  first = (tf.cumsum(sorted_len, axis=1) <= budget[:, tf.newaxis]) & (
+      sorted_len > 0)
+  left = budget - tf.reduce_sum(tf.where(first, sorted_len, 0), axis=1)
+  fits = tf.where(~first & (sorted_len <= left[:, tf.newaxis]), sorted_len, 0)
+  second = (tf.cumsum(fits, axis=1) <= left[:, tf.newaxis]) & (fits > 0)
+  chosen_sorted = first | second
+  chosen_word = tf.gather(chosen_sorted, tf.argsort(order, axis=1),
+                          batch_dims=1)
+  return tf.gather(chosen_word, word_index, batch_dims=1) & candidate
+
+
+def _prediction_slots(token_ids: tf.Tensor, chosen: tf.Tensor,
+                      positions: tf.Tensor, num_predictions: int):
+  """The chosen positions first, in order, then the rest, in P slots.
+
+  Returns:
+    (masked_lm_positions, masked_lm_ids, whether the slot is used), each
+    [B, P]; unused slots hold 0.
+  """
+  long_len = token_ids.shape[1]
+  key = tf.where(chosen, positions, positions + long_len)
+  slots = tf.argsort(key, axis=1, stable=True)
+  if num_predictions <= long_len:
+    slots = slots[:, :num_predictions]
+  else:
+    slots = tf.pad(slots, [[0, 0], [0, num_predictions - long_len]])
+  slot_chosen = tf.gather(chosen, slots, batch_dims=1)
+  if num_predictions > long_len:
+    slot_chosen &= tf.range(num_predictions)[tf.newaxis] < long_len
+  masked_lm_positions = tf.where(slot_chosen, slots, 0)
+  masked_lm_ids = tf.where(
+      slot_chosen, tf.gather(token_ids, masked_lm_positions, batch_dims=1), 0)
+  return masked_lm_positions, masked_lm_ids, slot_chosen
+
+
+def _replace_chosen(token_ids: tf.Tensor, chosen: tf.Tensor,
+                    cpc_long: tf.Tensor, config: MaskingConfig,
+                    draw_seed: tf.Tensor, random_seed: tf.Tensor
+                    ) -> tf.Tensor:
+  """The masked ids: MLM's 80/10/10 replacement, CPC's tokens all [MASK]."""
+  batch = tf.shape(token_ids)[0]
+  long_len = token_ids.shape[1]
+  draw = tf.random.stateless_uniform([batch, long_len], draw_seed)
+  random_ids = tf.random.stateless_uniform(
+      [batch, long_len], random_seed, minval=0, maxval=config.vocab_size,
+      dtype=tf.int32)
+  to_mask = chosen & (draw < config.mask_token_prob)
+  to_random = chosen & (draw >= config.mask_token_prob) & (
+      draw < config.mask_token_prob + config.random_token_prob)
+  masked = tf.where(to_mask, config.mask_token_id,
+                    tf.where(to_random, random_ids, token_ids))
+  return tf.where(cpc_long, config.mask_token_id, masked)
+
+
 def mask_batch(features: Features, config: MaskingConfig,
                seed: tf.Tensor) -> Features:
   """Masks a batch (see the module docstring).
@@ -281,125 +437,34 @@ def mask_batch(features: Features, config: MaskingConfig,
                                   0, global_len - 1)
   positions = tf.broadcast_to(tf.range(long_len)[tf.newaxis], [batch,
                                                               long_len])
-  real_int = tf.cast(real, tf.int32)
+  cpc = _choose_cpc(token_ids, real, real_global, sentence_ids, positions,
+                    config, seeds[0])
 
-  # ----------------------------------------------------------------- CPC
-  lengths = _segment(real_int, sentence_ids, global_len,
-                     tf.math.unsorted_segment_sum)
-  starts = _segment(tf.where(real, positions, long_len), sentence_ids,
-                    global_len, tf.math.unsorted_segment_min)
-  starts = tf.minimum(starts, long_len - 1)
-  num_cpc = max(config.max_cpc_sentences, 1)
-  max_len = config.cpc_max_sentence_len
-  eligible = (real_global & (lengths >= config.cpc_min_sentence_len) &
-              (lengths <= max_len))
-  num_sentences = tf.reduce_sum(tf.cast(real_global, tf.int32), axis=1)
-  wanted = tf.maximum(_round(config.cpc_sentence_rate *
-                             tf.cast(num_sentences, tf.float32)), 1)
-  k = tf.minimum(tf.minimum(wanted, num_sentences - 1), tf.minimum(
-      tf.reduce_sum(tf.cast(eligible, tf.int32), axis=1),
-      config.max_cpc_sentences))
-  if config.cpc_sentence_rate == 0:
-    k = tf.zeros_like(k)
-  draws = tf.random.stateless_uniform([batch, global_len], seeds[0])
-  scores = tf.where(eligible, draws, -1.0)
-  top, chosen_global = tf.math.top_k(scores, k=min(num_cpc, global_len))
-  if num_cpc > global_len:  # More slots than sentences: pad the slots.
-    pad = [[0, 0], [0, num_cpc - global_len]]
-    top = tf.pad(top, pad, constant_values=-1.0)
-    chosen_global = tf.pad(chosen_global, pad)
-  cpc_valid = (tf.range(num_cpc)[tf.newaxis] < k[:, tf.newaxis]) & (top >= 0)
-  chosen_global = tf.where(cpc_valid, chosen_global, 0)
-  # [B, G]: the sentence is masked for CPC.
-  cpc_sentence = tf.reduce_max(
-      tf.one_hot(chosen_global, global_len, dtype=tf.int32) *
-      tf.cast(cpc_valid, tf.int32)[:, :, tf.newaxis], axis=1) > 0
-  cpc_long = tf.gather(cpc_sentence, sentence_ids, batch_dims=1) & real
-  cpc_lengths = tf.where(cpc_valid,
-                         tf.gather(lengths, chosen_global, batch_dims=1), 0)
-  cpc_starts = tf.gather(starts, chosen_global, batch_dims=1)
-  cpc_token_ids = _gather_sentences(token_ids, cpc_starts, cpc_lengths,
-                                    max_len)
-
-  # ----------------------------------------------------------------- MLM
   special = tf.zeros_like(real)
   for token in config.no_mask_token_ids:
     special |= tf.equal(token_ids, token)
-  candidate = real & ~cpc_long & ~special
-  # Words: a new one at every word start and every sentence start; padding
-  # gets its own segment (long_len).
-  new_sentence = tf.concat(
-      [tf.ones([batch, 1], tf.bool),
-       tf.not_equal(sentence_ids[:, 1:], sentence_ids[:, :-1])], axis=1)
-  word_start = (tf.cast(features["word_starts"], tf.int32) > 0) | new_sentence
-  word_index = tf.cumsum(tf.cast(word_start, tf.int32), axis=1) - 1
-  word_index = tf.where(real, word_index, long_len)
-  num_words = long_len + 1
-  word_len = _segment(real_int, word_index, num_words,
-                      tf.math.unsorted_segment_sum)
-  word_candidates = _segment(tf.cast(candidate, tf.int32), word_index,
-                             num_words, tf.math.unsorted_segment_sum)
-  # A word is drawn only if all its pieces are candidates.
-  word_ok = (word_len > 0) & tf.equal(word_candidates, word_len)
-  num_candidates = tf.reduce_sum(tf.cast(candidate, tf.int32), axis=1)
-  budget = tf.minimum(_round(config.masking_rate *
-                             tf.cast(num_candidates, tf.float32)),
-                      config.max_predictions_per_seq)
-  budget = tf.where(num_candidates > 0, tf.maximum(budget, 1), 0)
-  order = tf.argsort(tf.where(
-      word_ok, tf.random.stateless_uniform([batch, num_words], seeds[1]),
-      2.0), axis=1, stable=True)
-  sorted_len = tf.gather(tf.where(word_ok, word_len, 0), order, batch_dims=1)
-  first = (tf.cumsum(sorted_len, axis=1) <= budget[:, tf.newaxis]) & (
-      sorted_len > 0)
-  left = budget - tf.reduce_sum(tf.where(first, sorted_len, 0), axis=1)
-  fits = tf.where(~first & (sorted_len <= left[:, tf.newaxis]), sorted_len, 0)
-  second = (tf.cumsum(fits, axis=1) <= left[:, tf.newaxis]) & (fits > 0)
-  chosen_sorted = first | second
-  chosen_word = tf.gather(chosen_sorted, tf.argsort(order, axis=1),
-                          batch_dims=1)
-  chosen = tf.gather(chosen_word, word_index, batch_dims=1) & candidate
-
-  num_predictions = config.max_predictions_per_seq
-  # The chosen positions first, in order, then the rest.
-  key = tf.where(chosen, positions, positions + long_len)
-  slots = tf.argsort(key, axis=1, stable=True)
-  if num_predictions <= long_len:
-    slots = slots[:, :num_predictions]
-  else:
-    slots = tf.pad(slots, [[0, 0], [0, num_predictions - long_len]])
-  slot_chosen = tf.gather(chosen, slots, batch_dims=1)
-  if num_predictions > long_len:
-    slot_chosen &= tf.range(num_predictions)[tf.newaxis] < long_len
-  masked_lm_positions = tf.where(slot_chosen, slots, 0)
-  masked_lm_ids = tf.where(
-      slot_chosen, tf.gather(token_ids, masked_lm_positions, batch_dims=1), 0)
-
-  draw = tf.random.stateless_uniform([batch, long_len], seeds[2])
-  random_ids = tf.random.stateless_uniform(
-      [batch, long_len], seeds[3], minval=0, maxval=config.vocab_size,
-      dtype=tf.int32)
-  to_mask = chosen & (draw < config.mask_token_prob)
-  to_random = chosen & (draw >= config.mask_token_prob) & (
-      draw < config.mask_token_prob + config.random_token_prob)
-  masked = tf.where(to_mask, config.mask_token_id,
-                    tf.where(to_random, random_ids, token_ids))
-  masked = tf.where(cpc_long, config.mask_token_id, masked)
+  candidate = real & ~cpc.long & ~special
+  chosen = _choose_mlm_tokens(real, candidate, features["word_starts"],
+                              sentence_ids, config, seeds[1])
+  masked_lm_positions, masked_lm_ids, slot_chosen = _prediction_slots(
+      token_ids, chosen, positions, config.max_predictions_per_seq)
 
   out = {k: v for k, v in features.items() if k != "word_starts"}
   out.update(
-      token_ids=masked,
+      token_ids=_replace_chosen(token_ids, chosen, cpc.long, config,
+                                seeds[2], seeds[3]),
       masked_lm_positions=masked_lm_positions,
       masked_lm_ids=masked_lm_ids,
       masked_lm_weights=tf.cast(slot_chosen, tf.float32),
-      cpc_global_positions=chosen_global,
-      cpc_weights=tf.cast(cpc_valid, tf.float32),
-      cpc_token_ids=cpc_token_ids,
-      cpc_lengths=cpc_lengths)
+      cpc_global_positions=cpc.chosen_global,
+      cpc_weights=tf.cast(cpc.valid, tf.float32),
+      cpc_token_ids=cpc.token_ids,
+      cpc_lengths=cpc.cpc_lengths)
   if config.cpc_negatives:
-    usable = real_global & ~cpc_sentence & (lengths >= 1) & (
-        lengths <= max_len)
-    out.update(_cpc_negatives(token_ids, lengths, starts, usable,
-                              cpc_lengths, config.cpc_negatives, max_len,
+    max_len = config.cpc_max_sentence_len
+    usable = real_global & ~cpc.sentence & (cpc.lengths >= 1) & (
+        cpc.lengths <= max_len)
+    out.update(_cpc_negatives(token_ids, cpc.lengths, cpc.starts, usable,
+                              cpc.cpc_lengths, config.cpc_negatives, max_len,
                               seeds[4]))
   return out
