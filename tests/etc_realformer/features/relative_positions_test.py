@@ -1,10 +1,8 @@
-"""Tests for the relative position ids and the mask helpers."""
+"""Tests for the relative position ids."""
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
-from etc_realformer.features import masks
 from etc_realformer.features import relative_positions as rp
 
 
@@ -67,52 +65,3 @@ def test_overwrite_outside_segments():
 def test_negative_max_distance():
   with pytest.raises(ValueError, match="relative_pos_max_distance"):
     rp.make_relative_att_ids(3, -1)
-
-
-def test_breakpoint_helpers():
-  np.testing.assert_array_equal(
-      masks.example_ids_from_breakpoints([[0, 1, 0, 0, 1, 0]]),
-      [[2, 2, 1, 1, 1, 0]])
-  np.testing.assert_array_equal(
-      masks.input_mask_from_breakpoints([[0, 1, 0, 0, 1, 0]]),
-      [[1, 1, 1, 1, 1, 0]])
-  np.testing.assert_array_equal(
-      masks.breakpoints_from_input_mask([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]]),
-      [[0, 0, 1, 0, 0], [0, 0, 0, 0, 1]])
-
-
-def test_local_segmented_mask_non_adjacent_segments():
-  # Segments 4, 4, 9, 4 with r = 1: token 3 sees no neighbour, token 0 and 1
-  # see each other; negative ids work too.
-  out = masks.make_local_segmented_att_mask([[4, 4, 9, 4], [-1, -1, 0, 0]], 1)
-  np.testing.assert_array_equal(out, [
-      [[0, 1, 1], [1, 1, 0], [0, 1, 0], [0, 1, 0]],
-      [[0, 1, 1], [1, 1, 0], [0, 1, 1], [1, 1, 0]],
-  ])
-
-
-def test_local_segmented_mask_matches_brute_force():
-  rng = np.random.RandomState(0)
-  segment_ids = rng.randint(0, 3, size=(3, 17))
-  for radius in (1, 2, 5, 20):
-    out = masks.make_local_segmented_att_mask(segment_ids, radius).numpy()
-    expected = np.zeros((3, 17, 2 * radius + 1), np.int32)
-    for b in range(3):
-      for i in range(17):
-        for j in range(2 * radius + 1):
-          k = i - radius + j
-          if 0 <= k < 17 and segment_ids[b, k] == segment_ids[b, i]:
-            expected[b, i, j] = 1
-    np.testing.assert_array_equal(out, expected)
-
-
-def test_gather_local_windows():
-  out = masks.gather_local_windows(tf.constant([[5, 6, 7]]), 1)
-  np.testing.assert_array_equal(out, [[[0, 5, 6], [5, 6, 7], [6, 7, 0]]])
-
-
-def test_segmented_mask_rank_error():
-  with pytest.raises(ValueError, match="segment_ids"):
-    masks.make_segmented_att_mask([1, 2, 3])
-  with pytest.raises(ValueError, match="local_radius"):
-    masks.make_local_segmented_att_mask([[1, 2, 3]], 0)
