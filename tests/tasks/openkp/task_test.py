@@ -13,7 +13,6 @@ import tf_keras
 
 import e2e_testing
 from etc_realformer import EtcConfig
-from tasks.openkp import decode
 from tasks.openkp import evaluate as E
 from tasks.openkp import head
 from tasks.openkp import task as T
@@ -117,40 +116,6 @@ def test_label_distribution_spreads_gold_and_smoothing():
   assert not empty.numpy().any()
 
 
-def test_decoding_matches_python_and_takes_distinct_lowercased_phrases():
-  rng = np.random.default_rng(0)
-  words = ["The", "cat", "", "the", "CAT", "sat", "the", "cat", "Zoë"]
-  logits = rng.normal(size=[2, 5, 12]).astype(np.float32)
-  # Make "the cat" (words 0-1 and 3-4 and 6-7) the top three cells.
-  logits[0, 1, [0, 3, 6]] = [10, 9, 8]
-  logits[0, 0, 8] = 7.5  # "zoë"
-  num_words = np.array([9, 4])
-  padded = np.array([words, words[:4] + [""] * 5])
-  phrases, scores, starts, lengths = decode.top_phrases(
-      tf.constant(logits), tf.constant(padded), tf.constant(num_words),
-      num_candidates=30)
-  for b in range(2):
-    expected = decode.top_phrases_py(logits[b], list(padded[b][:num_words[b]]),
-                                     num_candidates=30)
-    got = [p.decode() for p in phrases.numpy()[b] if p]
-    assert got == [e[0] for e in expected]
-    assert starts.numpy()[b][:len(got)].tolist() == [e[1] for e in expected]
-    assert lengths.numpy()[b][:len(got)].tolist() == [e[2] for e in expected]
-  first = [p.decode() for p in phrases.numpy()[0]]
-  assert first[:2] == ["the cat", "zoë"] and len(set(first)) == 5
-  assert all("  " not in p and not p.startswith(" ") for p in first)
-  # Scores: softmax probabilities of the chosen cells, best first.
-  flat = tf.nn.softmax(logits.reshape(2, -1)).numpy()
-  assert scores.numpy()[0, 0] == pytest.approx(flat[0, 1 * 12 + 0])
-  assert (np.diff(scores.numpy()[0]) <= 0).all()
-  # Document 1 has 4 words, one of them empty: "the", "cat", "the cat"
-  # ("" blocks every longer cell; the second "the" repeats): 3 phrases.
-  second = [p.decode() for p in phrases.numpy()[1] if p]
-  assert sorted(second) == ["cat", "the", "the cat"]
-  assert lengths.numpy()[1][3:].tolist() == [-1, -1]
-  assert scores.numpy()[1][3:].tolist() == [0.0, 0.0]
-
-
 # XLA compiles of the bf16 graph take ~30 s on CPU: each switch on its own.
 @pytest.mark.parametrize("policy,xla", [("mixed_bfloat16", False),
                                         ("float32", True)])
@@ -178,15 +143,6 @@ def test_gradient_step_under_xla_and_mixed_precision(policy, xla):
     assert vdom_grads and all(g is not None for g in vdom_grads)
   finally:
     tf_keras.mixed_precision.set_global_policy("float32")
-
-
-def test_decoding_a_document_without_words():
-  logits = np.full([1, 5, 8], head.NEG_INF, np.float32)
-  phrases, scores, starts, _ = decode.top_phrases(
-      tf.constant(logits), tf.zeros([1, 0], tf.string), tf.constant([0]))
-  assert phrases.numpy().tolist() == [[b""] * 5]
-  assert scores.numpy().tolist() == [[0.0] * 5]
-  assert starts.numpy().tolist() == [[-1] * 5]
 
 
 def test_gin_file_gives_the_original_settings():
