@@ -6,6 +6,9 @@ A feature spec maps a feature name to `(dtype, shape)`:
 - a fully known shape is parsed with `FixedLenFeature`; a shape with a `None`
   dimension (only 1-D `(None,)` is supported) with `VarLenFeature`, densified
   (strings padded with b"", numbers with 0).
+
+`match_files` is the project's one expansion of file patterns (TFRecords
+here; the tasks' raw inputs through `tasks.common.io`).
 """
 
 from typing import (Any, Dict, Iterable, List, Mapping, Optional,
@@ -13,6 +16,8 @@ from typing import (Any, Dict, Iterable, List, Mapping, Optional,
 
 import numpy as np
 import tensorflow as tf
+
+from etc_realformer.errors import UserInputError
 
 FeatureSpec = Mapping[str, Tuple[tf.DType, Tuple[Optional[int], ...]]]
 
@@ -109,27 +114,44 @@ def write_tfrecord(path: str, examples: Iterable[tf.train.Example]) -> int:
   return count
 
 
+class NoMatchingFileError(UserInputError, FileNotFoundError):
+  """A file pattern matches no file.
+
+  A `UserInputError` (the binaries print it as one line, exit code 2) that
+  callers may also catch as the `FileNotFoundError` it is.
+  """
+
+
 def match_files(file_patterns: Union[str, Sequence[str]],
                 kind: str = "TFRecord file") -> List[str]:
-  """The files of comma-separated or listed glob patterns, sorted per pattern.
+  """The files of comma-separated or listed glob patterns.
+
+  Every input of the project (TFRecords, raw task files, text corpora) is
+  expanded here. Each pattern's matches are sorted, the patterns keep their
+  order, and a file matched twice is listed once (at its first match): the
+  same file given twice is not read twice. Blank patterns (a trailing
+  comma) are ignored.
 
   Args:
     file_patterns: the patterns.
     kind: what the files are, for the error ("no <kind> matches ...").
 
   Raises:
-    FileNotFoundError: a pattern matches nothing (named in the message).
+    NoMatchingFileError: a pattern matches nothing, or no pattern is given
+      (the message names the pattern).
   """
-  if isinstance(file_patterns, str):
-    file_patterns = file_patterns.split(",")
-  files = []
-  for pattern in file_patterns:
-    pattern = pattern.strip()
-    matched = sorted(tf.io.gfile.glob(pattern)) if pattern else []
+  split = (file_patterns.split(",") if isinstance(file_patterns, str)
+           else file_patterns)
+  patterns = [p.strip() for p in split if p and p.strip()]
+  if not patterns:
+    raise NoMatchingFileError(f"no {kind} given ({file_patterns!r})")
+  files: Dict[str, None] = {}  # Ordered, without repeats.
+  for pattern in patterns:
+    matched = sorted(tf.io.gfile.glob(pattern))
     if not matched:
-      raise FileNotFoundError(f"no {kind} matches {pattern!r}")
-    files.extend(matched)
-  return files
+      raise NoMatchingFileError(f"no {kind} matches {pattern!r}")
+    files.update(dict.fromkeys(matched))
+  return list(files)
 
 
 def make_dataset(file_patterns: Union[str, Sequence[str]],
@@ -138,7 +160,7 @@ def make_dataset(file_patterns: Union[str, Sequence[str]],
   """A dataset of parsed feature dicts from TFRecord files (unbatched).
 
   Raises:
-    FileNotFoundError: a pattern matches nothing.
+    NoMatchingFileError: a pattern matches nothing.
   """
   ds = tf.data.TFRecordDataset(match_files(file_patterns))
   options = tf.data.Options()

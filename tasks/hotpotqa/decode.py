@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
+from tasks.common import io as io_lib
 from tasks.common import records as records_lib
 from tasks.hotpotqa import data
 from tasks.hotpotqa import evaluate
@@ -236,11 +237,8 @@ def decode_example(prediction: Mapping[str, np.ndarray],
   return answer.strip(), sp
 
 
-def unbatch(predictions: Mapping[str, np.ndarray]
-            ) -> List[Dict[str, np.ndarray]]:
-  """name -> [N, ...] arrays to a list of N per-example dicts."""
-  count = len(next(iter(predictions.values())))
-  return [{k: v[i] for k, v in predictions.items()} for i in range(count)]
+# name -> [N, ...] arrays to a list of N per-example dicts.
+unbatch = io_lib.unbatch
 
 
 def predictions_json(examples: Sequence[Mapping[str, np.ndarray]],

@@ -14,11 +14,12 @@ import tensorflow as tf
 import tf_keras
 
 from etc_realformer.training import task as task_lib
+from tasks.common import logits as logits_lib
 from tasks.hotpotqa import decode
 from tasks.hotpotqa import features as features_lib
 
-# Logit of padding long tokens (float32, so no overflow).
-NEG_INF = -1e9
+# Logit of padding long tokens.
+NEG_INF = logits_lib.NEG_INF
 SPAN, BIO = "span", "bio"
 
 

@@ -38,12 +38,15 @@ import numpy as np
 import tensorflow as tf
 
 from etc_realformer.errors import UserInputError
+from tasks.common import io as io_lib
+from tasks.common import logits as logits_lib
 from tasks.nq import data
 
 DIFFERENCE, RATIO = "difference", "ratio"
 SCORE_MODES = (DIFFERENCE, RATIO)
-# Scores of masked positions / missing answers (float32-safe).
-NEG_INF = -1e9
+# Scores of masked positions.
+NEG_INF = logits_lib.NEG_INF
+# The score of a missing answer (float32-safe).
 NO_ANSWER_SCORE = -1e9
 YES_NO = {data.YES: "YES", data.NO: "NO"}
 
@@ -270,11 +273,8 @@ def span_text(doc_tokens: tf.Tensor, is_html: tf.Tensor, start: tf.Tensor,
 
 
 # --------------------------------------------------------------------- Python
-def unbatch(predictions: Mapping[str, np.ndarray]
-            ) -> List[Dict[str, np.ndarray]]:
-  """name -> [N, ...] arrays to a list of N per-window dicts."""
-  count = len(next(iter(predictions.values())))
-  return [{k: v[i] for k, v in predictions.items()} for i in range(count)]
+# name -> [N, ...] arrays to a list of N per-window dicts.
+unbatch = io_lib.unbatch
 
 
 def _span(start_token, end_token, start_byte=-1, end_byte=-1

@@ -23,9 +23,11 @@ import tf_keras
 from etc_realformer.errors import UserInputError
 from etc_realformer.layers import activations
 from etc_realformer.training import task as task_lib
+from tasks.common import logits as logits_lib
 from tasks.openkp import features as features_lib
 
-NEG_INF = -1e9
+# Logit of cells past the last word.
+NEG_INF = logits_lib.NEG_INF
 # Font size cutoffs: font id = index of the first cutoff >= round(size);
 # sizes above the last get the last id (the original's buckets).
 FONT_SIZE_CUTOFFS: Tuple[int, ...] = (0,) + tuple(range(8, 25)) + (29, 34, 39,

@@ -65,10 +65,11 @@ from etc_realformer.checkpoints.paths import resolve_checkpoint_path
 from etc_realformer.errors import UserInputError
 from etc_realformer.layers.activations import get_activation
 from etc_realformer.training import task as task_lib
+from tasks.common import logits as logits_lib
 
 PROJECTIONS = ("none", "linear", "mlp", "none+mlp")
-# Logit of a candidate slot that holds no sentence (float32).
-NEG_INF = -1e9
+# Logit of a candidate slot that holds no sentence.
+NEG_INF = logits_lib.NEG_INF
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,9 +13,10 @@ import tensorflow as tf
 import tf_keras
 
 from etc_realformer.training import task as task_lib
+from tasks.common import logits as logits_lib
 
-# Logit given to non-candidate global tokens (float32, so no overflow).
-NEG_INF = -1e9
+# Logit given to non-candidate global tokens.
+NEG_INF = logits_lib.NEG_INF
 
 
 class WikiHopModel(task_lib.EtcTaskModel):
