@@ -1,20 +1,30 @@
-"""The parts every task's `preprocess` CLI shares (raw file -> cache).
+"""The preprocess skeleton every task fills, and what its CLIs share.
 
-Each task's `preprocess.py` keeps its own reading, featurization and
-labelling; what is the same in all of them lives here so that the output
-files, the all-or-nothing write, the messages and the common flags stay
-identical across tasks:
+Every task's `preprocess.py` turns a raw file into a TFRecord cache the same
+way:
 
-- `featurize_records`: validated records -> the in-graph featurizer (a
-  parallel, ordered `tf.data` map) -> labels and checks per record -> the
-  TFRecord cache and its stats: the skeleton of every `preprocess_file`;
-  `featurize_into` is the same into an output folder (`output_paths`);
+  records            the task's reader (`data.read_records`): validated;
+                     unusable ones counted in the stats (`records.RecordStats`)
+  -> RecordStep      one record -> its `Outcome`: `Featurized` examples,
+                     `Dropped` (left out by design), or a `BadRecordError`
+  -> ExampleSink     counts what is kept and writes its examples
+                     (`TFRecordShards`: all or nothing)
+  -> the stats JSON
+
+`run` is that loop, written once: a bad record is skipped and counted per
+reason, or, under `strict`, fails the run and leaves no output behind.
+`RecordStep.process` is a plain function of one record (what an Apache Beam
+`DoFn` calls); `RecordStep.process_all` gives the same outcomes for many
+records, faster: `GraphStep` runs an in-graph featurizer as a parallel,
+ordered `tf.data` map. A task fills the skeleton with its step (and, when
+its records give several examples or outputs, its sink); `featurize_file` /
+`featurize_into` run the default sink into one file and write the stats.
+
+Also shared by the CLIs:
+
 - `output_paths`: `DIR/<stem>.tfrecord`, `DIR/<stem>.stats.json`, ...;
 - `default_is_training`: the "file name holds 'train'" default;
-- `ordered_map`: a deterministic parallel `tf.data` map (outputs stay
-  aligned with the records read);
-- `write_cache`: the TFRecord written through a `.tmp` file (removed on any
-  error, e.g. the first bad record under `--strict`) and the stats JSON;
+- `ordered_map`: a deterministic parallel `tf.data` map;
 - `log_written` / `summary_line`: the log line and the printed summary;
 - `define_featurizer_flags`: the flags every preprocessing binary has, and
   `require_flags` / `check_command_line`: the checks of the command line (a
@@ -22,11 +32,12 @@ identical across tasks:
   absl's usage text).
 """
 
+import abc
+import collections
+import dataclasses
 import os
-from typing import (Any, Callable, Dict, Iterable, Mapping, Optional,
-                    Sequence, Tuple)
-
-import numpy as np
+from typing import (Any, Callable, Dict, Generic, Iterable, Iterator,
+                    Mapping, Optional, Sequence, Tuple, TypeVar, Union)
 
 from absl import flags
 from absl import logging
@@ -40,87 +51,262 @@ from tasks.common import records
 # listed by `--help` of) the binary that calls it, not this module.
 flags.disclaim_key_flags()
 
-
-# What `featurize_records` asks of a task, per record: the featurizer's
-# inputs, and, after featurizing, a check that may label the features in
-# place and returns a `BadRecordError` to skip the record (None to keep it).
-Finish = Callable[[Any, Dict[str, np.ndarray], Dict[str, int]],
-                  Optional[records.BadRecordError]]
+R = TypeVar("R")  # A task's validated record.
+Features = Dict[str, Any]
 
 
-def featurize_records(
-    valid: Sequence[Any],
-    to_inputs: Callable[[Any], Any],
-    output_signature: Any,
-    featurize: Callable[..., Tuple[Mapping[str, tf.Tensor],
-                                   Mapping[str, tf.Tensor]]],
-    spec: tfrecords.FeatureSpec,
-    record_path: str,
-    stats_path: str,
-    stats: records.RecordStats,
-    finish: Optional[Finish] = None) -> records.RecordStats:
-  """Featurizes validated records into a TFRecord cache and its stats.
+# ------------------------------------------------------------------ outcomes
+@dataclasses.dataclass(frozen=True)
+class Featurized:
+  """A kept record: its examples and what was cut to fit.
 
-  The records go through `tf.data` (a generator, so memory stays flat on
-  large files) and the featurizer's in-graph code in parallel, in order; each
-  result is checked by `finish`, counted (truncation amounts, written,
-  skipped) and serialized with `spec`. The cache is written all or nothing
-  (`write_cache`).
-
-  Args:
-    valid: the records that passed the reader's checks, in file order.
-    to_inputs: record -> the featurizer's inputs (matching
-      `output_signature`; a dict is passed to `featurize` as one argument, a
-      tuple as several).
-    output_signature: the `tf.TensorSpec`s of `to_inputs`' values.
-    featurize: inputs -> (features, truncation amounts), graph code.
-    spec: the feature spec of the cached examples.
-    record_path, stats_path: the outputs (`output_paths`).
-    stats: the file's stats, holding the reader's counts already.
-    finish: optional per-record check and labelling (see `Finish`).
-
-  Returns:
-    `stats`.
+  Attributes:
+    examples: the feature dicts to write (one per record in most tasks; NQ:
+      one per window; pre-training: one per piece of the document).
+    amounts: what was cut to fit, by name (task-specific); a record with
+      any amount above 0 counts as truncated.
+    split: the output its examples go to ("": the one file; pre-training:
+      "train" or "eval").
   """
-  def examples():
+  examples: Sequence[Features]
+  amounts: Mapping[str, int] = dataclasses.field(default_factory=dict)
+  split: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Dropped:
+  """A record left out by design, e.g. a document too short to learn from:
+  counted by reason, never a failure (unlike a `BadRecordError`)."""
+  reason: str
+
+
+Outcome = Union[Featurized, Dropped, records.BadRecordError]
+
+
+# ---------------------------------------------------------------------- steps
+class RecordStep(abc.ABC, Generic[R]):
+  """A task's per-record step: a validated record -> its `Outcome`."""
+
+  @abc.abstractmethod
+  def feature_spec(self) -> tfrecords.FeatureSpec:
+    """The features of the examples (how they are serialized)."""
+
+  @abc.abstractmethod
+  def process(self, record: R) -> Outcome:
+    """One record's outcome, a plain function of the record.
+
+    A bad record's `BadRecordError` is returned, not raised: the caller's
+    policy decides (`run`: skip and count, or fail under strict).
+    """
+
+  def process_all(self, items: Iterable[R]) -> Iterator[Tuple[R, Outcome]]:
+    """(record, `process(record)`) for each record, in order.
+
+    Subclasses may batch or parallelize; the outcomes stay those of
+    `process`.
+    """
+    for record in items:
+      yield record, self.process(record)
+
+
+class GraphStep(RecordStep[R]):
+  """A step whose featurizer is graph code: record -> `to_inputs` ->
+  `featurize` -> `finish`.
+
+  `process` featurizes one record eagerly; `process_all` runs `featurize`
+  over all records as a parallel, ordered `tf.data` map (the records are
+  read first, so that a bad one fails a strict run before any TF work).
+  """
+
+  # The `tf.TensorSpec`s of `to_inputs`' values: a dict (passed to
+  # `featurize` as it is) or a tuple.
+  input_signature: Any = None
+
+  @abc.abstractmethod
+  def to_inputs(self, record: R) -> Any:
+    """The featurizer's inputs of a record, matching `input_signature`."""
+
+  @abc.abstractmethod
+  def featurize(self, inputs: Any
+                ) -> Tuple[Mapping[str, tf.Tensor], Mapping[str, tf.Tensor]]:
+    """Inputs (tensors) -> (features, amounts cut to fit), graph code."""
+
+  def finish(self, record: R, features: Features,
+             amounts: Dict[str, int]) -> Outcome:
+    """A featurized record's outcome: labels, checks (a `BadRecordError`
+    to skip it). By default it is kept as one example."""
+    del record  # Unused.
+    return Featurized([features], amounts)
+
+  def process(self, record: R) -> Outcome:
+    inputs = _to_tensors(self.to_inputs(record), self.input_signature)
+    features, amounts = self.featurize(inputs)
+    return self.finish(record, {k: v.numpy() for k, v in features.items()},
+                       {k: int(v) for k, v in amounts.items()})
+
+  def process_all(self, items: Iterable[R]) -> Iterator[Tuple[R, Outcome]]:
+    valid = list(items)
     if not valid:
       return
     ds = tf.data.Dataset.from_generator(
-        lambda: (to_inputs(r) for r in valid),
-        output_signature=output_signature)
-    fn = featurize if isinstance(output_signature, dict) else (
-        lambda *args: featurize(*args))
-    mapped = ordered_map(ds, fn)
-    for record, (features, amounts) in zip(valid,
-                                           mapped.as_numpy_iterator()):
-      amounts = {k: int(v) for k, v in amounts.items()}
-      error = finish(record, features, amounts) if finish else None
-      if error is not None:
-        stats.handle_bad_record(error)
-        continue
-      stats.add_truncation(amounts)
-      stats.examples_written += 1
-      yield tfrecords.to_tf_example(features, spec)
+        lambda: (self.to_inputs(r) for r in valid),
+        output_signature=self.input_signature)
+    fn = self.featurize if isinstance(self.input_signature, dict) else (
+        lambda *args: self.featurize(args))
+    for record, (features, amounts) in zip(
+        valid, ordered_map(ds, fn).as_numpy_iterator()):
+      yield record, self.finish(record, features,
+                                {k: int(v) for k, v in amounts.items()})
 
-  write_cache(record_path, stats_path, examples(), stats)
+
+def _to_tensors(values: Any, signature: Any) -> Any:
+  """`values` (a dict or tuple of Python values) as tensors of `signature`."""
+  def convert(value, spec: tf.TensorSpec) -> tf.Tensor:
+    shape = [-1 if d is None else d for d in spec.shape.as_list()]
+    return tf.reshape(tf.constant(value, spec.dtype), shape)
+
+  if isinstance(signature, dict):
+    return {k: convert(values[k], spec) for k, spec in signature.items()}
+  return tuple(convert(v, spec) for v, spec in zip(values, signature))
+
+
+# ---------------------------------------------------------------------- sinks
+class TFRecordShards:
+  """TFRecord files written all or nothing; each split round-robin over its
+  shards.
+
+  Every file is written as `<path>.tmp`: `commit` renames them all once
+  everything is written; `abort` (after any error: a bad record under
+  strict, an interrupt) removes them, so no partial output is left.
+  """
+
+  def __init__(self, paths: Mapping[str, Sequence[str]]):
+    """Opens the files.
+
+    Args:
+      paths: split -> its shards' paths (e.g. {"": [DIR/dev.tfrecord]}).
+    """
+    self.paths = {split: list(shards) for split, shards in paths.items()}
+    self._writers = {split: [tf.io.TFRecordWriter(p + ".tmp") for p in ps]
+                     for split, ps in self.paths.items()}
+    self._written = collections.Counter()
+
+  def write(self, serialized: bytes, split: str = "") -> None:
+    """Writes one record to the split's next shard."""
+    writers = self._writers[split]
+    writers[self._written[split] % len(writers)].write(serialized)
+    self._written[split] += 1
+
+  def commit(self) -> None:
+    self._close()
+    for shards in self.paths.values():
+      for path in shards:
+        tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+
+  def abort(self) -> None:
+    self._close()
+    for shards in self.paths.values():
+      for path in shards:
+        if tf.io.gfile.exists(path + ".tmp"):
+          tf.io.gfile.remove(path + ".tmp")
+
+  def _close(self) -> None:
+    for writers in self._writers.values():
+      for writer in writers:
+        writer.close()
+
+
+class ExampleSink:
+  """Counts the kept records and writes their examples, all or nothing.
+
+  By default each kept record counts as one written example with its
+  amounts (`RecordStats.examples_written`, `add_truncation`). A task whose
+  records give several examples or drop some overrides `add` / `drop`.
+  """
+
+  def __init__(self, stats: records.RecordStats, spec: tfrecords.FeatureSpec,
+               paths: Mapping[str, Sequence[str]]):
+    """Opens the outputs.
+
+    Args:
+      stats: the input's stats (the reader's counts already in).
+      spec: the feature spec of the examples.
+      paths: split -> its shards' paths (`TFRecordShards`).
+    """
+    self.stats = stats
+    self.spec = spec
+    self.files = TFRecordShards(paths)
+
+  def add(self, record: Any, featurized: Featurized) -> None:
+    """Counts a kept record and writes its examples."""
+    del record  # Unused.
+    self.stats.add_truncation(dict(featurized.amounts))
+    self.stats.examples_written += 1
+    for example in featurized.examples:
+      self.write(example, featurized.split)
+
+  def drop(self, record: Any, reason: str) -> None:
+    """Counts a record left out by design (no step of the default drops)."""
+    del record  # Unused.
+    raise ValueError(f"{type(self).__name__} does not count dropped records "
+                     f"({reason})")
+
+  def write(self, example: Features, split: str = "") -> None:
+    self.files.write(
+        tfrecords.to_tf_example(example, self.spec).SerializeToString(),
+        split)
+
+
+# ------------------------------------------------------------------ skeleton
+def run(items: Iterable[R], step: RecordStep[R], sink: ExampleSink) -> None:
+  """Featurizes records into the sink: the skeleton of every task.
+
+  Each record's outcome is counted and written (`sink.add`), counted as
+  dropped (`sink.drop`), or, when bad, skipped and counted by reason
+  (`sink.stats.handle_bad_record`). The outputs are committed once all
+  records are done.
+
+  Raises:
+    records.BadRecordError: under strict (`sink.stats.strict`), the first
+      bad record, from the reader or the step; nothing is left written.
+  """
+  try:
+    for record, outcome in step.process_all(items):
+      if isinstance(outcome, records.BadRecordError):
+        sink.stats.handle_bad_record(outcome)
+      elif isinstance(outcome, Dropped):
+        sink.drop(record, outcome.reason)
+      else:
+        sink.add(record, outcome)
+  except BaseException:
+    sink.files.abort()
+    raise
+  sink.files.commit()
+
+
+def featurize_file(items: Iterable[R], step: RecordStep[R],
+                   stats: records.RecordStats, record_path: str,
+                   stats_path: str) -> records.RecordStats:
+  """`run` into one TFRecord file with the default sink, then the stats JSON
+  and the log line; returns `stats`."""
+  sink = ExampleSink(stats, step.feature_spec(), {"": [record_path]})
+  run(items, step, sink)
+  stats.write_json(stats_path)
   log_written(stats.input_file, record_path, stats)
   return stats
 
 
-def featurize_into(output_dir: str, valid: Sequence[Any],
-                   stats: records.RecordStats, to_inputs: Callable[[Any], Any],
-                   output_signature: Any, featurize: Callable,
-                   spec: tfrecords.FeatureSpec,
-                   finish: Optional[Finish] = None) -> records.RecordStats:
-  """`featurize_records` into `output_dir` (created if missing): the
+def featurize_into(output_dir: str, items: Iterable[R], step: RecordStep[R],
+                   stats: records.RecordStats) -> records.RecordStats:
+  """`featurize_file` into `output_dir` (created if missing): the
   `output_paths` of `stats.input_file`, e.g. DIR/dev.tfrecord and
   DIR/dev.stats.json."""
   tf.io.gfile.makedirs(output_dir)
   record_path, stats_path = output_paths(stats.input_file, output_dir)
-  return featurize_records(valid, to_inputs, output_signature, featurize,
-                           spec, record_path, stats_path, stats, finish)
+  return featurize_file(items, step, stats, record_path, stats_path)
 
 
+# --------------------------------------------------------------- CLI helpers
 def output_paths(input_path: str, output_dir: str,
                  suffixes: Sequence[str] = ("tfrecord", "stats.json"),
                  stem: Optional[str] = None) -> tuple:
@@ -142,26 +328,6 @@ def ordered_map(ds: tf.data.Dataset, fn: Callable) -> tf.data.Dataset:
   options.deterministic = True
   return ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE).with_options(
       options)
-
-
-def write_cache(record_path: str, stats_path: str,
-                examples: Iterable[tf.train.Example],
-                stats: records.RecordStats) -> None:
-  """Writes `examples` to `record_path`, then `stats` to `stats_path`.
-
-  The records go to `record_path + ".tmp"`, renamed only once all are
-  written: an error on the way (a bad record in strict mode, an interrupt)
-  removes the partial file and leaves no cache behind.
-  """
-  tmp_path = record_path + ".tmp"
-  try:
-    tfrecords.write_tfrecord(tmp_path, examples)
-  except BaseException:
-    if tf.io.gfile.exists(tmp_path):
-      tf.io.gfile.remove(tmp_path)
-    raise
-  tf.io.gfile.rename(tmp_path, record_path, overwrite=True)
-  stats.write_json(stats_path)
 
 
 def log_written(input_path: str, record_path: str,

@@ -22,12 +22,12 @@ A missing or malformed input file or vocabulary is one line on stderr and
 exit code 2; the input is read and checked before the vocabulary is loaded.
 
 The model features come from `HotpotFeaturizer`'s in-graph code, run through
-`tf.data` (`preprocessing.featurize_records`: the ops the exported
+`tf.data` (`HotpotStep`, a `preprocessing.GraphStep`: the ops the exported
 `serve_raw` signature runs); labels are then added in Python
 (`features.add_labels`).
 """
 
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from absl import flags
 import numpy as np
@@ -66,6 +66,48 @@ def read_file(input_path: str, is_training: Optional[bool] = None,
                                 require_labels=is_training)), stats
 
 
+class HotpotStep(preprocessing.GraphStep[data.HotpotRecord]):
+  """A HotpotQA record -> its labelled features; with `is_training`, the
+  training filter makes a record that gives no training signal bad
+  (`features.add_labels`)."""
+
+  input_signature = _INPUT_SIGNATURE
+
+  def __init__(self, featurizer: features_lib.HotpotFeaturizer,
+               input_file: str, is_training: bool):
+    """The step of one input file (named in the errors)."""
+    self.featurizer = featurizer
+    self.input_file = input_file
+    self.is_training = is_training
+
+  def feature_spec(self):
+    return self.featurizer.feature_spec()
+
+  def to_inputs(self, record: data.HotpotRecord) -> Dict[str, Any]:
+    return dict(question=record.question, titles=list(record.titles),
+                sentences=[s for para in record.sentences for s in para],
+                num_sentences=[len(p) for p in record.sentences],
+                id=record.id)
+
+  def featurize(self, inputs):
+    return self.featurizer.record_fn(
+        inputs["question"], inputs["titles"], inputs["sentences"],
+        inputs["num_sentences"], inputs["id"])
+
+  def finish(self, record: data.HotpotRecord, features: Dict[str, np.ndarray],
+             amounts: Dict[str, int]) -> preprocessing.Outcome:
+    reason = features_lib.add_labels(features, record, self.is_training,
+                                     self.featurizer.answer_locator)
+    if reason is None:
+      return preprocessing.Featurized([features], amounts)
+    if reason == data.NO_SUPPORTING_FACTS:
+      return records.BadRecordError(
+          self.input_file, record.id, "supporting_facts", reason,
+          "no supporting fact among the kept tokens")
+    return records.BadRecordError(self.input_file, record.id, "answer",
+                                  reason, f"answer {record.answer!r}")
+
+
 def write_features(valid: List[data.HotpotRecord],
                    stats: records.RecordStats, output_dir: str,
                    featurizer: features_lib.HotpotFeaturizer,
@@ -74,8 +116,8 @@ def write_features(valid: List[data.HotpotRecord],
   """Featurizes `read_file`'s records into `output_dir`; returns the stats.
 
   Labels are added per record (`features.add_labels`); with `is_training`
-  (default: `preprocessing.default_is_training` of the input) the training filter skips
-  what gives no training signal.
+  (default: `preprocessing.default_is_training` of the input) the training
+  filter skips what gives no training signal.
 
   Raises:
     records.BadRecordError: in strict mode, the first record the training
@@ -83,33 +125,8 @@ def write_features(valid: List[data.HotpotRecord],
   """
   if is_training is None:
     is_training = preprocessing.default_is_training(stats.input_file)
-
-  def to_inputs(r: data.HotpotRecord):
-    return dict(question=r.question, titles=list(r.titles),
-                sentences=[s for para in r.sentences for s in para],
-                num_sentences=[len(p) for p in r.sentences], id=r.id)
-
-  def featurize(r):
-    return featurizer.record_fn(r["question"], r["titles"], r["sentences"],
-                                r["num_sentences"], r["id"])
-
-  def finish(record: data.HotpotRecord, features: Dict[str, np.ndarray],
-             amounts: Dict[str, int]) -> Optional[records.BadRecordError]:
-    del amounts
-    reason = features_lib.add_labels(features, record, is_training,
-                                     featurizer.answer_locator)
-    if reason is None:
-      return None
-    if reason == data.NO_SUPPORTING_FACTS:
-      return records.BadRecordError(
-          stats.input_file, record.id, "supporting_facts", reason,
-          "no supporting fact among the kept tokens")
-    return records.BadRecordError(stats.input_file, record.id, "answer",
-                                  reason, f"answer {record.answer!r}")
-
-  return preprocessing.featurize_into(
-      output_dir, valid, stats, to_inputs, _INPUT_SIGNATURE, featurize,
-      featurizer.feature_spec(), finish)
+  step = HotpotStep(featurizer, stats.input_file, is_training)
+  return preprocessing.featurize_into(output_dir, valid, step, stats)
 
 
 def preprocess_file(input_path: str,

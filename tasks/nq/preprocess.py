@@ -30,7 +30,8 @@ candidates and byte offsets, so it fails at once with the list of missing
 fields and what to download (`tasks/nq/tfds_dataset.py`).
 
 The features come from `NqFeaturizer`'s in-graph code (the ops a serving
-signature runs), one document at a time.
+signature runs), one document at a time (`NqStep`); `NqSink` counts and
+downsamples the windows.
 """
 
 import dataclasses
@@ -43,8 +44,8 @@ from absl import logging
 import tensorflow as tf
 
 from etc_realformer import cli
-from etc_realformer.data import tfrecords
 from etc_realformer.errors import UserInputError
+from tasks.common import io as io_lib
 from tasks.common import preprocessing
 from tasks.common import records
 from tasks.nq import data
@@ -109,6 +110,70 @@ def unanswerable_rate(include_unknown_rate: float,
   return include_unknown_rate_for_unanswerable
 
 
+class NqStep(preprocessing.RecordStep[data.NqRecord]):
+  """An NQ record -> its windows (one example each) and the featurizer's
+  amounts (`features.FEATURIZER_STATS`)."""
+
+  def __init__(self, featurizer: features_lib.NqFeaturizer,
+               predict_la_when_no_sa: bool = False):
+    self.featurizer = featurizer
+    self.predict_la_when_no_sa = predict_la_when_no_sa
+
+  def feature_spec(self):
+    return self.featurizer.feature_spec()
+
+  def process(self, record: data.NqRecord) -> preprocessing.Featurized:
+    windows, amounts = self.featurizer.featurize_record(
+        record, self.predict_la_when_no_sa)
+    return preprocessing.Featurized(
+        [{k: v[w] for k, v in windows.items()}
+         for w in range(amounts["windows"])], amounts)
+
+
+class NqSink(preprocessing.ExampleSink):
+  """Writes an NQ file's windows and counts them (`NqStats`); in training,
+  keeps each null window with the example's rate.
+
+  The draws are sequential, from one generator seeded per file: a rerun
+  keeps the same windows.
+  """
+
+  def __init__(self, stats: NqStats, spec, record_path: str,
+               rate_answerable: float, rate_unanswerable: float,
+               rng: random.Random, predict_la_when_no_sa: bool = False):
+    super().__init__(stats, spec, {"": [record_path]})
+    self.rate_answerable = rate_answerable
+    self.rate_unanswerable = rate_unanswerable
+    self.rng = rng
+    self.predict_la_when_no_sa = predict_la_when_no_sa
+
+  def add(self, record: data.NqRecord,
+          featurized: preprocessing.Featurized) -> None:
+    stats, amounts = self.stats, featurized.amounts
+    example_type = data.labels_of(record,
+                                  self.predict_la_when_no_sa).answer_type
+    rate = (self.rate_unanswerable if example_type == data.NULL
+            else self.rate_answerable)
+    stats.add_truncation({
+        "question_tokens_dropped": amounts["question_tokens_dropped"],
+        "candidates_without_global_token":
+            amounts["candidates_without_global_token"]})
+    # Counted, but no truncation of the example.
+    for key in ("windows_global_full", "tokens_outside_top_level_candidates"):
+      stats.truncation[key] += amounts[key]
+    stats.examples_written += 1
+    for window in featurized.examples:
+      answer_type = int(window["answer_type"])
+      if (stats.is_training and answer_type == data.NULL and
+          self.rng.random() >= rate):
+        stats.windows_downsampled += 1
+        continue
+      stats.windows_written += 1
+      if answer_type >= 0:
+        stats.windows_by_answer_type[data.ANSWER_TYPES[answer_type]] += 1
+      self.write(window)
+
+
 def preprocess_file(input_path: str,
                     output_dir: str,
                     featurizer: features_lib.NqFeaturizer,
@@ -156,39 +221,13 @@ def preprocess_file(input_path: str,
       include_unknown_rate_for_unanswerable=(
           rate_unanswerable if is_training else 1.0),
       seed=seed, predict_la_when_no_sa=predict_la_when_no_sa)
-  rng = random.Random(f"{seed}:{os.path.basename(input_path)}")
-  spec = featurizer.feature_spec()
-
-  def examples():
-    for record in read_fn(stats, is_training):
-      windows, amounts = featurizer.featurize_record(record,
-                                                     predict_la_when_no_sa)
-      example_type = data.labels_of(record, predict_la_when_no_sa).answer_type
-      rate = (rate_unanswerable if example_type == data.NULL
-              else rate_answerable)
-      stats.add_truncation({
-          "question_tokens_dropped": amounts["question_tokens_dropped"],
-          "candidates_without_global_token":
-              amounts["candidates_without_global_token"]})
-      stats.truncation["windows_global_full"] += amounts[
-          "windows_global_full"]
-      stats.truncation["tokens_outside_top_level_candidates"] += amounts[
-          "tokens_outside_top_level_candidates"]
-      stats.examples_written += 1
-      for w in range(amounts["windows"]):
-        window = {k: v[w] for k, v in windows.items()}
-        answer_type = int(window["answer_type"])
-        if (is_training and answer_type == data.NULL and
-            rng.random() >= rate):
-          stats.windows_downsampled += 1
-          continue
-        stats.windows_written += 1
-        if answer_type >= 0:
-          stats.windows_by_answer_type[
-              data.ANSWER_TYPES[answer_type]] += 1
-        yield tfrecords.to_tf_example(window, spec)
-
-  preprocessing.write_cache(record_path, stats_path, examples(), stats)
+  step = NqStep(featurizer, predict_la_when_no_sa)
+  sink = NqSink(stats, step.feature_spec(), record_path, rate_answerable,
+                rate_unanswerable,
+                random.Random(f"{seed}:{os.path.basename(input_path)}"),
+                predict_la_when_no_sa)
+  preprocessing.run(read_fn(stats, is_training), step, sink)
+  stats.write_json(stats_path)
   logging.info("%s: read %d, wrote %d examples / %d windows to %s, "
                "downsampled %d, skipped %d %s", input_path,
                stats.examples_read, stats.examples_written,
@@ -202,7 +241,7 @@ def preprocess(inputs: Sequence[str] | str, output_dir: str,
                ) -> NqStats:
   """`preprocess_file` for every file matching `inputs`; writes and returns
   the summed stats (`DIR/nq_stats.json`, with each file's in `files`)."""
-  paths = data.expand_inputs(inputs)
+  paths = io_lib.match_files(inputs)
   total = NqStats(input_file=",".join(paths),
                   strict=bool(kwargs.get("strict", False)))
   per_file: List[Dict[str, Any]] = []
@@ -302,7 +341,7 @@ def main(argv):
                                    one_of=("input", "tfds"))
   f = flags.FLAGS
   # The files first: a missing one fails before the vocabulary is loaded.
-  inputs = data.expand_inputs(f.input) if f.input else None
+  inputs = io_lib.match_files(f.input) if f.input else None
   featurizer = make_featurizer(stride=f.stride,
                                max_question_len=f.max_question_len,
                                token_ids=f.token_ids,

@@ -20,12 +20,14 @@ training files (names holding "train"; they teach nothing) and kept in
 others, where they count against the metric as they should.
 """
 
-from typing import Optional
+from typing import Dict, Optional
 
 from absl import flags
+import numpy as np
 import tensorflow as tf
 
 from etc_realformer import cli
+from tasks.common import io as io_lib
 from tasks.common import preprocessing
 from tasks.common import records
 from tasks.openkp import data
@@ -36,6 +38,42 @@ def output_paths(input_path: str, output_dir: str):
   """(tfrecord, stats, dedup jsonl) paths for an input file."""
   return preprocessing.output_paths(
       input_path, output_dir, ("tfrecord", "stats.json", "dedup.jsonl"))
+
+
+class OpenKPStep(preprocessing.GraphStep[data.OpenKPRecord]):
+  """An OpenKP document -> its features with labels, url and gold
+  keyphrases; with `skip_unlabeled`, a labelled document whose gold the
+  truncation cut is bad (`data.KEYPHRASES_TRUNCATED`: it teaches nothing)."""
+
+  input_signature = features_lib.INPUT_SIGNATURE
+
+  def __init__(self, featurizer: features_lib.OpenKPFeaturizer,
+               input_file: str, skip_unlabeled: bool):
+    """The step of one input file (named in the errors)."""
+    self.featurizer = featurizer
+    self.input_file = input_file
+    self.skip_unlabeled = skip_unlabeled
+
+  def feature_spec(self):
+    return self.featurizer.feature_spec()
+
+  def to_inputs(self, record: data.OpenKPRecord):
+    return features_lib.record_inputs(record)
+
+  def featurize(self, inputs):
+    return self.featurizer.featurize_tf(*inputs)
+
+  def finish(self, record: data.OpenKPRecord, features: Dict[str, np.ndarray],
+             amounts: Dict[str, int]) -> preprocessing.Outcome:
+    features_lib.add_record_fields(features, record, amounts)
+    if (record.keyphrases is not None and self.skip_unlabeled and
+        not (features["label_start"] >= 0).any()):
+      return records.BadRecordError(
+          self.input_file, record.url, "KeyPhrases",
+          data.KEYPHRASES_TRUNCATED,
+          f"no gold keyphrase within the first {features['num_words']} "
+          f"words / {self.featurizer.long_seq_len} wordpieces")
+    return preprocessing.Featurized([features], amounts)
 
 
 def preprocess_file(input_path: str,
@@ -70,24 +108,10 @@ def preprocess_file(input_path: str,
   # Validate everything first (pure Python; dedup needs the whole file), so
   # that strict mode fails before any TF work.
   valid = data.read_records(input_path, stats=stats, labeled=labeled)
-  data.write_jsonl(dedup_path, valid)
-
-  def finish(record, features, amounts):
-    """Labels, url and gold keyphrases; a training document whose gold the
-    truncation cut is skipped."""
-    features_lib.add_record_fields(features, record, amounts)
-    if (labeled and skip_unlabeled and
-        not (features["label_start"] >= 0).any()):
-      return records.BadRecordError(
-          input_path, record.url, "KeyPhrases", data.KEYPHRASES_TRUNCATED,
-          f"no gold keyphrase within the first {features['num_words']} "
-          f"words / {featurizer.long_seq_len} wordpieces")
-    return None
-
-  return preprocessing.featurize_records(
-      valid, features_lib.record_inputs, features_lib.INPUT_SIGNATURE,
-      featurizer.featurize_tf, featurizer.feature_spec(), record_path,
-      stats_path, stats, finish)
+  io_lib.write_jsonl(dedup_path, (r.to_json() for r in valid))
+  step = OpenKPStep(featurizer, input_path, skip_unlabeled)
+  return preprocessing.featurize_file(valid, step, stats, record_path,
+                                      stats_path)
 
 
 def make_featurizer(vocab: Optional[str], spm_model: Optional[str],
@@ -103,7 +127,7 @@ def _define_flags():
   """Flags only when run as a binary (the training binaries define flags of
   the same names)."""
   flags.DEFINE_multi_string(
-      "input", None, "OpenKP jsonl file(s): OpenKPTrain.jsonl, "
+      "input", None, "OpenKP jsonl file(s) or globs: OpenKPTrain.jsonl, "
       "OpenKPDev.jsonl, OpenKPEvalPublic.jsonl.")
   preprocessing.define_featurizer_flags(global_seq_len=512)
   flags.DEFINE_enum("labeled", "auto", ["auto", "true", "false"],
@@ -115,12 +139,10 @@ def main(argv):
   preprocessing.check_command_line(argv, ("input", "output_dir"))
   f = flags.FLAGS
   # The files first: a missing one fails before the vocabulary is loaded.
-  for path in f.input:
-    if not tf.io.gfile.exists(path):
-      raise records.InputFileError(f"{path}: no such input file")
+  paths = io_lib.match_files(f.input)
   featurizer = make_featurizer(**preprocessing.featurizer_flag_values())
   labeled = {"auto": None, "true": True, "false": False}[f.labeled]
-  for path in f.input:
+  for path in paths:
     stats = preprocess_file(path, f.output_dir, featurizer, strict=f.strict,
                             labeled=labeled)
     print(preprocessing.summary_line(path, stats))

@@ -34,7 +34,8 @@ import collections
 import dataclasses
 import os
 import zlib
-from typing import Any, Dict, Iterable, List, Optional
+from typing import (Any, Dict, Iterable, Iterator, List, Optional,
+                    Sequence, Tuple)
 
 from absl import flags
 import numpy as np
@@ -43,6 +44,7 @@ import tensorflow as tf
 from etc_realformer import cli
 from etc_realformer.data import tfrecords
 from etc_realformer.errors import UserInputError
+from tasks.common import io as io_lib
 from tasks.common import preprocessing
 from tasks.common import records
 from tasks.common import tokenization
@@ -125,17 +127,129 @@ def shard_paths(output_dir: str, split: str, num_shards: int) -> List[str]:
           for i in range(num_shards)]
 
 
-class _Counts:
-  """Per-split counts of what was written."""
+class PretrainStep(preprocessing.RecordStep[data.Document]):
+  """A document -> its examples (cut at sentence boundaries) in its split
+  (`split_of`); dropped when it has too few sentences or gives no example."""
 
-  def __init__(self, vocab_size: int):
+  def __init__(self, featurizer: features_lib.PretrainFeaturizer,
+               settings: Settings):
+    self.featurizer = featurizer
+    self.settings = settings
+
+  def feature_spec(self):
+    return self.featurizer.feature_spec()
+
+  def process(self, document: data.Document) -> preprocessing.Outcome:
+    if len(document.sentences) < self.settings.min_sentences:
+      return preprocessing.Dropped(TOO_FEW_SENTENCES)
+    return self._cut(document, self.featurizer.tokenize(document.sentences))
+
+  def process_all(self, items: Iterable[data.Document]
+                  ) -> Iterator[Tuple[data.Document, preprocessing.Outcome]]:
+    """`process` of each document, tokenizing `_DOC_BATCH` documents per TF
+    call."""
+    batch: List[data.Document] = []
+    for document in items:
+      batch.append(document)
+      if len(batch) == _DOC_BATCH:
+        yield from self._process_batch(batch)
+        batch = []
+    yield from self._process_batch(batch)
+
+  def _process_batch(self, batch: List[data.Document]
+                     ) -> Iterator[Tuple[data.Document, preprocessing.Outcome]]:
+    long_enough = [len(d.sentences) >= self.settings.min_sentences
+                   for d in batch]
+    sentences = [s for d, ok in zip(batch, long_enough) if ok
+                 for s in d.sentences]
+    rows = iter(self.featurizer.tokenize(sentences))
+    for document, ok in zip(batch, long_enough):
+      if not ok:
+        yield document, preprocessing.Dropped(TOO_FEW_SENTENCES)
+        continue
+      pieces = [next(rows) for _ in document.sentences]
+      yield document, self._cut(document, pieces)
+
+  def _cut(self, document: data.Document, pieces: List[np.ndarray]
+           ) -> preprocessing.Outcome:
+    examples, dropped = self.featurizer.examples(pieces)
+    if not examples:
+      return preprocessing.Dropped(NO_EXAMPLE)
+    return preprocessing.Featurized(examples, dropped,
+                                    split_of(document.sentences,
+                                             self.settings))
+
+
+class PretrainSink(preprocessing.ExampleSink):
+  """Writes each split's examples (train round-robin over its shards) and
+  counts documents, examples, tokens, sentences and wordpieces per split."""
+
+  def __init__(self, stats: records.RecordStats,
+               spec: tfrecords.FeatureSpec, output_dir: str,
+               settings: Settings, vocab_size: int):
+    super().__init__(stats, spec, {
+        "train": shard_paths(output_dir, "train", settings.num_shards),
+        "eval": shard_paths(output_dir, "eval", 1)})
+    self.settings = settings
+    self.filtered = collections.Counter()
+    self.documents = collections.Counter()
     self.examples = collections.Counter()
     self.tokens = collections.Counter()
     self.sentences = collections.Counter()
     self.cpc_eligible = collections.Counter()
-    self.documents = collections.Counter()
     self.truncation = collections.Counter()
+    # The training split's wordpiece counts (the MLM baseline).
     self.token_counts = np.zeros([vocab_size], np.int64)
+
+  def drop(self, record: data.Document, reason: str) -> None:
+    del record  # Unused.
+    self.filtered[reason] += 1
+
+  def add(self, record: data.Document,
+          featurized: preprocessing.Featurized) -> None:
+    del record  # Unused.
+    split = featurized.split
+    self.documents[split] += 1
+    self.truncation.update(featurized.amounts)
+    for example in featurized.examples:
+      lengths = features_lib.sentence_lengths(example)
+      real = example["token_ids"][:int(lengths.sum())]
+      self.examples[split] += 1
+      self.tokens[split] += len(real)
+      self.sentences[split] += len(lengths)
+      self.cpc_eligible[split] += int(np.sum(
+          (lengths >= self.settings.cpc_min_sentence_len) &
+          (lengths <= self.settings.cpc_max_sentence_len)))
+      if split == "train":
+        size = len(self.token_counts)
+        self.token_counts += np.bincount(real, minlength=size)[:size]
+      self.write(example, split)
+
+  def most_frequent(self, special_ids: Sequence[int],
+                    vocab: Optional[Sequence[str]]) -> Optional[Dict[str, Any]]:
+    """The training split's most frequent wordpiece besides `special_ids`
+    (its id, piece, count and frequency among all pieces); None when no
+    token was written."""
+    counts = self.token_counts.copy()
+    special = np.array(special_ids, np.int64)
+    counts[special[special < len(counts)]] = 0
+    if not counts.sum():
+      return None
+    top = int(np.argmax(counts))
+    return {"id": top, "piece": vocab[top] if vocab is not None else None,
+            "count": int(counts[top]),
+            "frequency": float(counts[top] / self.token_counts.sum())}
+
+
+def _at_most(documents: Iterable[data.Document], limit: Optional[int]
+             ) -> Iterator[data.Document]:
+  """The first `limit` documents (all when None)."""
+  read = 0
+  for document in documents:
+    if limit is not None and read >= limit:
+      return
+    read += 1
+    yield document
 
 
 def preprocess_documents(documents: Iterable[data.Document],
@@ -165,96 +279,25 @@ def preprocess_documents(documents: Iterable[data.Document],
       left in `output_dir`).
   """
   tf.io.gfile.makedirs(output_dir)
-  paths = {"train": shard_paths(output_dir, "train", settings.num_shards),
-           "eval": shard_paths(output_dir, "eval", 1)}
-  tmp = {split: [p + ".tmp" for p in ps] for split, ps in paths.items()}
-  counts = _Counts(max(vocabulary["size"], featurizer.tokenizer.vocab_size))
-  filtered = collections.Counter()
-  spec = featurizer.feature_spec()
-  special = np.array(vocabulary["special_token_ids"], np.int64)
-  writers = {split: [tf.io.TFRecordWriter(p) for p in ps]
-             for split, ps in tmp.items()}
-  next_shard = collections.Counter()
-  read = 0
+  step = PretrainStep(featurizer, settings)
+  sink = PretrainSink(
+      stats, step.feature_spec(), output_dir, settings,
+      max(vocabulary["size"], featurizer.tokenizer.vocab_size))
+  preprocessing.run(_at_most(documents, settings.max_documents), step, sink)
+  result = _stats_json(sink, featurizer, settings, stats, vocabulary, source)
+  records.write_json(os.path.join(output_dir, STATS_FILE), result)
+  return result
 
-  def write(batch: List[data.Document]) -> None:
-    sentences = [s for d in batch for s in d.sentences]
-    pieces = featurizer.tokenize_tf(tf.constant(sentences))
-    rows = features_lib.split_ragged(
-        pieces.flat_values.numpy(), pieces.row_splits.numpy())
-    start = 0
-    for doc in batch:
-      doc_pieces = rows[start:start + len(doc.sentences)]
-      start += len(doc.sentences)
-      split = split_of(doc.sentences, settings)
-      examples, dropped = featurizer.examples(doc_pieces)
-      if not examples:
-        filtered[NO_EXAMPLE] += 1
-        continue
-      counts.documents[split] += 1
-      counts.truncation.update(dropped)
-      for example in examples:
-        lengths = features_lib.sentence_lengths(example)
-        real = example["token_ids"][:int(lengths.sum())]
-        counts.examples[split] += 1
-        counts.tokens[split] += len(real)
-        counts.sentences[split] += len(lengths)
-        counts.cpc_eligible[split] += int(np.sum(
-            (lengths >= settings.cpc_min_sentence_len) &
-            (lengths <= settings.cpc_max_sentence_len)))
-        if split == "train":
-          counts.token_counts += np.bincount(
-              real, minlength=len(counts.token_counts))[
-                  :len(counts.token_counts)]
-        shard = next_shard[split] % len(writers[split])
-        next_shard[split] += 1
-        writers[split][shard].write(
-            tfrecords.to_tf_example(example, spec).SerializeToString())
 
-  try:
-    batch: List[data.Document] = []
-    for doc in documents:
-      if settings.max_documents is not None and read >= settings.max_documents:
-        break
-      read += 1
-      if len(doc.sentences) < settings.min_sentences:
-        filtered[TOO_FEW_SENTENCES] += 1
-        continue
-      batch.append(doc)
-      if len(batch) == _DOC_BATCH:
-        write(batch)
-        batch = []
-    if batch:
-      write(batch)
-    for ws in writers.values():
-      for w in ws:
-        w.close()
-  except BaseException:
-    for ws in writers.values():
-      for w in ws:
-        w.close()
-    for ps in tmp.values():
-      for p in ps:
-        if tf.io.gfile.exists(p):
-          tf.io.gfile.remove(p)
-    raise
-  for split in SPLITS:
-    for t, p in zip(tmp[split], paths[split]):
-      tf.io.gfile.rename(t, p, overwrite=True)
+def _stats_json(sink: PretrainSink,
+                featurizer: features_lib.PretrainFeaturizer,
+                settings: Settings, stats: records.RecordStats,
+                vocabulary: Dict[str, Any], source: Any) -> Dict[str, Any]:
+  """The stats of a run (`STATS_FILE`)."""
+  def per_split(counter: Dict[str, int]) -> Dict[str, int]:
+    return {split: counter[split] for split in SPLITS}
 
-  token_counts = counts.token_counts.copy()
-  token_counts[special[special < len(token_counts)]] = 0
-  most_frequent = None
-  if token_counts.sum():
-    top = int(np.argmax(token_counts))
-    piece = None
-    if hasattr(featurizer.tokenizer, "vocab"):
-      piece = featurizer.tokenizer.vocab[top]
-    most_frequent = {"id": top, "piece": piece,
-                     "count": int(token_counts[top]),
-                     "frequency": float(token_counts[top] /
-                                        counts.token_counts.sum())}
-  result = {
+  return {
       "source": source,
       "settings": dict(dataclasses.asdict(settings),
                        long_seq_len=featurizer.long_seq_len,
@@ -264,25 +307,24 @@ def preprocess_documents(documents: Iterable[data.Document],
       "strict": stats.strict,
       "lines_or_records_read": stats.examples_read,
       "documents": {
-          "read": read,
-          "used": sum(counts.documents.values()),
-          "filtered": dict(sorted(filtered.items())),
-          **{split: counts.documents[split] for split in SPLITS},
+          "read": sum(sink.documents.values()) + sum(sink.filtered.values()),
+          "used": sum(sink.documents.values()),
+          "filtered": dict(sorted(sink.filtered.items())),
+          **per_split(sink.documents),
       },
       "skipped": dict(sorted(stats.skipped.items())),
       "skipped_records": list(stats.skipped_records),
-      "examples": {split: counts.examples[split] for split in SPLITS},
-      "tokens": {split: counts.tokens[split] for split in SPLITS},
-      "sentences": {split: counts.sentences[split] for split in SPLITS},
-      "cpc_eligible_sentences": {split: counts.cpc_eligible[split]
-                                 for split in SPLITS},
-      "truncation": dict(sorted(counts.truncation.items())),
+      "examples": per_split(sink.examples),
+      "tokens": per_split(sink.tokens),
+      "sentences": per_split(sink.sentences),
+      "cpc_eligible_sentences": per_split(sink.cpc_eligible),
+      "truncation": dict(sorted(sink.truncation.items())),
       "vocabulary": vocabulary,
-      "most_frequent_wordpiece": most_frequent,
-      "outputs": {split: paths[split] for split in SPLITS},
+      "most_frequent_wordpiece": sink.most_frequent(
+          vocabulary["special_token_ids"],
+          getattr(featurizer.tokenizer, "vocab", None)),
+      "outputs": {split: sink.files.paths[split] for split in SPLITS},
   }
-  records.write_json(os.path.join(output_dir, STATS_FILE), result)
-  return result
 
 
 def summary_line(result: Dict[str, Any]) -> str:
@@ -299,7 +341,7 @@ def _define_flags():
   the same names)."""
   flags.DEFINE_list("input", None,
                     "Text files in BERT's layout (globs, comma-separated; "
-                    ".gz read through gzip).")
+                    "gzip files are decompressed).")
   flags.DEFINE_string("tfds_name", None,
                       "A TFDS text dataset instead of --input, e.g. "
                       "wikipedia/20230601.en or wiki40b/en.")
@@ -348,7 +390,7 @@ def main(argv):
       cpc_max_sentence_len=f.cpc_max_sentence_len,
       max_documents=f.max_documents)
   if f.input:  # Fail on a missing input before loading the vocabulary.
-    data.match_files(f.input)
+    io_lib.match_files(f.input)
   featurizer = features_lib.PretrainFeaturizer(
       vocab_path=f.vocab, spm_model_path=f.spm_model,
       lower_case=f.lower_case, long_seq_len=f.long_seq_len,

@@ -13,12 +13,12 @@ exit code 2; the input is read and checked before the vocabulary is loaded.
 
 Supports are split into sentences by NLTK's Punkt in Python, as the original
 (`features.split_supports`); the rest of featurization is
-`WikiHopFeaturizer`'s in-graph code, run through `tf.data`
-(`preprocessing.featurize_records`): the same ops an exported serving
-signature runs on the same split.
+`WikiHopFeaturizer`'s in-graph code, run through `tf.data` (`WikiHopStep`, a
+`preprocessing.GraphStep`): the same ops an exported serving signature runs
+on the same split.
 """
 
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from absl import flags
 import numpy as np
@@ -52,44 +52,56 @@ def read_file(input_path: str, strict: bool = False
   return list(data.read_records(input_path, stats=stats)), stats
 
 
+class WikiHopStep(preprocessing.GraphStep[data.WikiHopRecord]):
+  """A WikiHop record -> its features; a record whose candidates alone do
+  not fit the sequences is bad (`data.TOO_LONG`)."""
+
+  input_signature = _INPUT_SIGNATURE
+
+  def __init__(self, featurizer: features_lib.WikiHopFeaturizer,
+               input_file: str):
+    """The step of one input file (named in the errors)."""
+    self.featurizer = featurizer
+    self.input_file = input_file
+
+  def feature_spec(self):
+    return self.featurizer.feature_spec()
+
+  def to_inputs(self, record: data.WikiHopRecord) -> Dict[str, Any]:
+    # Punkt splits the supports here, in Python (see tasks.common.sentences).
+    sentences, num_sentences = features_lib.split_supports(record.supports)
+    return dict(query=record.query, candidates=record.candidates,
+                sentences=sentences, num_sentences=num_sentences,
+                answer=record.answer, id=record.id)
+
+  def featurize(self, inputs):
+    return self.featurizer.record_fn(
+        inputs["query"], inputs["candidates"], inputs["sentences"],
+        inputs["num_sentences"], inputs["answer"], inputs["id"])
+
+  def finish(self, record: data.WikiHopRecord, features: Dict[str, np.ndarray],
+             amounts: Dict[str, int]) -> preprocessing.Outcome:
+    # `overflow` is a verdict, not a truncation amount.
+    if not amounts.pop("overflow"):
+      return preprocessing.Featurized([features], amounts)
+    return records.BadRecordError(
+        self.input_file, record.id, "candidates", data.TOO_LONG,
+        f"{len(record.candidates)} candidates do not fit long_seq_len "
+        f"{self.featurizer.long_seq_len} / global_seq_len "
+        f"{self.featurizer.global_seq_len}")
+
+
 def write_features(valid: List[data.WikiHopRecord],
                    stats: records.RecordStats, output_dir: str,
                    featurizer: features_lib.WikiHopFeaturizer
                    ) -> records.RecordStats:
   """Featurizes `read_file`'s records into `output_dir`; returns the stats.
 
-  A record whose candidates alone do not fit the sequences is bad
-  (`data.TOO_LONG`).
-
   Raises:
     records.BadRecordError: in strict mode, the first record too long.
   """
-
-  def to_inputs(r: data.WikiHopRecord):
-    # Punkt splits the supports here, in Python (see tasks.common.sentences).
-    sentences, num_sentences = features_lib.split_supports(r.supports)
-    return dict(query=r.query, candidates=r.candidates, sentences=sentences,
-                num_sentences=num_sentences, answer=r.answer, id=r.id)
-
-  def featurize(r):
-    return featurizer.record_fn(r["query"], r["candidates"], r["sentences"],
-                                r["num_sentences"], r["answer"], r["id"])
-
-  def finish(record: data.WikiHopRecord, features: Dict[str, np.ndarray],
-             amounts: Dict[str, int]) -> Optional[records.BadRecordError]:
-    del features
-    # `overflow` is a verdict, not a truncation amount.
-    if not amounts.pop("overflow"):
-      return None
-    return records.BadRecordError(
-        stats.input_file, record.id, "candidates", data.TOO_LONG,
-        f"{len(record.candidates)} candidates do not fit long_seq_len "
-        f"{featurizer.long_seq_len} / global_seq_len "
-        f"{featurizer.global_seq_len}")
-
   return preprocessing.featurize_into(
-      output_dir, valid, stats, to_inputs, _INPUT_SIGNATURE, featurize,
-      featurizer.feature_spec(), finish)
+      output_dir, valid, WikiHopStep(featurizer, stats.input_file), stats)
 
 
 def preprocess_file(input_path: str,

@@ -1,12 +1,19 @@
-"""Tests for tasks.common.preprocessing's command-line checks (require_flags,
-check_command_line) of the preprocessing and generator binaries."""
+"""Tests for tasks.common.preprocessing: the preprocess skeleton (steps,
+sinks, run: skip and count or fail under strict, all-or-nothing outputs) and
+the command-line checks (require_flags, check_command_line) of the
+preprocessing and generator binaries."""
+
+import os
 
 from absl import flags
 import pytest
+import tensorflow as tf
 
 import cli_testing
+from etc_realformer.data import tfrecords
 from etc_realformer.errors import UserInputError
 from tasks.common import preprocessing
+from tasks.common import records
 
 _A = flags.DEFINE_string("require_flags_test_a", None, "A test flag.")
 _B = flags.DEFINE_string("require_flags_test_b", "", "A test flag.")
@@ -55,3 +62,138 @@ def test_cli_missing_input_is_one_line(module, input_name, tmp_path):
                f"--output_dir={tmp_path / 'out'}"], timeout=300)
   assert missing in line
   assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------ skeleton
+_SPEC = {"total": (tf.int32, ()), "id": (tf.string, ())}
+
+
+class _SumStep(preprocessing.GraphStep):
+  """A toy in-graph step: the sum of a record's numbers (at most 3 of them);
+  a negative sum is a bad record, a zero one is dropped."""
+
+  input_signature = dict(numbers=tf.TensorSpec([None], tf.int32),
+                         id=tf.TensorSpec([], tf.string))
+
+  def feature_spec(self):
+    return _SPEC
+
+  def to_inputs(self, record):
+    return dict(numbers=record["numbers"], id=record["id"])
+
+  def featurize(self, inputs):
+    numbers = inputs["numbers"]
+    return ({"total": tf.reduce_sum(numbers[:3]), "id": inputs["id"]},
+            {"numbers_cut": tf.maximum(tf.size(numbers) - 3, 0)})
+
+  def finish(self, record, features, amounts):
+    if features["total"] < 0:
+      return records.BadRecordError("f.json", record["id"], "numbers",
+                                    "negative")
+    if features["total"] == 0:
+      return preprocessing.Dropped("zero")
+    return preprocessing.Featurized([features], amounts)
+
+
+_RECORDS = [dict(id="a", numbers=[1, 2]), dict(id="b", numbers=[-5]),
+            dict(id="c", numbers=[]), dict(id="d", numbers=[1, 1, 1, 7, 9])]
+
+
+class _CountingSink(preprocessing.ExampleSink):
+  """The default sink, counting dropped records too."""
+
+  def __init__(self, *args):
+    super().__init__(*args)
+    self.dropped = []
+
+  def drop(self, record, reason):
+    self.dropped.append((record["id"], reason))
+
+
+def _read(path):
+  return list(tfrecords.make_dataset(path, _SPEC).as_numpy_iterator())
+
+
+def test_process_is_process_all_one_record_at_a_time():
+  step = _SumStep()
+  together = list(step.process_all(iter(_RECORDS)))
+  assert [r["id"] for r, _ in together] == ["a", "b", "c", "d"]
+  for record, outcome in together:
+    alone = step.process(record)
+    assert type(alone) is type(outcome)
+    if isinstance(outcome, preprocessing.Featurized):
+      assert alone.amounts == outcome.amounts
+      assert alone.examples[0]["total"] == outcome.examples[0]["total"]
+      assert alone.examples[0]["id"] == outcome.examples[0]["id"]
+  assert together[3][1].amounts == {"numbers_cut": 2}
+  assert together[2][1] == preprocessing.Dropped("zero")
+  assert list(step.process_all([])) == []
+
+
+def test_run_counts_skips_and_writes(tmp_path):
+  stats = records.RecordStats(input_file="f.json")
+  path = str(tmp_path / "f.tfrecord")
+  sink = _CountingSink(stats, _SPEC, {"": [path]})
+  preprocessing.run(_RECORDS, _SumStep(), sink)
+  assert [(e["id"], e["total"]) for e in _read(path)] == [(b"a", 3),
+                                                         (b"d", 3)]
+  assert sink.dropped == [("c", "zero")]
+  assert stats.examples_written == 2 and stats.examples_truncated == 1
+  assert dict(stats.truncation) == {"numbers_cut": 2}
+  assert dict(stats.skipped) == {"negative": 1}
+  assert stats.skipped_records[0]["id"] == "b"
+  assert not os.path.exists(path + ".tmp")
+
+
+def test_strict_fails_on_the_first_bad_record_and_leaves_nothing(tmp_path):
+  stats = records.RecordStats(input_file="f.json", strict=True)
+  path = str(tmp_path / "f.tfrecord")
+  with pytest.raises(records.BadRecordError, match="'b', field 'numbers'"):
+    preprocessing.run(_RECORDS, _SumStep(),
+                      _CountingSink(stats, _SPEC, {"": [path]}))
+  assert not os.listdir(tmp_path)
+
+
+def test_the_default_sink_does_not_drop(tmp_path):
+  stats = records.RecordStats(input_file="f.json")
+  path = str(tmp_path / "f.tfrecord")
+  with pytest.raises(ValueError, match="dropped records"):
+    preprocessing.run(_RECORDS, _SumStep(),
+                      preprocessing.ExampleSink(stats, _SPEC, {"": [path]}))
+  assert not os.listdir(tmp_path)
+
+
+def test_featurize_into_writes_the_cache_and_its_stats(tmp_path):
+  stats = records.RecordStats(input_file="/in/dev.json")
+  out = tmp_path / "out"
+  preprocessing.featurize_into(str(out), [_RECORDS[0], _RECORDS[3]],
+                               _SumStep(), stats)
+  record_path, stats_path = preprocessing.output_paths("dev.json", str(out))
+  assert len(_read(record_path)) == 2
+  assert records.read_stats_json(stats_path)["examples_written"] == 2
+  # No records: an empty cache.
+  preprocessing.featurize_into(str(out), [], _SumStep(),
+                               records.RecordStats(input_file="dev.json"))
+  assert _read(record_path) == []
+
+
+def test_tfrecord_shards_round_robin_all_or_nothing(tmp_path):
+  paths = {"train": [str(tmp_path / f"t{i}") for i in range(3)],
+           "eval": [str(tmp_path / "e")]}
+  shards = preprocessing.TFRecordShards(paths)
+  for i in range(7):
+    shards.write(b"%d" % i, "train")
+  shards.write(b"x", "eval")
+  assert not any(os.path.exists(p) for ps in paths.values() for p in ps)
+  shards.commit()
+
+  def read(path):
+    return [r.numpy() for r in tf.data.TFRecordDataset(path)]
+
+  assert [read(p) for p in paths["train"]] == [[b"0", b"3", b"6"],
+                                               [b"1", b"4"], [b"2", b"5"]]
+  assert read(paths["eval"][0]) == [b"x"]
+  aborted = preprocessing.TFRecordShards({"": [str(tmp_path / "gone")]})
+  aborted.write(b"y")
+  aborted.abort()
+  assert sorted(os.listdir(tmp_path)) == ["e", "t0", "t1", "t2"]
