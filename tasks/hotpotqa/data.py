@@ -22,6 +22,7 @@ import dataclasses
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from tasks.common import records
+from tasks.common import validation
 
 # Skip reasons, as they appear in the stats JSON, besides those of
 # `records` (missing_field, wrong_type, undecodable_text, empty_text).
@@ -91,41 +92,31 @@ class HotpotRecord:
     return out
 
 
-def _check_paragraph(value: Any, file: str, record_id: str,
+def _check_paragraph(c: validation.RecordChecker, value: Any,
                      index: int) -> Tuple[str, Tuple[str, ...]]:
   field = f"context[{index}]"
   if (not isinstance(value, list) or len(value) != 2 or
       not isinstance(value[1], list)):
-    raise records.BadRecordError(
-        file, record_id, field, records.WRONG_TYPE,
-        "expected [title, [sentences]]")
-  title = records.check_text(value[0], file, record_id, f"{field}[0]")
+    raise c.error(field, records.WRONG_TYPE, "expected [title, [sentences]]")
+  title = c.text(value[0], f"{field}[0]")
   # Released paragraphs do hold empty / whitespace-only sentences; they are
   # kept (they get a global token and no long tokens), so sentence indices
   # stay those of the file.
-  sentences = tuple(
-      records.check_text(s, file, record_id, f"{field}[1][{j}]",
-                         allow_empty=True)
-      for j, s in enumerate(value[1]))
+  sentences = tuple(c.text(s, f"{field}[1][{j}]", allow_empty=True)
+                    for j, s in enumerate(value[1]))
   return title, sentences
 
 
-def _check_supporting_facts(value: Any, file: str,
-                            record_id: str) -> Tuple[Tuple[str, int], ...]:
-  if not isinstance(value, list):
-    raise records.BadRecordError(
-        file, record_id, "supporting_facts", records.WRONG_TYPE,
-        f"expected a list of [title, sent_id], got {type(value).__name__}")
+def _check_supporting_facts(c: validation.RecordChecker, value: Any
+                            ) -> Tuple[Tuple[str, int], ...]:
+  c.typed(value, "supporting_facts", list, "a list of [title, sent_id]")
   facts = []
   for i, fact in enumerate(value):
     field = f"supporting_facts[{i}]"
     if (not isinstance(fact, list) or len(fact) != 2 or
         not isinstance(fact[1], int) or isinstance(fact[1], bool)):
-      raise records.BadRecordError(file, record_id, field, records.WRONG_TYPE,
-                                   "expected [title, sent_id]")
-    facts.append((records.check_text(fact[0], file, record_id,
-                                     f"{field}[0]", allow_empty=True),
-                  fact[1]))
+      raise c.error(field, records.WRONG_TYPE, "expected [title, sent_id]")
+    facts.append((c.text(fact[0], f"{field}[0]", allow_empty=True), fact[1]))
   return tuple(facts)
 
 
@@ -142,40 +133,27 @@ def validate_record(raw: Any, file: str, index: int,
   Raises:
     records.BadRecordError: naming file, record id and field.
   """
-  record_id = records.record_id_of(raw, index, id_field="_id")
-  if not isinstance(raw, dict):
-    raise records.BadRecordError(
-        file, record_id, "<record>", records.WRONG_TYPE,
-        f"expected a JSON object, got {type(raw).__name__}")
-  needed = REQUIRED_FIELDS + (LABEL_FIELDS if require_labels else ())
-  for field in needed:
-    if field not in raw:
-      raise records.BadRecordError(file, record_id, field,
-                                   records.MISSING_FIELD)
-  records.check_text(raw["_id"], file, record_id, "_id")
-  question = records.check_text(raw["question"], file, record_id,
-                                "question")
-  context = raw["context"]
-  if not isinstance(context, list):
-    raise records.BadRecordError(
-        file, record_id, "context", records.WRONG_TYPE,
-        f"expected a list of paragraphs, got {type(context).__name__}")
+  c = validation.RecordChecker(
+      file, records.record_id_of(raw, index, id_field="_id"))
+  raw = c.json_object(raw)
+  c.require(raw, REQUIRED_FIELDS + (LABEL_FIELDS if require_labels else ()))
+  c.text(raw["_id"], "_id")
+  question = c.text(raw["question"], "question")
+  context = c.typed(raw["context"], "context", list, "a list of paragraphs")
   if not context:
-    raise records.BadRecordError(file, record_id, "context", EMPTY_CONTEXT)
-  paragraphs = [_check_paragraph(p, file, record_id, i)
-                for i, p in enumerate(context)]
+    raise c.error("context", EMPTY_CONTEXT)
+  paragraphs = [_check_paragraph(c, p, i) for i, p in enumerate(context)]
   answer = None
   if "answer" in raw:
-    answer = records.check_text(raw["answer"], file, record_id, "answer")
+    answer = c.text(raw["answer"], "answer")
   facts = None
   if "supporting_facts" in raw:
-    facts = _check_supporting_facts(raw["supporting_facts"], file, record_id)
+    facts = _check_supporting_facts(c, raw["supporting_facts"])
   qtype = raw.get("type", "")
   if not isinstance(qtype, str):
-    raise records.BadRecordError(file, record_id, "type", records.WRONG_TYPE,
-                                 "expected a string")
+    raise c.error("type", records.WRONG_TYPE, "expected a string")
   return HotpotRecord(
-      id=record_id, question=question,
+      id=c.record_id, question=question,
       titles=tuple(t for t, _ in paragraphs),
       sentences=tuple(s for _, s in paragraphs),
       answer=answer, type=qtype, supporting_facts=facts)

@@ -39,15 +39,13 @@ is a `BadRecordError` naming file, example id (or `line N`) and field, which
 """
 
 import dataclasses
-import gzip
 import json
 import re
-import zlib
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
-import tensorflow as tf
-
+from tasks.common import io as io_lib
 from tasks.common import records
+from tasks.common import validation
 
 # Skip reasons of NQ, as they appear in the stats JSON (besides the common
 # `records.MISSING_FIELD`, `WRONG_TYPE`, `UNDECODABLE_TEXT`, `EMPTY_TEXT`).
@@ -196,77 +194,30 @@ def labels_of(record: NqRecord, predict_la_when_no_sa: bool = False
 
 
 # ---------------------------------------------------------------- validation
-_TYPE_NAMES = {int: "an integer", bool: "true/false", list: "a list",
-               dict: "an object"}
+def _span(c: validation.RecordChecker, value: Any, field: str,
+          num_tokens: int, allow_null: bool) -> Span:
+  """A {start_token, end_token[, start_byte, end_byte]} object."""
+  value = c.dict_(value, field)
+  start = c.int_(c.get(value, "start_token", f"{field}.start_token"),
+                 f"{field}.start_token")
+  end = c.int_(c.get(value, "end_token", f"{field}.end_token"),
+               f"{field}.end_token")
+  start_byte = c.int_(value.get("start_byte", -1), f"{field}.start_byte")
+  end_byte = c.int_(value.get("end_byte", -1), f"{field}.end_byte")
+  if allow_null and start < 0 and end < 0:
+    return Span(-1, -1, -1, -1)
+  if not 0 <= start < end <= num_tokens:
+    raise c.error(field, SPAN_OUT_OF_RANGE,
+                  f"[{start}, {end}) not inside the document's "
+                  f"{num_tokens} tokens")
+  if (start_byte >= 0) != (end_byte >= 0) or (
+      start_byte >= 0 and start_byte >= end_byte):
+    raise c.error(field, SPAN_OUT_OF_RANGE,
+                  f"bytes [{start_byte}, {end_byte})")
+  return Span(start, end, start_byte, end_byte)
 
 
-class _Checker:
-  """Field checks for one record; errors name file, example id and field."""
-
-  def __init__(self, file: str, record_id: str):
-    self.file = file
-    self.record_id = record_id
-
-  def error(self, field: str, reason: str, detail: str = ""
-            ) -> records.BadRecordError:
-    return records.BadRecordError(self.file, self.record_id, field, reason,
-                                  detail)
-
-  def get(self, obj: Dict[str, Any], key: str, field: str) -> Any:
-    if key not in obj:
-      raise self.error(field, records.MISSING_FIELD)
-    return obj[key]
-
-  def typed(self, value: Any, field: str, kind: type) -> Any:
-    """`value` if it is a `kind` (int, bool, list or dict; a bool is no
-    int)."""
-    if not isinstance(value, kind) or (kind is int and
-                                       isinstance(value, bool)):
-      raise self.error(field, records.WRONG_TYPE,
-                       f"expected {_TYPE_NAMES[kind]}, got "
-                       f"{type(value).__name__}")
-    return value
-
-  def int_(self, value: Any, field: str) -> int:
-    return self.typed(value, field, int)
-
-  def bool_(self, value: Any, field: str) -> bool:
-    return self.typed(value, field, bool)
-
-  def list_(self, value: Any, field: str) -> List[Any]:
-    return self.typed(value, field, list)
-
-  def dict_(self, value: Any, field: str) -> Dict[str, Any]:
-    return self.typed(value, field, dict)
-
-  def text(self, value: Any, field: str, allow_empty: bool = False) -> str:
-    return records.check_text(value, self.file, self.record_id, field,
-                              allow_empty)
-
-  def span(self, value: Any, field: str, num_tokens: int,
-           allow_null: bool) -> Span:
-    """A {start_token, end_token[, start_byte, end_byte]} object."""
-    value = self.dict_(value, field)
-    start = self.int_(self.get(value, "start_token", f"{field}.start_token"),
-                      f"{field}.start_token")
-    end = self.int_(self.get(value, "end_token", f"{field}.end_token"),
-                    f"{field}.end_token")
-    start_byte = self.int_(value.get("start_byte", -1), f"{field}.start_byte")
-    end_byte = self.int_(value.get("end_byte", -1), f"{field}.end_byte")
-    if allow_null and start < 0 and end < 0:
-      return Span(-1, -1, -1, -1)
-    if not 0 <= start < end <= num_tokens:
-      raise self.error(field, SPAN_OUT_OF_RANGE,
-                       f"[{start}, {end}) not inside the document's "
-                       f"{num_tokens} tokens")
-    if (start_byte >= 0) != (end_byte >= 0) or (
-        start_byte >= 0 and start_byte >= end_byte):
-      raise self.error(field, SPAN_OUT_OF_RANGE,
-                       f"bytes [{start_byte}, {end_byte})")
-    return Span(start, end, start_byte, end_byte)
-
-
-def _read_document(c: _Checker, raw: Dict[str, Any]):
+def _read_document(c: validation.RecordChecker, raw: Dict[str, Any]):
   """(tokens, is_html, start_bytes, end_bytes, format) of either format."""
   if "document_tokens" in raw:
     items = c.list_(raw["document_tokens"], "document_tokens")
@@ -307,7 +258,7 @@ def validate_record(raw: Any, file: str, line: int,
   record_id = f"line {line}"
   if isinstance(raw, dict) and isinstance(raw.get("example_id"), int):
     record_id = str(raw["example_id"])
-  c = _Checker(file, record_id)
+  c = validation.RecordChecker(file, record_id)
   raw = c.dict_(raw, "<record>")
   example_id = c.int_(c.get(raw, "example_id", "example_id"), "example_id")
   if not -2**63 <= example_id < 2**63:
@@ -327,7 +278,7 @@ def validate_record(raw: Any, file: str, line: int,
       c.get(raw, "long_answer_candidates", "long_answer_candidates"),
       "long_answer_candidates")):
     field = f"long_answer_candidates[{i}]"
-    span = c.span(cand, field, n, allow_null=False)
+    span = _span(c, cand, field, n, allow_null=False)
     top = c.bool_(c.get(cand, "top_level", f"{field}.top_level"),
                   f"{field}.top_level")
     candidates.append(Candidate(span, top))
@@ -338,8 +289,8 @@ def validate_record(raw: Any, file: str, line: int,
     field = f"annotations[{i}]"
     ann = c.dict_(ann, field)
     long_raw = c.get(ann, "long_answer", f"{field}.long_answer")
-    long_answer = c.span(long_raw, f"{field}.long_answer", n,
-                         allow_null=True)
+    long_answer = _span(c, long_raw, f"{field}.long_answer", n,
+                        allow_null=True)
     cand_index = c.int_(long_raw.get("candidate_index", -1),
                         f"{field}.long_answer.candidate_index")
     if not -1 <= cand_index < len(candidates) or (
@@ -347,7 +298,7 @@ def validate_record(raw: Any, file: str, line: int,
       raise c.error(f"{field}.long_answer.candidate_index", SPAN_OUT_OF_RANGE,
                     f"{cand_index} with {len(candidates)} candidates")
     shorts = tuple(
-        c.span(s, f"{field}.short_answers[{j}]", n, allow_null=False)
+        _span(c, s, f"{field}.short_answers[{j}]", n, allow_null=False)
         for j, s in enumerate(c.list_(
             c.get(ann, "short_answers", f"{field}.short_answers"),
             f"{field}.short_answers")))
@@ -372,61 +323,10 @@ def validate_record(raw: Any, file: str, line: int,
 
 
 # ------------------------------------------------------------------ reading
-def expand_inputs(patterns: Sequence[str] | str) -> List[str]:
-  """Sorted files matching comma-separated patterns / a list of patterns.
-
-  Raises:
-    records.InputFileError: a pattern matches no file.
-  """
-  if isinstance(patterns, str):
-    patterns = [p for p in patterns.split(",")]
-  files = []
-  for pattern in patterns:
-    pattern = pattern.strip()
-    if not pattern:
-      continue
-    matched = sorted(tf.io.gfile.glob(pattern))
-    if not matched:
-      raise records.InputFileError(f"{pattern}: no input file matches")
-    files.extend(m for m in matched if m not in files)
-  if not files:
-    raise records.InputFileError(f"no input file given ({patterns!r})")
-  return files
-
-
-def iter_lines(path: str) -> Iterator[Tuple[int, bytes]]:
-  """Yields (1-based line number, line bytes) of a (gzipped) JSONL file.
-
-  Raises:
-    records.InputFileError: the file cannot be opened, is corrupt (bad gzip
-      data, truncated) or holds no non-blank line.
-  """
-  try:
-    raw = tf.io.gfile.GFile(path, "rb")
-    magic = raw.read(2)
-    raw.seek(0)
-  except (OSError, tf.errors.OpError) as e:
-    raise records.InputFileError(f"{path}: cannot read input file: {e}") from e
-  stream = (gzip.GzipFile(fileobj=raw, mode="rb")
-            if magic == b"\x1f\x8b" else raw)
-  number = 0
-  seen_any = False
-  with raw:
-    while True:
-      try:
-        line = stream.readline()
-      except (OSError, EOFError, zlib.error, tf.errors.OpError) as e:
-        raise records.InputFileError(
-            f"{path}: corrupt or truncated after line {number}: {e}") from e
-      if not line:
-        break
-      number += 1
-      if not line.strip():
-        continue
-      seen_any = True
-      yield number, line
-  if not seen_any:
-    raise records.InputFileError(f"{path}: input file is empty (no records)")
+# The one expansion of input patterns and the one JSON-lines writer, under
+# the names this module's callers (demos, tests) use.
+expand_inputs = io_lib.match_files
+write_jsonl = io_lib.write_jsonl
 
 
 def read_records(path: str,
@@ -449,7 +349,7 @@ def read_records(path: str,
   if stats is None:
     stats = records.RecordStats(input_file=path, strict=strict)
   seen = set()
-  for number, line in iter_lines(path):
+  for number, line in io_lib.read_record_lines(path):
     stats.examples_read += 1
     try:
       try:
@@ -474,7 +374,7 @@ def read_all(patterns: Sequence[str] | str,
              strict: bool = False,
              require_labels: bool = False) -> Iterator[NqRecord]:
   """`read_records` over every file matching `patterns`, in sorted order."""
-  for path in expand_inputs(patterns):
+  for path in io_lib.match_files(patterns):
     yield from read_records(path, stats=stats, strict=strict,
                             require_labels=require_labels)
 
@@ -502,13 +402,3 @@ def record_to_json(record: NqRecord) -> Dict[str, Any]:
                            record.token_start_byte, record.token_end_byte)],
       long_answer_candidates=[cand(c) for c in record.candidates],
       annotations=[ann(a) for a in record.annotations])
-
-
-def write_jsonl(path: str, lines: Iterable[Dict[str, Any]]) -> None:
-  """Writes JSON objects one per line, gzipped when `path` ends in `.gz`."""
-  data = "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines)
-  payload = data.encode("utf-8")
-  if path.endswith(".gz"):
-    payload = gzip.compress(payload, mtime=0)
-  with tf.io.gfile.GFile(path, "wb") as f:
-    f.write(payload)

@@ -37,9 +37,9 @@ import math
 import os
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-import tensorflow as tf
-
+from tasks.common import io as io_lib
 from tasks.common import records
+from tasks.common import validation
 
 # Skip reasons of OpenKP, as they appear in the stats JSON (besides the
 # common `records.MISSING_FIELD`, `WRONG_TYPE`, `UNDECODABLE_TEXT`,
@@ -169,14 +169,6 @@ def keyphrase_positions(record: OpenKPRecord) -> List[Tuple[int, int]]:
 
 
 # ------------------------------------------------------------- validation
-def _bad(file, record_id, field, reason, detail=""):
-  return records.BadRecordError(file, record_id, field, reason, detail)
-
-
-def _check_text(value: Any, file: str, record_id: str, field: str) -> str:
-  return records.check_text(value, file, record_id, field, allow_empty=True)
-
-
 def _is_number(value: Any) -> bool:
   return (isinstance(value, (int, float)) and not isinstance(value, bool) and
           math.isfinite(value))
@@ -186,59 +178,62 @@ def _is_index(value: Any) -> bool:
   return isinstance(value, int) and not isinstance(value, bool)
 
 
-def parse_vdom(vdom_str: str, words: Sequence[str], file: str,
-               record_id: str) -> Tuple[VdomElement, ...]:
+def parse_vdom(c: validation.RecordChecker, vdom_str: str,
+               words: Sequence[str]) -> Tuple[VdomElement, ...]:
   """Parses and checks the VDOM JSON string against the record's words."""
   try:
     raw = json.loads(vdom_str)
   except json.JSONDecodeError as e:
-    raise _bad(file, record_id, "VDOM", INVALID_VDOM,
-               f"not valid JSON: {e}") from e
+    raise c.error("VDOM", INVALID_VDOM, f"not valid JSON: {e}") from e
   if not isinstance(raw, list) or not raw:
-    raise _bad(file, record_id, "VDOM", INVALID_VDOM,
-               "expected a non-empty JSON array of elements")
+    raise c.error("VDOM", INVALID_VDOM,
+                  "expected a non-empty JSON array of elements")
   elements = []
   expected_start = 0
   for i, el in enumerate(raw):
-    field = f"VDOM[{i}]"
-    if not isinstance(el, dict):
-      raise _bad(file, record_id, field, INVALID_VDOM,
-                 f"expected an object, got {type(el).__name__}")
-    for key in ("text", "feature", "start_idx", "end_idx"):
-      if key not in el:
-        raise _bad(file, record_id, f"{field}.{key}", INVALID_VDOM,
-                   "missing")
-    start, end = el["start_idx"], el["end_idx"]
-    if not (_is_index(start) and _is_index(end)):
-      raise _bad(file, record_id, f"{field}.start_idx", INVALID_VDOM,
-                 f"indices must be integers, got {start!r}, {end!r}")
-    if start != expected_start or end < start or end > len(words):
-      raise _bad(file, record_id, f"{field}.start_idx", VDOM_NOT_CONTIGUOUS,
-                 f"element covers words [{start}, {end}), expected to start "
-                 f"at {expected_start} and end within {len(words)} words")
-    text = _check_text(el["text"], file, record_id, f"{field}.text")
-    if text != " ".join(words[start:end]):
-      raise _bad(file, record_id, f"{field}.text", VDOM_TEXT_MISMATCH,
-                 f"element text {text[:40]!r} differs from words "
-                 f"[{start}, {end})")
-    feats = el["feature"]
-    if (not isinstance(feats, list) or len(feats) != NUM_VDOM_FEATURES or
-        not all(_is_number(v) for v in feats)):
-      raise _bad(file, record_id, f"{field}.feature", INVALID_VDOM_FEATURE,
-                 f"expected {NUM_VDOM_FEATURES} finite numbers")
-    bad = [p for p in INDICATOR_POSITIONS if feats[p] not in (0, 1)]
-    if bad:
-      raise _bad(file, record_id, f"{field}.feature", INVALID_VDOM_FEATURE,
-                 f"indicators at {bad} are not 0 or 1")
-    elements.append(VdomElement(text=text,
-                                features=tuple(float(v) for v in feats),
-                                start_idx=start, end_idx=end))
-    expected_start = end
+    element = _parse_element(c, el, f"VDOM[{i}]", words, expected_start)
+    elements.append(element)
+    expected_start = element.end_idx
   if expected_start != len(words):
-    raise _bad(file, record_id, "VDOM", VDOM_NOT_CONTIGUOUS,
-               f"elements end at word {expected_start}, the text has "
-               f"{len(words)} words")
+    raise c.error("VDOM", VDOM_NOT_CONTIGUOUS,
+                  f"elements end at word {expected_start}, the text has "
+                  f"{len(words)} words")
   return tuple(elements)
+
+
+def _parse_element(c: validation.RecordChecker, el: Any, field: str,
+                   words: Sequence[str], expected_start: int) -> VdomElement:
+  """One VDOM element, which must start at word `expected_start`."""
+  if not isinstance(el, dict):
+    raise c.error(field, INVALID_VDOM,
+                  f"expected an object, got {type(el).__name__}")
+  for key in ("text", "feature", "start_idx", "end_idx"):
+    if key not in el:
+      raise c.error(f"{field}.{key}", INVALID_VDOM, "missing")
+  start, end = el["start_idx"], el["end_idx"]
+  if not (_is_index(start) and _is_index(end)):
+    raise c.error(f"{field}.start_idx", INVALID_VDOM,
+                  f"indices must be integers, got {start!r}, {end!r}")
+  if start != expected_start or end < start or end > len(words):
+    raise c.error(f"{field}.start_idx", VDOM_NOT_CONTIGUOUS,
+                  f"element covers words [{start}, {end}), expected to start "
+                  f"at {expected_start} and end within {len(words)} words")
+  text = c.text(el["text"], f"{field}.text", allow_empty=True)
+  if text != " ".join(words[start:end]):
+    raise c.error(f"{field}.text", VDOM_TEXT_MISMATCH,
+                  f"element text {text[:40]!r} differs from words "
+                  f"[{start}, {end})")
+  feats = el["feature"]
+  if (not isinstance(feats, list) or len(feats) != NUM_VDOM_FEATURES or
+      not all(_is_number(v) for v in feats)):
+    raise c.error(f"{field}.feature", INVALID_VDOM_FEATURE,
+                  f"expected {NUM_VDOM_FEATURES} finite numbers")
+  bad = [p for p in INDICATOR_POSITIONS if feats[p] not in (0, 1)]
+  if bad:
+    raise c.error(f"{field}.feature", INVALID_VDOM_FEATURE,
+                  f"indicators at {bad} are not 0 or 1")
+  return VdomElement(text=text, features=tuple(float(v) for v in feats),
+                     start_idx=start, end_idx=end)
 
 
 def validate_record(raw: Any, file: str, line: int,
@@ -260,42 +255,37 @@ def validate_record(raw: Any, file: str, line: int,
   record_id = records.record_id_of(raw, line, id_field="url")
   if record_id.startswith("#"):
     record_id = f"line {line + 1}"
-  if not isinstance(raw, dict):
-    raise _bad(file, record_id, "<record>", records.WRONG_TYPE,
-               f"expected a JSON object, got {type(raw).__name__}")
-  required = ("url", "text", "VDOM") + (("KeyPhrases",) if labeled else ())
-  for field in required:
-    if field not in raw:
-      raise _bad(file, record_id, field, records.MISSING_FIELD)
-  url = _check_text(raw["url"], file, record_id, "url")
-  text = records.check_text(raw["text"], file, record_id, "text")
-  vdom_str = _check_text(raw["VDOM"], file, record_id, "VDOM")
+  c = validation.RecordChecker(file, record_id)
+  raw = c.json_object(raw)
+  c.require(raw, ("url", "text", "VDOM") +
+            (("KeyPhrases",) if labeled else ()))
+  url = c.text(raw["url"], "url", allow_empty=True)
+  text = c.text(raw["text"], "text")
+  vdom_str = c.text(raw["VDOM"], "VDOM", allow_empty=True)
   words = text.split(" ")
-  vdom = parse_vdom(vdom_str, words, file, record_id)
+  vdom = parse_vdom(c, vdom_str, words)
 
   keyphrases = None
   num_valid = 0
   dropped = 0
   if labeled:
-    raw_kps = raw["KeyPhrases"]
-    if not isinstance(raw_kps, list):
-      raise _bad(file, record_id, "KeyPhrases", records.WRONG_TYPE,
-                 f"expected a list of word lists, got "
-                 f"{type(raw_kps).__name__}")
+    raw_kps = c.typed(raw["KeyPhrases"], "KeyPhrases", list,
+                      "a list of word lists")
     text_lower = text.lower()
     valid = []
     for i, items in enumerate(raw_kps):
       if not isinstance(items, list) or not all(
           isinstance(w, str) for w in items):
-        raise _bad(file, record_id, f"KeyPhrases[{i}]", records.WRONG_TYPE,
-                   "expected a list of strings")
-      _check_text(" ".join(items), file, record_id, f"KeyPhrases[{i}]")
+        raise c.error(f"KeyPhrases[{i}]", records.WRONG_TYPE,
+                      "expected a list of strings")
+      c.text(" ".join(items), f"KeyPhrases[{i}]", allow_empty=True)
       phrase = join_keyphrase(items)
       if occurs_as_whole_words(text_lower, phrase):
         valid.append(phrase)
     if not valid:
-      raise _bad(file, record_id, "KeyPhrases", NO_VALID_KEYPHRASE,
-                 f"none of {len(raw_kps)} keyphrases occurs as whole words")
+      raise c.error("KeyPhrases", NO_VALID_KEYPHRASE,
+                    f"none of {len(raw_kps)} keyphrases occurs as whole "
+                    "words")
     num_valid = len(valid)
     dropped = len(raw_kps) - min(num_valid, MAX_KEYPHRASES)
     keyphrases = tuple(valid[:MAX_KEYPHRASES])
@@ -306,19 +296,6 @@ def validate_record(raw: Any, file: str, line: int,
 def infer_labeled(path: str) -> bool:
   """EvalPublic files carry no KeyPhrases; train/dev files do."""
   return "eval" not in os.path.basename(path).lower()
-
-
-def _read_lines(path: str) -> List[str]:
-  try:
-    with tf.io.gfile.GFile(path, "rb") as f:
-      raw = f.read()
-  except (OSError, tf.errors.OpError) as e:
-    raise records.InputFileError(f"{path}: cannot read input file: {e}") from e
-  # Bad UTF-8 stays in its own record (reported as undecodable_text).
-  text = raw.decode("utf-8", errors="surrogateescape")
-  if not text.strip():
-    raise records.InputFileError(f"{path}: input file is empty")
-  return text.split("\n")
 
 
 def read_records(path: str,
@@ -344,20 +321,25 @@ def read_records(path: str,
   if labeled is None:
     labeled = infer_labeled(path)
   candidates: List[Tuple[OpenKPRecord, int]] = []
-  for line, content in enumerate(_read_lines(path)):
+  read = 0
+  for number, line in io_lib.read_record_lines(path):
+    # Bad UTF-8 stays in its own record (reported as undecodable_text).
+    content = line.decode("utf-8", errors="surrogateescape")
+    content = content[:-1] if content.endswith("\n") else content
     if not content.strip():
       continue
+    read += 1
     stats.examples_read += 1
     try:
       try:
         raw = json.loads(content)
       except json.JSONDecodeError as e:
-        raise _bad(path, f"line {line + 1}", "<record>", NOT_JSON,
-                   str(e)) from e
-      candidates.append(validate_record(raw, path, line, labeled))
+        raise records.BadRecordError(path, f"line {number}", "<record>",
+                                     NOT_JSON, str(e)) from e
+      candidates.append(validate_record(raw, path, number - 1, labeled))
     except records.BadRecordError as e:
       stats.handle_bad_record(e)
-  if not stats.examples_read:
+  if not read:
     raise records.InputFileError(f"{path}: input file holds no records")
   return _dedup(candidates, path, stats, labeled)
 
@@ -377,7 +359,7 @@ def _dedup(candidates: Iterable[Tuple[OpenKPRecord, int]], path: str,
     for record, _ in group:
       if record is best:
         continue
-      stats.handle_bad_record(_bad(
+      stats.handle_bad_record(records.BadRecordError(
           path, url, "url", DUPLICATE_URL,
           f"line {record.line + 1} repeats the url; kept line "
           f"{best.line + 1}"))
@@ -386,13 +368,3 @@ def _dedup(candidates: Iterable[Tuple[OpenKPRecord, int]], path: str,
     stats.truncation["keyphrases_dropped"] += best.num_keyphrases_dropped
   kept.sort(key=lambda r: r.line)
   return kept
-
-
-def write_jsonl(path: str, recs: Iterable[OpenKPRecord]) -> int:
-  """Writes records in the released format (the validated, deduped file)."""
-  count = 0
-  with tf.io.gfile.GFile(path, "w") as f:
-    for r in recs:
-      f.write(json.dumps(r.to_json(), ensure_ascii=False) + "\n")
-      count += 1
-  return count

@@ -3,8 +3,8 @@ bad-input policy of `tasks.common.records`.
 
 The layout is BERT's `create_pretraining_data.py` input: one sentence per
 line, a blank line between documents, UTF-8, any number of files (globs,
-comma-separated; `.gz` files are read through gzip). A document is the
-sentences between blank lines (or a file's start and end).
+comma-separated; gzip files are decompressed, `tasks.common.io`). A
+document is the sentences between blank lines (or a file's start and end).
 
 Bad input does not stop a run unless `strict`:
 
@@ -18,18 +18,16 @@ Bad input does not stop a run unless `strict`:
 Each is counted per reason and named (file, line) in the stats
 (`records.RecordStats`); with `strict=True` the first one raises
 `records.BadRecordError` (a `UserInputError`: one line, exit code 2 in the
-binaries) naming the file and line. A pattern that matches no file is a
-`FileNotFoundError` either way.
+binaries) naming the file and line. A pattern that matches no file is an
+error either way (`io.NoMatchingFileError`, also a `FileNotFoundError`).
 """
 
 import dataclasses
-import gzip
 from typing import Iterator, List, Optional, Sequence, Union
 
-import tensorflow as tf
-
-from etc_realformer.data import tfrecords
+from tasks.common import io as io_lib
 from tasks.common import records
+from tasks.common import validation
 
 # Skip reasons, as they appear in the stats JSON (with records'
 # `undecodable_text`).
@@ -56,23 +54,6 @@ class Document:
   sentences: List[str]
 
 
-def match_files(patterns: Union[str, Sequence[str]]) -> List[str]:
-  """The files of comma-separated (or listed) glob patterns, sorted per
-  pattern (`tfrecords.match_files`, for text files).
-
-  Raises:
-    FileNotFoundError: a pattern matches nothing (named in the message).
-  """
-  return tfrecords.match_files(patterns, kind="input file")
-
-
-def _open_binary(path: str):
-  raw = tf.io.gfile.GFile(path, "rb")
-  if path.endswith(".gz"):
-    return gzip.GzipFile(fileobj=raw, mode="rb")
-  return raw
-
-
 def read_documents(patterns: Union[str, Sequence[str]],
                    stats: records.RecordStats,
                    max_line_chars: int = DEFAULT_MAX_LINE_CHARS
@@ -86,10 +67,10 @@ def read_documents(patterns: Union[str, Sequence[str]],
     max_line_chars: longer lines are bad (`line_too_long`).
 
   Raises:
-    FileNotFoundError: a pattern matches nothing.
+    io.NoMatchingFileError: a pattern matches nothing.
     records.BadRecordError: in strict mode, the first bad line or file.
   """
-  for path in match_files(patterns):
+  for path in io_lib.match_files(patterns):
     yield from _read_file(path, stats, max_line_chars)
 
 
@@ -101,25 +82,26 @@ def _read_file(path: str, stats: records.RecordStats,
   line_number = 0
   bad_before = stats.num_skipped
   try:
-    with _open_binary(path) as f:
-      for line_number, raw in enumerate(f, 1):
-        stats.examples_read += 1
-        text = _check_line(raw, path, line_number, stats, max_line_chars)
-        if text is None:
-          continue
-        if not text:
-          if sentences:
-            yield Document(f"{path}:{start}", sentences)
-          sentences = []
-          continue
-        any_text = True
-        if not sentences:
-          start = line_number
-        sentences.append(text)
-  except (OSError, EOFError, tf.errors.OpError) as e:
+    for line_number, raw in io_lib.read_lines(path):
+      stats.examples_read += 1
+      text = _check_line(raw, path, line_number, stats, max_line_chars)
+      if text is None:
+        continue
+      if not text:
+        if sentences:
+          yield Document(f"{path}:{start}", sentences)
+        sentences = []
+        continue
+      any_text = True
+      if not sentences:
+        start = line_number
+      sentences.append(text)
+  except records.InputFileError as e:
+    # Unreadable from here on: what was read before is kept.
+    cause = e.__cause__ or e
     stats.handle_bad_record(records.BadRecordError(
         path, f"line {line_number + 1}", "file", UNREADABLE_FILE,
-        f"{type(e).__name__}: {e}"))
+        f"{type(cause).__name__}: {cause}"))
   if sentences:
     yield Document(f"{path}:{start}", sentences)
   # Empty: no bytes or only blank lines. A file whose lines were all bad has
@@ -134,17 +116,14 @@ def _check_line(raw: bytes, path: str, line_number: int,
                 max_line_chars: int) -> Optional[str]:
   """The stripped text of a line ("" for a blank one), or None when it is
   bad and skipped."""
+  c = validation.RecordChecker(path, f"line {line_number}")
   try:
-    text = raw.decode("utf-8")
-  except UnicodeDecodeError as e:
-    stats.handle_bad_record(records.BadRecordError(
-        path, f"line {line_number}", "text", UNDECODABLE_TEXT,
-        f"not UTF-8 at byte {e.start}"))
-    return None
-  text = text.strip()
-  if len(text) > max_line_chars:
-    stats.handle_bad_record(records.BadRecordError(
-        path, f"line {line_number}", "text", LINE_TOO_LONG,
-        f"{len(text)} characters > max_line_chars {max_line_chars}"))
+    text = c.decode(raw, "text").strip()
+    if len(text) > max_line_chars:
+      raise c.error("text", LINE_TOO_LONG,
+                    f"{len(text)} characters > max_line_chars "
+                    f"{max_line_chars}")
+  except records.BadRecordError as e:
+    stats.handle_bad_record(e)
     return None
   return text

@@ -17,6 +17,7 @@ import dataclasses
 from typing import Any, Iterator, List, Optional
 
 from tasks.common import records
+from tasks.common import validation
 
 # Skip reasons, as they appear in the stats JSON, besides those of
 # `records` (missing_field, wrong_type, undecodable_text, empty_text).
@@ -51,22 +52,6 @@ class WikiHopRecord:
                 answer=self.answer, supports=list(self.supports))
 
 
-def _check_text_list(value: Any, file: str, record_id: str, field: str,
-                     empty_reason: str,
-                     allow_empty_items: bool = False) -> List[str]:
-  if not isinstance(value, list):
-    raise records.BadRecordError(
-        file, record_id, field, records.WRONG_TYPE,
-        f"expected a list of strings, got {type(value).__name__}")
-  if not value:
-    raise records.BadRecordError(file, record_id, field, empty_reason)
-  return [
-      records.check_text(v, file, record_id, f"{field}[{i}]",
-                         allow_empty=allow_empty_items)
-      for i, v in enumerate(value)
-  ]
-
-
 def validate_record(raw: Any, file: str, index: int) -> WikiHopRecord:
   """Checks one raw JSON record and returns it normalized.
 
@@ -78,31 +63,23 @@ def validate_record(raw: Any, file: str, index: int) -> WikiHopRecord:
   Raises:
     records.BadRecordError: naming file, record id and field.
   """
-  record_id = records.record_id_of(raw, index)
-  if not isinstance(raw, dict):
-    raise records.BadRecordError(
-        file, record_id, "<record>", records.WRONG_TYPE,
-        f"expected a JSON object, got {type(raw).__name__}")
-  for field in REQUIRED_FIELDS:
-    if field not in raw:
-      raise records.BadRecordError(file, record_id, field,
-                                   records.MISSING_FIELD)
-  records.check_text(raw["id"], file, record_id, "id")
-  query = records.check_text(raw["query"], file, record_id, "query")
-  candidates = _check_text_list(raw["candidates"], file, record_id,
-                                "candidates", EMPTY_CANDIDATES)
+  c = validation.RecordChecker(file, records.record_id_of(raw, index))
+  raw = c.json_object(raw)
+  c.require(raw, REQUIRED_FIELDS)
+  c.text(raw["id"], "id")
+  query = c.text(raw["query"], "query")
+  candidates = c.text_list(raw["candidates"], "candidates", EMPTY_CANDIDATES)
   # A blank support is a document without sentences: the original keeps it
   # (a paragraph global token), so it is no reason to skip the record.
-  supports = _check_text_list(raw["supports"], file, record_id, "supports",
-                              EMPTY_SUPPORTS, allow_empty_items=True)
-  answer = records.check_text(raw["answer"], file, record_id, "answer")
-  candidates = [normalize_candidate(c) for c in candidates]
+  supports = c.text_list(raw["supports"], "supports", EMPTY_SUPPORTS,
+                         allow_empty_items=True)
+  answer = c.text(raw["answer"], "answer")
+  candidates = [normalize_candidate(x) for x in candidates]
   answer = normalize_candidate(answer)
   if answer not in candidates:
-    raise records.BadRecordError(
-        file, record_id, "answer", ANSWER_NOT_IN_CANDIDATES,
-        f"answer {answer!r} not among {len(candidates)} candidates")
-  return WikiHopRecord(id=record_id, query=query, candidates=candidates,
+    raise c.error("answer", ANSWER_NOT_IN_CANDIDATES,
+                  f"answer {answer!r} not among {len(candidates)} candidates")
+  return WikiHopRecord(id=c.record_id, query=query, candidates=candidates,
                        answer=answer, supports=supports,
                        answer_index=candidates.index(answer))
 

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from etc_realformer.errors import UserInputError
 from tasks.common import records
 from tasks.nq import data
 
@@ -222,7 +223,8 @@ def test_file_errors_name_the_file(tmp_path):
   for path in (empty_gz, empty, corrupt, tmp_path / "missing.jsonl.gz"):
     with pytest.raises(records.InputFileError, match=str(path.name)):
       list(data.read_records(str(path)))
-  with pytest.raises(records.InputFileError, match="no input file matches"):
+  # The one pattern expansion's error: one line naming the pattern.
+  with pytest.raises(UserInputError, match="no input file matches"):
     data.expand_inputs(str(tmp_path / "nq-*-??.jsonl.gz"))
 
 
