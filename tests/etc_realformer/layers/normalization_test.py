@@ -31,24 +31,24 @@ def test_matches_numpy_with_the_originals_epsilon():
                                                             "beta:0"]
 
 
-@pytest.mark.parametrize("policy,compute", [("mixed_float16", tf.float16),
-                                            ("mixed_bfloat16", tf.bfloat16)])
-def test_normalizes_in_float32_under_mixed_policies(policy, compute):
-  # A row of tiny variance (~2e-5, subnormal in float16, where the 1e-12
-  # epsilon is 0): normalized in float32 the result is the float32 one,
-  # rounded to the compute dtype.
+# Rows of steps of the compute dtype's spacing at 0.25 (exact inputs):
+# normalized in the compute dtype, the output would be off by ~0.3 in
+# float16 (the variance, ~3e-7, is subnormal) and ~0.25 in bfloat16 (the
+# mean rounds to 8 bits); in float32 only the output's rounding remains.
+@pytest.mark.parametrize("policy,compute,step", [
+    ("mixed_float16", tf.float16, 2.0 ** -12),
+    ("mixed_bfloat16", tf.bfloat16, 2.0 ** -9)])
+def test_normalizes_in_float32_under_mixed_policies(policy, compute, step):
   tf_keras.mixed_precision.set_global_policy(policy)
   try:
     layer = normalization.layer_norm("ln")
     layer.build([None, 8])
     assert layer.gamma.dtype == tf.float32
-    # 0.25 + k 2^-9 is exact in float16 and bfloat16.
-    x = 0.25 + np.arange(8, dtype=np.float32)[None] * 2.0 ** -9
+    x = 0.25 + np.arange(8, dtype=np.float32)[None] * step
     y = layer(tf.constant(x, compute))
   finally:
     tf_keras.mixed_precision.set_global_policy("float32")
   assert y.dtype == compute
   y = y.numpy().astype(np.float32)
-  assert np.isfinite(y).all()
   expected = _layer_norm(x, 1.0, 0.0)
   np.testing.assert_allclose(y, expected, atol=0.01 * np.abs(expected).max())
