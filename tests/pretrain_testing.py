@@ -3,9 +3,10 @@ words of the tiny WikiHop vocabulary (so that a model pre-trained on it
 fine-tunes on `wikihop_testing`'s data), its TFRecords, a tiny task and its
 gin config, and a hand-made batch of stored features."""
 
+import functools
 import os
 import random
-from typing import Dict, List
+from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
 
@@ -13,6 +14,8 @@ from etc_realformer import EtcConfig
 from tasks.common import records
 from tasks.pretrain import data
 from tasks.pretrain import features
+from tasks.pretrain import head
+from tasks.pretrain import masking
 from tasks.pretrain import preprocess
 from tasks.pretrain import task as pretrain_task
 import wikihop_testing
@@ -71,12 +74,25 @@ def tiny_config(**overrides) -> EtcConfig:
   return EtcConfig(**values)
 
 
-def tiny_task(**kwargs) -> pretrain_task.PretrainTask:
-  """A tiny PretrainTask at LONG, GLOBAL ([MASK] = 14 unless given)."""
+def tiny_task(masking_fields: Optional[Mapping[str, Any]] = None,
+              cpc_fields: Optional[Mapping[str, Any]] = None,
+              **kwargs) -> pretrain_task.PretrainTask:
+  """A tiny PretrainTask at LONG, GLOBAL ([MASK] = 14 unless given).
+
+  Args:
+    masking_fields: `masking.MaskingConfig` fields besides the vocabulary
+      facts (max_predictions_per_seq: 10, 15% of LONG rounded up, unless
+      given).
+    cpc_fields: `head.CpcHeadConfig` fields.
+    **kwargs: other `PretrainTask` arguments.
+  """
   kwargs.setdefault("mask_token_id", 14)
   kwargs.setdefault("model_config", tiny_config())
-  return pretrain_task.PretrainTask(long_seq_len=LONG, global_seq_len=GLOBAL,
-                                    **kwargs)
+  fields = {"max_predictions_per_seq": 10, **(masking_fields or {})}
+  return pretrain_task.PretrainTask(
+      long_seq_len=LONG, global_seq_len=GLOBAL,
+      masking_config=functools.partial(masking.MaskingConfig, **fields),
+      cpc_head=head.CpcHeadConfig(**(cpc_fields or {})), **kwargs)
 
 
 def tiny_gin_lines(paths: Dict[str, str], train_steps: int,
@@ -101,9 +117,9 @@ def tiny_gin_lines(paths: Dict[str, str], train_steps: int,
       f"PretrainTask.train_stats_file = '{paths['stats']}'",
       f"PretrainTask.vocab_file = '{paths['vocab']}'",
       "PretrainTask.seed = 1",
-      "PretrainTask.max_predictions_per_seq = 12",
-      "PretrainTask.max_cpc_sentences = 2",
-      "PretrainTask.cpc_max_sentence_len = 16",
+      "MaskingConfig.max_predictions_per_seq = 12",
+      "MaskingConfig.max_cpc_sentences = 2",
+      "MaskingConfig.cpc_max_sentence_len = 16",
       "optimizer.learning_rate = 1e-3",
       "optimizer.warmup_steps = 0",
       "TrainerConfig.train_batch_size = 4",

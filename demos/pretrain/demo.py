@@ -75,19 +75,19 @@ etc_config.max_sentence_length_embeddings = {CPC_MAX_SENTENCE_LEN + 1}
 """ + common.task_gin("PretrainTask", LONG_SEQ_LEN, GLOBAL_SEQ_LEN, data_dir,
                       "train-*.tfrecord", "eval-*.tfrecord", seed) + f"""\
 PretrainTask.train_stats_file = '{data_dir}/{preprocess.STATS_FILE}'
-PretrainTask.max_predictions_per_seq = 40
-PretrainTask.cpc_sentence_rate = 0.1
-PretrainTask.max_cpc_sentences = 2
-PretrainTask.cpc_max_sentence_len = {CPC_MAX_SENTENCE_LEN}
+MaskingConfig.max_predictions_per_seq = 40
+MaskingConfig.cpc_sentence_rate = 0.1
+MaskingConfig.max_cpc_sentences = 2
+MaskingConfig.cpc_max_sentence_len = {CPC_MAX_SENTENCE_LEN}
 # The CPC head that reads the context (docs/pretraining.md, "The demo"):
 # centred cosines of the summary outputs themselves and of an MLP view
 # that learns from them without shaping them, length-matched negatives in
 # training.
-PretrainTask.cpc_projection = 'none+mlp'
-PretrainTask.cpc_mlp_view_gradient_scale = 0.0
-PretrainTask.cpc_center = True
-PretrainTask.cpc_temperature = 0.05
-PretrainTask.cpc_negatives = 3
+CpcHeadConfig.projection = 'none+mlp'
+CpcHeadConfig.mlp_view_gradient_scale = 0.0
+CpcHeadConfig.center = True
+CpcHeadConfig.temperature = 0.05
+MaskingConfig.cpc_negatives = 3
 
 optimizer.optimizer_type = 'lamb'
 optimizer.learning_rate = {LEARNING_RATE!r}

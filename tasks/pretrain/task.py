@@ -18,6 +18,10 @@ baseline and CPC accuracy with chance and the length-only baseline
 The vocabulary facts the masking needs -- the [MASK] id, the special ids
 never masked, the most frequent wordpiece -- come from the training data's
 stats file (`train_stats_file`, written by `preprocess.py`) unless given.
+The masking choices (`masking.MaskingConfig`) and the CPC head
+(`head.CpcHeadConfig`) are taken whole; gin binds their fields by class
+name (`MaskingConfig.max_predictions_per_seq = 640`,
+`CpcHeadConfig.projection = 'linear'`: gin/tasks/pretrain.gin).
 
 An MLM head in BERT's layout (`cls/predictions/*`, as
 `python -m tools.lift_checkpoint` keeps it) is loaded from
@@ -27,12 +31,13 @@ encoder only).
 """
 
 import dataclasses
-import math
 import os
 import random
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence,
+                    Tuple)
 
 from absl import logging
+import gin
 import tensorflow as tf
 import tf_keras
 
@@ -52,9 +57,14 @@ MODEL_FEATURES = ("token_ids", "sentence_ids", "long_breakpoints",
 # Evaluation masks: fixed, so every evaluation of a run (and of two runs)
 # scores the same positions.
 EVAL_MASKING_SEED = 20200417
-# The gin parameters that fill these configs default to their defaults.
-_MASKING = masking.MaskingConfig
-_CPC_HEAD = head.CpcHeadConfig
+# The two configs' fields are bound in gin by their class names
+# (`MaskingConfig.masking_rate = 0.15`, `CpcHeadConfig.temperature = 0.1`).
+# The vocabulary facts come from the data (`PretrainTask.train_stats_file`,
+# `mask_token_id`, ...) and the model, so gin may not bind them.
+GinMaskingConfig = gin.external_configurable(
+    masking.MaskingConfig, denylist=["vocab_size", "mask_token_id",
+                                     "no_mask_token_ids"])
+GinCpcHeadConfig = gin.external_configurable(head.CpcHeadConfig)
 
 
 def read_stats(path: str) -> Dict[str, Any]:
@@ -87,28 +97,11 @@ class PretrainTask(task_lib.Task):
                no_mask_token_ids: Optional[Sequence[int]] = None,
                most_frequent_token_id: Optional[int] = None,
                global_token_id: int = pretrain_features.DEFAULT_GLOBAL_TOKEN_ID,
-               masking_rate: float = _MASKING.masking_rate,
-               max_predictions_per_seq: Optional[int] = None,
-               mask_token_prob: float = _MASKING.mask_token_prob,
-               random_token_prob: float = _MASKING.random_token_prob,
-               cpc_sentence_rate: float = _MASKING.cpc_sentence_rate,
-               max_cpc_sentences: int = _MASKING.max_cpc_sentences,
-               cpc_max_sentence_len: int = _MASKING.cpc_max_sentence_len,
-               cpc_min_sentence_len: int = _MASKING.cpc_min_sentence_len,
-               cpc_negatives: int = _MASKING.cpc_negatives,
+               masking_config: Callable[..., masking.MaskingConfig] = (
+                   GinMaskingConfig),
+               cpc_head: Optional[head.CpcHeadConfig] = None,
                mlm_weight: float = 0.8,
                cpc_weight: float = 0.2,
-               cpc_projection: str = _CPC_HEAD.projection,
-               cpc_projection_size: Optional[int] = _CPC_HEAD.projection_size,
-               cpc_temperature: float = _CPC_HEAD.temperature,
-               cpc_stop_gradient: bool = _CPC_HEAD.stop_gradient,
-               cpc_predictor: bool = _CPC_HEAD.predictor,
-               cpc_same_length_in_training: bool = (
-                   _CPC_HEAD.same_length_in_training),
-               cpc_center: bool = _CPC_HEAD.center,
-               cpc_mlp_view_weight: float = _CPC_HEAD.mlp_view_weight,
-               cpc_mlp_view_gradient_scale: float = (
-                   _CPC_HEAD.mlp_view_gradient_scale),
                mlm_head_checkpoint: Optional[str] = None,
                vocab_file: Optional[str] = None,
                spm_model_file: Optional[str] = None,
@@ -128,27 +121,17 @@ class PretrainTask(task_lib.Task):
         for the MLM baseline of `official_scores` (None: no baseline).
       global_token_id: the sentence summary token's id (also of the CPC
         second pass's single global token).
-      masking_rate, mask_token_prob, random_token_prob: MLM (15%, 80/10/10).
-      max_predictions_per_seq: P, the cap of MLM predictions per example
-        (default ceil(masking_rate x long_seq_len)).
-      cpc_sentence_rate: the share of sentences masked for CPC (10%).
-      max_cpc_sentences: C, the cap of CPC sentences per example.
-      cpc_max_sentence_len, cpc_min_sentence_len: the lengths (pieces) of
-        the sentences CPC may mask; the longest is the second pass's length.
+      masking_config: makes the `masking.MaskingConfig` from the vocabulary
+        facts (`vocab_size`, `mask_token_id`, `no_mask_token_ids`), which
+        the task supplies; its other fields are the masking choices. The
+        default is gin's `MaskingConfig` (`MaskingConfig.masking_rate =
+        0.15`); in Python, e.g. `functools.partial(masking.MaskingConfig,
+        max_predictions_per_seq=40)`. `max_predictions_per_seq` is
+        MaskingConfig's (640, for 4096 tokens) unless set: set it with
+        shorter inputs. `cpc_max_sentence_len` is capped at `long_seq_len`.
+      cpc_head: the CPC head (`head.CpcHeadConfig`); None: gin's
+        `CpcHeadConfig` (`CpcHeadConfig.projection = 'linear'`).
       mlm_weight, cpc_weight: the loss weights (0.8 / 0.2).
-      cpc_projection: 'linear' | 'mlp' | 'none' | 'none+mlp' (head.py).
-      cpc_projection_size: its width (default hidden_size).
-      cpc_temperature: the cosine logits' temperature.
-      cpc_stop_gradient: no gradient through the target (second) pass.
-      cpc_predictor: a linear map on the prediction side (head.py).
-      cpc_same_length_in_training: in training, a query's candidates are
-        only the sentences of its own length (head.py).
-      cpc_center: centre predictions and targets on their batch means
-        before the cosine (head.py).
-      cpc_mlp_view_weight: with cpc_projection 'none+mlp', the MLP
-        view's share of the score (head.py).
-      cpc_mlp_view_gradient_scale: the share of the MLP view's gradient
-        that reaches the encoder (head.py).
       mlm_head_checkpoint: a checkpoint with BERT's `cls/predictions/*`
         (a lifted one); default: `TrainerConfig.init_checkpoint` if it has
         them.
@@ -180,32 +163,19 @@ class PretrainTask(task_lib.Task):
     if mlm_weight < 0 or cpc_weight < 0 or mlm_weight + cpc_weight <= 0:
       raise UserInputError(f"mlm_weight {mlm_weight} and cpc_weight "
                            f"{cpc_weight} must be >= 0, not both 0")
-    if max_predictions_per_seq is None:
-      max_predictions_per_seq = math.ceil(masking_rate * long_seq_len)
-    self.masking = masking.MaskingConfig(
-        vocab_size=vocab_size, mask_token_id=int(mask_token_id),
-        no_mask_token_ids=tuple(no_mask_token_ids),
-        masking_rate=masking_rate,
-        max_predictions_per_seq=int(max_predictions_per_seq),
-        mask_token_prob=mask_token_prob, random_token_prob=random_token_prob,
-        cpc_sentence_rate=cpc_sentence_rate,
-        max_cpc_sentences=max_cpc_sentences,
-        cpc_max_sentence_len=min(cpc_max_sentence_len, long_seq_len),
-        cpc_min_sentence_len=cpc_min_sentence_len,
-        cpc_negatives=cpc_negatives)
+    chosen = masking_config(vocab_size=vocab_size,
+                            mask_token_id=int(mask_token_id),
+                            no_mask_token_ids=tuple(no_mask_token_ids))
+    self.masking = dataclasses.replace(
+        chosen, cpc_max_sentence_len=min(chosen.cpc_max_sentence_len,
+                                         long_seq_len))
     # Evaluation, prediction and serving: no negatives (see above).
     self.eval_masking = dataclasses.replace(self.masking, cpc_negatives=0)
     self.most_frequent_token_id = most_frequent_token_id
     self.global_token_id = global_token_id
     self.mlm_weight = float(mlm_weight)
     self.cpc_weight = float(cpc_weight)
-    self.cpc_head = head.CpcHeadConfig(
-        projection=cpc_projection, projection_size=cpc_projection_size,
-        temperature=cpc_temperature, stop_gradient=cpc_stop_gradient,
-        predictor=cpc_predictor,
-        same_length_in_training=cpc_same_length_in_training,
-        center=cpc_center, mlp_view_weight=cpc_mlp_view_weight,
-        mlp_view_gradient_scale=cpc_mlp_view_gradient_scale)
+    self.cpc_head = cpc_head if cpc_head is not None else GinCpcHeadConfig()
     self.mlm_head_checkpoint = mlm_head_checkpoint
     self.vocab_file = vocab_file
     self.spm_model_file = spm_model_file

@@ -24,7 +24,8 @@ def data(tmp_path_factory):
 def _task(paths, **kwargs):
   # The training split, read as evaluation data: more CPC sentences.
   return pretrain_testing.tiny_task(
-      max_cpc_sentences=2, cpc_max_sentence_len=16, cpc_sentence_rate=0.3,
+      masking_fields=dict(max_cpc_sentences=2, cpc_max_sentence_len=16,
+                          cpc_sentence_rate=0.3),
       eval_input=f"{paths['data']}/train-*.tfrecord", **kwargs)
 
 

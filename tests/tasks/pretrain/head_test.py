@@ -20,10 +20,10 @@ import pretrain_testing
 
 @pytest.fixture(scope="module")
 def setup():
-  task = pretrain_testing.tiny_task(max_predictions_per_seq=6,
-                                    max_cpc_sentences=2,
-                                    cpc_max_sentence_len=8,
-                                    cpc_temperature=0.5)
+  task = pretrain_testing.tiny_task(
+      masking_fields=dict(max_predictions_per_seq=6, max_cpc_sentences=2,
+                          cpc_max_sentence_len=8),
+      cpc_fields=dict(temperature=0.5))
   model = task.build_model()
   stored = pretrain_testing.hand_batch()
   features = task.mask({k: tf.constant(v) for k, v in stored.items()},
@@ -106,10 +106,10 @@ def test_cpc_targets_and_negatives_by_hand(setup):
 
 
 def test_cpc_negatives_join_the_candidates_in_training_only():
-  task = pretrain_testing.tiny_task(max_predictions_per_seq=6,
-                                    max_cpc_sentences=2,
-                                    cpc_max_sentence_len=8,
-                                    cpc_temperature=0.5, cpc_negatives=1)
+  task = pretrain_testing.tiny_task(
+      masking_fields=dict(max_predictions_per_seq=6, max_cpc_sentences=2,
+                          cpc_max_sentence_len=8, cpc_negatives=1),
+      cpc_fields=dict(temperature=0.5))
   model = task.build_model()
   stored = {k: tf.constant(v)
             for k, v in pretrain_testing.hand_batch().items()}
@@ -149,13 +149,13 @@ def test_cpc_negatives_join_the_candidates_in_training_only():
   assert np.isfinite(losses).all() and (losses[:, 0] > 0).all()
 
 
-def _training_batch(**task_kwargs):
+def _training_batch(**cpc_fields):
   """(model, the hand batch masked for training with one negative per CPC
-  sentence) of a tiny task with `task_kwargs`."""
-  task = pretrain_testing.tiny_task(max_predictions_per_seq=6,
-                                    max_cpc_sentences=2,
-                                    cpc_max_sentence_len=8,
-                                    cpc_negatives=1, **task_kwargs)
+  sentence) of a tiny task with the CPC head's `cpc_fields`."""
+  task = pretrain_testing.tiny_task(
+      masking_fields=dict(max_predictions_per_seq=6, max_cpc_sentences=2,
+                          cpc_max_sentence_len=8, cpc_negatives=1),
+      cpc_fields=cpc_fields)
   stored = {k: tf.constant(v)
             for k, v in pretrain_testing.hand_batch().items()}
   features = task.mask(stored, tf.constant([3, 4], tf.int64), training=True)
@@ -165,7 +165,7 @@ def _training_batch(**task_kwargs):
 
 
 def test_same_length_candidates_in_training_only():
-  model, features = _training_batch(cpc_same_length_in_training=True)
+  model, features = _training_batch(same_length_in_training=True)
   lengths = np.concatenate([features["cpc_lengths"].numpy().reshape(-1),
                             features["cpc_negative_lengths"].numpy()
                             .reshape(-1)])
@@ -189,7 +189,7 @@ def test_same_length_candidates_in_training_only():
 
 
 def test_centred_cosine_by_hand():
-  model, features = _training_batch(cpc_temperature=0.5, cpc_center=True)
+  model, features = _training_batch(temperature=0.5, center=True)
   logits = model(features, training=False)["cpc_logits"].numpy()
   logits = logits.reshape(-1, logits.shape[-1])
   _, global_output = model.encode(features)
@@ -229,11 +229,10 @@ def test_centred_cosine_by_hand():
 
 @pytest.mark.parametrize("weight", [0.5, 0.75])
 def test_two_view_projection_scores_a_weighted_sum_of_two_cosines(weight):
-  task = pretrain_testing.tiny_task(max_predictions_per_seq=6,
-                                    max_cpc_sentences=1,
-                                    cpc_max_sentence_len=8,
-                                    cpc_projection="none+mlp",
-                                    cpc_mlp_view_weight=weight)
+  task = pretrain_testing.tiny_task(
+      masking_fields=dict(max_predictions_per_seq=6, max_cpc_sentences=1,
+                          cpc_max_sentence_len=8),
+      cpc_fields=dict(projection="none+mlp", mlp_view_weight=weight))
   model = task.build_model()
   a = tf.random.stateless_normal([3, 32], [5, 6])
   b = tf.random.stateless_normal([4, 32], [7, 8])
@@ -255,18 +254,18 @@ def test_two_view_projection_scores_a_weighted_sum_of_two_cosines(weight):
       scores, (1 - weight) * cosines(a, b) + weight * cosines(mlp(a), mlp(b)),
       atol=1e-5)
   with pytest.raises(UserInputError, match="cpc_mlp_view_weight"):
-    pretrain_testing.tiny_task(cpc_mlp_view_weight=-0.1).build_model()
+    pretrain_testing.tiny_task(
+        cpc_fields=dict(mlp_view_weight=-0.1)).build_model()
 
 
 @pytest.mark.parametrize("scale", [0.0, 0.25])
 def test_two_view_gradient_scale_on_the_mlp_view(scale):
   weight = 0.6
-  task = pretrain_testing.tiny_task(max_predictions_per_seq=6,
-                                    max_cpc_sentences=1,
-                                    cpc_max_sentence_len=8,
-                                    cpc_projection="none+mlp",
-                                    cpc_mlp_view_weight=weight,
-                                    cpc_mlp_view_gradient_scale=scale)
+  task = pretrain_testing.tiny_task(
+      masking_fields=dict(max_predictions_per_seq=6, max_cpc_sentences=1,
+                          cpc_max_sentence_len=8),
+      cpc_fields=dict(projection="none+mlp", mlp_view_weight=weight,
+                      mlp_view_gradient_scale=scale))
   model = task.build_model()
   a = tf.random.stateless_normal([3, 32], [5, 6])
   b = tf.random.stateless_normal([4, 32], [7, 8])
@@ -301,14 +300,15 @@ def test_two_view_gradient_scale_on_the_mlp_view(scale):
                      tape.gradient(second_view, kernels)):
     np.testing.assert_allclose(g, full, atol=1e-6)
   with pytest.raises(UserInputError, match="cpc_mlp_view_gradient_scale"):
-    pretrain_testing.tiny_task(cpc_mlp_view_gradient_scale=1.5).build_model()
+    pretrain_testing.tiny_task(
+        cpc_fields=dict(mlp_view_gradient_scale=1.5)).build_model()
 
 
 def test_predictor_acts_on_the_prediction_side_only():
-  task = pretrain_testing.tiny_task(max_predictions_per_seq=6,
-                                    max_cpc_sentences=1,
-                                    cpc_max_sentence_len=8,
-                                    cpc_predictor=True)
+  task = pretrain_testing.tiny_task(
+      masking_fields=dict(max_predictions_per_seq=6, max_cpc_sentences=1,
+                          cpc_max_sentence_len=8),
+      cpc_fields=dict(predictor=True))
   model = task.build_model()
   x = tf.random.stateless_normal([3, 32], [1, 2])
   # CPC's bilinear score starts as the symmetric one: the predictor is the
@@ -328,10 +328,10 @@ def test_predictor_acts_on_the_prediction_side_only():
 
 
 def test_stop_gradient_and_projection_options():
-  task = pretrain_testing.tiny_task(max_predictions_per_seq=6,
-                                    max_cpc_sentences=1,
-                                    cpc_max_sentence_len=8,
-                                    cpc_projection="mlp")
+  task = pretrain_testing.tiny_task(
+      masking_fields=dict(max_predictions_per_seq=6, max_cpc_sentences=1,
+                          cpc_max_sentence_len=8),
+      cpc_fields=dict(projection="mlp"))
   model = task.build_model()
   assert len(model.cpc_projection) == 2
   stored = pretrain_testing.hand_batch()
@@ -355,9 +355,9 @@ def test_stop_gradient_and_projection_options():
   # prediction pass's gradient, a different one.
   assert prediction_only and len(prediction_only) == len(both)
   assert any(not np.allclose(a, b) for a, b in zip(both, prediction_only))
-  for bad in (dict(cpc_projection="deep"), dict(cpc_temperature=0.0)):
+  for bad in (dict(projection="deep"), dict(temperature=0.0)):
     with pytest.raises(UserInputError):
-      pretrain_testing.tiny_task(**bad).build_model()
+      pretrain_testing.tiny_task(cpc_fields=bad).build_model()
 
 
 def _write_head(prefix, tensors):
@@ -422,8 +422,9 @@ def test_mlm_head_from_a_lifted_init_checkpoint(tmp_path):
     # The task reads the trainer's init_checkpoint from gin.
     gin.bind_parameter(f"{experiment.TrainerConfig.__name__}"
                        ".init_checkpoint", prefix)
-    task = pretrain_testing.tiny_task(model_config=lifted.config,
-                                      max_predictions_per_seq=6)
+    task = pretrain_testing.tiny_task(
+        masking_fields=dict(max_predictions_per_seq=6),
+        model_config=lifted.config)
     model = task.build_model()
   finally:
     gin.clear_config()

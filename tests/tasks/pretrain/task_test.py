@@ -1,16 +1,22 @@
 """Tests for tasks.pretrain.task: the loss weighting, the metrics, the
 per-example outputs (chance and the length-only baseline by hand), the
 input pipeline's masks (new per batch, fixed for evaluation, reproducible
-given the seed), and the settings read from the preprocessing stats."""
+given the seed), the settings read from the preprocessing stats, and the
+masking and CPC head configs bound in gin."""
 
 import json
 
+import gin
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from etc_realformer.errors import UserInputError
+from etc_realformer.training import task as task_lib
+from tasks import run
+from tasks.pretrain import head
 from tasks.pretrain import masking
+from tasks.pretrain import task as pretrain_task
 import pretrain_testing
 
 
@@ -132,11 +138,11 @@ def _batches(task, mode, n=3):
 def test_inputs_masked_per_batch_reproducibly(tiny_data):
   def make(seed):
     return pretrain_testing.tiny_task(
+        masking_fields=dict(max_predictions_per_seq=12, max_cpc_sentences=2,
+                            cpc_max_sentence_len=16),
         train_input=f"{tiny_data['data']}/train-*.tfrecord",
         eval_input=f"{tiny_data['data']}/eval-*.tfrecord",
-        train_stats_file=tiny_data["stats"], seed=seed,
-        max_predictions_per_seq=12, max_cpc_sentences=2,
-        cpc_max_sentence_len=16)
+        train_stats_file=tiny_data["stats"], seed=seed)
 
   task = make(5)
   first = _batches(task, "train")
@@ -183,3 +189,50 @@ def test_serve_examples_scores_what_evaluation_scores(tiny_data):
   assert sorted(served) == ["cpc_predictions", "mlm_predictions"]
   for key in served:
     np.testing.assert_array_equal(served[key].numpy(), direct[key].numpy())
+
+
+def test_gin_binds_the_masking_and_cpc_head_configs_whole():
+  run.register_tasks()
+  gin.clear_config()
+  try:
+    run.parse_gin(["tasks/pretrain.gin"], [
+        "etc_config.vocab_size = 120",
+        "PretrainTask.long_seq_len = 64",
+        "PretrainTask.mask_token_id = 14",
+        "PretrainTask.no_mask_token_ids = [0, 12]",
+        "MaskingConfig.max_predictions_per_seq = 7",
+        "MaskingConfig.cpc_negatives = 2",
+        "CpcHeadConfig.temperature = 0.3",
+        "CpcHeadConfig.projection = 'mlp'"])
+    task = task_lib.task_class()()
+  finally:
+    gin.clear_config()
+  assert type(task) is pretrain_task.PretrainTask
+  # The gin file's choices and the bindings, with the task's vocabulary
+  # facts; cpc_max_sentence_len (64 in the gin file) capped at the long
+  # input.
+  assert task.masking == masking.MaskingConfig(
+      vocab_size=120, mask_token_id=14, no_mask_token_ids=(0, 12),
+      masking_rate=0.15, max_predictions_per_seq=7, mask_token_prob=0.8,
+      random_token_prob=0.1, cpc_sentence_rate=0.1, max_cpc_sentences=16,
+      cpc_max_sentence_len=64, cpc_min_sentence_len=2, cpc_negatives=2)
+  assert task.eval_masking.cpc_negatives == 0
+  assert task.cpc_head == head.CpcHeadConfig(projection="mlp",
+                                             temperature=0.3)
+
+
+def test_gin_may_not_bind_the_vocabulary_facts_on_the_masking_config():
+  run.register_tasks()
+  gin.clear_config()
+  try:
+    with pytest.raises(UserInputError, match="mask_token_id"):
+      run.parse_gin(["tasks/pretrain.gin"],
+                    ["MaskingConfig.mask_token_id = 3"])
+  finally:
+    gin.clear_config()
+
+
+def test_cpc_sentences_capped_at_the_long_input():
+  task = pretrain_testing.tiny_task(
+      masking_fields=dict(cpc_max_sentence_len=pretrain_testing.LONG + 9))
+  assert task.masking.cpc_max_sentence_len == pretrain_testing.LONG
