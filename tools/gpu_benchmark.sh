@@ -14,7 +14,17 @@
 # (seconds per module, default 300), PEER_SHAPES (L:G:batch,... for the
 # peers), PROFILE_MODULES (names of module folders under DIR to run once
 # more, last, with `xla_runner --profile`: device time per kernel).
+#
+# What runs there, from the checkout (none of it imports TensorFlow):
+# tools/__init__.py, timing.py, xla_runner.py with hlo_text_stats.py (what
+# a module writes) and kernel_trace.py (the profiler's kernels), and
+# gpu_peers.py; a copy of the harness without the checkout needs them all.
 set -u
+# A partial copy fails here, once, not on every module.
+python -c "import tools.xla_runner" || {
+  echo "tools.xla_runner does not import: ship tools/{__init__,timing,xla_runner,hlo_text_stats,kernel_trace}.py" >&2
+  exit 2
+}
 dir=${1:-gpu_modules}
 models=bert_sdpa
 if [ "${2:-}" = "--all" ]; then models=bigbird,longformer,bert_sdpa; fi
