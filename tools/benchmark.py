@@ -43,10 +43,19 @@ A run that exceeds `--timeout_per_run` or `--max_rss_gib` (the parent polls
 the child's RSS), or that dies (e.g. the kernel's OOM killer) or raises, is
 killed if needed and recorded with its `status`; the sweep goes on.
 
+Each measurement is a `tools.benchmark_spec.Spec`: the run's own settings
+(kind, pass, lengths, batch, precision, XLA, inputs, protocol), the
+`EtcConfig` fields the flags set and the `ExecutionConfig` fields they
+sweep. Its variant name (one plot line) says what differs from the
+defaults, e.g. `sparse-res-bf16-xla-recatt-G=256`.
+
 Output: a table on stdout, one JSON object per measurement appended to
-`--output_jsonl`, a log-log PNG (`--plot`), and the log-log slope of time and
-memory between consecutive lengths per variant (see `tools/benchmark_plot.py`,
-which also re-plots a JSONL file on its own). This file imports no TensorFlow.
+`--output_jsonl` (the run's fields at the top level, `etc_config` and
+`execution`, the measured fields, the machine and the command), a log-log
+PNG (`--plot`), and the log-log slope of time and memory between
+consecutive lengths per variant (see `tools/benchmark_plot.py`, which also
+re-plots a JSONL file on its own, earlier records included). This file
+imports no TensorFlow.
 """
 
 import argparse
@@ -62,20 +71,21 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 from tools import benchmark_plot
+from tools import benchmark_spec
+from tools.benchmark_spec import RunSpec, Spec, variant_name
 
-SCHEMA_VERSION = 1
+# 2: the spec's EtcConfig and ExecutionConfig fields under `etc_config` and
+# `execution` (1: `model`, `impl`, `residual`, ... at the top level, and a
+# `dropout` that no run read). Both plot alike (`tools.benchmark_plot`).
+SCHEMA_VERSION = 2
 GIB = float(1 << 30)
-DTYPES = ("float32", "mixed_bfloat16", "mixed_float16")
-IMPLS = ("sparse", "full")
+DTYPES = benchmark_spec.DTYPES
+IMPLS = benchmark_spec.ATT_IMPLEMENTATIONS
+# The encoder's passes (the training modes run "train_step").
 PASSES = ("fwd", "fwd_bwd")
-# ExecutionConfig.softmax_dtype's values (this process does not import
-# TensorFlow, which the package's __init__ would).
-SOFTMAX_DTYPES = ("float32", "compute")
-STREAM_DTYPES = ("float32", "compute")
-DROPOUT_RNGS = ("philox", "hash")
 # Lengths the benchmark of record is meant for (others run, with a note).
 RECORD_LENGTHS = (1024, 16384)
 RECORD_MIN_REPEATS = 5
@@ -112,6 +122,29 @@ def _choices(allowed: Sequence[str]):
   return parse
 
 
+def _chunk_lens(value: str) -> List[Any]:
+  """Chunk lengths: integers, -1 or "auto" for ExecutionConfig's "auto"."""
+  return ["auto" if v in ("-1", "auto") else int(v) for v in _csv(value)]
+
+
+# The flags of the swept ExecutionConfig fields besides the attention path
+# (--impls): each named as its field, a comma list of values (default: the
+# field's default, `benchmark_spec.EXECUTION_AXES`), crossed in this order.
+_EXECUTION_FLAGS: Dict[str, Any] = {
+    "recompute_attention": (_on_off, "on, off or both"),
+    "attention_chunk_len": (
+        _chunk_lens, "queries per chunk of the sparse attention core; 0 = "
+        "unchunked; -1 or auto = the default, 'auto'"),
+    "recompute_residual_streams": (_on_off, "on, off or both"),
+    "softmax_dtype": (_choices(benchmark_spec.SOFTMAX_DTYPES),
+                      "mixed precision: float32, compute or both"),
+    "stream_dtype": (_choices(benchmark_spec.STREAM_DTYPES),
+                     "mixed precision: float32, compute or both"),
+    "dropout_rng": (_choices(benchmark_spec.DROPOUT_RNGS),
+                    "philox, hash or both"),
+}
+
+
 def _mem_total_gib() -> Optional[float]:
   try:
     with open("/proc/meminfo", "r") as f:
@@ -123,12 +156,7 @@ def _mem_total_gib() -> Optional[float]:
   return None
 
 
-def build_parser() -> argparse.ArgumentParser:
-  """The command-line flags (comma lists for every axis)."""
-  p = argparse.ArgumentParser(
-      prog="python -m tools.benchmark",
-      description="ETC-RealFormer encoder benchmark (see module docstring).")
-  a = p.add_argument
+def _mode_flags(a: Callable[..., Any]) -> None:
   a("--mode", choices=("encoder", "matmul_floor", "finetune", "pretrain",
                       "xla_export"),
     default="encoder",
@@ -145,7 +173,11 @@ def build_parser() -> argparse.ArgumentParser:
   a("--xla_weights", type=_on_off, default=[True],
     help="--mode=xla_export: store the variables' values (off: the runner "
     "draws random ones of their shapes; small exports for timing)")
-  # Axes.
+
+
+def _axis_flags(a: Callable[..., Any]) -> None:
+  """The swept axes: lengths, precision, the attention path and the
+  ExecutionConfig fields."""
   a("--lengths", type=_csv_ints, default=[1024, 2048, 4096, 8192, 16384],
     help="long lengths L (comma list)")
   a("--global_len", default="ratio",
@@ -153,30 +185,22 @@ def build_parser() -> argparse.ArgumentParser:
     "a fixed G, e.g. 256")
   a("--global_ratio", type=int, default=16)
   a("--impls", type=_choices(IMPLS), default=["sparse"],
-    help="attention paths: sparse, full")
+    help="attention paths (ExecutionConfig.att_implementation): sparse, full")
   a("--residual", type=_on_off, default=[True],
     help="residual (RealFormer) attention: on, off")
   a("--dtypes", type=_choices(DTYPES), default=["float32"])
   a("--xla", type=_on_off, default=[False], help="jit_compile: on, off")
   a("--grad_checkpointing", type=_csv_ints, default=[0],
     help="EtcConfig.grad_checkpointing_period values (0 = off)")
-  a("--recompute_attention", type=_on_off, default=[False],
-    help="ExecutionConfig.recompute_attention: on, off or both")
-  a("--recompute_residual_streams", type=_on_off, default=[False],
-    help="ExecutionConfig.recompute_residual_streams: on, off or both")
-  a("--softmax_dtype", type=_choices(SOFTMAX_DTYPES), default=["float32"],
-    help="ExecutionConfig.softmax_dtype (mixed precision): float32, "
-    "compute or both")
-  a("--stream_dtype", type=_choices(STREAM_DTYPES), default=["float32"],
-    help="ExecutionConfig.stream_dtype (mixed precision): float32, "
-    "compute or both")
-  a("--dropout_rng", type=_choices(DROPOUT_RNGS), default=["philox"],
-    help="ExecutionConfig.dropout_rng: philox, hash or both")
-  a("--attention_chunk_len", type=_csv_ints, default=[-1],
-    help="ExecutionConfig.attention_chunk_len values (queries per chunk of "
-    "the sparse attention core; 0 = unchunked; -1 = the default, 'auto')")
+  for field, (parse, values) in _EXECUTION_FLAGS.items():
+    a(f"--{field}", type=parse,
+      default=[benchmark_spec.EXECUTION_AXES[field].default],
+      help=f"ExecutionConfig.{field}: {values}")
   a("--passes", type=_choices(PASSES), default=list(PASSES))
-  # Model.
+
+
+def _model_flags(a: Callable[..., Any]) -> None:
+  """The EtcConfig sizes, and the random inputs."""
   a("--num_layers", type=int, default=2)
   a("--batch_size", type=int, default=1)
   a("--hidden_size", type=int, default=768)
@@ -186,13 +210,15 @@ def build_parser() -> argparse.ArgumentParser:
   a("--relative_pos_max_distance", type=int, default=12)
   a("--relative_vocab_size", type=int, default=32)
   a("--vocab_size", type=int, default=30522)
-  # Inputs.
   a("--tokens_per_sentence", type=int, default=16,
     help="long tokens per sentence (sentence_ids = i // this, clipped)")
   a("--pad_fraction", type=float, default=0.0,
     help="fraction of each row's long tokens that are padding")
   a("--seed", type=int, default=0)
-  # Protocol.
+
+
+def _protocol_flags(a: Callable[..., Any]) -> None:
+  """Timing, the guards, and the training modes' sizes."""
   a("--repeats", type=int, default=RECORD_MIN_REPEATS,
     help="timed calls after warm-up (median of these)")
   a("--warmup", type=int, default=2,
@@ -203,7 +229,6 @@ def build_parser() -> argparse.ArgumentParser:
     help="kill a measurement whose RSS exceeds this (default: 85%% of RAM)")
   a("--intra_op_threads", type=int, default=0, help="0 = TF default")
   a("--inter_op_threads", type=int, default=0, help="0 = TF default")
-  # Fine-tuning and pre-training throughput.
   a("--finetune_dtypes", type=_choices(DTYPES),
     default=["float32", "mixed_bfloat16"],
     help="--mode=finetune and --mode=pretrain: precisions")
@@ -213,7 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
   a("--finetune_layers", type=int, default=None,
     help="encoder layers for --mode=finetune / pretrain (default: "
     "--num_layers)")
-  # Output.
+
+
+def _output_flags(a: Callable[..., Any]) -> None:
   a("--output_jsonl", default=None, help="append one JSON line per run")
   a("--plot", default=None, help="write a log-log PNG here")
   a("--label", default="", help="free text stored in every record")
@@ -222,6 +249,16 @@ def build_parser() -> argparse.ArgumentParser:
   # Test hooks (hidden): make chosen runs fail or hang.
   a("--_fail_lengths", type=_csv_ints, default=[], help=argparse.SUPPRESS)
   a("--_sleep_lengths", type=_csv_ints, default=[], help=argparse.SUPPRESS)
+
+
+def build_parser() -> argparse.ArgumentParser:
+  """The command-line flags (comma lists for every axis)."""
+  p = argparse.ArgumentParser(
+      prog="python -m tools.benchmark",
+      description="ETC-RealFormer encoder benchmark (see module docstring).")
+  for add in (_mode_flags, _axis_flags, _model_flags, _protocol_flags,
+              _output_flags):
+    add(p.add_argument)
   return p
 
 
@@ -277,122 +314,112 @@ def _global_len(args: argparse.Namespace, long_len: int) -> int:
   return int(args.global_len)
 
 
-def _model_spec(args: argparse.Namespace, num_layers: int) -> Dict[str, Any]:
+def _global_len_mode(args: argparse.Namespace) -> str:
+  return (f"L/{args.global_ratio}" if args.global_len == "ratio"
+          else str(int(args.global_len)))
+
+
+def _etc_config(args: argparse.Namespace, num_layers: int, residual: bool,
+                period: int) -> Dict[str, Any]:
+  """The EtcConfig fields of a spec (the rest: EtcConfig's defaults)."""
   return {"vocab_size": args.vocab_size, "hidden_size": args.hidden_size,
-          "num_layers": num_layers, "num_heads": args.num_heads,
+          "num_hidden_layers": num_layers,
+          "num_attention_heads": args.num_heads,
           "intermediate_size": args.intermediate_size,
           "local_radius": args.local_radius,
           "relative_pos_max_distance": args.relative_pos_max_distance,
-          "relative_vocab_size": args.relative_vocab_size}
+          "relative_vocab_size": args.relative_vocab_size,
+          "residual_attention": residual,
+          "grad_checkpointing_period": period}
 
 
-def variant_name(spec: Dict[str, Any]) -> str:
-  """A short name for everything but the length (one plot line each)."""
-  dtype = {"float32": "f32", "mixed_bfloat16": "bf16",
-           "mixed_float16": "f16"}[spec["dtype"]]
-  parts = {"encoder": [spec["impl"]], "matmul_floor": ["floor", spec["impl"]],
-           "finetune": ["wikihop"], "pretrain": ["pretrain"],
-           "xla_export": ["export", spec["impl"]]}[spec["kind"]]
-  parts += ["res" if spec["residual"] else "nores", dtype]
-  if spec["xla"]:
-    parts.append("xla")
-  if spec["grad_checkpointing_period"]:
-    parts.append(f"ckpt{spec['grad_checkpointing_period']}")
-  if spec.get("recompute_attention"):
-    parts.append("recatt")
-  if spec.get("recompute_residual_streams"):
-    parts.append("recstreams")
-  if spec.get("softmax_dtype", "float32") != "float32":
-    parts.append(f"smx{spec['softmax_dtype']}")
-  if spec.get("stream_dtype", "float32") != "float32":
-    parts.append(f"str{spec['stream_dtype']}")
-  if spec.get("dropout_rng", "philox") != "philox":
-    parts.append(f"rng{spec['dropout_rng']}")
-  if spec.get("attention_chunk_len", -1) >= 0:
-    parts.append(f"chunk{spec['attention_chunk_len']}")
-  if spec["kind"] not in ("finetune", "pretrain"):
-    parts.append(f"G={spec['global_len_mode']}")
-  return "-".join(parts)
+def _run_spec(args: argparse.Namespace, **fields) -> RunSpec:
+  """A RunSpec with the protocol of the flags (seed, warm-up, repeats,
+  threads, the test hooks at their lengths)."""
+  long_len = fields["long_len"]
+  return RunSpec(
+      seed=args.seed, warmup=args.warmup, repeats=args.repeats,
+      batch_size=args.batch_size,
+      tokens_per_sentence=args.tokens_per_sentence,
+      intra_op_threads=args.intra_op_threads,
+      inter_op_threads=args.inter_op_threads,
+      fail_for_test=long_len in args._fail_lengths,  # pylint: disable=protected-access
+      sleep_for_test=3600 if long_len in args._sleep_lengths else 0,  # pylint: disable=protected-access
+      **fields)
 
 
-def encoder_specs(args: argparse.Namespace) -> Iterator[Dict[str, Any]]:
+def encoder_specs(args: argparse.Namespace) -> Iterator[Spec]:
   """One spec per (variant, length, pass), lengths innermost per variant
-  (kind "encoder", or "matmul_floor" with --mode=matmul_floor)."""
+  (kind "encoder", or "matmul_floor" / "xla_export" with that --mode)."""
   kind = args.mode if args.mode in ("matmul_floor", "xla_export") else (
       "encoder")
-  g_mode = (f"L/{args.global_ratio}" if args.global_len == "ratio"
-            else str(int(args.global_len)))
-  for impl in args.impls:
-    for residual in args.residual:
-      for dtype in args.dtypes:
-        for xla in args.xla:
-          for period, recompute, chunk, streams, smx, sdt, rng in (
-              itertools.product(
-                  args.grad_checkpointing, args.recompute_attention,
-                  args.attention_chunk_len, args.recompute_residual_streams,
-                  args.softmax_dtype, args.stream_dtype, args.dropout_rng)):
-            for pass_ in args.passes:
-              for long_len in args.lengths:
-                yield {
-                    "kind": kind, "impl": impl, "residual": residual,
-                    "dtype": dtype, "xla": xla,
-                    "grad_checkpointing_period": period,
-                    "recompute_attention": recompute,
-                    "attention_chunk_len": chunk,
-                    "recompute_residual_streams": streams,
-                    "softmax_dtype": smx, "stream_dtype": sdt,
-                    "dropout_rng": rng, "pass": pass_,
-                    "training": pass_ == "fwd_bwd",
-                    "dropout": 0.1 if pass_ == "fwd_bwd" else 0.0,
-                    "long_len": long_len,
-                    "global_len": _global_len(args, long_len),
-                    "global_len_mode": g_mode,
-                    "batch_size": args.batch_size,
-                    "tokens_per_sentence": args.tokens_per_sentence,
-                    "pad_fraction": args.pad_fraction,
-                    "model": _model_spec(args, args.num_layers),
-                }
+  fields = list(_EXECUTION_FLAGS)
+  for impl, residual, dtype, xla, period, *values in itertools.product(
+      args.impls, args.residual, args.dtypes, args.xla,
+      args.grad_checkpointing, *[getattr(args, f) for f in fields]):
+    execution = {"att_implementation": impl, **dict(zip(fields, values))}
+    etc_config = _etc_config(args, args.num_layers, residual, period)
+    for pass_ in args.passes:
+      for long_len in args.lengths:
+        run = _run_spec(args, kind=kind, pass_=pass_, long_len=long_len,
+                        global_len=_global_len(args, long_len),
+                        global_len_mode=_global_len_mode(args),
+                        dtype=dtype, xla=xla,
+                        pad_fraction=args.pad_fraction)
+        yield Spec(run, etc_config, execution)
 
 
-def training_specs(args: argparse.Namespace) -> Iterator[Dict[str, Any]]:
+def training_specs(args: argparse.Namespace) -> Iterator[Spec]:
   """One spec per variant of a training step (--mode=finetune: WikiHop at
   L / --finetune_global_len; --mode=pretrain: G = one token per sentence,
-  L / --global_ratio)."""
+  L / --global_ratio); the attention path is "auto"."""
   layers = args.finetune_layers or args.num_layers
   long_len = args.finetune_long_len
   if args.mode == "pretrain":
     global_len = _global_len(args, long_len)
-    g_mode = (f"L/{args.global_ratio}" if args.global_len == "ratio"
-              else str(global_len))
+    g_mode = _global_len_mode(args)
   else:
     global_len = args.finetune_global_len
     g_mode = str(global_len)
-  for residual in args.residual:
-    for dtype in args.finetune_dtypes:
-      for xla in args.xla:
-        for period in args.grad_checkpointing:
-          spec = {
-              "kind": args.mode, "impl": "auto", "residual": residual,
-              "dtype": dtype, "xla": xla,
-              "grad_checkpointing_period": period, "pass": "train_step",
-              "training": True, "dropout": 0.1,
-              "long_len": long_len, "global_len": global_len,
-              "global_len_mode": g_mode,
-              "batch_size": args.batch_size,
-              "tokens_per_sentence": args.tokens_per_sentence,
-              "model": _model_spec(args, layers),
-          }
-          if args.mode == "pretrain" and args.export_dir:
-            spec["export_dir"] = os.path.abspath(os.path.join(
-                args.export_dir,
-                f"{variant_name(spec)}-L{long_len}-train_step"))
-            spec["xla_weights"] = args.xla_weights[0]
-            spec["xla_reference"] = args.xla_reference[0]
-          yield spec
+  for residual, dtype, xla, period in itertools.product(
+      args.residual, args.finetune_dtypes, args.xla,
+      args.grad_checkpointing):
+    spec = Spec(
+        _run_spec(args, kind=args.mode, pass_="train_step",
+                  long_len=long_len, global_len=global_len,
+                  global_len_mode=g_mode, dtype=dtype, xla=xla),
+        _etc_config(args, layers, residual, period),
+        {"att_implementation": "auto"})
+    if args.mode == "pretrain" and args.export_dir:
+      spec = spec.replace_run(
+          export_dir=os.path.abspath(os.path.join(
+              args.export_dir,
+              f"{variant_name(spec)}-L{long_len}-train_step")),
+          xla_weights=args.xla_weights[0],
+          xla_reference=args.xla_reference[0])
+    yield spec
+
+
+def export_specs(args: argparse.Namespace) -> List[Spec]:
+  """--mode=xla_export: the encoder specs, with XLA on (the module is the
+  jit_compile one), each exported to its own directory."""
+  if not args.export_dir:
+    raise SystemExit("--mode=xla_export needs --export_dir")
+  specs = []
+  for spec in encoder_specs(args):
+    spec = spec.replace_run(xla=True)
+    specs.append(spec.replace_run(
+        export_dir=os.path.abspath(os.path.join(
+            args.export_dir,
+            f"{variant_name(spec).replace('/', '_')}-L{spec.run.long_len}-"
+            f"{spec.run.pass_}")),
+        xla_reference=args.xla_reference[0],
+        xla_weights=args.xla_weights[0]))
+  return specs
 
 
 # --------------------------------------------------------------------- runs
-def run_one(spec: Dict[str, Any], timeout_s: float,
+def run_one(spec: Spec, timeout_s: float,
             max_rss_gib: Optional[float]) -> Dict[str, Any]:
   """Runs one measurement in a fresh process; never raises for its failure.
 
@@ -405,7 +432,7 @@ def run_one(spec: Dict[str, Any], timeout_s: float,
   with tempfile.TemporaryDirectory(prefix="etc_bench_") as tmp:
     result_path = os.path.join(tmp, "result.json")
     cmd = [sys.executable, "-m", "tools.benchmark_worker",
-           "--spec", json.dumps(spec), "--result", result_path]
+           "--spec", spec.to_json(), "--result", result_path]
     out_path = os.path.join(tmp, "stdout_stderr.txt")
     repo_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ)
@@ -457,27 +484,24 @@ def run_one(spec: Dict[str, Any], timeout_s: float,
     return record
 
 
-def make_record(spec: Dict[str, Any], result: Dict[str, Any],
-                args: argparse.Namespace, machine: Dict[str, Any]
-                ) -> Dict[str, Any]:
-  """The JSONL record: spec, outcome and context of one measurement."""
+def make_record(spec: Spec, result: Dict[str, Any],
+                args: argparse.Namespace, machine: Dict[str, Any],
+                load_avg: Optional[List[float]] = None) -> Dict[str, Any]:
+  """The JSONL record: spec (`Spec.record_fields`), outcome and context of
+  one measurement (`load_avg`: the load before it ran)."""
   record = {"schema_version": SCHEMA_VERSION,
-            "record_type": spec["kind"],
+            "record_type": spec.run.kind,
             "timestamp": datetime.datetime.now(
                 datetime.timezone.utc).isoformat(timespec="seconds"),
             "variant": variant_name(spec), "label": args.label}
-  record.update({k: v for k, v in spec.items()
-                 if not k.startswith(("fail_for", "sleep_for"))})
-  if spec.get("fail_for_test") or spec.get("sleep_for_test"):
+  record.update(spec.record_fields())
+  if spec.run.fail_for_test or spec.run.sleep_for_test:
     record["injected_failure"] = True  # A test hook, not a real outcome.
   record.update(result)
-  record["repeats"] = args.repeats
-  record["warmup"] = args.warmup
   record["meets_record_protocol"] = (
-      args.repeats >= RECORD_MIN_REPEATS and
-      RECORD_LENGTHS[0] <= spec["long_len"] <= RECORD_LENGTHS[1])
-  record["load_avg_before"] = spec.get("_load_avg")
-  record.pop("_load_avg", None)
+      spec.run.repeats >= RECORD_MIN_REPEATS and
+      RECORD_LENGTHS[0] <= spec.run.long_len <= RECORD_LENGTHS[1])
+  record["load_avg_before"] = load_avg
   record["machine"] = machine
   record["command"] = " ".join(
       shlex.quote(a) for a in ["python", "-m", "tools.benchmark"] + args.argv)
@@ -552,23 +576,16 @@ def main(argv: Optional[List[str]] = None) -> List[Dict[str, Any]]:
   if max_rss is None and _mem_total_gib():
     max_rss = 0.85 * _mem_total_gib()
   machine = machine_info()
-  specs = list(training_specs(args) if args.mode in ("finetune", "pretrain")
-               else encoder_specs(args))
-  if args.mode == "xla_export":
-    if not args.export_dir:
-      raise SystemExit("--mode=xla_export needs --export_dir")
-    for spec in specs:
-      spec["xla"] = True  # the module is the jit_compile one
-      spec["export_dir"] = os.path.abspath(os.path.join(
-          args.export_dir,
-          f"{variant_name(spec).replace('/', '_')}-L{spec['long_len']}-"
-          f"{spec['pass']}"))
-      spec["xla_reference"] = args.xla_reference[0]
-      spec["xla_weights"] = args.xla_weights[0]
+  if args.mode in benchmark_spec.TRAINING_KINDS:
+    specs = list(training_specs(args))
+  elif args.mode == "xla_export":
+    specs = export_specs(args)
+  else:
+    specs = list(encoder_specs(args))
   print(f"# {len(specs)} measurements, each in its own process; "
         f"median of {args.repeats} calls after {args.warmup} warm-up; "
         f"fwd: training=False (no dropout); fwd_bwd / train_step: "
-        f"training=True (dropout 0.1); guard {_fmt(max_rss, 1)} GiB, "
+        f"training=True (EtcConfig's dropout); guard {_fmt(max_rss, 1)} GiB, "
         f"timeout {args.timeout_per_run:g} s", flush=True)
   if args.repeats < RECORD_MIN_REPEATS:
     print(f"# note: --repeats={args.repeats} < {RECORD_MIN_REPEATS}: not a "
@@ -576,19 +593,9 @@ def main(argv: Optional[List[str]] = None) -> List[Dict[str, Any]]:
   print(TABLE_HEADER, flush=True)
   records = []
   for spec in specs:
-    spec["seed"] = args.seed
-    for key in ("intra_op_threads", "inter_op_threads"):
-      if getattr(args, key):
-        spec[key] = getattr(args, key)
-    spec["warmup"], spec["repeats"] = args.warmup, args.repeats
-    if spec["long_len"] in args._fail_lengths:  # pylint: disable=protected-access
-      spec["fail_for_test"] = True
-    if spec["long_len"] in args._sleep_lengths:  # pylint: disable=protected-access
-      spec["sleep_for_test"] = 3600
-    spec["_load_avg"] = _load_avg()
-    worker_spec = {k: v for k, v in spec.items() if k != "_load_avg"}
-    result = run_one(worker_spec, args.timeout_per_run, max_rss)
-    record = make_record(spec, result, args, machine)
+    load_avg = _load_avg()
+    result = run_one(spec, args.timeout_per_run, max_rss)
+    record = make_record(spec, result, args, machine, load_avg)
     records.append(record)
     print(table_row(record), flush=True)
     if record["status"] != "ok":

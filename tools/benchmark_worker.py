@@ -1,11 +1,13 @@
 """One benchmark measurement, run in a process of its own.
 
-    python -m tools.benchmark_worker --spec='{"kind": "encoder", ...}' \
-        --result=/tmp/result.json
+    python -m tools.benchmark_worker --spec='{"run": {"kind": "encoder", ...},
+        "etc_config": {...}, "execution": {...}}' --result=/tmp/result.json
 
 Started by `tools.benchmark` (one process per measurement, so that the peak
-resident memory belongs to that measurement alone). It imports TensorFlow,
-builds the model and inputs, runs the step inside `tf.function` (optionally
+resident memory belongs to that measurement alone). `--spec` is a
+`tools.benchmark_spec.Spec` as JSON: the run's settings and the fields of
+`EtcConfig` and `ExecutionConfig` (the rest are their defaults). It imports
+TensorFlow, builds the model and inputs, runs the step inside `tf.function` (optionally
 `jit_compile`), warms up, times `repeats` calls one by one, and writes one JSON
 object to `--result`. Kinds of measurement:
 
@@ -29,6 +31,7 @@ object to `--result`. Kinds of measurement:
 """
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -39,6 +42,7 @@ from typing import Any, Dict, List, Optional
 
 from tools import matmul_floor
 from tools import xla_export
+from tools.benchmark_spec import Spec
 from tools.timing import time_calls
 
 # Quiet TF before it is imported; the parent reads our stderr on failure only.
@@ -187,47 +191,25 @@ def wikihop_raw_features(long_len: int, global_len: int, batch: int,
 
 
 # ------------------------------------------------------------------- timing
-def _setup_tf(spec: Dict[str, Any]):
+def _setup_tf(spec: Spec):
   """Imports TF, sets threads and the precision policy; returns (tf, keras)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tf_keras  # pylint: disable=g-import-not-at-top
-  if spec.get("intra_op_threads"):
+  if spec.run.intra_op_threads:
     tf.config.threading.set_intra_op_parallelism_threads(
-        spec["intra_op_threads"])
-  if spec.get("inter_op_threads"):
+        spec.run.intra_op_threads)
+  if spec.run.inter_op_threads:
     tf.config.threading.set_inter_op_parallelism_threads(
-        spec["inter_op_threads"])
-  tf.random.set_seed(spec.get("seed", 0))
-  tf_keras.mixed_precision.set_global_policy(spec["dtype"])
+        spec.run.inter_op_threads)
+  tf.random.set_seed(spec.run.seed)
+  tf_keras.mixed_precision.set_global_policy(spec.run.dtype)
   return tf, tf_keras
 
 
-def _model(spec: Dict[str, Any]):
-  """(EtcConfig, ExecutionConfig) of a spec."""
+def _model(spec: Spec):
+  """(EtcConfig, ExecutionConfig) of a spec: its fields, the rest default."""
   from etc_realformer import EtcConfig, ExecutionConfig  # pylint: disable=g-import-not-at-top
-  m = spec["model"]
-  # -1 (or absent): the ExecutionConfig default.
-  chunk = spec.get("attention_chunk_len", -1)
-  extra = {"attention_chunk_len": chunk} if chunk >= 0 else {}
-  config = EtcConfig(
-      vocab_size=m["vocab_size"], hidden_size=m["hidden_size"],
-      num_hidden_layers=m["num_layers"],
-      num_attention_heads=m["num_heads"],
-      intermediate_size=m["intermediate_size"],
-      local_radius=m["local_radius"],
-      relative_pos_max_distance=m["relative_pos_max_distance"],
-      relative_vocab_size=m["relative_vocab_size"],
-      residual_attention=spec["residual"],
-      grad_checkpointing_period=spec["grad_checkpointing_period"])
-  execution = ExecutionConfig(
-      recompute_attention=spec.get("recompute_attention", False),
-      recompute_residual_streams=spec.get("recompute_residual_streams",
-                                          False),
-      att_implementation=spec.get("impl", "auto"),
-      softmax_dtype=spec.get("softmax_dtype", "float32"),
-      stream_dtype=spec.get("stream_dtype", "float32"),
-      dropout_rng=spec.get("dropout_rng", "philox"), **extra)
-  return config, execution
+  return EtcConfig(**spec.etc_config), ExecutionConfig(**spec.execution)
 
 
 def reset_allocator_peak(tf) -> None:
@@ -248,8 +230,8 @@ def allocator_peak(tf) -> Dict[str, float]:
 
 
 # ------------------------------------------------------------------ encoder
-def _encoder_step(spec: Dict[str, Any], out: Dict[str, Any]):
-  """Builds the encoder, its inputs and the step of `spec["pass"]`.
+def _encoder_step(spec: Spec, out: Dict[str, Any]):
+  """Builds the encoder, its inputs and the step of `spec.run.pass_`.
 
   Returns:
     (tf, step_fn: the `tf.function` of one step, features).
@@ -262,7 +244,7 @@ def _encoder_step(spec: Dict[str, Any], out: Dict[str, Any]):
 
   cfg, execution = _model(spec)
   # What "auto" (or an explicit value) means at this length: 0 = one piece.
-  out["chunk_len_used"] = execution.chunk_len_for(spec["long_len"])
+  out["chunk_len_used"] = execution.chunk_len_for(spec.run.long_len)
   model = EtcModel(cfg, execution)
   model.build()
   out["_model"] = model
@@ -272,11 +254,11 @@ def _encoder_step(spec: Dict[str, Any], out: Dict[str, Any]):
   out["baseline_rss_gib"] = rss_gib()
   out["import_and_build_s"] = time.perf_counter() - t0
 
-  raw = global_local_inputs(spec["long_len"], spec["global_len"],
-                            spec["batch_size"], cfg.vocab_size,
+  raw = global_local_inputs(spec.run.long_len, spec.run.global_len,
+                            spec.run.batch_size, cfg.vocab_size,
                             cfg.segment_vocab_size,
-                            spec["tokens_per_sentence"],
-                            spec["pad_fraction"], spec.get("seed", 0))
+                            spec.run.tokens_per_sentence,
+                            spec.run.pad_fraction, spec.run.seed)
   side = make_global_local_side_inputs(
       raw["long_breakpoints"], raw["global_breakpoints"],
       raw["sentence_ids"], local_radius=cfg.local_radius,
@@ -286,10 +268,10 @@ def _encoder_step(spec: Dict[str, Any], out: Dict[str, Any]):
   features.update({k: v for k, v in side.items() if v is not None})
   out["rss_after_inputs_gib"] = rss_gib()
 
-  impl = spec["impl"]
+  impl = execution.att_implementation
   variables = model.trainable_variables
 
-  if spec["pass"] == "fwd":
+  if spec.run.pass_ == "fwd":
     def fn(feats):
       long_out, global_out = model(feats, training=False,
                                    att_implementation=impl)
@@ -312,10 +294,10 @@ def _encoder_step(spec: Dict[str, Any], out: Dict[str, Any]):
       # Returning the global norm keeps every gradient from being pruned.
       return loss + tf.linalg.global_norm(grads)
 
-  return tf, tf.function(fn, jit_compile=spec["xla"]), features
+  return tf, tf.function(fn, jit_compile=spec.run.xla), features
 
 
-def measure_encoder(spec: Dict[str, Any]) -> Dict[str, Any]:
+def measure_encoder(spec: Spec) -> Dict[str, Any]:
   """Times the encoder forward or forward+backward; see the module doc."""
   out: Dict[str, Any] = {}
   tf, step_fn, features = _encoder_step(spec, out)
@@ -325,15 +307,15 @@ def measure_encoder(spec: Dict[str, Any]) -> Dict[str, Any]:
     return float(step_fn(features).numpy())
 
   reset_allocator_peak(tf)
-  out.update(time_calls(step, spec["warmup"], spec["repeats"]))
+  out.update(time_calls(step, spec.run.warmup, spec.run.repeats))
   out.update(allocator_peak(tf))
-  out["tokens_per_s"] = (spec["batch_size"] * spec["long_len"] /
+  out["tokens_per_s"] = (spec.run.batch_size * spec.run.long_len /
                          out["median_s"])
   return out
 
 
 # ------------------------------------------------------------- matmul floor
-def measure_matmul_floor(spec: Dict[str, Any]) -> Dict[str, Any]:
+def measure_matmul_floor(spec: Spec) -> Dict[str, Any]:
   """Times the step's matrix products alone: a floor for any encoder that
   does the same products (the original ETC does: same widths, same blocked
   band), at this machine's matrix-product rate.
@@ -383,7 +365,7 @@ def measure_matmul_floor(spec: Dict[str, Any]) -> Dict[str, Any]:
   def step():
     return float(run_products().numpy())
 
-  out.update(time_calls(step, spec["warmup"], spec["repeats"]))
+  out.update(time_calls(step, spec.run.warmup, spec.run.repeats))
   gflop = sum(p["gflop"] for p in products)
   by_dtype: Dict[str, float] = {}
   for p in products:
@@ -400,22 +382,22 @@ def measure_matmul_floor(spec: Dict[str, Any]) -> Dict[str, Any]:
 
 
 # ----------------------------------------------------------------- training
-def _for_precision(tf_keras, spec: Dict[str, Any], optimizer, name: str):
+def _for_precision(tf_keras, spec: Spec, optimizer, name: str):
   """(optimizer, its name) with loss scaling under mixed_float16."""
-  if spec["dtype"] == "mixed_float16":
+  if spec.run.dtype == "mixed_float16":
     return (tf_keras.mixed_precision.LossScaleOptimizer(optimizer),
             name + " + LossScaleOptimizer")
   return optimizer, name
 
 
-def _training_setup(spec: Dict[str, Any], make_task,
+def _training_setup(spec: Spec, make_task,
                     optimizer_settings: Dict[str, Any], optimizer_name: str,
                     **task_settings):
   """Sets TF up and builds the task, its model and the optimizer of the
   training modes.
 
   Args:
-    spec: the run's spec.
+    spec: the measurement.
     make_task: keyword arguments -> the task (imports it once TF is set up).
     optimizer_settings: `build_optimizer` arguments besides the steps.
     optimizer_name: how the record names them, after `build_optimizer`.
@@ -431,8 +413,8 @@ def _training_setup(spec: Dict[str, Any], make_task,
   cfg, execution = _model(spec)
   from etc_realformer.training.optimization import build_optimizer  # pylint: disable=g-import-not-at-top
   task = make_task(model_config=cfg, execution=execution,
-                   long_seq_len=spec["long_len"],
-                   global_seq_len=spec["global_len"], **task_settings)
+                   long_seq_len=spec.run.long_len,
+                   global_seq_len=spec.run.global_len, **task_settings)
   model = task.build_model()
   optimizer, out["optimizer"] = _for_precision(
       tf_keras, spec,
@@ -451,10 +433,10 @@ def _build(model, features, out: Dict[str, Any]) -> None:
   out["baseline_rss_gib"] = rss_gib()
 
 
-def _loss_and_grads_fn(tf, spec: Dict[str, Any], model, per_example_loss,
+def _loss_and_grads_fn(tf, spec: Spec, model, per_example_loss,
                        optimizer):
   """feats -> (mean loss, unscaled gradients of every trainable weight)."""
-  scaled = spec["dtype"] == "mixed_float16"
+  scaled = spec.run.dtype == "mixed_float16"
 
   def loss_and_grads(feats):
     with tf.GradientTape() as tape:
@@ -468,7 +450,7 @@ def _loss_and_grads_fn(tf, spec: Dict[str, Any], model, per_example_loss,
   return loss_and_grads
 
 
-def _time_train_step(tf, spec: Dict[str, Any], model, loss_and_grads,
+def _time_train_step(tf, spec: Spec, model, loss_and_grads,
                      optimizer, features, out: Dict[str, Any]) -> None:
   """Times `loss_and_grads` + the optimizer update; adds the timings and
   examples/s to `out`."""
@@ -477,14 +459,14 @@ def _time_train_step(tf, spec: Dict[str, Any], model, loss_and_grads,
     optimizer.apply_gradients(zip(grads, model.trainable_variables))
     return loss
 
-  step_fn = tf.function(train_step, jit_compile=spec["xla"])
+  step_fn = tf.function(train_step, jit_compile=spec.run.xla)
   out.update(time_calls(lambda: float(step_fn(features).numpy()),
-                        spec["warmup"], spec["repeats"]))
-  out["examples_per_s"] = spec["batch_size"] / out["median_s"]
+                        spec.run.warmup, spec.run.repeats))
+  out["examples_per_s"] = spec.run.batch_size / out["median_s"]
 
 
 # ----------------------------------------------------------------- finetune
-def measure_finetune(spec: Dict[str, Any]) -> Dict[str, Any]:
+def measure_finetune(spec: Spec) -> Dict[str, Any]:
   """Times WikiHop training steps (forward, loss, backward, optimizer)."""
   def make_task(**settings):
     from tasks.wikihop.task import WikiHopTask  # pylint: disable=g-import-not-at-top
@@ -493,9 +475,9 @@ def measure_finetune(spec: Dict[str, Any]) -> Dict[str, Any]:
   out, tf, cfg, task, model, optimizer = _training_setup(
       spec, make_task, dict(optimizer_type="adamw", learning_rate=5e-5),
       "(adamw, lr 5e-5, clip 1.0)")
-  raw = wikihop_raw_features(spec["long_len"], spec["global_len"],
-                             spec["batch_size"], cfg.vocab_size,
-                             spec.get("seed", 0))
+  raw = wikihop_raw_features(spec.run.long_len, spec.run.global_len,
+                             spec.run.batch_size, cfg.vocab_size,
+                             spec.run.seed)
   out["real_long_tokens"] = raw.pop("real_long_tokens")
   out["real_global_tokens"] = raw.pop("real_global_tokens")
   features = {k: tf.constant(v) for k, v in raw.items()}
@@ -543,14 +525,20 @@ def pretrain_raw_features(long_len: int, global_len: int, batch: int,
   return f
 
 
-def measure_pretrain(spec: Dict[str, Any]) -> Dict[str, Any]:
+def measure_pretrain(spec: Spec) -> Dict[str, Any]:
   """Times pre-training steps (forward with the CPC second pass, MLM + CPC
   loss, backward, LAMB update); see the module doc."""
   def make_task(**settings):
+    from tasks.pretrain.masking import MaskingConfig  # pylint: disable=g-import-not-at-top
     from tasks.pretrain.task import PretrainTask  # pylint: disable=g-import-not-at-top
-    return PretrainTask(**settings)
+    # MLM predictions capped at 15% of L, rounded up (as every pre-training
+    # record so far); the other masking and CPC settings are the defaults,
+    # as in gin/tasks/pretrain.gin.
+    masking = functools.partial(
+        MaskingConfig, max_predictions_per_seq=math.ceil(
+            MaskingConfig.masking_rate * settings["long_seq_len"]))
+    return PretrainTask(masking_config=masking, **settings)
 
-  # The masking and CPC settings of gin/tasks/pretrain.gin (the defaults).
   out, tf, cfg, task, model, optimizer = _training_setup(
       spec, make_task,
       dict(optimizer_type="lamb", learning_rate=2.8284271e-3,
@@ -558,14 +546,14 @@ def measure_pretrain(spec: Dict[str, Any]) -> Dict[str, Any]:
       "(lamb, lr sqrt(8)e-3, weight decay 0.01, clip 1.0)",
       mask_token_id=PRETRAIN_MASK_ID, no_mask_token_ids=PRETRAIN_SPECIAL_IDS)
 
-  raw = pretrain_raw_features(spec["long_len"], spec["global_len"],
-                              spec["batch_size"], cfg.vocab_size,
-                              spec.get("seed", 0),
-                              spec["tokens_per_sentence"])
+  raw = pretrain_raw_features(spec.run.long_len, spec.run.global_len,
+                              spec.run.batch_size, cfg.vocab_size,
+                              spec.run.seed,
+                              spec.run.tokens_per_sentence)
   out["real_long_tokens"] = int(raw["long_breakpoints"][0].argmax()) + 1
   out["real_global_tokens"] = int(raw["global_breakpoints"][0].argmax()) + 1
   features = task.mask({k: tf.constant(v) for k, v in raw.items()},
-                       tf.constant([spec.get("seed", 0), 0], tf.int64))
+                       tf.constant([spec.run.seed, 0], tf.int64))
   features = {k: v for k, v in features.items()
               if k in task.model_input_spec()}
   out["mlm_predictions"] = int(features["masked_lm_weights"][0].numpy().sum())
@@ -574,46 +562,46 @@ def measure_pretrain(spec: Dict[str, Any]) -> Dict[str, Any]:
   loss_and_grads = _loss_and_grads_fn(tf, spec, model, task.per_example_loss,
                                       optimizer)
   _time_train_step(tf, spec, model, loss_and_grads, optimizer, features, out)
-  out["tokens_per_s"] = (spec["batch_size"] * out["real_long_tokens"] /
+  out["tokens_per_s"] = (spec.run.batch_size * out["real_long_tokens"] /
                          out["median_s"])
-  if spec.get("export_dir"):
+  if spec.run.export_dir:
     def gradient_step(feats):
       # As the encoder export: the global norm keeps every gradient live.
       loss, grads = loss_and_grads(feats)
       return loss + tf.linalg.global_norm(grads)
     out.update(xla_export.write_module(
         tf, tf.function(gradient_step, jit_compile=True), features,
-        model.variables, spec))
+        model.variables, spec.record_fields()))
   return out
 
 
 # --------------------------------------------------------------- xla export
-def export_xla(spec: Dict[str, Any]) -> Dict[str, Any]:
+def export_xla(spec: Spec) -> Dict[str, Any]:
   """Writes the encoder step's XLA module, inputs and manifest (see the
   module doc)."""
   out: Dict[str, Any] = {}
   tf, step_fn, features = _encoder_step(spec, out)
   model = out.pop("_model")
   out.update(xla_export.write_module(tf, step_fn, features, model.variables,
-                                     spec))
+                                     spec.record_fields()))
   return out
 
 
 # --------------------------------------------------------------------- main
-def run(spec: Dict[str, Any]) -> Dict[str, Any]:
+def run(spec: Spec) -> Dict[str, Any]:
   """Runs one measurement; returns the fields the worker measured."""
-  if spec["kind"] == "encoder":
+  if spec.run.kind == "encoder":
     result = measure_encoder(spec)
-  elif spec["kind"] == "matmul_floor":
+  elif spec.run.kind == "matmul_floor":
     result = measure_matmul_floor(spec)
-  elif spec["kind"] == "finetune":
+  elif spec.run.kind == "finetune":
     result = measure_finetune(spec)
-  elif spec["kind"] == "pretrain":
+  elif spec.run.kind == "pretrain":
     result = measure_pretrain(spec)
-  elif spec["kind"] == "xla_export":
+  elif spec.run.kind == "xla_export":
     result = export_xla(spec)
   else:
-    raise ValueError(f"unknown measurement kind {spec['kind']!r}")
+    raise ValueError(f"unknown measurement kind {spec.run.kind!r}")
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   result["peak_rss_gib"] = peak_rss_gib()
   result["ru_maxrss_gib"] = ru_maxrss_gib()
@@ -635,15 +623,16 @@ def _write(path: str, obj: Dict[str, Any]) -> None:
 
 def main(argv: Optional[List[str]] = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--spec", required=True, help="measurement, as JSON")
+  parser.add_argument("--spec", required=True,
+                      help="the measurement, a benchmark_spec.Spec as JSON")
   parser.add_argument("--result", required=True, help="output JSON path")
   args = parser.parse_args(argv)
-  spec = json.loads(args.spec)
-  if spec.get("fail_for_test"):
+  spec = Spec.from_json(args.spec)
+  if spec.run.fail_for_test:
     # Lets the test check that a crashing measurement is recorded.
     raise RuntimeError("failure requested by the spec (fail_for_test)")
-  if spec.get("sleep_for_test"):
-    time.sleep(float(spec["sleep_for_test"]))
+  if spec.run.sleep_for_test:
+    time.sleep(spec.run.sleep_for_test)
   result = run(spec)
   for key, value in list(result.items()):
     if isinstance(value, float) and not math.isfinite(value):

@@ -19,10 +19,10 @@ TINY = ["--hidden_size=32", "--num_heads=2", "--intermediate_size=64",
         "--local_radius=4", "--num_layers=1", "--repeats=2", "--warmup=1"]
 
 MEASUREMENT_FIELDS = (
-    "schema_version", "record_type", "timestamp", "variant", "impl",
-    "residual", "dtype", "xla", "grad_checkpointing_period", "pass",
-    "training", "dropout", "long_len", "global_len", "global_len_mode",
-    "batch_size", "model", "repeats", "warmup", "status", "times_s",
+    "schema_version", "record_type", "timestamp", "variant", "kind", "dtype",
+    "xla", "pass", "long_len", "global_len", "global_len_mode",
+    "batch_size", "etc_config", "execution", "repeats", "warmup", "status",
+    "times_s",
     "median_s", "min_s", "mean_s", "first_call_s", "peak_rss_gib",
     "ru_maxrss_gib", "baseline_rss_gib", "rss_after_import_gib",
     "tokens_per_s", "num_parameters", "tf_version", "machine", "command",
@@ -55,7 +55,11 @@ def test_sweep_writes_records_table_and_plot(tmp_path):
     assert not missing, missing
     assert r["status"] == "ok"
     assert r["record_type"] == "encoder" and r["pass"] == "fwd"
-    assert r["training"] is False and r["dropout"] == 0.0
+    assert r["schema_version"] == 2
+    # What controls the run, once: no derived or unread fields.
+    assert not {"training", "dropout", "impl", "residual", "model"} & set(r)
+    assert r["execution"]["att_implementation"] == "sparse"
+    assert r["etc_config"]["residual_attention"] is True
     assert r["global_len"] == r["long_len"] // 16
     assert r["variant"] == "sparse-res-f32-G=L/16"
     assert len(r["times_s"]) == 2
@@ -63,7 +67,7 @@ def test_sweep_writes_records_table_and_plot(tmp_path):
     assert r["peak_rss_gib"] >= r["baseline_rss_gib"] > 0
     assert r["label"] == "unit-test"
     assert r["meets_record_protocol"] is False  # 2 repeats, L < 1024.
-    assert r["model"]["hidden_size"] == 32
+    assert r["etc_config"]["hidden_size"] == 32
     assert r["chunk_len_used"] == 0  # "auto": short inputs run unchunked
   assert png.exists() and png.stat().st_size > 1000
   assert "sparse-res-f32-G=L/16" in stdout
@@ -130,11 +134,72 @@ def test_flag_parsing_and_specs():
        "--grad_checkpointing=0,1", "--global_len=256"])
   specs = list(benchmark.encoder_specs(args))
   assert len(specs) == 2 * 2 * 2 * 2 * 2 * 2 * 2  # Every axis crossed.
-  assert {s["global_len"] for s in specs} == {256}
+  assert {s.run.global_len for s in specs} == {256}
   names = {benchmark.variant_name(s) for s in specs}
   assert "full-nores-bf16-xla-ckpt1-G=256" in names
   with pytest.raises(SystemExit):
     benchmark.build_parser().parse_args(["--dtypes=float64"])
+
+
+def test_execution_flags_sweep_config_fields_named_when_not_default():
+  args = benchmark.build_parser().parse_args(
+      ["--lengths=512", "--passes=fwd_bwd", "--attention_chunk_len=-1,256",
+       "--softmax_dtype=float32,compute", "--recompute_attention=on",
+       "--dropout_rng=hash", "--global_len=64"])
+  specs = list(benchmark.encoder_specs(args))
+  assert len(specs) == 4
+  assert specs[0].execution == {
+      "att_implementation": "sparse", "recompute_attention": True,
+      "attention_chunk_len": "auto", "recompute_residual_streams": False,
+      "softmax_dtype": "float32", "stream_dtype": "float32",
+      "dropout_rng": "hash"}
+  # Chunk lengths vary before the softmax dtype (the flags' order).
+  assert [benchmark.variant_name(s) for s in specs] == [
+      "sparse-res-f32-recatt-rnghash-G=64",
+      "sparse-res-f32-recatt-smxcompute-rnghash-G=64",
+      "sparse-res-f32-recatt-rnghash-chunk256-G=64",
+      "sparse-res-f32-recatt-smxcompute-rnghash-chunk256-G=64"]
+  assert specs[0].run.training and specs[0].run.pass_ == "fwd_bwd"
+  assert specs[0].etc_config["num_hidden_layers"] == 2
+
+
+def test_training_and_export_specs():
+  args = benchmark.build_parser().parse_args(
+      ["--mode=pretrain", "--finetune_long_len=1024", "--residual=on,off",
+       "--finetune_dtypes=mixed_bfloat16", "--export_dir=out"])
+  specs = list(benchmark.training_specs(args))
+  assert [benchmark.variant_name(s) for s in specs] == [
+      "pretrain-res-bf16", "pretrain-nores-bf16"]
+  assert specs[0].run.global_len == 64 and specs[0].run.pass_ == "train_step"
+  assert specs[0].execution == {"att_implementation": "auto"}
+  assert specs[0].run.export_dir.endswith(
+      os.path.join("out", "pretrain-res-bf16-L1024-train_step"))
+  args = benchmark.build_parser().parse_args(
+      ["--mode=xla_export", "--export_dir=out", "--lengths=256",
+       "--passes=fwd"])
+  (spec,) = benchmark.export_specs(args)
+  assert spec.run.xla and spec.run.kind == "xla_export"
+  assert spec.run.export_dir.endswith(
+      os.path.join("out", "export-sparse-res-f32-xla-G=L_16-L256-fwd"))
+  with pytest.raises(SystemExit, match="--export_dir"):
+    benchmark.export_specs(benchmark.build_parser().parse_args(
+        ["--mode=xla_export"]))
+
+
+def test_earlier_records_still_plot_and_summarise(tmp_path):
+  # The checked-in records (schema 1: the configs' fields at the top level)
+  # beside a new one.
+  old = benchmark_plot.read_jsonl(os.path.join(REPO, "docs",
+                                               "benchmarks_cpu.jsonl"))
+  # Schema 1, and the original ETC's rows (no schema).
+  assert {r.get("schema_version") for r in old} == {1, None}
+  label = old[0]["label"]
+  same = [r for r in old if r.get("label") == label]
+  summary = benchmark_plot.slope_summary(same)
+  assert old[0]["variant"] in summary
+  png = tmp_path / "old.png"
+  benchmark_plot.plot(same, str(png))
+  assert png.stat().st_size > 1000
 
 
 def test_matmul_floor_mode_times_the_steps_products(tmp_path):
@@ -144,7 +209,7 @@ def test_matmul_floor_mode_times_the_steps_products(tmp_path):
   (r,) = _read(jsonl)
   assert r["status"] == "ok" and r["record_type"] == "matmul_floor"
   assert r["variant"] == "floor-sparse-res-f32-G=L/16"
-  assert r["training"] is True and r["pass"] == "fwd_bwd"
+  assert r["pass"] == "fwd_bwd"
   assert r["median_s"] > 0 and r["matmul_gflop"] > 0
   assert r["matmul_gflop_per_s"] == pytest.approx(
       r["matmul_gflop"] / r["median_s"])
