@@ -12,22 +12,39 @@ from etc_realformer.features import multihop
 from etc_realformer.features import side_inputs
 from etc_realformer.features.validation import SideInputs
 
+# The raw feature names of the layouts, declared once: the library's side
+# inputs, the featurizers (`tasks/common/layout.py`) and the tasks' feature
+# specs all spell them through these.
+TOKEN_IDS = "token_ids"
+SEGMENT_IDS = "segment_ids"
+GLOBAL_TOKEN_IDS = "global_token_ids"
+GLOBAL_SEGMENT_IDS = "global_segment_ids"
+LONG_BREAKPOINTS = "long_breakpoints"
+GLOBAL_BREAKPOINTS = "global_breakpoints"
+SENTENCE_IDS = "sentence_ids"
+LONG_INPUT_MASK = "long_input_mask"
+GLOBAL_INPUT_MASK = "global_input_mask"
+LONG_SENTENCE_IDS = "long_sentence_ids"
+LONG_PARAGRAPH_BREAKPOINTS = "long_paragraph_breakpoints"
+LONG_PARAGRAPH_IDS = "long_paragraph_ids"
+GLOBAL_PARAGRAPH_BREAKPOINTS = "global_paragraph_breakpoints"
+IGNORE_HARD_G2L_MASK = "ignore_hard_g2l_mask"
+L2G_LINKED_IDS = "l2g_linked_ids"
+
 # How each kind of task stores the structure the side inputs come from:
 # layout -> the raw feature names it reads.
 LAYOUT_FEATURES = {
     # One example per row, breakpoints at the last token (ETC pre-training,
     # NQ): `side_inputs.make_global_local_side_inputs`.
-    "breakpoints": ("long_breakpoints", "global_breakpoints",
-                    "sentence_ids"),
+    "breakpoints": (LONG_BREAKPOINTS, GLOBAL_BREAKPOINTS, SENTENCE_IDS),
     # Input masks as example ids (OpenKP):
     # `make_global_local_side_inputs_from_example_ids`.
-    "input_masks": ("long_input_mask", "global_input_mask",
-                    "long_sentence_ids"),
+    "input_masks": (LONG_INPUT_MASK, GLOBAL_INPUT_MASK, LONG_SENTENCE_IDS),
     # Paragraphs, sentences and exemptions (WikiHop, HotpotQA):
     # `multihop.make_multihop_side_inputs`.
-    "multihop": ("long_paragraph_breakpoints", "long_paragraph_ids",
-                 "long_sentence_ids", "global_paragraph_breakpoints",
-                 "ignore_hard_g2l_mask"),
+    "multihop": (LONG_PARAGRAPH_BREAKPOINTS, LONG_PARAGRAPH_IDS,
+                 LONG_SENTENCE_IDS, GLOBAL_PARAGRAPH_BREAKPOINTS,
+                 IGNORE_HARD_G2L_MASK),
 }
 
 
@@ -58,19 +75,19 @@ def from_features(config, features: Mapping[str, Any], layout: str
                  use_hard_l2g_mask=config.use_hard_l2g_mask)
   if layout == "breakpoints":
     return side_inputs.make_global_local_side_inputs(
-        features["long_breakpoints"], features["global_breakpoints"],
-        features["sentence_ids"], **options)
+        features[LONG_BREAKPOINTS], features[GLOBAL_BREAKPOINTS],
+        features[SENTENCE_IDS], **options)
   if layout == "input_masks":
     return side_inputs.make_global_local_side_inputs_from_example_ids(
-        features["long_input_mask"], features["global_input_mask"],
-        features["long_sentence_ids"], **options)
+        features[LONG_INPUT_MASK], features[GLOBAL_INPUT_MASK],
+        features[LONG_SENTENCE_IDS], **options)
   return multihop.make_multihop_side_inputs(
-      long_paragraph_breakpoints=features["long_paragraph_breakpoints"],
-      long_paragraph_ids=features["long_paragraph_ids"],
-      long_sentence_ids=features["long_sentence_ids"],
-      global_paragraph_breakpoints=features["global_paragraph_breakpoints"],
-      ignore_hard_g2l_mask=features["ignore_hard_g2l_mask"],
-      l2g_linked_ids=features.get("l2g_linked_ids"), **options)
+      long_paragraph_breakpoints=features[LONG_PARAGRAPH_BREAKPOINTS],
+      long_paragraph_ids=features[LONG_PARAGRAPH_IDS],
+      long_sentence_ids=features[LONG_SENTENCE_IDS],
+      global_paragraph_breakpoints=features[GLOBAL_PARAGRAPH_BREAKPOINTS],
+      ignore_hard_g2l_mask=features[IGNORE_HARD_G2L_MASK],
+      l2g_linked_ids=features.get(L2G_LINKED_IDS), **options)
 
 
 def with_side_inputs(config, features: Mapping[str, Any], layout: str
