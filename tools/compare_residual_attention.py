@@ -28,12 +28,14 @@ every run) change the model size, the strategy (mirrored, multi-worker,
 TPU) or the precision, so the same comparison runs at scale.
 
 Each run is an independent `python -m tasks.run` process in
-OUT/runs/<run>/ (its log, checkpoints and `eval_results.json`). A finished
-run appends one JSON line to OUT/runs.jsonl: `variant`, `seed`,
-`learning_rate`, `lr_multiplier`, `steps`, `mlm_accuracy`, `mlm_loss`,
-`cpc_accuracy`, `cpc_loss`, `diverged` (a non-finite loss or metric, or a
-failed process), the training-loss and evaluation curves, the wall time,
-the bindings and the command. The tool is resumable: runs already in
+OUT/runs/<run>/ (its log, checkpoints, `eval_results.json` and the
+histories its training writes: `train_history.jsonl`,
+`eval_history.jsonl`). A finished run appends one JSON line to
+OUT/runs.jsonl: `variant`, `seed`, `learning_rate`, `lr_multiplier`,
+`steps`, `mlm_accuracy`, `mlm_loss`, `cpc_accuracy`, `cpc_loss`, `diverged`
+(a non-finite loss or metric, or a failed process), the training-loss and
+evaluation curves (from the histories), the wall time, the bindings and the
+command. The tool is resumable: runs already in
 runs.jsonl are skipped, and an interrupted run continues from its last
 checkpoint. At the end (and with --summarize_only) it writes OUT/table.md
 (mean +- sample standard deviation over seeds per variant and learning
@@ -45,12 +47,10 @@ used by the tests; the numbers mean nothing).
 """
 
 import argparse
-import ast
 import dataclasses
 import json
 import math
 import os
-import re
 import shlex
 import statistics
 import subprocess
@@ -167,30 +167,20 @@ def pending(runs: Sequence[Run], records: Sequence[Dict[str, Any]]
 
 
 # --------------------------------------------------------------- one run
-_PROGRESS = re.compile(r"^progress \| step (\d+)/\d+ \| loss (\S+)", re.M)
-# orbit prints the metrics dict over several lines after "output:".
-_EVAL = re.compile(r"^ ?eval \| step:\s*(\d+) \| eval time:[^\n]*output:\s*"
-                   r"(\{[^}]*\})", re.M)
-
-
-def parse_log(text: str) -> Tuple[List[List[float]], List[Dict[str, Any]]]:
+def read_curves(model_dir: str
+                ) -> Tuple[List[List[Optional[float]]], List[Dict[str, Any]]]:
   """(training-loss curve [[step, loss]], evaluations [{step, metrics}])
-  from a run's output (the runner's progress lines and orbit's eval
-  lines)."""
-  train = [[int(s), float(v)] for s, v in _PROGRESS.findall(text)]
-  evals, seen = [], set()
-  for step, body in _EVAL.findall(text):
-    if step in seen:  # printed and logged: the same evaluation twice
-      continue
-    seen.add(step)
-    body = re.sub(r"np\.float\d+\(([^)]*)\)", r"\1", body)
-    body = re.sub(r"\bnan\b", "None", body)
-    try:
-      values = ast.literal_eval(body)
-    except (ValueError, SyntaxError):
-      continue
-    evals.append({"step": int(step),
-                  **{k: values.get(k) for k in METRICS if k in values}})
+  from the histories the run's training wrote into its model dir
+  (`experiment.TRAIN_HISTORY_FILE`, `EVAL_HISTORY_FILE`); a loss or metric
+  that was not finite is None."""
+  from etc_realformer.training import experiment  # pylint: disable=g-import-not-at-top
+  from etc_realformer.training import trainer  # pylint: disable=g-import-not-at-top
+  train = [[r["step"], r["metrics"].get("loss")] for r in trainer.read_history(
+      os.path.join(model_dir, experiment.TRAIN_HISTORY_FILE))]
+  evals = [{"step": r["step"],
+            **{k: r["metrics"][k] for k in METRICS if k in r["metrics"]}}
+           for r in trainer.read_history(
+               os.path.join(model_dir, experiment.EVAL_HISTORY_FILE))]
   return train, evals
 
 
@@ -198,12 +188,15 @@ def _finite(x: Any) -> bool:
   return isinstance(x, (int, float)) and math.isfinite(x)
 
 
-def make_record(run: Run, returncode: int, log_text: str,
+def make_record(run: Run, returncode: int,
+                curves: Tuple[List[List[Optional[float]]],
+                              List[Dict[str, Any]]],
                 final: Optional[Dict[str, Any]], steps: int,
                 bindings: Sequence[str], command: Sequence[str],
                 wall_s: float) -> Dict[str, Any]:
-  """The JSON line of a finished (or failed) run."""
-  train, evals = parse_log(log_text)
+  """The JSON line of a finished (or failed) run, from its curves
+  (`read_curves`) and final evaluation (`eval_results.json`)."""
+  train, evals = curves
   final = final or {}
   metrics = {k: final.get(k) for k in METRICS}
   diverged = (returncode != 0 or
@@ -242,15 +235,13 @@ def execute(run: Run, out_dir: str, base_gin: str, user_gin: Sequence[str],
   with open(log_path, "a", encoding="utf-8") as log:
     proc = subprocess.run(command, cwd=REPO, env=env, stdout=log,
                           stderr=subprocess.STDOUT, check=False)
-  with open(log_path, encoding="utf-8", errors="replace") as f:
-    text = f.read()
   final = None
   results = os.path.join(model_dir, "eval_results.json")
   if proc.returncode == 0 and os.path.exists(results):
     with open(results, encoding="utf-8") as f:
       final = json.load(f)
-  return make_record(run, proc.returncode, text, final, steps, bindings,
-                     command, time.time() - start)
+  return make_record(run, proc.returncode, read_curves(model_dir), final,
+                     steps, bindings, command, time.time() - start)
 
 
 # ----------------------------------------------------------------- summary

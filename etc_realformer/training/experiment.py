@@ -28,6 +28,12 @@ from etc_realformer.training import optimization
 from etc_realformer.training import trainer as trainer_lib
 
 MODES = ("train", "eval", "train_and_eval", "predict", "export")
+# What training appends to in model_dir (`trainer.HistoryAction`): one JSON
+# line per training loop (its mean loss and learning rate) and per
+# evaluation of train_and_eval (its metrics), {"step": N, "metrics": {...}};
+# read them with `trainer.read_history`.
+TRAIN_HISTORY_FILE = "train_history.jsonl"
+EVAL_HISTORY_FILE = "eval_history.jsonl"
 
 
 @gin.configurable
@@ -311,6 +317,13 @@ def _train(task, model, strategy, mode, model_dir, config: TrainerConfig,
         task, model, strategy,
         _distributed(strategy, task, "eval", config.eval_batch_size))
   summary_root = write_dir
+
+  def history(name: str) -> trainer_lib.HistoryAction:
+    # The chief's only: the other workers' would be the same numbers.
+    return trainer_lib.HistoryAction(
+        global_step,
+        os.path.join(model_dir, name) if _is_chief(strategy) else None)
+
   controller = orbit.Controller(
       strategy=strategy, trainer=trainer, evaluator=evaluator,
       global_step=global_step, steps_per_loop=config.steps_per_loop,
@@ -319,7 +332,9 @@ def _train(task, model, strategy, mode, model_dir, config: TrainerConfig,
       summary_dir=os.path.join(summary_root, "summaries", "train"),
       eval_summary_dir=os.path.join(summary_root, "summaries", "eval"),
       train_actions=[trainer_lib.ProgressAction(global_step,
-                                                config.train_steps)])
+                                                config.train_steps),
+                     history(TRAIN_HISTORY_FILE)],
+      eval_actions=[history(EVAL_HISTORY_FILE)])
   if _is_chief(strategy):
     _save_operative_config(model_dir, mode)
   results: Dict[str, Any] = {}

@@ -7,11 +7,15 @@ with the same command), saving every N steps through a
 whatever the loops return, and train-and-evaluate interleaving. What it lacks
 is written here: the replica step (gradient accumulation, loss scaling for
 float16, optional XLA), the progress line with an ETA (an orbit train
-action), and a predict loop that gathers per-example outputs.
+action), the history of the loops' and evaluations' outputs as JSON lines
+(an orbit action, for tools to read instead of the console), and a predict
+loop that gathers per-example outputs.
 """
 
+import json
+import math
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import orbit
@@ -169,6 +173,56 @@ class ProgressAction:
     # Printed once (not also logged): the progress line is for the console.
     print(f"progress | step {step}/{self.total_steps} | loss {loss:.4f} | "
           f"{rate:.2f} steps/s | ETA {eta}", flush=True)
+
+
+class HistoryAction:
+  """orbit action: appends one JSON line per call to `path`.
+
+  Each line is {"step": the global step, "metrics": {name: value}}, from
+  the output of a training loop (train action) or of an evaluation (eval
+  action). A value that is not finite is written as null, so every line is
+  strict JSON. Appended, so that a resumed run continues its history (the
+  steps after its last checkpoint then appear twice; the later line is
+  the one the run continued from).
+  """
+
+  def __init__(self, global_step: tf.Variable, path: Optional[str]):
+    """`path`: the JSON-lines file; None writes nothing (a worker that is
+    not the chief)."""
+    self.global_step = global_step
+    self.path = path
+
+  def __call__(self, output: Dict[str, Any]) -> None:
+    if self.path is None:
+      return
+    metrics = {}
+    for name, value in sorted(output.items()):
+      value = np.asarray(orbit.utils.get_value(value))
+      if value.size != 1:  # a history holds scalars only
+        continue
+      value = float(value.reshape(()))
+      metrics[name] = value if math.isfinite(value) else None
+    line = json.dumps({"step": int(self.global_step.numpy()),
+                       "metrics": metrics}, sort_keys=True)
+    with tf.io.gfile.GFile(self.path, "a") as f:
+      f.write(line + "\n")
+
+
+def read_history(path: str) -> List[Dict[str, Any]]:
+  """The lines of a `HistoryAction` file in step order, the last one per
+  step (a resumed run repeats the steps after its last checkpoint); a
+  half-written last line (a killed run) is skipped. No file: []."""
+  if not tf.io.gfile.exists(path):
+    return []
+  by_step: Dict[int, Dict[str, Any]] = {}
+  with tf.io.gfile.GFile(path, "r") as f:
+    for line in f:
+      try:
+        record = json.loads(line)
+      except json.JSONDecodeError:
+        continue
+      by_step[int(record["step"])] = record
+  return [by_step[step] for step in sorted(by_step)]
 
 
 def predict(task, model: tf_keras.Model, strategy: tf.distribute.Strategy,

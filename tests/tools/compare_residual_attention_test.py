@@ -1,5 +1,6 @@
-"""Tests of `tools.compare_residual_attention`: the plan, the records and
-their summary on hand-made values, and the quick mode end to end (a tiny
+"""Tests of `tools.compare_residual_attention`: the plan, the curves read
+from the histories a run's training writes, the records and their summary
+on hand-made values, and the quick mode end to end (a tiny
 model, two variants, two seeds) with the resume of an interrupted
 comparison."""
 
@@ -9,30 +10,13 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from tools import compare_residual_attention as compare
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
-
-LOG = """\
-train | step:      0 | training until step 4...
-progress | step 2/4 | loss 5.5000 | nan steps/s | ETA ?
-progress | step 4/4 | loss 4.2500 | 1.00 steps/s | ETA 00:00:00
-I1126 controller.py:343]  eval | step:      4 | eval time:   1.0 sec | output: 
-    {'cpc_accuracy': 0.25,
-     'cpc_loss': 1.5,
-     'loss': 2.0,
-     'mlm_accuracy': 0.5,
-     'mlm_loss': 3.0}
- eval | step:      4 | eval time:   1.0 sec | output: 
-    {'cpc_accuracy': 0.25,
-     'cpc_loss': 1.5,
-     'loss': 2.0,
-     'mlm_accuracy': 0.5,
-     'mlm_loss': 3.0}
-"""
 
 
 def test_variants_set_what_they_name():
@@ -61,24 +45,57 @@ def test_plan_and_pending():
       r for i, r in enumerate(runs) if i not in (0, 3)]
 
 
-def test_parse_log_and_record():
-  train, evals = compare.parse_log(LOG)
+def _write_histories(model_dir, train_losses, evaluations):
+  """The histories a run's training writes, through its own actions."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from etc_realformer.training import experiment  # pylint: disable=g-import-not-at-top
+  from etc_realformer.training import trainer  # pylint: disable=g-import-not-at-top
+  step = tf.Variable(0, dtype=tf.int64)
+  train = trainer.HistoryAction(
+      step, os.path.join(model_dir, experiment.TRAIN_HISTORY_FILE))
+  evaluate = trainer.HistoryAction(
+      step, os.path.join(model_dir, experiment.EVAL_HISTORY_FILE))
+  for s, loss in train_losses:
+    step.assign(s)
+    train({"loss": np.float32(loss), "learning_rate": np.float32(0.01)})
+  for s, metrics in evaluations:
+    step.assign(s)
+    evaluate({k: np.float32(v) for k, v in metrics.items()})
+
+
+def test_curves_from_the_histories_and_record(tmp_path):
+  metrics = {"cpc_accuracy": 0.25, "cpc_loss": 1.5, "loss": 2.0,
+             "mlm_accuracy": 0.5, "mlm_loss": 3.0}
+  # A resumed run evaluates step 4 again: the later evaluation counts.
+  _write_histories(str(tmp_path), [(2, 5.5), (4, 4.25)],
+                   [(4, dict(metrics, mlm_accuracy=0.1)), (4, metrics)])
+  train, evals = compare.read_curves(str(tmp_path))
   assert train == [[2, 5.5], [4, 4.25]]
-  # The logged copy of the same evaluation counts once.
   assert evals == [{"step": 4, "mlm_accuracy": 0.5, "mlm_loss": 3.0,
                     "cpc_accuracy": 0.25, "cpc_loss": 1.5}]
+  assert compare.read_curves(str(tmp_path / "none")) == ([], [])
   run = compare.Run("realformer", 1, 1.0, 0.01)
   final = {"step": 4, "mlm_accuracy": 0.5, "mlm_loss": 3.0,
            "cpc_accuracy": 0.25, "cpc_loss": 1.5}
-  r = compare.make_record(run, 0, LOG, final, 4, ["b = 1"], ["python"], 2.0)
+  curves = (train, evals)
+  r = compare.make_record(run, 0, curves, final, 4, ["b = 1"], ["python"],
+                          2.0)
   assert (r["variant"], r["seed"], r["learning_rate"], r["steps"]) == (
       "realformer", 1, 0.01, 4)
   assert r["diverged"] is False and r["mlm_accuracy"] == 0.5
-  nan_log = LOG.replace("loss 4.2500", "loss nan")
-  assert compare.make_record(run, 0, nan_log, final, 4, [], [], 1.0)[
+  assert r["train_curve"] == train and r["eval_curve"] == evals
+  assert compare.make_record(run, 1, curves, None, 4, [], [], 1.0)[
       "diverged"] is True
-  assert compare.make_record(run, 1, LOG, None, 4, [], [], 1.0)[
-      "diverged"] is True
+
+
+def test_a_non_finite_loss_is_recorded_as_divergence(tmp_path):
+  _write_histories(str(tmp_path), [(2, 5.5), (4, float("nan"))], [])
+  train, evals = compare.read_curves(str(tmp_path))
+  assert train == [[2, 5.5], [4, None]] and evals == []
+  final = {"step": 4, **{m: 1.0 for m in compare.METRICS}}
+  assert compare.make_record(compare.Run("post_ln", 0, 1.0, 0.01), 0,
+                             (train, evals), final, 4, [], [], 1.0)[
+                                 "diverged"] is True
 
 
 def test_summary_mean_sd_and_diverged_apart():
@@ -132,8 +149,7 @@ def test_quick_comparison_end_to_end_resuming_an_interrupted_one(tmp_path):
   out = tmp_path / "study"
   out.mkdir()
   recorded = compare.make_record(
-      compare.Run("realformer", 0, 1.0, 0.01), 0,
-      "progress | step 6/6 | loss 5.0000 | 1.00 steps/s | ETA 00:00:00\n",
+      compare.Run("realformer", 0, 1.0, 0.01), 0, ([[6, 5.0]], []),
       {"step": 6, "mlm_accuracy": 0.125, "mlm_loss": 5.5,
        "cpc_accuracy": 0.25, "cpc_loss": 2.0}, 6, [], [], 1.0)
   (out / compare.RECORDS_FILE).write_text(

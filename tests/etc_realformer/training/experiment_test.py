@@ -1,6 +1,7 @@
 """`run_experiment` under the loop's gin switches on the real WikiHop model:
 float16 with loss scaling, bfloat16, XLA and gradient accumulation, a few
-steps each; restoring a checkpoint that does not fit the model."""
+steps each, with the training and evaluation histories; restoring a
+checkpoint that does not fit the model."""
 
 import json
 import os
@@ -14,6 +15,7 @@ import tf_keras
 from etc_realformer import cli
 from etc_realformer.errors import UserInputError
 from etc_realformer.training import experiment
+from etc_realformer.training import trainer
 from tasks import run
 import wikihop_testing
 
@@ -58,7 +60,18 @@ def test_switch_trains_and_evaluates(tiny_gin, tmp_path, bindings):
   for binding in bindings:
     assert binding.replace(" ", "") in operative.replace(" ", "")
   with open(os.path.join(tmp_path, "model", "eval_results.json")) as f:
-    assert json.load(f)["step"] == 4
+    final = json.load(f)
+  assert final["step"] == 4
+  # The histories: one line per training loop and per evaluation.
+  model_dir = os.path.join(tmp_path, "model")
+  train = trainer.read_history(
+      os.path.join(model_dir, experiment.TRAIN_HISTORY_FILE))
+  assert [r["step"] for r in train] == [2, 4]
+  assert {"loss", "learning_rate"} <= set(train[-1]["metrics"])
+  evals = trainer.read_history(
+      os.path.join(model_dir, experiment.EVAL_HISTORY_FILE))
+  assert [r["step"] for r in evals] == [4]
+  assert evals[0]["metrics"]["accuracy"] == pytest.approx(final["accuracy"])
 
 
 def test_a_checkpoint_of_another_model_is_named_in_one_line(tmp_path):

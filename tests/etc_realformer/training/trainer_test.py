@@ -1,5 +1,6 @@
 """`EtcTrainer`: the same numbers on one device, on a 2-replica mirror and
-with gradient accumulation; string features dropped; one progress line.
+with gradient accumulation; string features dropped; one progress line;
+the history lines.
 
 The check runs in a child process (this file run as a script) because the
 two logical CPU devices must be configured before TensorFlow starts. It
@@ -166,6 +167,29 @@ def test_progress_line_is_printed_once(capsys):
   out, err = capsys.readouterr()
   assert out.count("progress | step 5/10 | loss 0.5000") == 1
   assert "progress" not in err
+
+
+def test_history_lines_are_strict_json_read_back_last_per_step(tmp_path):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from etc_realformer.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  path = str(tmp_path / "history.jsonl")
+  step = tf.Variable(2, dtype=tf.int64)
+  action = trainer_lib.HistoryAction(step, path)
+  action({"loss": np.float32(0.5), "accuracy": tf.constant(0.25)})
+  step.assign(4)
+  action({"loss": np.float32(np.nan), "vector": np.zeros(3)})
+  action({"loss": np.float32(0.75)})  # step 4 again (a resumed run)
+  with open(path) as f:
+    lines = f.read().splitlines()
+  # null, not NaN: strict JSON; non-scalars are left out.
+  assert lines[1] == '{"metrics": {"loss": null}, "step": 4}'
+  with open(path, "a") as f:
+    f.write('{"metrics": {"lo')  # a killed run's half-written line
+  assert trainer_lib.read_history(path) == [
+      {"step": 2, "metrics": {"accuracy": 0.25, "loss": 0.5}},
+      {"step": 4, "metrics": {"loss": 0.75}}]
+  assert trainer_lib.read_history(str(tmp_path / "none.jsonl")) == []
+  trainer_lib.HistoryAction(step, None)({"loss": 1.0})  # writes nothing
 
 
 if __name__ == "__main__":
