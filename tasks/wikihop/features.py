@@ -61,7 +61,9 @@ from typing import ClassVar, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
+from etc_realformer.features import layouts
 from tasks.common import featurizing
+from tasks.common import layout
 from tasks.common import sentences as sentences_lib
 from tasks.common import tokenization
 
@@ -76,8 +78,6 @@ CANDIDATE_TOKEN_TYPE_ID = 4  # long candidate tokens
 QUESTION_GLOBAL_TOKEN_TYPE_ID = 5
 CANDIDATE_GLOBAL_TOKEN_TYPE_ID = 6
 PARAGRAPH_GLOBAL_TOKEN_TYPE_ID = 7
-
-PAD_ID = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,12 +100,22 @@ class GlobalTokenIds(featurizing.SpecialTokenIds):
                                  paragraph=43)
 
 
+CANDIDATE_MASK = "candidate_mask"
+LABEL = "label"
+NUM_CANDIDATES = "num_candidates"
+EXAMPLE_ID = "example_id"
+CANDIDATES = "candidates"
+
+# The long and global features: the multihop side-input layout, the
+# candidates' mentions and the candidate tokens (the answer's support).
+LAYOUT = layout.Layout(
+    layout.MULTIHOP,
+    long_features=(layout.Feature(layouts.L2G_LINKED_IDS, -1,
+                                  global_index=True),),
+    global_features=(layout.Feature(layouts.IGNORE_HARD_G2L_MASK),
+                     layout.Feature(CANDIDATE_MASK)))
 # The int32 features the model (with the side-input code) consumes.
-MODEL_FEATURES: Tuple[str, ...] = (
-    "token_ids", "segment_ids", "long_paragraph_breakpoints",
-    "long_paragraph_ids", "long_sentence_ids", "l2g_linked_ids",
-    "global_token_ids", "global_segment_ids", "global_paragraph_breakpoints",
-    "ignore_hard_g2l_mask", "candidate_mask")
+MODEL_FEATURES: Tuple[str, ...] = LAYOUT.model_features
 # Truncation amounts returned by `featurize_with_stats_tf`.
 TRUNCATION_STATS: Tuple[str, ...] = (
     "sentences_dropped", "docs_emptied", "doc_tokens_dropped",
@@ -141,18 +151,12 @@ def feature_spec(
   example_id []: the record id.
   candidates [None]: the normalized candidate strings, for decoding.
   """
-  spec = {name: (tf.int32, (long_seq_len,)) for name in (
-      "token_ids", "segment_ids", "long_paragraph_breakpoints",
-      "long_paragraph_ids", "long_sentence_ids", "l2g_linked_ids")}
-  spec.update({name: (tf.int32, (global_seq_len,)) for name in (
-      "global_token_ids", "global_segment_ids",
-      "global_paragraph_breakpoints", "ignore_hard_g2l_mask",
-      "candidate_mask")})
+  spec = LAYOUT.spec(long_seq_len, global_seq_len)
   spec.update({
-      "label": (tf.int32, ()),
-      "num_candidates": (tf.int32, ()),
-      "example_id": (tf.string, ()),
-      "candidates": (tf.string, (None,)),
+      LABEL: (tf.int32, ()),
+      NUM_CANDIDATES: (tf.int32, ()),
+      EXAMPLE_ID: (tf.string, ()),
+      CANDIDATES: (tf.string, (None,)),
   })
   return spec
 
@@ -282,7 +286,7 @@ class WikiHopFeaturizer(featurizing.Featurizer):
         tf.convert_to_tensor(answer, tf.string),
         tf.convert_to_tensor(example_id, tf.string))
     if not has_answer:
-      features["label"] = tf.constant(-1, tf.int32)
+      features[LABEL] = tf.constant(-1, tf.int32)
     return features, stats
 
   def featurize_tf(self, query, candidates, supports: Sequence[str],
@@ -317,14 +321,14 @@ class WikiHopFeaturizer(featurizing.Featurizer):
     def one(args):
       q, c, s, n = args
       f = self.featurize_sentences_tf(q, c, s, n)
-      f["candidates"] = tf.RaggedTensor.from_tensor(f["candidates"][None])[0]
+      f[CANDIDATES] = tf.RaggedTensor.from_tensor(f[CANDIDATES][None])[0]
       return f
 
     signature = {
         name: tf.TensorSpec(shape, dtype)
-        for name, (dtype, shape) in spec.items() if name != "candidates"
+        for name, (dtype, shape) in spec.items() if name != CANDIDATES
     }
-    signature["candidates"] = tf.RaggedTensorSpec([None], tf.string)
+    signature[CANDIDATES] = tf.RaggedTensorSpec([None], tf.string)
     return tf.map_fn(one, (query, candidates, sentences,
                            tf.cast(num_sentences, tf.int32)),
                      fn_output_signature=signature)
@@ -360,123 +364,110 @@ class WikiHopFeaturizer(featurizing.Featurizer):
                                   encoding="utf-8")
     num_cands = tf.size(candidates, out_type=i32)
     cand_tokens = self.tokenizer.tokenize(candidates)  # [C, (n_c)]
-    cand_lens = tf.cast(cand_tokens.row_lengths(), i32)
-    num_cand_tokens = tf.reduce_sum(cand_lens)
+    cand_row = tf.cast(cand_tokens.value_rowids(), i32)  # [Tc]
+    num_cand_tokens = tf.size(cand_row, out_type=i32)
     query_tokens = self.tokenizer.tokenize(tf.reshape(query, [1])).flat_values
     num_query_tokens = tf.size(query_tokens, out_type=i32)
-
     sentences = tf.RaggedTensor.from_row_lengths(
         sentences, tf.cast(num_sentences, tf.int64))  # [D, (S_d)]
-    num_docs = tf.cast(sentences.nrows(), i32)
-    doc_num_sents = tf.cast(sentences.row_lengths(), i32)  # [D]
-    doc_starts = tf.cast(sentences.row_starts(), i32)  # [D]
-    sent_doc = tf.cast(sentences.value_rowids(), i32)  # [S]
-    num_sents = tf.size(sent_doc, out_type=i32)
-    sent_pos = tf.range(num_sents) - tf.gather(doc_starts, sent_doc)
     sent_tokens = self.tokenizer.tokenize(sentences.flat_values)  # [S, (T_s)]
     sent_lens = tf.cast(sent_tokens.row_lengths(), i32)
-    total_doc_tokens = tf.reduce_sum(sent_lens)
 
     # --- Budgets. Candidates are kept whole; the query yields only to them.
     overflow = tf.logical_or(num_cands > G, num_cand_tokens > L)
     query_keep = tf.clip_by_value(
         tf.minimum(G - num_cands, L - num_cand_tokens), 0, num_query_tokens)
-    global_budget = G - num_cands - query_keep
-    long_budget = L - num_cand_tokens - query_keep
-    sentence_budget = (num_sents if self.max_num_sentences is None else
-                       tf.constant(self.max_num_sentences, i32))
+    keep_sent = _kept_sentences(
+        sentences, sent_lens, G - num_cands - query_keep,
+        L - num_cand_tokens - query_keep, self.max_num_sentences)
+    kept_per_doc = tf.reduce_sum(tf.cast(
+        tf.RaggedTensor.from_row_splits(keep_sent, sentences.row_splits),
+        i32), axis=1)  # [D]
 
-    # --- Sentence removal order (the max-heap order in closed form):
-    # last position first; then docs with fewer sentences; then doc index.
-    big = tf.cast(tf.maximum(num_sents, num_docs) + 1, tf.int64)
-    key = (tf.cast(num_sents - sent_pos, tf.int64) * big * big +
-           tf.cast(tf.gather(doc_num_sents, sent_doc), tf.int64) * big +
-           tf.cast(sent_doc, tf.int64))
-    removal_order = tf.argsort(key, stable=True)  # [S]
-    removal_rank = tf.math.invert_permutation(removal_order)  # [S]
-    removed_tokens = tf.concat(
-        [[0], tf.cumsum(tf.gather(sent_lens, removal_order))], axis=0)
-    num_removed = tf.range(num_sents + 1)  # k = 0..S
-    sentences_left = num_sents - num_removed
-    # Every document keeps its paragraph token, emptied or not.
-    fits = ((num_docs + sentences_left <= global_budget) &
-            (total_doc_tokens - removed_tokens <= long_budget) &
-            (sentences_left <= sentence_budget))
-    num_drop = tf.reduce_min(tf.where(fits, num_removed, num_sents))
-    keep_sent = removal_rank >= num_drop  # [S]; a prefix of every document
-    kept_per_doc = tf.math.unsorted_segment_sum(
-        tf.cast(keep_sent, i32), sent_doc, num_docs)
+    features = LAYOUT.build([
+        # Candidates: one global token each, shared by its wordpieces.
+        layout.grouped(
+            cand_tokens.flat_values, cand_row, num_cands, ids.candidate,
+            CANDIDATE_TOKEN_TYPE_ID, CANDIDATE_GLOBAL_TOKEN_TYPE_ID,
+            long_features={layouts.L2G_LINKED_IDS: cand_row},
+            global_features={layouts.IGNORE_HARD_G2L_MASK: 1,
+                             CANDIDATE_MASK: 1}),
+        # The kept query wordpieces: each is its own "sentence".
+        layout.per_token(
+            query_tokens[:query_keep], ids.question, QUESTION_TOKEN_TYPE_ID,
+            QUESTION_GLOBAL_TOKEN_TYPE_ID,
+            global_features={layouts.IGNORE_HARD_G2L_MASK: 1}),
+        self._documents(query, candidates, cand_tokens, sentences,
+                        sent_tokens, keep_sent, kept_per_doc),
+    ], L, G)
 
-    # --- Global layout: per document its paragraph token, then one token
-    # per kept sentence; a breakpoint on the document's last global token.
+    # --- Label: first candidate equal to the normalized answer.
+    answer = tf.strings.lower(tf.strings.strip(answer), encoding="utf-8")
+    answer_hits = tf.cast(tf.where(tf.equal(candidates, answer))[:, 0], i32)
+    label = tf.cond(tf.size(answer_hits) > 0, lambda: answer_hits[0],
+                    lambda: tf.constant(-1, i32))
+    # Only matters on overflow, where the global side is cropped.
+    features[LABEL] = tf.where(label < G, label, -1)
+    features[NUM_CANDIDATES] = num_cands
+    features[EXAMPLE_ID] = tf.reshape(example_id, [])
+    features[CANDIDATES] = candidates
+    stats = {
+        "sentences_dropped": tf.size(keep_sent, out_type=i32) -
+                             tf.reduce_sum(tf.cast(keep_sent, i32)),
+        "docs_emptied": tf.reduce_sum(tf.cast(
+            (sentences.row_lengths() > 0) & (kept_per_doc == 0), i32)),
+        "doc_tokens_dropped": tf.reduce_sum(
+            tf.boolean_mask(sent_lens, ~keep_sent)),
+        "query_tokens_dropped": num_query_tokens - query_keep,
+        "overflow": tf.cast(overflow, i32),
+    }
+    return features, stats
+
+  def _documents(self, query: tf.Tensor, candidates: tf.Tensor,
+                 cand_tokens: tf.RaggedTensor, sentences: tf.RaggedTensor,
+                 sent_tokens: tf.RaggedTensor, keep_sent: tf.Tensor,
+                 kept_per_doc: tf.Tensor) -> layout.Segment:
+    """The documents' segment: per document its paragraph token, then one
+    global token per kept sentence, over the kept sentences' wordpieces.
+
+    Args:
+      query: <string>[] the query (its subject, with `mark_query_subject`).
+      candidates: <string>[C] the normalized candidates.
+      cand_tokens: <int32>[C, (n_c)] their wordpieces.
+      sentences: <string>[D, (S_d)] the documents' sentences.
+      sent_tokens: <int32>[S, (T_s)] their wordpieces.
+      keep_sent: <bool>[S] the kept sentences (a prefix of each document).
+      kept_per_doc: <int32>[D] their number per document.
+    """
+    ids = self.global_token_ids
+    i32 = tf.int32
+    sent_doc = tf.cast(sentences.value_rowids(), i32)  # [S]
+    sent_pos = (tf.range(tf.size(sent_doc, out_type=i32)) -
+                tf.gather(tf.cast(sentences.row_starts(), i32), sent_doc))
     doc_global_len = 1 + kept_per_doc  # [D]
-    doc_part_len = tf.reduce_sum(doc_global_len)
-    doc_offset = tf.cumsum(doc_global_len, exclusive=True)  # in doc part
-    doc_global_start = num_cands + query_keep + doc_offset  # paragraph index
-    sent_global_index = (tf.gather(doc_global_start, sent_doc) + 1 + sent_pos)
+    doc_offset = tf.cumsum(doc_global_len, exclusive=True)  # paragraph token
+    global_doc = tf.repeat(tf.range(tf.size(doc_global_len)), doc_global_len)
+    is_paragraph = tf.equal(tf.range(tf.size(global_doc, out_type=i32)),
+                            tf.gather(doc_offset, global_doc))
 
-    is_paragraph = tf.scatter_nd(doc_offset[:, tf.newaxis],
-                                 tf.ones([num_docs], i32), [doc_part_len])
-    doc_part_breaks = tf.scatter_nd(
-        (doc_offset + doc_global_len - 1)[:, tf.newaxis],
-        tf.ones([num_docs], i32), [doc_part_len])
-
-    query_range = tf.range(query_keep)
-    global_token_ids = tf.concat([
-        tf.fill([num_cands], ids.candidate),
-        tf.fill([query_keep], ids.question),
-        tf.where(is_paragraph > 0, ids.paragraph, ids.sentence),
-    ], axis=0)
-    global_segment_ids = tf.concat([
-        tf.fill([num_cands], CANDIDATE_GLOBAL_TOKEN_TYPE_ID),
-        tf.fill([query_keep], QUESTION_GLOBAL_TOKEN_TYPE_ID),
-        tf.where(is_paragraph > 0, PARAGRAPH_GLOBAL_TOKEN_TYPE_ID,
-                 GLOBAL_TOKEN_TYPE_ID),
-    ], axis=0)
-    global_breakpoints = tf.concat([
-        tf.ones([num_cands], i32),
-        tf.cast(query_range == query_keep - 1, i32),
-        doc_part_breaks,
-    ], axis=0)
-    ignore_hard_g2l = tf.concat([
-        tf.ones([num_cands + query_keep], i32),
-        tf.zeros([doc_part_len], i32),
-    ], axis=0)
-    candidate_mask = tf.concat([
-        tf.ones([num_cands], i32),
-        tf.zeros([query_keep + doc_part_len], i32),
-    ], axis=0)
-
-    # --- Long layout: candidates.
-    cand_row = tf.cast(cand_tokens.value_rowids(), i32)  # [Tc]
-    cand_pos = tf.range(num_cand_tokens)
-    cand_last = tf.cast(
-        tf.equal(cand_pos, tf.gather(
-            tf.cast(cand_tokens.row_limits(), i32), cand_row) - 1), i32)
-
-    # Query (kept wordpieces; each is its own "sentence").
-    kept_query = query_tokens[:query_keep]
-
-    # Documents (kept sentences only, in order).
     token_sent = tf.cast(sent_tokens.value_rowids(), i32)  # [T_all]
     token_keep = tf.gather(keep_sent, token_sent)
     doc_tokens = tf.boolean_mask(sent_tokens.flat_values, token_keep)  # [T]
     doc_token_sent = tf.boolean_mask(token_sent, token_keep)
-    doc_token_sent_id = tf.gather(sent_global_index, doc_token_sent)
     doc_token_doc = tf.gather(sent_doc, doc_token_sent)
-    doc_token_paragraph_id = tf.gather(doc_global_start, doc_token_doc)
-    num_doc_tokens = tf.size(doc_tokens, out_type=i32)
+    doc_token_sent_id = tf.gather(
+        tf.gather(doc_offset, sent_doc) + 1 + sent_pos, doc_token_sent)
 
     # As the original, a candidate is looked for in a sentence only when
     # the sentence's lower-cased text contains the lower-cased candidate.
     cand_in_sentence = _contains(
         tf.strings.lower(sentences.flat_values, encoding="utf-8"),
         candidates)  # [C, S]
-    doc_linked = self._link_mentions(
-        cand_tokens, cand_lens, doc_tokens, doc_token_sent_id,
-        tf.gather(cand_in_sentence, doc_token_sent, axis=1))
-
-    doc_segment_ids = tf.fill([num_doc_tokens], SENTENCE_TOKEN_TYPE_ID)
+    linked = self._link_mentions(
+        cand_tokens, tf.cast(cand_tokens.row_lengths(), i32), doc_tokens,
+        doc_token_sent_id, tf.gather(cand_in_sentence, doc_token_sent,
+                                     axis=1))
+    segment_ids = tf.fill([tf.size(doc_tokens)], SENTENCE_TOKEN_TYPE_ID)
     if self.mark_query_subject:
       # The subject is matched like a candidate: one more "candidate" whose
       # mentions are found by the same exact-match code.
@@ -486,68 +477,20 @@ class WikiHopFeaturizer(featurizing.Featurizer):
       subject_linked = self._link_mentions(
           subject_tokens, tf.cast(subject_tokens.row_lengths(), i32),
           doc_tokens, doc_token_sent_id)
-      doc_segment_ids = tf.where(subject_linked >= 0,
-                                 QUERY_SUBJECT_TOKEN_TYPE_ID, doc_segment_ids)
-
-    token_ids = tf.concat([cand_tokens.flat_values, kept_query, doc_tokens],
-                          axis=0)
-    segment_ids = tf.concat([
-        tf.fill([num_cand_tokens], CANDIDATE_TOKEN_TYPE_ID),
-        tf.fill([query_keep], QUESTION_TOKEN_TYPE_ID),
-        doc_segment_ids,
-    ], axis=0)
-    long_breakpoints = tf.concat([
-        cand_last,
-        tf.cast(query_range == query_keep - 1, i32),
-        featurizing.last_of_run(doc_token_doc),
-    ], axis=0)
-    long_sentence_ids = tf.concat(
-        [cand_row, num_cands + query_range, doc_token_sent_id], axis=0)
-    long_paragraph_ids = tf.concat([
-        tf.fill([num_cand_tokens + query_keep], -1), doc_token_paragraph_id
-    ], axis=0)
-    l2g_linked_ids = tf.concat(
-        [cand_row, tf.fill([query_keep], -1), doc_linked], axis=0)
-
-    # --- Label: first candidate equal to the normalized answer.
-    answer = tf.strings.lower(tf.strings.strip(answer), encoding="utf-8")
-    answer_hits = tf.cast(tf.where(tf.equal(candidates, answer))[:, 0], i32)
-    label = tf.cond(tf.size(answer_hits) > 0, lambda: answer_hits[0],
-                    lambda: tf.constant(-1, i32))
-    label = tf.where(label < G, label, -1)
-
-    def in_global(index):
-      # Only matters on overflow, where the global side is cropped.
-      return tf.where(index < G, index, -1)
-
-    fit = featurizing.fit
-    features = {
-        "token_ids": fit(token_ids, L, PAD_ID),
-        "segment_ids": fit(segment_ids, L, 0),
-        "long_paragraph_breakpoints": fit(long_breakpoints, L, 0),
-        "long_paragraph_ids": fit(in_global(long_paragraph_ids), L, -1),
-        "long_sentence_ids": fit(in_global(long_sentence_ids), L, -1),
-        "l2g_linked_ids": fit(in_global(l2g_linked_ids), L, -1),
-        "global_token_ids": fit(global_token_ids, G, PAD_ID),
-        "global_segment_ids": fit(global_segment_ids, G, 0),
-        "global_paragraph_breakpoints": fit(global_breakpoints, G, 0),
-        "ignore_hard_g2l_mask": fit(ignore_hard_g2l, G, 0),
-        "candidate_mask": fit(candidate_mask, G, 0),
-        "label": label,
-        "num_candidates": num_cands,
-        "example_id": tf.reshape(example_id, []),
-        "candidates": candidates,
-    }
-    stats = {
-        "sentences_dropped": num_drop,
-        "docs_emptied": tf.reduce_sum(
-            tf.cast((doc_num_sents > 0) & (kept_per_doc == 0), i32)),
-        "doc_tokens_dropped": total_doc_tokens - tf.reduce_sum(
-            tf.boolean_mask(sent_lens, keep_sent)),
-        "query_tokens_dropped": num_query_tokens - query_keep,
-        "overflow": tf.cast(overflow, i32),
-    }
-    return features, stats
+      segment_ids = tf.where(subject_linked >= 0,
+                             QUERY_SUBJECT_TOKEN_TYPE_ID, segment_ids)
+    return layout.Segment(
+        token_ids=doc_tokens,
+        global_token_ids=tf.where(is_paragraph, ids.paragraph, ids.sentence),
+        sentence_ids=doc_token_sent_id,
+        segment_ids=segment_ids,
+        global_segment_ids=tf.where(is_paragraph,
+                                    PARAGRAPH_GLOBAL_TOKEN_TYPE_ID,
+                                    GLOBAL_TOKEN_TYPE_ID),
+        paragraph_ids=tf.gather(doc_offset, doc_token_doc),
+        long_paragraphs=doc_token_doc,
+        global_paragraphs=global_doc,
+        long_features={layouts.L2G_LINKED_IDS: linked})
 
   def _link_mentions(self, cand_tokens: tf.RaggedTensor, cand_lens: tf.Tensor,
                      doc_tokens: tf.Tensor, doc_token_sent_id: tf.Tensor,
@@ -600,6 +543,54 @@ class WikiHopFeaturizer(featurizing.Featurizer):
     linked = tf.reduce_max(tf.where(covered, cand_index, -1), axis=0)
     # No candidates: reduce_max over nothing is INT_MIN.
     return tf.maximum(linked, -1)
+
+
+def _kept_sentences(sentences: tf.RaggedTensor, sent_lens: tf.Tensor,
+                    global_budget: tf.Tensor, long_budget: tf.Tensor,
+                    max_num_sentences: Optional[int]) -> tf.Tensor:
+  """The sentences kept so that the documents fit, as the original drops
+  them.
+
+  Sentences are dropped in the original's max-heap order, in closed form:
+  by position in the document (last first), then by the document's sentence
+  count (fewer first), then by document index; as few as needed for the
+  documents' global tokens (a paragraph token each, emptied or not, and one
+  per kept sentence), long tokens and sentences to fit.
+
+  Args:
+    sentences: <string>[D, (S_d)] (its row partition only is read).
+    sent_lens: <int32>[S] wordpieces per sentence.
+    global_budget, long_budget: <int32>[] the global and long tokens left
+      for the documents.
+    max_num_sentences: an optional cap on the kept sentences.
+
+  Returns:
+    <bool>[S]: a prefix of every document.
+  """
+  i32 = tf.int32
+  num_docs = tf.cast(sentences.nrows(), i32)
+  doc_num_sents = tf.cast(sentences.row_lengths(), i32)  # [D]
+  sent_doc = tf.cast(sentences.value_rowids(), i32)  # [S]
+  num_sents = tf.size(sent_doc, out_type=i32)
+  sent_pos = tf.range(num_sents) - tf.gather(
+      tf.cast(sentences.row_starts(), i32), sent_doc)
+  sentence_budget = (num_sents if max_num_sentences is None else
+                     tf.constant(max_num_sentences, i32))
+  big = tf.cast(tf.maximum(num_sents, num_docs) + 1, tf.int64)
+  key = (tf.cast(num_sents - sent_pos, tf.int64) * big * big +
+         tf.cast(tf.gather(doc_num_sents, sent_doc), tf.int64) * big +
+         tf.cast(sent_doc, tf.int64))
+  removal_order = tf.argsort(key, stable=True)  # [S]
+  removal_rank = tf.math.invert_permutation(removal_order)  # [S]
+  removed_tokens = tf.concat(
+      [[0], tf.cumsum(tf.gather(sent_lens, removal_order))], axis=0)
+  num_removed = tf.range(num_sents + 1)  # k = 0..S
+  sentences_left = num_sents - num_removed
+  fits = ((num_docs + sentences_left <= global_budget) &
+          (tf.reduce_sum(sent_lens) - removed_tokens <= long_budget) &
+          (sentences_left <= sentence_budget))
+  num_drop = tf.reduce_min(tf.where(fits, num_removed, num_sents))
+  return removal_rank >= num_drop
 
 
 def _contains(texts: tf.Tensor, needles: tf.Tensor) -> tf.Tensor:

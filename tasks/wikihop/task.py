@@ -34,7 +34,7 @@ PREDICTIONS_FILE = "predictions.json"
 class WikiHopTask(task_lib.RawInputTask):
   """qangaroo WikiHop multiple-choice QA (see `tasks/wikihop/features.py`)."""
 
-  side_input_layout = "multihop"
+  side_input_layout = wikihop_features.LAYOUT.side_inputs
   raw_signatures_name = "raw-text signature"
 
   def __init__(self,
@@ -81,7 +81,7 @@ class WikiHopTask(task_lib.RawInputTask):
   # -------------------------------------------------------- loss & metrics
   def per_example_loss(self, features, outputs) -> tf.Tensor:
     """Cross-entropy over the candidates; 0 for unlabelled (-1) examples."""
-    labels = tf.cast(features["label"], tf.int32)
+    labels = tf.cast(features[wikihop_features.LABEL], tf.int32)
     has_label = labels >= 0
     loss = tf.nn.sparse_softmax_cross_entropy_with_logits(
         labels=tf.maximum(labels, 0), logits=outputs["logits"])
@@ -91,7 +91,7 @@ class WikiHopTask(task_lib.RawInputTask):
     return [tf_keras.metrics.Mean("accuracy", dtype=tf.float32)]
 
   def update_metrics(self, metrics, features, outputs) -> None:
-    labels = tf.cast(features["label"], tf.int32)
+    labels = tf.cast(features[wikihop_features.LABEL], tf.int32)
     correct = tf.cast(tf.equal(outputs["prediction"], labels), tf.float32)
     metrics[0].update_state(correct,
                             sample_weight=tf.cast(labels >= 0, tf.float32))
@@ -100,12 +100,13 @@ class WikiHopTask(task_lib.RawInputTask):
   def prediction_outputs(self, features, outputs):
     """The id, the chosen candidate, its index and the gold answer ("" when
     unlabelled), per example."""
-    candidates = features["candidates"]
-    return {"example_id": features["example_id"],
+    candidates = features[wikihop_features.CANDIDATES]
+    return {"example_id": features[wikihop_features.EXAMPLE_ID],
             "answer": decode.chosen_candidate(candidates,
                                               outputs["prediction"]),
             "gold_answer": decode.chosen_candidate(
-                candidates, tf.cast(features["label"], tf.int32)),
+                candidates,
+                tf.cast(features[wikihop_features.LABEL], tf.int32)),
             "prediction": outputs["prediction"]}
 
   def write_predictions(self, predictions: Mapping[str, Any],
