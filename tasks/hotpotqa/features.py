@@ -58,7 +58,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from etc_realformer.features import layouts
 from tasks.common import featurizing
+from tasks.common import layout
 from tasks.common import tokenization
 from tasks.hotpotqa import data
 
@@ -96,14 +98,25 @@ class GlobalTokenIds(featurizing.SpecialTokenIds):
                                  paragraph=43)
 
 
+LONG_TOKEN_START = "long_token_start"
+LONG_TOKEN_END = "long_token_end"
+GLOBAL_PARAGRAPH_IDS = "global_paragraph_ids"
+GLOBAL_SENTENCE_IDS = "global_sentence_ids"
+GLOBAL_KINDS = "global_kinds"
+EXAMPLE_ID = "example_id"
+
+# The long and global features (see the module docstring).
+LAYOUT = layout.Layout(
+    layout.MULTIHOP,
+    long_features=(layout.Feature(LONG_TOKEN_START, -1),
+                   layout.Feature(LONG_TOKEN_END, -1)),
+    global_features=(layout.Feature(GLOBAL_PARAGRAPH_IDS, -1),
+                     layout.Feature(GLOBAL_SENTENCE_IDS, -1),
+                     layout.Feature(GLOBAL_KINDS, KIND_PAD),
+                     layout.Feature(layouts.IGNORE_HARD_G2L_MASK)))
 # The int32 features the model reads (encoder inputs, side-input sources and
 # what the head needs to locate spans); the inputs of `serving_default`.
-MODEL_FEATURES: Tuple[str, ...] = (
-    "token_ids", "segment_ids", "long_paragraph_breakpoints",
-    "long_paragraph_ids", "long_sentence_ids", "long_token_start",
-    "long_token_end", "global_token_ids", "global_segment_ids",
-    "global_paragraph_breakpoints", "global_paragraph_ids",
-    "global_sentence_ids", "global_kinds", "ignore_hard_g2l_mask")
+MODEL_FEATURES: Tuple[str, ...] = LAYOUT.model_features
 LABEL_FEATURES: Tuple[str, ...] = (
     "supporting_facts", "answer_type", "answer_start", "answer_end",
     "answer_bio_ids")
@@ -138,21 +151,14 @@ def feature_spec(
   """
   long_ = (long_seq_len,)
   global_ = (global_seq_len,)
-  spec = {name: (tf.int32, long_) for name in (
-      "token_ids", "segment_ids", "long_paragraph_breakpoints",
-      "long_paragraph_ids", "long_sentence_ids", "long_token_start",
-      "long_token_end")}
-  spec.update({name: (tf.int32, global_) for name in (
-      "global_token_ids", "global_segment_ids", "global_paragraph_breakpoints",
-      "global_paragraph_ids", "global_sentence_ids", "global_kinds",
-      "ignore_hard_g2l_mask")})
+  spec = LAYOUT.spec(long_seq_len, global_seq_len)
   spec.update({
       "supporting_facts": (tf.int32, global_),
       "answer_type": (tf.int32, ()),
       "answer_start": (tf.int32, ()),
       "answer_end": (tf.int32, ()),
       "answer_bio_ids": (tf.int32, long_),
-      "example_id": (tf.string, ()),
+      EXAMPLE_ID: (tf.string, ()),
       "record_json": (tf.string, ()),
   })
   return spec
@@ -196,15 +202,11 @@ class HotpotFeaturizer(featurizing.Featurizer):
                              GlobalTokenIds.for_tokenizer(self.tokenizer))
     # A plain object: not tracked, so not part of an export.
     self._answer_locator = AnswerLocator(self.tokenizer)
-    self._record_fn = tf.function(
-        self._featurize,
-        input_signature=[
-            tf.TensorSpec([], tf.string),
-            tf.TensorSpec([None], tf.string),
-            tf.TensorSpec([None], tf.string),
-            tf.TensorSpec([None], tf.int32),
-            tf.TensorSpec([], tf.string),
-        ])
+    # (question, titles, sentences, num_sentences, example_id)
+    self._record_fn = tf.function(self._featurize, input_signature=[
+        tf.TensorSpec([], tf.string), tf.TensorSpec([None], tf.string),
+        tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int32),
+        tf.TensorSpec([], tf.string)])
 
   def feature_spec(self):
     return feature_spec(self.long_seq_len, self.global_seq_len)
@@ -277,141 +279,121 @@ class HotpotFeaturizer(featurizing.Featurizer):
     q_keep = tf.minimum(num_q, tf.minimum(L, G) - 1)
 
     # --- Context texts per paragraph: [title, sentence 0, sentence 1, ...].
-    num_paras = tf.size(titles, out_type=i32)
     para_sents = tf.RaggedTensor.from_row_lengths(sentences, num_sentences)
     texts = tf.concat([titles[:, tf.newaxis], para_sents], axis=1)  # [P, (T)]
-    text_para = tf.cast(texts.value_rowids(), i32)  # [T]
-    text_pos = (tf.range(tf.size(text_para, out_type=i32)) -
-                tf.gather(tf.cast(texts.row_starts(), i32), text_para))
-    text_ids, text_starts, text_ends = self.tokenizer.tokenize_with_offsets(
-        texts.flat_values)  # [T, (n)]
-    text_lens = tf.cast(text_ids.row_lengths(), i32)  # [T]
+    text_pieces = self.tokenizer.tokenize_with_offsets(
+        texts.flat_values)  # ids, starts, ends: [T, (n)]
+    items = _greedy_fit(texts, text_pieces[0], long_budget=L - 1 - q_keep,
+                        global_budget=G - 1 - q_keep)
+    context, stats = self._context(text_pieces, *items)
 
-    # --- Items in visiting order: per paragraph its paragraph token, then
-    # its texts. item_text = -1 for paragraph tokens.
-    num_texts = tf.size(text_para, out_type=i32)
-    items_per_para = 1 + tf.cast(texts.row_lengths(), i32)  # [P]
-    item_para = tf.repeat(tf.range(num_paras), items_per_para)
-    item_pos = (tf.range(tf.reduce_sum(items_per_para)) -
-                tf.repeat(tf.cumsum(items_per_para, exclusive=True),
-                          items_per_para))  # 0 = paragraph token
+    features = LAYOUT.build([
+        # CLS sees the whole long input under hard g2l masking (the answer
+        # type is read from it); its long token belongs to no global token.
+        layout.Segment(
+            [ids.cls], [ids.cls], sentence_ids=[-1],
+            segment_ids=SENTENCE_TOKEN_TYPE_ID,
+            global_features={GLOBAL_KINDS: KIND_CLS,
+                             layouts.IGNORE_HARD_G2L_MASK: 1}),
+        layout.per_token(q_ids[:q_keep], ids.question,
+                         QUESTION_TOKEN_TYPE_ID, GLOBAL_TOKEN_TYPE_ID,
+                         global_features={GLOBAL_KINDS: KIND_QUESTION}),
+        context,
+    ], L, G)
+    features[EXAMPLE_ID] = tf.reshape(example_id, [])
+    return features, {"question_tokens_dropped": num_q - q_keep, **stats}
+
+  def _context(self, text_pieces: Tuple[tf.RaggedTensor, ...],
+               item_para: tf.Tensor, item_pos: tf.Tensor, item_keep: tf.Tensor
+               ) -> Tuple[layout.Segment, Dict[str, tf.Tensor]]:
+    """The context's segment (global: the kept paragraph, title and sentence
+    tokens; long: the kept texts' wordpieces) and its truncation stats, from
+    the texts' pieces [T, (n)] (ids, start and end bytes) and the items of
+    `_greedy_fit`."""
+    ids = self.global_token_ids
+    i32 = tf.int32
+    text_ids, text_starts, text_ends = text_pieces
     is_para_item = tf.equal(item_pos, 0)
-    item_text = tf.where(is_para_item, -1,
-                         tf.gather(tf.cast(texts.row_starts(), i32),
-                                   item_para) + item_pos - 1)
-    item_long = tf.where(is_para_item, 0,
-                         tf.gather(text_lens, tf.maximum(item_text, 0)))
+    text_para = tf.boolean_mask(item_para, ~is_para_item)  # [T]
+    text_pos = tf.boolean_mask(item_pos, ~is_para_item) - 1  # 0: title
 
-    # --- Greedy fit (sequential by nature: a skipped item frees nothing).
-    long_budget = L - 1 - q_keep
-    global_budget = G - 1 - q_keep
-
-    def visit(state, length):
-      long_used, global_used, _ = state
-      fits = tf.logical_and(long_used + length <= long_budget,
-                            global_used + 1 <= global_budget)
-      return (tf.where(fits, long_used + length, long_used),
-              tf.where(fits, global_used + 1, global_used), fits)
-
-    _, _, item_keep = tf.scan(
-        visit, item_long,
-        initializer=(tf.constant(0), tf.constant(0), tf.constant(False)))
-    item_keep = tf.ensure_shape(item_keep, [None])
-
-    # --- Global layout: CLS, question, kept items.
-    kept_items = tf.cast(tf.where(item_keep)[:, 0], i32)  # [K]
-    num_kept = tf.size(kept_items, out_type=i32)
-    item_global = tf.where(
-        item_keep, 1 + q_keep + tf.cumsum(tf.cast(item_keep, i32)) - 1, -1)
-    k_para = tf.gather(item_para, kept_items)
-    k_is_para = tf.gather(is_para_item, kept_items)
-    k_pos = tf.gather(item_pos, kept_items)
-    k_kind = tf.where(k_is_para, KIND_PARAGRAPH,
+    # Global: the kept items; each one's index in the segment (-1 dropped).
+    item_global = tf.where(item_keep, tf.cumsum(tf.cast(item_keep, i32)) - 1,
+                           -1)
+    k_para = tf.boolean_mask(item_para, item_keep)  # [K]
+    k_pos = tf.boolean_mask(item_pos, item_keep)
+    k_kind = tf.where(k_pos == 0, KIND_PARAGRAPH,
                       tf.where(k_pos == 1, KIND_TITLE, KIND_SENTENCE))
-    q_range = tf.range(q_keep)
-    global_token_ids = tf.concat([
-        [ids.cls], tf.fill([q_keep], ids.question),
-        tf.where(k_is_para, ids.paragraph, ids.sentence)], axis=0)
-    global_kinds = tf.concat([
-        [KIND_CLS], tf.fill([q_keep], KIND_QUESTION), k_kind], axis=0)
-    global_paragraph_ids = tf.concat(
-        [tf.fill([1 + q_keep], -1), k_para], axis=0)
-    global_sentence_ids = tf.concat([
-        tf.fill([1 + q_keep], -1),
-        tf.where(k_kind == KIND_SENTENCE, k_pos - 2, -1)], axis=0)
-    global_breakpoints = tf.concat([
-        [1], tf.cast(q_range == q_keep - 1, i32),
-        featurizing.last_of_run(k_para)], axis=0)
-    ignore_hard_g2l = tf.concat([[1], tf.zeros([q_keep + num_kept], i32)],
-                                axis=0)
+    # Per paragraph and per text (items in order), its global token.
+    para_global = tf.boolean_mask(item_global, is_para_item)  # [P]
+    text_global = tf.boolean_mask(item_global, ~is_para_item)  # [T]
 
-    # Paragraph token's global index per paragraph (-1 if dropped).
-    para_global = tf.math.unsorted_segment_max(
-        tf.where(is_para_item, item_global, -1), item_para, num_paras)
-
-    # --- Long layout: CLS, question wordpieces, kept texts' wordpieces.
-    text_keep = tf.scatter_nd(
-        tf.maximum(item_text, 0)[:, tf.newaxis],
-        tf.cast(item_keep & ~is_para_item, i32), [num_texts]) > 0
-    text_global = tf.scatter_nd(
-        tf.maximum(item_text, 0)[:, tf.newaxis],
-        tf.where(is_para_item, 0, item_global + 1), [num_texts]) - 1
+    # Long: the kept texts' wordpieces.
     token_text = tf.cast(text_ids.value_rowids(), i32)
-    token_keep = tf.gather(text_keep, token_text)
-    ctx_ids = tf.boolean_mask(text_ids.flat_values, token_keep)
+    token_keep = tf.gather(text_global >= 0, token_text)
     ctx_text = tf.boolean_mask(token_text, token_keep)
     ctx_para = tf.gather(text_para, ctx_text)
-    ctx_is_title = tf.equal(tf.gather(text_pos, ctx_text), 0)
-    num_ctx = tf.size(ctx_ids, out_type=i32)
 
-    token_ids = tf.concat([[ids.cls], q_ids[:q_keep], ctx_ids], axis=0)
-    segment_ids = tf.concat([
-        [SENTENCE_TOKEN_TYPE_ID], tf.fill([q_keep], QUESTION_TOKEN_TYPE_ID),
-        tf.where(ctx_is_title, TITLE_TOKEN_TYPE_ID, SENTENCE_TOKEN_TYPE_ID)],
-                            axis=0)
-    long_breakpoints = tf.concat([
-        [1], tf.cast(q_range == q_keep - 1, i32),
-        featurizing.last_of_run(ctx_para)], axis=0)
-    long_sentence_ids = tf.concat(
-        [[-1], 1 + q_range, tf.gather(text_global, ctx_text)], axis=0)
-    long_paragraph_ids = tf.concat(
-        [tf.fill([1 + q_keep], -1), tf.gather(para_global, ctx_para)], axis=0)
-    long_token_start = tf.concat([
-        tf.fill([1 + q_keep], -1),
-        tf.boolean_mask(text_starts.flat_values, token_keep)], axis=0)
-    long_token_end = tf.concat([
-        tf.fill([1 + q_keep], -1),
-        tf.boolean_mask(text_ends.flat_values, token_keep)], axis=0)
+    def kept(pieces):  # the kept texts' pieces
+      return tf.boolean_mask(pieces.flat_values, token_keep)
 
-    fit = featurizing.fit
-    features = {
-        "token_ids": fit(token_ids, L, 0),
-        "segment_ids": fit(segment_ids, L, 0),
-        "long_paragraph_breakpoints": fit(long_breakpoints, L, 0),
-        "long_paragraph_ids": fit(long_paragraph_ids, L, -1),
-        "long_sentence_ids": fit(long_sentence_ids, L, -1),
-        "long_token_start": fit(long_token_start, L, -1),
-        "long_token_end": fit(long_token_end, L, -1),
-        "global_token_ids": fit(global_token_ids, G, 0),
-        "global_segment_ids": tf.fill([G], GLOBAL_TOKEN_TYPE_ID),
-        "global_paragraph_breakpoints": fit(global_breakpoints, G, 0),
-        "global_paragraph_ids": fit(global_paragraph_ids, G, -1),
-        "global_sentence_ids": fit(global_sentence_ids, G, -1),
-        "global_kinds": fit(global_kinds, G, KIND_PAD),
-        "ignore_hard_g2l_mask": fit(ignore_hard_g2l, G, 0),
-        "example_id": tf.reshape(example_id, []),
-    }
-    dropped_texts = ~text_keep
+    segment = layout.Segment(
+        token_ids=kept(text_ids),
+        global_token_ids=tf.where(k_pos == 0, ids.paragraph, ids.sentence),
+        sentence_ids=tf.gather(text_global, ctx_text),
+        segment_ids=tf.where(tf.equal(tf.gather(text_pos, ctx_text), 0),
+                             TITLE_TOKEN_TYPE_ID, SENTENCE_TOKEN_TYPE_ID),
+        global_segment_ids=GLOBAL_TOKEN_TYPE_ID,
+        paragraph_ids=tf.gather(para_global, ctx_para),
+        long_paragraphs=ctx_para, global_paragraphs=k_para,
+        long_features={LONG_TOKEN_START: kept(text_starts),
+                       LONG_TOKEN_END: kept(text_ends)},
+        global_features={
+            GLOBAL_PARAGRAPH_IDS: k_para, GLOBAL_KINDS: k_kind,
+            GLOBAL_SENTENCE_IDS: tf.where(k_kind == KIND_SENTENCE, k_pos - 2,
+                                          -1)})
+    dropped_texts = text_global < 0
     stats = {
-        "question_tokens_dropped": num_q - q_keep,
         "paragraphs_dropped": tf.reduce_sum(tf.cast(para_global < 0, i32)),
         "titles_dropped": tf.reduce_sum(
             tf.cast(dropped_texts & (text_pos == 0), i32)),
         "sentences_dropped": tf.reduce_sum(
             tf.cast(dropped_texts & (text_pos > 0), i32)),
-        "context_tokens_dropped": tf.reduce_sum(text_lens) - num_ctx,
+        "context_tokens_dropped": tf.reduce_sum(tf.cast(~token_keep, i32)),
     }
-    return features, stats
+    return segment, stats
+
+
+def _greedy_fit(texts: tf.RaggedTensor, text_ids: tf.RaggedTensor,
+                long_budget: tf.Tensor, global_budget: tf.Tensor
+                ) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+  """The original's greedy pass over the context's items (per paragraph its
+  token, then its texts [P, (T_p)]: title, sentences; pieces [T, (n)]):
+  each is kept if its global token and long tokens still fit; sequential by
+  nature (a skipped item frees nothing). Returns <int32>[I] each item's
+  paragraph and position in it (0 its token, 1 title, 2.. sentences) and
+  <bool>[I] whether it is kept."""
+  i32 = tf.int32
+  items_per_para = 1 + tf.cast(texts.row_lengths(), i32)  # [P]
+  para = tf.repeat(tf.range(tf.size(items_per_para)), items_per_para)
+  pos = (tf.range(tf.reduce_sum(items_per_para)) -
+         tf.repeat(tf.cumsum(items_per_para, exclusive=True),
+                   items_per_para))  # 0 = paragraph token
+  text = tf.gather(tf.cast(texts.row_starts(), i32), para) + pos - 1
+  item_long = tf.where(tf.equal(pos, 0), 0, tf.gather(
+      tf.cast(text_ids.row_lengths(), i32), tf.maximum(text, 0)))
+
+  def visit(state, length):
+    long_used, global_used, _ = state
+    fits = tf.logical_and(long_used + length <= long_budget,
+                          global_used + 1 <= global_budget)
+    return (tf.where(fits, long_used + length, long_used),
+            tf.where(fits, global_used + 1, global_used), fits)
+
+  _, _, item_keep = tf.scan(
+      visit, item_long,
+      initializer=(tf.constant(0), tf.constant(0), tf.constant(False)))
+  return para, pos, tf.ensure_shape(item_keep, [None])
 
 
 def record_inputs(record: data.HotpotRecord) -> Tuple[tf.Tensor, ...]:
@@ -435,8 +417,8 @@ def text_of(record: data.HotpotRecord, paragraph: int, sentence: int) -> str:
 def text_token_ranges(features: Mapping[str, np.ndarray]
                       ) -> Dict[int, Tuple[int, int]]:
   """Global index of each title / sentence token -> its long range [a, b)."""
-  sentence_ids = np.asarray(features["long_sentence_ids"])
-  kinds = np.asarray(features["global_kinds"])
+  sentence_ids = np.asarray(features[layouts.LONG_SENTENCE_IDS])
+  kinds = np.asarray(features[GLOBAL_KINDS])
   ranges = {}
   for g in np.flatnonzero((kinds == KIND_TITLE) | (kinds == KIND_SENTENCE)):
     positions = np.flatnonzero(sentence_ids == g)
@@ -635,8 +617,8 @@ def add_labels(features: Dict[str, np.ndarray], record: data.HotpotRecord,
     kept supporting texts, nor in a dropped one) or `data.ANSWER_TRUNCATED`
     (in a supporting text dropped to fit only).
   """
-  long_len = features["token_ids"].shape[0]
-  global_len = features["global_token_ids"].shape[0]
+  long_len = features[layouts.TOKEN_IDS].shape[0]
+  global_len = features[layouts.GLOBAL_TOKEN_IDS].shape[0]
   features["record_json"] = np.array(
       json.dumps(record.to_json(), ensure_ascii=False).encode("utf-8"))
   sp = np.zeros([global_len], np.int32)
@@ -649,9 +631,9 @@ def add_labels(features: Dict[str, np.ndarray], record: data.HotpotRecord,
     return None
 
   facts = record.supporting_sentences()
-  kinds = features["global_kinds"]
-  para_ids = features["global_paragraph_ids"]
-  sent_ids = features["global_sentence_ids"]
+  kinds = features[GLOBAL_KINDS]
+  para_ids = features[GLOBAL_PARAGRAPH_IDS]
+  sent_ids = features[GLOBAL_SENTENCE_IDS]
   ranges = text_token_ranges(features)
   supporting_texts = []  # (global index, paragraph, sentence) in long order
   kept = set()  # (paragraph, sentence) of the kept titles and sentences
@@ -681,7 +663,8 @@ def add_labels(features: Dict[str, np.ndarray], record: data.HotpotRecord,
       spans.extend(
           (a + start, a + end) for start, end in locator.spans(
               text_of(record, para, sent), record.answer,
-              features["token_ids"][a:b], features["long_token_start"][a:b]))
+              features[layouts.TOKEN_IDS][a:b],
+              features[LONG_TOKEN_START][a:b]))
     spans.sort(key=lambda s: s[1])
     if spans:
       bio = np.full([long_len], BIO_OUTSIDE, np.int32)

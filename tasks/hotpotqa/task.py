@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import tensorflow as tf
 import tf_keras
 
+from etc_realformer.features import layouts
 from etc_realformer.training import task as task_lib
 from tasks.common import records
 from tasks.hotpotqa import data
@@ -43,7 +44,7 @@ THRESHOLD_SEARCH_FILE = "threshold_search.json"
 class HotpotQATask(task_lib.RawInputTask):
   """HotpotQA distractor setting (see `tasks/hotpotqa/features.py`)."""
 
-  side_input_layout = "multihop"
+  side_input_layout = features_lib.LAYOUT.side_inputs
 
   def __init__(self,
                long_seq_len: int = 4096,
@@ -101,7 +102,7 @@ class HotpotQATask(task_lib.RawInputTask):
     """float32 [B] supporting-fact, answer-type and span losses."""
     answer_type = tf.cast(features["answer_type"], tf.int32)
     labelled = answer_type >= 0
-    real_global = tf.not_equal(features["global_kinds"],
+    real_global = tf.not_equal(features[features_lib.GLOBAL_KINDS],
                                features_lib.KIND_PAD)
     sp = tf.nn.sigmoid_cross_entropy_with_logits(
         labels=tf.cast(features["supporting_facts"], tf.float32),
@@ -122,7 +123,7 @@ class HotpotQATask(task_lib.RawInputTask):
     else:
       bio = tf.cast(features["answer_bio_ids"], tf.int32)
       located = labelled & tf.reduce_any(bio >= 0, axis=-1)
-      real = head.long_input_mask(features["long_paragraph_breakpoints"])
+      real = head.long_input_mask(features[layouts.LONG_PARAGRAPH_BREAKPOINTS])
       per_token = tf.nn.sparse_softmax_cross_entropy_with_logits(
           labels=tf.maximum(bio, 0), logits=outputs["bio_logits"])
       span = tf.reduce_sum(tf.where(real & (bio >= 0), per_token, 0.0),
@@ -155,7 +156,7 @@ class HotpotQATask(task_lib.RawInputTask):
     f32 = tf.float32
     answer_type = tf.cast(features["answer_type"], tf.int32)
     labelled = tf.cast(answer_type >= 0, f32)
-    is_sentence = tf.equal(features["global_kinds"],
+    is_sentence = tf.equal(features[features_lib.GLOBAL_KINDS],
                            features_lib.KIND_SENTENCE)
     gold = tf.equal(features["supporting_facts"], 1) & is_sentence
     pred = (outputs["sp_probs"] >= self.sp_threshold) & is_sentence
@@ -189,8 +190,10 @@ class HotpotQATask(task_lib.RawInputTask):
       by_name[name].update_state(value, sample_weight=labelled)
 
   # ------------------------------------------------------------ predictions
-  _PREDICTION_FEATURES = ("example_id", "record_json", "global_paragraph_ids",
-                          "global_sentence_ids", "global_kinds")
+  _PREDICTION_FEATURES = (features_lib.EXAMPLE_ID, "record_json",
+                          features_lib.GLOBAL_PARAGRAPH_IDS,
+                          features_lib.GLOBAL_SENTENCE_IDS,
+                          features_lib.GLOBAL_KINDS)
   _PREDICTION_OUTPUTS = ("sp_probs", "answer_type_probs", "answer_type",
                          "span_score", "span_start_byte", "span_end_byte")
 
