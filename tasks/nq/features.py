@@ -106,6 +106,7 @@ import tensorflow as tf
 
 from etc_realformer.errors import UserInputError
 from tasks.common import featurizing
+from tasks.common import layout
 from tasks.common import tokenization
 from tasks.nq import data
 
@@ -115,28 +116,52 @@ DEFAULT_GLOBAL_SEQ_LEN = 230
 DEFAULT_STRIDE = 2048
 DEFAULT_MAX_QUESTION_LEN = 32
 
-MODEL_FEATURES: Tuple[str, ...] = (
-    "token_ids", "segment_ids", "long_breakpoints", "sentence_ids",
-    "global_token_ids", "global_segment_ids", "global_breakpoints")
+DOC_TOKEN_MAP = "doc_token_map"
+LONG_CANDIDATE_INDEX = "long_candidate_index"
+LONG_START_BYTE = "long_start_byte"
+LONG_END_BYTE = "long_end_byte"
+GLOBAL_CANDIDATE_INDEX = "global_candidate_index"
+GLOBAL_CANDIDATE_LONG_START = "global_candidate_long_start"
+GLOBAL_CANDIDATE_LONG_END = "global_candidate_long_end"
+GLOBAL_CANDIDATE_DOC_START = "global_candidate_doc_start"
+GLOBAL_CANDIDATE_DOC_END = "global_candidate_doc_end"
+GLOBAL_CANDIDATE_START_BYTE = "global_candidate_start_byte"
+GLOBAL_CANDIDATE_END_BYTE = "global_candidate_end_byte"
+EXAMPLE_ID = "example_id"
+WINDOW_INDEX = "window_index"
+NUM_WINDOWS = "num_windows"
+
+
+def _bookkeeping(name: str, dtype: tf.DType = tf.int32) -> layout.Feature:
+  """A feature decoding reads: -1 where it does not apply."""
+  return layout.Feature(name, -1, dtype, model_input=False)
+
+
+# A window's long and global features: the breakpoints side-input layout
+# (long tokens past a full global input, and the padding, share its last
+# token, as the original) and the bookkeeping of decoding.
+LAYOUT = layout.Layout(
+    layout.BREAKPOINTS,
+    long_features=(_bookkeeping(DOC_TOKEN_MAP),
+                   _bookkeeping(LONG_CANDIDATE_INDEX),
+                   _bookkeeping(LONG_START_BYTE, tf.int64),
+                   _bookkeeping(LONG_END_BYTE, tf.int64)),
+    global_features=(_bookkeeping(GLOBAL_CANDIDATE_INDEX),
+                     _bookkeeping(GLOBAL_CANDIDATE_LONG_START),
+                     _bookkeeping(GLOBAL_CANDIDATE_LONG_END),
+                     _bookkeeping(GLOBAL_CANDIDATE_DOC_START),
+                     _bookkeeping(GLOBAL_CANDIDATE_DOC_END),
+                     _bookkeeping(GLOBAL_CANDIDATE_START_BYTE, tf.int64),
+                     _bookkeeping(GLOBAL_CANDIDATE_END_BYTE, tf.int64)),
+    share_last_global=True)
+
+MODEL_FEATURES: Tuple[str, ...] = LAYOUT.model_features
 LABEL_FEATURES: Tuple[str, ...] = (
     "answer_type", "long_start", "long_end", "short_start", "short_end")
 # Per-window bookkeeping the decoder reads.
 BOOKKEEPING_FEATURES: Tuple[str, ...] = (
-    "example_id", "window_index", "num_windows", "doc_token_map",
-    "long_candidate_index", "long_start_byte", "long_end_byte",
-    "global_candidate_index", "global_candidate_long_start",
-    "global_candidate_long_end", "global_candidate_doc_start",
-    "global_candidate_doc_end", "global_candidate_start_byte",
-    "global_candidate_end_byte")
-
-_LONG_INT32 = ("token_ids", "segment_ids", "long_breakpoints", "sentence_ids",
-               "doc_token_map", "long_candidate_index")
-_LONG_INT64 = ("long_start_byte", "long_end_byte")
-_GLOBAL_INT32 = ("global_token_ids", "global_segment_ids",
-                 "global_breakpoints", "global_candidate_index",
-                 "global_candidate_long_start", "global_candidate_long_end",
-                 "global_candidate_doc_start", "global_candidate_doc_end")
-_GLOBAL_INT64 = ("global_candidate_start_byte", "global_candidate_end_byte")
+    (EXAMPLE_ID, WINDOW_INDEX, NUM_WINDOWS) +
+    tuple(name for name in LAYOUT.names if name not in MODEL_FEATURES))
 
 
 def feature_spec(
@@ -147,15 +172,10 @@ def feature_spec(
 
   See the module docstring for the meaning of each feature.
   """
-  long_, global_ = (long_seq_len,), (global_seq_len,)
-  spec = {}
-  spec.update({k: (tf.int32, long_) for k in _LONG_INT32})
-  spec.update({k: (tf.int64, long_) for k in _LONG_INT64})
-  spec.update({k: (tf.int32, global_) for k in _GLOBAL_INT32})
-  spec.update({k: (tf.int64, global_) for k in _GLOBAL_INT64})
-  spec["example_id"] = (tf.int64, ())
-  spec["window_index"] = (tf.int32, ())
-  spec["num_windows"] = (tf.int32, ())
+  spec = LAYOUT.spec(long_seq_len, global_seq_len)
+  spec[EXAMPLE_ID] = (tf.int64, ())
+  spec[WINDOW_INDEX] = (tf.int32, ())
+  spec[NUM_WINDOWS] = (tf.int32, ())
   spec.update({k: (tf.int32, ()) for k in LABEL_FEATURES})
   return spec
 
@@ -439,9 +459,7 @@ class NqFeaturizer(featurizing.Featurizer):
                  cand_start_byte, cand_end_byte, example_id, answer_type,
                  long_span, short_span):
     L, G = self.long_seq_len, self.global_seq_len  # pylint: disable=invalid-name
-    ids = self.token_ids
     i32 = tf.int32
-    num_tokens = tf.size(doc_tokens, out_type=i32)
 
     # --- Question wordpieces, truncated.
     q_all = self.tokenizer.tokenize(tf.reshape(question, [1])).flat_values
@@ -450,7 +468,64 @@ class NqFeaturizer(featurizing.Featurizer):
     q_ids = tf.cast(q_all[:q], i32)
     pre = q + 2  # [CLS] question [SEP]
 
-    # --- Each document token's top-level candidate (-1: dropped).
+    doc_ids, doc_pos, doc_cand, num_kept = self._document_wordpieces(
+        doc_tokens, doc_is_html, cand_start, cand_end, cand_top)
+    n = tf.size(doc_ids, out_type=i32)
+
+    # --- Window starts: range(0, max(n - doc_len, 0) + stride, stride).
+    doc_len = L - pre - 1
+    overflow = tf.maximum(n - doc_len, 0)
+    num_windows = (overflow + self.stride - 1) // self.stride + 1
+    starts = tf.range(num_windows) * self.stride  # [W]
+    win_len = tf.clip_by_value(n - starts, 0, doc_len)  # [W]
+
+    def window(args):
+      start, size = args
+      return self._window(
+          q_ids, doc_ids[start:start + size], doc_pos[start:start + size],
+          doc_cand[start:start + size], (tok_start_byte, tok_end_byte),
+          (cand_start, cand_end, cand_start_byte, cand_end_byte))
+
+    signature = {name: tf.TensorSpec(shape, dtype)
+                 for name, (dtype, shape) in LAYOUT.spec(L, G).items()}
+    features, cand_runs = tf.map_fn(
+        window, (starts, win_len),
+        fn_output_signature=(signature, tf.TensorSpec([], i32)))
+    features[EXAMPLE_ID] = tf.fill([num_windows], example_id)
+    features[WINDOW_INDEX] = tf.range(num_windows)
+    features[NUM_WINDOWS] = tf.fill([num_windows], num_windows)
+    features.update(_window_labels(features[DOC_TOKEN_MAP], L, answer_type,
+                                   long_span, short_span))
+    spec = self.feature_spec()
+    for name, value in features.items():
+      value.set_shape([None, *spec[name][1]])
+    lost = tf.maximum(cand_runs - (G - pre), 0)
+    stats = {
+        "windows": num_windows,
+        "question_tokens_dropped": num_q - q,
+        "document_wordpieces": n,
+        "tokens_outside_top_level_candidates": tf.size(
+            doc_tokens, out_type=i32) - num_kept,
+        "candidates_without_global_token": tf.reduce_sum(lost),
+        "windows_global_full": tf.reduce_sum(tf.cast(lost > 0, i32)),
+    }
+    return features, stats
+
+  def _document_wordpieces(self, doc_tokens, doc_is_html, cand_start,
+                           cand_end, cand_top
+                           ) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor,
+                                      tf.Tensor]:
+    """The wordpieces of the document tokens inside top-level candidates,
+    in document order; an HTML tag is one special id.
+
+    Returns:
+      <int32>[n] the ids, <int32>[n] the document token and <int32>[n] the
+      top-level candidate of each, and <int32>[] the number of kept tokens.
+    """
+    ids = self.token_ids
+    i32 = tf.int32
+    num_tokens = tf.size(doc_tokens, out_type=i32)
+    # Each document token's top-level candidate (-1: dropped).
     top_idx = tf.cast(tf.where(cand_top)[:, 0], i32)
     top_start = tf.clip_by_value(tf.gather(cand_start, top_idx), 0,
                                  num_tokens)
@@ -462,7 +537,6 @@ class NqFeaturizer(featurizing.Featurizer):
         tf.repeat(top_idx, tf.cast(spans.row_lengths(), i32)))
     kept = tf.cast(tf.where(token_cand >= 0)[:, 0], i32)  # doc order
 
-    # --- Wordpieces of the kept tokens; an HTML tag is one special id.
     kept_html = tf.gather(doc_is_html, kept)
     kept_text = tf.where(kept_html, "", tf.gather(doc_tokens, kept))
     pieces = self.tokenizer.tokenize(kept_text)
@@ -475,171 +549,126 @@ class NqFeaturizer(featurizing.Featurizer):
                         kept_html),
         tf.cast(kept_html, pieces.row_splits.dtype))
     pieces = tf.concat([tf.cast(pieces, i32), special], axis=1)
-    doc_ids = pieces.flat_values  # [n]
     doc_pos = tf.repeat(kept, tf.cast(pieces.row_lengths(), i32))  # [n]
-    doc_cand = tf.gather(token_cand, doc_pos)
-    n = tf.size(doc_ids, out_type=i32)
+    return (pieces.flat_values, doc_pos, tf.gather(token_cand, doc_pos),
+            tf.size(kept, out_type=i32))
 
-    # --- Windows (the original's range(0, max(n - doc_len, 0) + stride,
-    # stride)).
-    doc_len = L - pre - 1
-    overflow = tf.maximum(n - doc_len, 0)
-    num_windows = (overflow + self.stride - 1) // self.stride + 1
-    starts = tf.range(num_windows) * self.stride  # [W]
-    win_len = tf.clip_by_value(n - starts, 0, doc_len)  # [W]
+  def _window(self, q_ids: tf.Tensor, ids_: tf.Tensor, pos: tf.Tensor,
+              cand: tf.Tensor, token_bytes: Tuple[tf.Tensor, tf.Tensor],
+              candidates: Tuple[tf.Tensor, ...]
+              ) -> Tuple[Dict[str, tf.Tensor], tf.Tensor]:
+    """One window's `LAYOUT` features and <int32>[] its candidate runs.
 
-    p = tf.range(L)[tf.newaxis, :]  # [1, L]
-    in_doc = (p >= pre) & (p < pre + win_len[:, tf.newaxis])  # [W, L]
-    final_sep = tf.equal(p, pre + win_len[:, tf.newaxis])
-    real = p <= pre + win_len[:, tf.newaxis]
-    doc_index = tf.clip_by_value(starts[:, tf.newaxis] + p - pre, 0, n)
+    Long: `[CLS] question [SEP] window [SEP]`. Global: [CLS], a question
+    token per question wordpiece, then one token per run of equal
+    candidates over `[SEP] window [SEP]`: the question's [SEP] opens the
+    first (a question token), each candidate's wordpieces one
+    (`global_sentence`), the final [SEP] the last (`global_trailing`; after
+    an empty window it stays in the question [SEP]'s run).
 
-    def from_doc(values, default):
-      padded = tf.concat([values, tf.fill([1], tf.cast(default,
-                                                       values.dtype))], 0)
-      return tf.where(in_doc, tf.gather(padded, doc_index),
-                      tf.cast(default, values.dtype))
+    Args:
+      q_ids: <int32>[q] the question's wordpieces.
+      ids_, pos, cand: <int32>[w] the window's wordpieces, their document
+        tokens and their top-level candidates.
+      token_bytes: <int64>[N] start and end bytes of the document tokens.
+      candidates: the candidates' start and end tokens <int32>[C] and bytes
+        <int64>[C].
+    """
+    ids = self.token_ids
+    i32 = tf.int32
+    cand = tf.concat([[-1], cand, [-1]], axis=0)  # [SEP] window [SEP]
+    run = tf.cumsum(tf.cast(tf.concat(
+        [[True], tf.not_equal(cand[1:], cand[:-1])], axis=0), i32)) - 1
+    num_runs = run[-1] + 1
+    run_cand = tf.math.unsorted_segment_max(cand, run, num_runs)
+    is_cand = run_cand >= 0
+    # Long position of each run's first and last wordpiece.
+    local = tf.range(tf.size(run)) + 1 + tf.size(q_ids)
+    first = tf.math.unsorted_segment_min(local, run, num_runs)
+    last = tf.math.unsorted_segment_max(local, run, num_runs)
 
-    preamble = tf.concat([[ids.cls], q_ids, [ids.sep]], axis=0)
-    pre_ids = tf.gather(preamble, tf.minimum(p, pre - 1))
-    token_ids = tf.where(p < pre, pre_ids,
-                         tf.where(in_doc, from_doc(doc_ids, 0),
-                                  tf.where(final_sep, ids.sep, 0)))
-    doc_token_map = from_doc(doc_pos, -1)
-    long_cand = from_doc(doc_cand, -1)
-    has_pos = doc_token_map >= 0
-    safe_pos = tf.maximum(doc_token_map, 0)
+    def cand_value(values):
+      none = tf.constant(-1, values.dtype)
+      padded = tf.concat([values, [none]], 0)  # C = 0 safe
+      return tf.where(is_cand, tf.gather(padded, tf.maximum(run_cand, 0)),
+                      none)
 
-    def token_bytes(values):
-      padded = tf.concat([values, [-1]], 0)  # N = 0 safe
-      return tf.where(has_pos, tf.gather(padded, safe_pos),
-                      tf.constant(-1, tf.int64))
+    def with_seps(values):
+      none = tf.constant([-1], values.dtype)
+      return tf.concat([none, values, none], 0)
 
-    # --- Global tokens: [CLS], q + 1 question tokens, one per candidate run,
-    # one for the final [SEP]; full -> later runs share the last token.
-    prev_cand = tf.concat([tf.fill([num_windows, 1], -1), long_cand[:, :-1]],
-                          axis=1)
-    run_start = (p >= pre) & real & tf.not_equal(long_cand, prev_cand)
-    run_idx = tf.cumsum(tf.cast(run_start, i32), axis=1) - 1
-    slot = pre + run_idx
-    sentence_ids = tf.where(p < pre, p, tf.minimum(slot, G - 1))
-    num_runs = tf.reduce_sum(tf.cast(run_start, i32), axis=1)  # [W]
-    num_global = tf.minimum(pre + num_runs, G)  # [W]
-    cand_runs = tf.reduce_sum(tf.cast(run_start & (long_cand >= 0), i32),
-                              axis=1)
+    run_ids = tf.where(tf.range(num_runs) == 0, ids.global_question,
+                       tf.where(is_cand, ids.global_sentence,
+                                ids.global_trailing))
+    start_byte, end_byte = token_bytes
+    return LAYOUT.build([
+        layout.Segment([ids.cls], [ids.global_cls], sentence_ids=[0]),
+        layout.per_token(q_ids, ids.global_question),
+        layout.grouped(
+            tf.concat([[ids.sep], ids_, [ids.sep]], 0), run, num_runs,
+            run_ids,
+            long_features={
+                DOC_TOKEN_MAP: with_seps(pos),
+                LONG_CANDIDATE_INDEX: cand,
+                LONG_START_BYTE: with_seps(tf.gather(start_byte, pos)),
+                LONG_END_BYTE: with_seps(tf.gather(end_byte, pos))},
+            global_features={
+                GLOBAL_CANDIDATE_INDEX: run_cand,
+                GLOBAL_CANDIDATE_LONG_START: tf.where(is_cand, first, -1),
+                GLOBAL_CANDIDATE_LONG_END: tf.where(is_cand, last, -1),
+                **dict(zip((GLOBAL_CANDIDATE_DOC_START,
+                            GLOBAL_CANDIDATE_DOC_END,
+                            GLOBAL_CANDIDATE_START_BYTE,
+                            GLOBAL_CANDIDATE_END_BYTE),
+                           map(cand_value, candidates)))}),
+    ], self.long_seq_len, self.global_seq_len), tf.reduce_sum(
+        tf.cast(is_cand, i32))
 
-    own_slot = (p >= pre) & real & (slot < G)
-    w_idx = tf.range(num_windows)[:, tf.newaxis]
-    dump = num_windows * G
-    segment = tf.where(own_slot, w_idx * G + slot, dump)
-    num_segments = dump + 1
-    pos_b = tf.broadcast_to(p, tf.shape(segment))
 
-    def per_slot(values, reduce_fn):
-      out = reduce_fn(values, segment, num_segments)[:dump]
-      return tf.reshape(out, [num_windows, G])
+def _window_labels(doc_token_map: tf.Tensor, long_len: int,
+                   answer_type: tf.Tensor, long_span: tf.Tensor,
+                   short_span: tf.Tensor) -> Dict[str, tf.Tensor]:
+  """The `LABEL_FEATURES` of each window, as the original: a span's start
+  and end are looked up in each window independently, so a span cut by a
+  window edge keeps the end that the window holds (the other one points at
+  [CLS]).
 
-    slot_used = per_slot(tf.ones_like(segment), tf.math.unsorted_segment_max)
-    slot_used = slot_used > 0
-    slot_cand = tf.where(slot_used, per_slot(
-        long_cand, tf.math.unsorted_segment_max), -1)
-    is_cand_slot = slot_used & (slot_cand >= 0)
-    first_pos = tf.where(is_cand_slot, per_slot(
-        pos_b, tf.math.unsorted_segment_min), -1)
-    last_pos = tf.where(is_cand_slot, per_slot(
-        pos_b, tf.math.unsorted_segment_max), -1)
-    safe_cand = tf.maximum(slot_cand, 0)
+  Args:
+    doc_token_map: <int32>[W, L] each position's document token (-1 none).
+    long_len: L.
+    answer_type: <int32>[] the example's (`data.ANSWER_TYPES`; -1 unknown).
+    long_span, short_span: <int32>[2] [start, end) document token spans.
+  """
+  p = tf.range(long_len)[tf.newaxis, :]  # [1, L]
+  has_pos = doc_token_map >= 0
 
-    def cand_value(values, default):
-      padded = tf.concat([values, tf.fill([1], tf.cast(default,
-                                                       values.dtype))], 0)
-      return tf.where(is_cand_slot, tf.gather(padded, safe_cand),
-                      tf.cast(default, values.dtype))
+  def first_position(token: tf.Tensor) -> tf.Tensor:
+    # First wordpiece of `token` in the window; 0 when it has none there.
+    match = tf.equal(doc_token_map, token) & has_pos
+    first = tf.reduce_min(tf.where(match, p, long_len), axis=1)
+    return tf.where(first < long_len, first, 0)
 
-    gp = tf.range(G)[tf.newaxis, :]
-    global_token_ids = tf.where(
-        tf.equal(gp, 0), ids.global_cls,
-        tf.where(gp < pre, ids.global_question,
-                 tf.where(slot_used, tf.where(is_cand_slot,
-                                              ids.global_sentence,
-                                              ids.global_trailing), 0)))
-    global_token_ids = tf.where(gp < num_global[:, tf.newaxis],
-                                global_token_ids, 0)
-    global_breakpoints = tf.cast(
-        tf.equal(gp, num_global[:, tf.newaxis] - 1), i32)
+  def last_position(token: tf.Tensor) -> tf.Tensor:
+    # Last wordpiece of `token` in the window; 0 when it has none there.
+    match = tf.equal(doc_token_map, token) & has_pos
+    return tf.maximum(tf.reduce_max(tf.where(match, p, -1), axis=1), 0)
 
-    # --- Labels, as the original: a span's start and end are looked up in
-    # each window independently, so a span cut by a window edge keeps the
-    # end that the window holds (the other one points at [CLS]).
-    def first_position(token: tf.Tensor) -> tf.Tensor:
-      # First wordpiece of `token` in the window; 0 when it has none there.
-      match = tf.equal(doc_token_map, token) & has_pos
-      first = tf.reduce_min(tf.where(match, p, L), axis=1)
-      return tf.where(first < L, first, 0)
-
-    def last_position(token: tf.Tensor) -> tf.Tensor:
-      # Last wordpiece of `token` in the window; 0 when it has none there.
-      match = tf.equal(doc_token_map, token) & has_pos
-      return tf.maximum(tf.reduce_max(tf.where(match, p, -1), axis=1), 0)
-
-    # Spans are [start, end): the last token is end - 1.
-    long_start = first_position(long_span[0])
-    long_end = last_position(long_span[1] - 1)
-    short_start = first_position(short_span[0])
-    short_end = last_position(short_span[1] - 1)
-    # Only an example's own answer kind decides: a short (long) example is
-    # null in a window that holds neither end of its short (long) span;
-    # yes / no examples keep their type everywhere.
-    short_gone = tf.equal(short_start, 0) & tf.equal(short_end, 0)
-    long_gone = tf.equal(long_start, 0) & tf.equal(long_end, 0)
-    window_type = tf.fill([num_windows], answer_type)
-    window_type = tf.where(
-        ((window_type == data.SHORT) & short_gone) |
-        ((window_type == data.LONG) & long_gone), data.NULL, window_type)
-
-    zeros_l = tf.zeros([num_windows, L], i32)
-    features = {
-        "token_ids": token_ids,
-        "segment_ids": zeros_l,
-        "long_breakpoints": tf.cast(final_sep, i32),
-        "sentence_ids": sentence_ids,
-        "doc_token_map": doc_token_map,
-        "long_candidate_index": long_cand,
-        "long_start_byte": token_bytes(tok_start_byte),
-        "long_end_byte": token_bytes(tok_end_byte),
-        "global_token_ids": global_token_ids,
-        "global_segment_ids": tf.zeros([num_windows, G], i32),
-        "global_breakpoints": global_breakpoints,
-        "global_candidate_index": slot_cand,
-        "global_candidate_long_start": first_pos,
-        "global_candidate_long_end": last_pos,
-        "global_candidate_doc_start": cand_value(cand_start, -1),
-        "global_candidate_doc_end": cand_value(cand_end, -1),
-        "global_candidate_start_byte": cand_value(cand_start_byte, -1),
-        "global_candidate_end_byte": cand_value(cand_end_byte, -1),
-        "example_id": tf.fill([num_windows], example_id),
-        "window_index": tf.range(num_windows),
-        "num_windows": tf.fill([num_windows], num_windows),
-        "answer_type": window_type,
-        "long_start": long_start,
-        "long_end": long_end,
-        "short_start": short_start,
-        "short_end": short_end,
-    }
-    spec = self.feature_spec()
-    for name, value in features.items():
-      value.set_shape([None, *spec[name][1]])
-    lost = tf.maximum(cand_runs - (G - pre), 0)
-    stats = {
-        "windows": num_windows,
-        "question_tokens_dropped": num_q - q,
-        "document_wordpieces": n,
-        "tokens_outside_top_level_candidates": num_tokens - tf.size(
-            kept, out_type=i32),
-        "candidates_without_global_token": tf.reduce_sum(lost),
-        "windows_global_full": tf.reduce_sum(tf.cast(lost > 0, i32)),
-    }
-    return features, stats
+  # Spans are [start, end): the last token is end - 1.
+  long_start = first_position(long_span[0])
+  long_end = last_position(long_span[1] - 1)
+  short_start = first_position(short_span[0])
+  short_end = last_position(short_span[1] - 1)
+  # Only an example's own answer kind decides: a short (long) example is
+  # null in a window that holds neither end of its short (long) span;
+  # yes / no examples keep their type everywhere.
+  short_gone = tf.equal(short_start, 0) & tf.equal(short_end, 0)
+  long_gone = tf.equal(long_start, 0) & tf.equal(long_end, 0)
+  window_type = tf.fill(tf.shape(long_start), answer_type)
+  window_type = tf.where(
+      ((window_type == data.SHORT) & short_gone) |
+      ((window_type == data.LONG) & long_gone), data.NULL, window_type)
+  return dict(zip(LABEL_FEATURES, (window_type, long_start, long_end,
+                                   short_start, short_end)))
 
 
 def record_inputs(record: data.NqRecord,

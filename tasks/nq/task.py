@@ -30,6 +30,7 @@ from absl import logging
 import tensorflow as tf
 import tf_keras
 
+from etc_realformer.features import layouts
 from etc_realformer.training import task as task_lib
 from tasks.common import records
 from tasks.nq import decode
@@ -46,7 +47,7 @@ POSITION_HEADS = head.POSITION_HEADS
 class NaturalQuestionsTask(task_lib.RawInputTask):
   """Natural Questions (see `tasks/nq/features.py` for the windows)."""
 
-  side_input_layout = "breakpoints"
+  side_input_layout = features_lib.LAYOUT.side_inputs
   raw_signatures_name = "raw-input signatures"
 
   def __init__(self,
@@ -222,7 +223,7 @@ class NaturalQuestionsTask(task_lib.RawInputTask):
       doc = decode.document_answer(
           {k: out[k] for k in decode.WINDOW_OUTPUTS},
           out["answer_type_logits"])
-      doc["num_windows"] = tf.shape(windows["token_ids"])[0]
+      doc["num_windows"] = tf.shape(windows[layouts.TOKEN_IDS])[0]
       doc["long_answer_text"] = decode.span_text(
           doc_tokens, doc_token_is_html, doc["long_start_token"],
           doc["long_end_token"])
