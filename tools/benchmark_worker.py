@@ -123,70 +123,71 @@ def wikihop_raw_features(long_len: int, global_len: int, batch: int,
                          num_candidates: int = 10, candidate_len: int = 3,
                          query_len: int = 12, sentences_per_doc: int = 8,
                          sentence_len: int = 16) -> Dict[str, Any]:
-  """WikiHop-shaped raw features (the `tasks/wikihop/features.py` layout).
+  """WikiHop features of random records, made by the task's featurizer.
 
-  global: [candidates][query wordpieces][paragraph token + sentence tokens
-  per document][padding]; long: [candidate wordpieces][query wordpieces]
-  [documents][padding]. Documents are added while both inputs have room
-  (about 31 documents, 4010 long and 301 global tokens at 4096/430). About 2%
-  of document tokens are linked to a random candidate (mentions).
+  A record has `num_candidates` candidates of `candidate_len` words, a
+  query of `query_len` words and as many documents of `sentences_per_doc`
+  sentences of `sentence_len` words as fit both inputs whole (about 31
+  documents, 4010 long and 301 global tokens at 4096/430). Every word is one
+  wordpiece of a `vocab_size` vocabulary; about 2% of the document tokens
+  are a mention of a random candidate (its words in a sentence).
+
+  Returns:
+    The model features [batch, L] / [batch, G] and `label` [batch] (NumPy),
+    and the first record's numbers of real long and global tokens.
   """
-  import numpy as np  # pylint: disable=g-import-not-at-top
+  # pylint: disable=g-import-not-at-top
+  import tempfile
+  import numpy as np
+  import tensorflow as tf
+  from etc_realformer.features import layouts
+  from tasks.common import tokenization
+  from tasks.wikihop import features as wikihop
+  # pylint: enable=g-import-not-at-top
   rng = np.random.RandomState(seed)
-  L, G = long_len, global_len  # pylint: disable=invalid-name
-  f = {k: np.zeros([batch, L], np.int32) for k in (
-      "token_ids", "segment_ids", "long_paragraph_breakpoints")}
-  for k in ("long_paragraph_ids", "long_sentence_ids", "l2g_linked_ids"):
-    f[k] = np.full([batch, L], -1, np.int32)
-  for k in ("global_token_ids", "global_segment_ids",
-            "global_paragraph_breakpoints", "ignore_hard_g2l_mask",
-            "candidate_mask"):
-    f[k] = np.zeros([batch, G], np.int32)
-  li = gi = 0
-  for c in range(num_candidates):  # One long paragraph per candidate.
-    f["segment_ids"][:, li:li + candidate_len] = 4
-    f["long_sentence_ids"][:, li:li + candidate_len] = gi
-    f["long_paragraph_breakpoints"][:, li + candidate_len - 1] = 1
-    f["global_segment_ids"][:, gi] = 6
-    f["global_paragraph_breakpoints"][:, gi] = 1
-    f["ignore_hard_g2l_mask"][:, gi] = 1
-    f["candidate_mask"][:, gi] = 1
-    f["l2g_linked_ids"][:, li:li + candidate_len] = c
-    li += candidate_len
-    gi += 1
-  f["segment_ids"][:, li:li + query_len] = 3
-  f["long_sentence_ids"][:, li:li + query_len] = np.arange(gi, gi + query_len)
-  f["long_paragraph_breakpoints"][:, li + query_len - 1] = 1
-  f["global_segment_ids"][:, gi:gi + query_len] = 5
-  f["global_paragraph_breakpoints"][:, gi + query_len - 1] = 1
-  f["ignore_hard_g2l_mask"][:, gi:gi + query_len] = 1
-  li += query_len
-  gi += query_len
-  doc_long = sentences_per_doc * sentence_len
-  while li + doc_long <= L and gi + 1 + sentences_per_doc <= G:
-    paragraph = gi
-    f["global_segment_ids"][:, paragraph] = 7
-    gi += 1
-    f["segment_ids"][:, li:li + doc_long] = 1
-    f["long_paragraph_ids"][:, li:li + doc_long] = paragraph
-    for s in range(sentences_per_doc):
-      f["long_sentence_ids"][:, li:li + sentence_len] = gi
-      li += sentence_len
-      gi += 1
-    f["long_paragraph_breakpoints"][:, li - 1] = 1
-    f["global_paragraph_breakpoints"][:, gi - 1] = 1
-  real_long, real_global = li, gi
-  f["token_ids"][:, :real_long] = rng.randint(1, vocab_size,
-                                              [batch, real_long])
-  f["global_token_ids"][:, :real_global] = rng.randint(1, min(vocab_size, 100),
-                                                       [batch, real_global])
-  doc_start = num_candidates * candidate_len + query_len
-  mention = rng.rand(batch, real_long - doc_start) < 0.02
-  linked = rng.randint(0, num_candidates, mention.shape)
-  f["l2g_linked_ids"][:, doc_start:real_long] = np.where(mention, linked, -1)
-  f["label"] = rng.randint(0, num_candidates, [batch]).astype(np.int32)
-  f["real_long_tokens"] = real_long
-  f["real_global_tokens"] = real_global
+  # BERT's special entries first: the featurizer's global token ids are
+  # [unused0] .. [unused4].
+  special = (["[PAD]"] + [f"[unused{i}]" for i in range(10)] +
+             ["[UNK]", "[CLS]", "[SEP]", "[MASK]"])
+  words = [f"w{i}" for i in range(vocab_size - len(special))]
+  with tempfile.TemporaryDirectory() as tmp:
+    vocab = os.path.join(tmp, "vocab.txt")
+    tokenization.write_vocab(vocab, special + words)
+    featurizer = wikihop.WikiHopFeaturizer(
+        vocab_path=vocab, long_seq_len=long_len, global_seq_len=global_len)
+
+  def text(n):
+    return [words[i] for i in rng.randint(0, len(words), n)]
+
+  num_docs = max(0, min(
+      (long_len - num_candidates * candidate_len - query_len) //
+      (sentences_per_doc * sentence_len),
+      (global_len - num_candidates - query_len) // (1 + sentences_per_doc)))
+  mention_rate = 0.02 * sentence_len / candidate_len  # per sentence
+  records = []
+  for _ in range(batch):
+    candidates = [" ".join(text(candidate_len))
+                  for _ in range(num_candidates)]
+    sentences = []
+    for _ in range(num_docs * sentences_per_doc):
+      sentence = text(sentence_len)
+      if rng.rand() < mention_rate:
+        at = rng.randint(0, sentence_len - candidate_len + 1)
+        sentence[at:at + candidate_len] = candidates[
+            rng.randint(num_candidates)].split()
+      sentences.append(" ".join(sentence))
+    features, _ = featurizer.record_fn(
+        tf.constant(" ".join(text(query_len))),
+        tf.constant(candidates, tf.string), tf.constant(sentences, tf.string),
+        tf.constant([sentences_per_doc] * num_docs, tf.int32),
+        tf.constant(candidates[rng.randint(num_candidates)]), tf.constant(""))
+    records.append(features)
+  names = wikihop.MODEL_FEATURES + (wikihop.LABEL,)
+  f = {k: np.stack([r[k].numpy() for r in records]) for k in names}
+  # Every wordpiece and global token id is > 0 (0 is padding).
+  f["real_long_tokens"] = int(np.count_nonzero(f[layouts.TOKEN_IDS][0]))
+  f["real_global_tokens"] = int(np.count_nonzero(
+      f[layouts.GLOBAL_TOKEN_IDS][0]))
   return f
 
 
