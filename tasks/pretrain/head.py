@@ -17,8 +17,9 @@ left in the global input),
                token that sees only it (breakpoints layout, hard g2l when
                the config says so) -- the second pass, inside `call`.
 
-Both go through the projection (`cpc_projection`), are L2-normalised, and
-score each other by cosine similarity / `cpc_temperature`. The InfoNCE loss
+Both go through the projection (`CpcHeadConfig.projection`), are
+L2-normalised, and score each other by cosine similarity /
+`CpcHeadConfig.temperature`. The InfoNCE loss
 of a prediction is the cross-entropy of picking its own target among every
 CPC sentence of the (per-replica) batch: the other sentences of its own
 example and of the other examples are the negatives. Training batches may
@@ -111,18 +112,18 @@ class CpcHeadConfig:
   mlp_view_gradient_scale: float = 1.0
 
   def __post_init__(self):
-    # Named as the task's gin parameters, which is where they are set.
+    # Named as gin binds them (CpcHeadConfig.*), which is where they are set.
     if self.projection not in PROJECTIONS:
-      raise UserInputError(f"cpc_projection {self.projection!r} is not one "
+      raise UserInputError(f"CpcHeadConfig.projection {self.projection!r} is not one "
                            f"of {PROJECTIONS}")
     if not 0.0 <= self.mlp_view_gradient_scale <= 1.0:
-      raise UserInputError(f"cpc_mlp_view_gradient_scale must be in [0, 1], "
+      raise UserInputError(f"CpcHeadConfig.mlp_view_gradient_scale must be in [0, 1], "
                            f"got {self.mlp_view_gradient_scale}")
     if not 0.0 <= self.mlp_view_weight <= 1.0:
-      raise UserInputError(f"cpc_mlp_view_weight must be in [0, 1], got "
+      raise UserInputError(f"CpcHeadConfig.mlp_view_weight must be in [0, 1], got "
                            f"{self.mlp_view_weight}")
     if self.temperature <= 0:
-      raise UserInputError(f"cpc_temperature must be positive, got "
+      raise UserInputError(f"CpcHeadConfig.temperature must be positive, got "
                            f"{self.temperature}")
 
 
