@@ -114,14 +114,14 @@ class CpcHeadConfig:
   def __post_init__(self):
     # Named as gin binds them (CpcHeadConfig.*), which is where they are set.
     if self.projection not in PROJECTIONS:
-      raise UserInputError(f"CpcHeadConfig.projection {self.projection!r} is not one "
-                           f"of {PROJECTIONS}")
+      raise UserInputError(f"CpcHeadConfig.projection {self.projection!r} "
+                           f"is not one of {PROJECTIONS}")
     if not 0.0 <= self.mlp_view_gradient_scale <= 1.0:
-      raise UserInputError(f"CpcHeadConfig.mlp_view_gradient_scale must be in [0, 1], "
-                           f"got {self.mlp_view_gradient_scale}")
+      raise UserInputError(f"CpcHeadConfig.mlp_view_gradient_scale must be "
+                           f"in [0, 1], got {self.mlp_view_gradient_scale}")
     if not 0.0 <= self.mlp_view_weight <= 1.0:
-      raise UserInputError(f"CpcHeadConfig.mlp_view_weight must be in [0, 1], got "
-                           f"{self.mlp_view_weight}")
+      raise UserInputError(f"CpcHeadConfig.mlp_view_weight must be in "
+                           f"[0, 1], got {self.mlp_view_weight}")
     if self.temperature <= 0:
       raise UserInputError(f"CpcHeadConfig.temperature must be positive, got "
                            f"{self.temperature}")

@@ -253,7 +253,7 @@ def test_two_view_projection_scores_a_weighted_sum_of_two_cosines(weight):
   np.testing.assert_allclose(
       scores, (1 - weight) * cosines(a, b) + weight * cosines(mlp(a), mlp(b)),
       atol=1e-5)
-  with pytest.raises(UserInputError, match="cpc_mlp_view_weight"):
+  with pytest.raises(UserInputError, match="mlp_view_weight"):
     pretrain_testing.tiny_task(
         cpc_fields=dict(mlp_view_weight=-0.1)).build_model()
 
@@ -299,7 +299,7 @@ def test_two_view_gradient_scale_on_the_mlp_view(scale):
   for g, full in zip(tape.gradient(score, kernels),
                      tape.gradient(second_view, kernels)):
     np.testing.assert_allclose(g, full, atol=1e-6)
-  with pytest.raises(UserInputError, match="cpc_mlp_view_gradient_scale"):
+  with pytest.raises(UserInputError, match="CpcHeadConfig.mlp_view_gradient"):
     pretrain_testing.tiny_task(
         cpc_fields=dict(mlp_view_gradient_scale=1.5)).build_model()
 
