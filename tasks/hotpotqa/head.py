@@ -13,6 +13,7 @@ holding the answer at `sp_threshold` (`decode.sentence_best_spans`,
 import tensorflow as tf
 import tf_keras
 
+from etc_realformer.features import layouts
 from etc_realformer.training import task as task_lib
 from tasks.common import logits as logits_lib
 from tasks.hotpotqa import decode
@@ -70,7 +71,7 @@ class HotpotQAModel(task_lib.EtcTaskModel):
         tf.squeeze(self.supporting_facts_layer(global_output), -1), f32)
     type_logits = tf.cast(self.answer_type_layer(global_output[:, 0]), f32)
     span_logits = tf.cast(self.span_layer(long_output), f32)
-    real = long_input_mask(features["long_paragraph_breakpoints"])
+    real = long_input_mask(features[layouts.LONG_PARAGRAPH_BREAKPOINTS])
     outputs = {
         "sp_logits": sp_logits,
         "sp_probs": tf.sigmoid(sp_logits),
@@ -95,9 +96,10 @@ class HotpotQAModel(task_lib.EtcTaskModel):
       start_probs = p_begin
       end_probs = (p_begin + p_inside) * (1.0 - next_inside)
     spans = decode.sentence_best_spans(
-        start_probs, end_probs, features["long_sentence_ids"],
-        features["global_kinds"], features["long_token_start"],
-        features["long_token_end"], self.max_answer_length)
+        start_probs, end_probs, features[layouts.LONG_SENTENCE_IDS],
+        features[features_lib.GLOBAL_KINDS],
+        features[features_lib.LONG_TOKEN_START],
+        features[features_lib.LONG_TOKEN_END], self.max_answer_length)
     outputs.update(spans)
     outputs["answer_global"] = decode.select_answer(
         outputs["sp_probs"], spans["span_score"], self.sp_threshold)

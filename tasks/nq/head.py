@@ -19,6 +19,7 @@ from etc_realformer.errors import UserInputError
 from etc_realformer.training import task as task_lib
 from tasks.nq import data
 from tasks.nq import decode
+from tasks.nq import features as features_lib
 
 GLOBAL, LONG = "global", "long"
 ANSWER_TYPE_SOURCES = (GLOBAL, LONG)
@@ -63,7 +64,7 @@ class NqModel(task_lib.EtcTaskModel):
     also the per-window decoding (`decode.WINDOW_OUTPUTS`, [B] each)."""
     f32 = tf.float32
     logits = tf.cast(self.position_layer(long_output), f32)  # [B, L, 4]
-    dmap = features["doc_token_map"]
+    dmap = features[features_lib.DOC_TOKEN_MAP]
     outputs = {f"{name}_logits": decode.mask_long_logits(logits[..., i], dmap)
                for i, name in enumerate(POSITION_HEADS)}
     cls = (global_output if self.answer_type_source == GLOBAL

@@ -14,6 +14,7 @@ import tf_keras
 
 from etc_realformer.training import task as task_lib
 from tasks.common import logits as logits_lib
+from tasks.wikihop import features as features_lib
 
 # Logit given to non-candidate global tokens.
 NEG_INF = logits_lib.NEG_INF
@@ -38,7 +39,7 @@ class WikiHopModel(task_lib.EtcTaskModel):
     del long_output, training
     logits = tf.cast(tf.squeeze(self.logits_layer(global_output), -1),
                      tf.float32)
-    is_candidate = tf.cast(features["candidate_mask"], tf.bool)
+    is_candidate = tf.cast(features[features_lib.CANDIDATE_MASK], tf.bool)
     logits = tf.where(is_candidate, logits, NEG_INF)
     return {"logits": logits,
             "probabilities": tf.nn.softmax(logits, axis=-1),
