@@ -108,25 +108,6 @@ def test_memory_guard_kills_and_records(tmp_path):
   assert "over_memory" in stdout
 
 
-def test_slopes_and_target_check():
-  def rec(length, t, mode="256"):
-    return {"record_type": "encoder", "status": "ok", "variant": "v",
-            "pass": "fwd", "long_len": length, "median_s": t,
-            "peak_rss_gib": 1.0 + length / 4096, "baseline_rss_gib": 1.0,
-            "global_len_mode": mode}
-  records = [rec(2048, 1.0), rec(4096, 2.0), rec(16384, 8.0)]
-  s = benchmark_plot.slopes(records)
-  assert [(x["from_len"], x["to_len"]) for x in s] == [(2048, 4096),
-                                                       (4096, 16384)]
-  assert s[0]["time_slope"] == pytest.approx(1.0)
-  assert s[0]["act_mem_slope"] == pytest.approx(1.0)
-  assert "PASS" in benchmark_plot.slope_summary(records, 1.1)
-  steep = [rec(2048, 1.0), rec(16384, 8.0 ** 1.5)]
-  assert "FAIL" in benchmark_plot.slope_summary(steep, 1.1)
-  grows = [rec(2048, 1.0, "L/16"), rec(16384, 64.0, "L/16")]
-  assert "no target" in benchmark_plot.slope_summary(grows, 1.1)
-
-
 def test_flag_parsing_and_specs():
   args = benchmark.build_parser().parse_args(
       ["--lengths=1024,2048", "--impls=sparse,full", "--residual=on,off",
@@ -184,22 +165,6 @@ def test_training_and_export_specs():
   with pytest.raises(SystemExit, match="--export_dir"):
     benchmark.export_specs(benchmark.build_parser().parse_args(
         ["--mode=xla_export"]))
-
-
-def test_earlier_records_still_plot_and_summarise(tmp_path):
-  # The checked-in records (schema 1: the configs' fields at the top level)
-  # beside a new one.
-  old = benchmark_plot.read_jsonl(os.path.join(REPO, "docs",
-                                               "benchmarks_cpu.jsonl"))
-  # Schema 1, and the original ETC's rows (no schema).
-  assert {r.get("schema_version") for r in old} == {1, None}
-  label = old[0]["label"]
-  same = [r for r in old if r.get("label") == label]
-  summary = benchmark_plot.slope_summary(same)
-  assert old[0]["variant"] in summary
-  png = tmp_path / "old.png"
-  benchmark_plot.plot(same, str(png))
-  assert png.stat().st_size > 1000
 
 
 def test_matmul_floor_mode_times_the_steps_products(tmp_path):
