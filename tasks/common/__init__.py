@@ -9,14 +9,22 @@
 - `featurizing`: the featurizers' shared graph helpers (`fit`,
   `last_of_run`) and their special token ids per vocabulary kind
   (`SpecialTokenIds`).
+- `io`: the one expansion of input patterns (`match_files`), line readers
+  that detect gzip by content, `write_jsonl` and `unbatch`.
+- `validation`: `RecordChecker`, a raw record's field checks bound to its
+  file and record, raising `records.BadRecordError`.
 - `records`: reading JSON inputs with clear errors, the bad-record policy
   (skip, count and name; or fail on the first with `strict=True`), the stats
   JSON written next to every cache, `write_json` for reports and
   submissions, `scoring_main` for the official-metric binaries, and
   `find_manual_file(s)` for the TFDS builders.
-- `preprocessing`: what every task's preprocess CLI shares (the featurizing
-  skeleton, output paths, the all-or-nothing cache write, log and summary
-  lines, common flags and command-line checks).
+- `preprocessing`: the preprocess skeleton every task's `preprocess.py`
+  fills (`RecordStep` -> `ExampleSink` -> the all-or-nothing cache write and
+  stats), output paths, log and summary lines, common flags and
+  command-line checks.
+- `layout`: the ETC input layout, segments -> fitted long/global features,
+  their spec and the model's feature names.
+- `logits`: `NEG_INF`, the logit of an excluded choice.
 - `tfds_files`: the base of the TFDS builders of the released files
   (imported by the `tfds_dataset` modules only: tensorflow-datasets is
   optional).

@@ -26,7 +26,6 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from tasks.common import io as io_lib
 from tasks.common import records as records_lib
 from tasks.hotpotqa import data
 from tasks.hotpotqa import evaluate
@@ -236,9 +235,6 @@ def decode_example(prediction: Mapping[str, np.ndarray],
   answer = text.encode("utf-8")[start:end].decode("utf-8", errors="ignore")
   return answer.strip(), sp
 
-
-# name -> [N, ...] arrays to a list of N per-example dicts.
-unbatch = io_lib.unbatch
 
 
 def predictions_json(examples: Sequence[Mapping[str, np.ndarray]],

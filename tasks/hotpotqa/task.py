@@ -27,6 +27,7 @@ import tf_keras
 
 from etc_realformer.features import layouts
 from etc_realformer.training import task as task_lib
+from tasks.common import io
 from tasks.common import records
 from tasks.hotpotqa import data
 from tasks.hotpotqa import decode
@@ -207,7 +208,7 @@ class HotpotQATask(task_lib.RawInputTask):
                         output_dir: str) -> str:
     """Writes the official submission JSON at `sp_threshold`; returns its
     path."""
-    examples = decode.unbatch(predictions)
+    examples = io.unbatch(predictions)
     path = os.path.join(output_dir, PREDICTIONS_FILE)
     records.write_json(path, decode.predictions_json(
         examples, decode.records_of(examples), self.sp_threshold))
@@ -222,7 +223,7 @@ class HotpotQATask(task_lib.RawInputTask):
     submission at the best threshold. Returns the summary (best threshold
     and its metrics, the metrics at `sp_threshold`), or None without gold.
     """
-    examples = decode.unbatch(predictions)
+    examples = io.unbatch(predictions)
     by_id = decode.records_of(examples)
     gold = decode.gold_of(by_id, self.gold_file)
     if not gold:

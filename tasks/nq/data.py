@@ -323,10 +323,6 @@ def validate_record(raw: Any, file: str, line: int,
 
 
 # ------------------------------------------------------------------ reading
-# The one expansion of input patterns and the one JSON-lines writer, under
-# the names this module's callers (demos, tests) use.
-expand_inputs = io_lib.match_files
-write_jsonl = io_lib.write_jsonl
 
 
 def read_records(path: str,

@@ -38,7 +38,6 @@ import numpy as np
 import tensorflow as tf
 
 from etc_realformer.errors import UserInputError
-from tasks.common import io as io_lib
 from tasks.common import logits as logits_lib
 from tasks.nq import data
 
@@ -273,10 +272,6 @@ def span_text(doc_tokens: tf.Tensor, is_html: tf.Tensor, start: tf.Tensor,
 
 
 # --------------------------------------------------------------------- Python
-# name -> [N, ...] arrays to a list of N per-window dicts.
-unbatch = io_lib.unbatch
-
-
 def _span(start_token, end_token, start_byte=-1, end_byte=-1
           ) -> Dict[str, int]:
   start_byte, end_byte = int(start_byte), int(end_byte)
@@ -335,7 +330,7 @@ def predictions_json(windows: Iterable[Mapping[str, Any]],
   """The official predictions object of all documents in `windows`.
 
   Args:
-    windows: per-window dicts (`unbatch` of the predict outputs).
+    windows: per-window dicts (`io.unbatch` of the predict outputs).
     example_ids: documents to predict even without a window (null
       predictions), e.g. the gold ids; others are added after them.
   """

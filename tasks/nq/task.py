@@ -32,6 +32,7 @@ import tf_keras
 
 from etc_realformer.features import layouts
 from etc_realformer.training import task as task_lib
+from tasks.common import io
 from tasks.common import records
 from tasks.nq import decode
 from tasks.nq import evaluate
@@ -170,7 +171,7 @@ class NaturalQuestionsTask(task_lib.RawInputTask):
 
   def submission(self, predictions: Mapping[str, Any]) -> Dict[str, Any]:
     """The official predictions object: one prediction per document."""
-    return decode.predictions_json(decode.unbatch(predictions))
+    return decode.predictions_json(io.unbatch(predictions))
 
   def write_predictions(self, predictions: Mapping[str, Any],
                         output_dir: str) -> str:

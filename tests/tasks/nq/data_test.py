@@ -8,6 +8,7 @@ import json
 import pytest
 
 from etc_realformer.errors import UserInputError
+from tasks.common import io
 from tasks.common import records
 from tasks.nq import data
 
@@ -225,7 +226,7 @@ def test_file_errors_name_the_file(tmp_path):
       list(data.read_records(str(path)))
   # The one pattern expansion's error: one line naming the pattern.
   with pytest.raises(UserInputError, match="no input file matches"):
-    data.expand_inputs(str(tmp_path / "nq-*-??.jsonl.gz"))
+    io.match_files(str(tmp_path / "nq-*-??.jsonl.gz"))
 
 
 def test_streaming_truncated_gzip_yields_records_before_the_damage(tmp_path):
@@ -246,12 +247,12 @@ def test_globs_of_files(tmp_path):
                                                 full_record(2)])
   pattern = str(tmp_path / "nq-dev-??.jsonl.gz")
   assert [r.example_id for r in data.read_all(pattern)] == [1, 2, 3]
-  assert len(data.expand_inputs(f"{pattern},{pattern}")) == 2
+  assert len(io.match_files(f"{pattern},{pattern}")) == 2
 
 
 def test_write_jsonl_round_trip(tmp_path):
   record = data.validate_record(copy.deepcopy(full_record()), "f", 1)
   path = str(tmp_path / "out.jsonl.gz")
-  data.write_jsonl(path, [data.record_to_json(record)])
+  io.write_jsonl(path, [data.record_to_json(record)])
   (again,) = list(data.read_records(path))
   assert again == record
