@@ -85,11 +85,18 @@ Outcome = Union[Featurized, Dropped, records.BadRecordError]
 
 # ---------------------------------------------------------------------- steps
 class RecordStep(abc.ABC, Generic[R]):
-  """A task's per-record step: a validated record -> its `Outcome`."""
+  """A task's per-record step: a validated record -> its `Outcome`.
 
-  @abc.abstractmethod
+  `featurizer` is the task's featurizer; its `feature_spec` is the
+  examples'.
+  """
+
+  def __init__(self, featurizer: Any):
+    self.featurizer = featurizer
+
   def feature_spec(self) -> tfrecords.FeatureSpec:
     """The features of the examples (how they are serialized)."""
+    return self.featurizer.feature_spec()
 
   @abc.abstractmethod
   def process(self, record: R) -> Outcome:
@@ -121,6 +128,11 @@ class GraphStep(RecordStep[R]):
   # The `tf.TensorSpec`s of `to_inputs`' values: a dict (passed to
   # `featurize` as it is) or a tuple.
   input_signature: Any = None
+
+  def __init__(self, featurizer: Any, input_file: str):
+    """The step of one input file (named in the errors)."""
+    super().__init__(featurizer)
+    self.input_file = input_file
 
   @abc.abstractmethod
   def to_inputs(self, record: R) -> Any:

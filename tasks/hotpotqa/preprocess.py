@@ -75,13 +75,8 @@ class HotpotStep(preprocessing.GraphStep[data.HotpotRecord]):
 
   def __init__(self, featurizer: features_lib.HotpotFeaturizer,
                input_file: str, is_training: bool):
-    """The step of one input file (named in the errors)."""
-    self.featurizer = featurizer
-    self.input_file = input_file
+    super().__init__(featurizer, input_file)
     self.is_training = is_training
-
-  def feature_spec(self):
-    return self.featurizer.feature_spec()
 
   def to_inputs(self, record: data.HotpotRecord) -> Dict[str, Any]:
     return dict(question=record.question, titles=list(record.titles),

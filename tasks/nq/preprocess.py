@@ -116,11 +116,8 @@ class NqStep(preprocessing.RecordStep[data.NqRecord]):
 
   def __init__(self, featurizer: features_lib.NqFeaturizer,
                predict_la_when_no_sa: bool = False):
-    self.featurizer = featurizer
+    super().__init__(featurizer)
     self.predict_la_when_no_sa = predict_la_when_no_sa
-
-  def feature_spec(self):
-    return self.featurizer.feature_spec()
 
   def process(self, record: data.NqRecord) -> preprocessing.Featurized:
     windows, amounts = self.featurizer.featurize_record(

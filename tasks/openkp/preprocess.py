@@ -49,13 +49,8 @@ class OpenKPStep(preprocessing.GraphStep[data.OpenKPRecord]):
 
   def __init__(self, featurizer: features_lib.OpenKPFeaturizer,
                input_file: str, skip_unlabeled: bool):
-    """The step of one input file (named in the errors)."""
-    self.featurizer = featurizer
-    self.input_file = input_file
+    super().__init__(featurizer, input_file)
     self.skip_unlabeled = skip_unlabeled
-
-  def feature_spec(self):
-    return self.featurizer.feature_spec()
 
   def to_inputs(self, record: data.OpenKPRecord):
     return features_lib.record_inputs(record)

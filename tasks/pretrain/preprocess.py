@@ -133,11 +133,8 @@ class PretrainStep(preprocessing.RecordStep[data.Document]):
 
   def __init__(self, featurizer: features_lib.PretrainFeaturizer,
                settings: Settings):
-    self.featurizer = featurizer
+    super().__init__(featurizer)
     self.settings = settings
-
-  def feature_spec(self):
-    return self.featurizer.feature_spec()
 
   def process(self, document: data.Document) -> preprocessing.Outcome:
     if len(document.sentences) < self.settings.min_sentences:

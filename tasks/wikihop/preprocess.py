@@ -58,15 +58,6 @@ class WikiHopStep(preprocessing.GraphStep[data.WikiHopRecord]):
 
   input_signature = _INPUT_SIGNATURE
 
-  def __init__(self, featurizer: features_lib.WikiHopFeaturizer,
-               input_file: str):
-    """The step of one input file (named in the errors)."""
-    self.featurizer = featurizer
-    self.input_file = input_file
-
-  def feature_spec(self):
-    return self.featurizer.feature_spec()
-
   def to_inputs(self, record: data.WikiHopRecord) -> Dict[str, Any]:
     # Punkt splits the supports here, in Python (see tasks.common.sentences).
     sentences, num_sentences = features_lib.split_supports(record.supports)

@@ -115,7 +115,7 @@ def _read(path):
 
 
 def test_process_is_process_all_one_record_at_a_time():
-  step = _SumStep()
+  step = _SumStep(None, "f.json")
   together = list(step.process_all(iter(_RECORDS)))
   assert [r["id"] for r, _ in together] == ["a", "b", "c", "d"]
   for record, outcome in together:
@@ -134,7 +134,7 @@ def test_run_counts_skips_and_writes(tmp_path):
   stats = records.RecordStats(input_file="f.json")
   path = str(tmp_path / "f.tfrecord")
   sink = _CountingSink(stats, _SPEC, {"": [path]})
-  preprocessing.run(_RECORDS, _SumStep(), sink)
+  preprocessing.run(_RECORDS, _SumStep(None, "f.json"), sink)
   assert [(e["id"], e["total"]) for e in _read(path)] == [(b"a", 3),
                                                          (b"d", 3)]
   assert sink.dropped == [("c", "zero")]
@@ -149,7 +149,7 @@ def test_strict_fails_on_the_first_bad_record_and_leaves_nothing(tmp_path):
   stats = records.RecordStats(input_file="f.json", strict=True)
   path = str(tmp_path / "f.tfrecord")
   with pytest.raises(records.BadRecordError, match="'b', field 'numbers'"):
-    preprocessing.run(_RECORDS, _SumStep(),
+    preprocessing.run(_RECORDS, _SumStep(None, "f.json"),
                       _CountingSink(stats, _SPEC, {"": [path]}))
   assert not os.listdir(tmp_path)
 
@@ -158,7 +158,7 @@ def test_the_default_sink_does_not_drop(tmp_path):
   stats = records.RecordStats(input_file="f.json")
   path = str(tmp_path / "f.tfrecord")
   with pytest.raises(ValueError, match="dropped records"):
-    preprocessing.run(_RECORDS, _SumStep(),
+    preprocessing.run(_RECORDS, _SumStep(None, "f.json"),
                       preprocessing.ExampleSink(stats, _SPEC, {"": [path]}))
   assert not os.listdir(tmp_path)
 
@@ -167,12 +167,12 @@ def test_featurize_into_writes_the_cache_and_its_stats(tmp_path):
   stats = records.RecordStats(input_file="/in/dev.json")
   out = tmp_path / "out"
   preprocessing.featurize_into(str(out), [_RECORDS[0], _RECORDS[3]],
-                               _SumStep(), stats)
+                               _SumStep(None, "f.json"), stats)
   record_path, stats_path = preprocessing.output_paths("dev.json", str(out))
   assert len(_read(record_path)) == 2
   assert records.read_stats_json(stats_path)["examples_written"] == 2
   # No records: an empty cache.
-  preprocessing.featurize_into(str(out), [], _SumStep(),
+  preprocessing.featurize_into(str(out), [], _SumStep(None, "f.json"),
                                records.RecordStats(input_file="dev.json"))
   assert _read(record_path) == []
 
