@@ -368,10 +368,10 @@ def _define_flags():
                        "Id of [MASK] (default: the vocabulary's entry).")
   flags.DEFINE_integer("cpc_min_sentence_len", 2,
                        "Shortest sentence CPC may mask (for the stats; set "
-                       "PretrainTask.cpc_min_sentence_len alike).")
+                       "MaskingConfig.cpc_min_sentence_len alike).")
   flags.DEFINE_integer("cpc_max_sentence_len", 64,
                        "Longest sentence CPC may mask (for the stats; set "
-                       "PretrainTask.cpc_max_sentence_len alike).")
+                       "MaskingConfig.cpc_max_sentence_len alike).")
   flags.DEFINE_integer("max_documents", None,
                        "Read at most this many documents (a quick run).")
 
