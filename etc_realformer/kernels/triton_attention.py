@@ -1,0 +1,189 @@
+"""Triton kernels of the fused global-local attention core, per query side.
+
+The long side's forward pass: for each query i of the blocked band layout
+(`docs/design.md`, "The four patterns and their layouts"; b = r + 1, query
+block k = i // b) one softmax over
+
+  l2l  the band: padded key rows k*b .. k*b + 3b - 1 (blocks k-1, k, k+1;
+       `blocking.padded_blocks`), band column c = row - k*b
+  l2g  the G global keys
+
+with scores q.k (q pre-scaled) + the relative score per_id[i, id] + the
+mask's adder (0 or -10000), and the context sum_p P_p.V_p, all on chip:
+scores, relative terms, masks and the softmax's statistics never leave the
+kernel. It writes the context and the row statistic lse = max + log(sum)
+(float32) that a backward pass recomputes the probabilities from.
+
+The band's relative ids come in the window layout [.., L, 2r+1]: band column
+c of query j = i - k*b is window column w = c - j - 1 (`blocking.skew_right`
+with offset 1); columns outside the window have no relative term (0), as
+the skew's zero fill, and are masked by their adder anyway.
+
+This module imports Triton alone (no TensorFlow, no package import), so the
+build tool loads it by path on a machine that has only Triton
+(`tools/build_kernels.py`), and the tests run it under Triton's interpreter
+(`TRITON_INTERPRET=1`, set before this module is imported).
+
+Layouts (all contiguous; T is float32, bfloat16 or float16):
+
+  q          <T>[B, H, Lp, D]        pre-scaled queries, Lp = nb * b
+  k_band     <T>[B, H, Lp + 2b, D]   padded key blocks; v_band the same
+  k_global   <T>[B, H, G, D]         global keys; v_global the same
+  per_id     <f32>[B, Lp, R, H]      relative scores per id
+  ids_window <i32>[B, Lp, 2b - 1]    l2l relative ids (window layout)
+  ids_global <i32>[B, Lp, G]         l2g relative ids
+  add_band   <f32>[B, Lp, 3b]        l2l adders (band layout)
+  add_global <f32>[B, Lp, G]         l2g adders
+  valid      <f32>[B, Lp]            1 where the query has a key, else 0
+  ctx        <T>[B, H, Lp, D]        the context (0 where not valid)
+  lse        <f32>[B, H, Lp]         max + log(sum) of the row's exponentials
+"""
+
+import os
+
+import triton
+import triton.language as tl
+
+# Query rows and key columns per tile. D must be a power of two >= 16
+# (`tl.dot`); b (the block length) is free: tiles are laid over absolute
+# rows, so a tile of BLOCK_M queries reads the key rows of every band it
+# touches, not one query block padded to a power of two.
+BLOCK_M = 64
+BLOCK_N = 64
+NUM_WARPS = 4
+NUM_STAGES = 2
+
+# Triton 3.9's interpreter multiplies bfloat16 operands of `tl.dot` wrongly
+# (errors of 1e10 on unit-scale inputs; float16 and float32 are right), so
+# interpreted kernels upcast the operands first: the same products (bfloat16
+# products are exact in float32) summed in float32, as the tensor cores do.
+UPCAST_DOTS = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
+
+
+@triton.jit
+def _scores(qt, kt, IEEE: tl.constexpr):
+  """q [BM, D] . k [BN, D]^T in float32 (IEEE float32 for float32 inputs:
+  Triton's default for them is TF32)."""
+  if IEEE:
+    s = tl.dot(qt, tl.trans(kt), input_precision="ieee")
+  elif UPCAST_DOTS:
+    s = tl.dot(qt.to(tl.float32), tl.trans(kt).to(tl.float32),
+               input_precision="ieee")
+  else:
+    s = tl.dot(qt, tl.trans(kt))
+  return s
+
+
+@triton.jit
+def _context(p, vt, IEEE: tl.constexpr):
+  """p [BM, BN] (float32) . v [BN, D] in float32; p rounded to v's dtype
+  first, as the XLA path's context product reads it."""
+  if IEEE:
+    c = tl.dot(p, vt, input_precision="ieee")
+  elif UPCAST_DOTS:
+    c = tl.dot(p.to(vt.dtype).to(tl.float32), vt.to(tl.float32),
+               input_precision="ieee")
+  else:
+    c = tl.dot(p.to(vt.dtype), vt)
+  return c
+
+
+@triton.jit
+def long_side_forward(q, k_band, v_band, k_global, v_global, per_id,
+                      ids_window, ids_global, add_band, add_global, valid,
+                      ctx, lse, num_heads, padded_len, global_len,
+                      num_ids, block_len,
+                      D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                      HAS_IDS: tl.constexpr, IEEE: tl.constexpr):
+  """One program: BM query rows of one (batch, head); grid
+  (cdiv(Lp, BM), B * H)."""
+  pid_m = tl.program_id(0)
+  bh = tl.program_id(1)
+  batch = bh // num_heads
+  head = bh % num_heads
+  band_width = 3 * block_len
+  window = 2 * block_len - 1
+  rows = pid_m * BM + tl.arange(0, BM)
+  row_ok = rows < padded_len
+  d = tl.arange(0, D)
+  # Row indices of the per-row tensors [B, Lp, ...], int64: B * Lp * 3b and
+  # B * Lp * R * H pass 2^31 at long inputs.
+  flat_rows = batch.to(tl.int64) * padded_len + rows
+  head_rows = bh.to(tl.int64) * padded_len
+  qt = tl.load(q + (head_rows + rows)[:, None] * D + d[None, :],
+               mask=row_ok[:, None], other=0.0)
+  band_start = (rows // block_len) * block_len  # first padded key row
+  j = rows - band_start
+
+  m_i = tl.full([BM], -1e30, tl.float32)  # finite: exp(-inf - -inf) is NaN
+  l_i = tl.zeros([BM], tl.float32)
+  acc = tl.zeros([BM, D], tl.float32)
+
+  # l2l: the key rows of every band this tile touches.
+  last_row = tl.minimum(pid_m * BM + BM, padded_len) - 1
+  first_key = ((pid_m * BM) // block_len) * block_len
+  stop_key = (last_row // block_len) * block_len + band_width
+  band_rows = bh.to(tl.int64) * (padded_len + 2 * block_len)
+  for n0 in range(first_key, stop_key, BN):
+    keys = n0 + tl.arange(0, BN)
+    key_ok = keys < stop_key
+    c = keys[None, :] - band_start[:, None]
+    in_band = (c >= 0) & (c < band_width) & row_ok[:, None] & key_ok[None, :]
+    kt = tl.load(k_band + (band_rows + keys)[:, None] * D + d[None, :],
+                 mask=key_ok[:, None], other=0.0)
+    s = _scores(qt, kt, IEEE)
+    s += tl.load(add_band + flat_rows[:, None] * band_width + c,
+                 mask=in_band, other=0.0)
+    if HAS_IDS:
+      w = c - j[:, None] - 1
+      in_window = in_band & (w >= 0) & (w < window)
+      rel_id = tl.load(ids_window + flat_rows[:, None] * window + w,
+                       mask=in_window, other=0)
+      s += tl.load(per_id + (flat_rows[:, None] * num_ids + rel_id)
+                   * num_heads + head, mask=in_window, other=0.0)
+    s = tl.where(in_band, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.exp(m_i - m_new)
+    p = tl.exp(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    vt = tl.load(v_band + (band_rows + keys)[:, None] * D + d[None, :],
+                 mask=key_ok[:, None], other=0.0)
+    acc = acc * alpha[:, None] + _context(p, vt, IEEE)
+    m_i = m_new
+
+  # l2g: every global key.
+  global_rows = bh.to(tl.int64) * global_len
+  for g0 in range(0, global_len, BN):
+    keys = g0 + tl.arange(0, BN)
+    key_ok = keys < global_len
+    cell_ok = row_ok[:, None] & key_ok[None, :]
+    kt = tl.load(k_global + (global_rows + keys)[:, None] * D + d[None, :],
+                 mask=key_ok[:, None], other=0.0)
+    s = _scores(qt, kt, IEEE)
+    cells = flat_rows[:, None] * global_len + keys[None, :]
+    s += tl.load(add_global + cells, mask=cell_ok, other=0.0)
+    if HAS_IDS:
+      rel_id = tl.load(ids_global + cells, mask=cell_ok, other=0)
+      s += tl.load(per_id + (flat_rows[:, None] * num_ids + rel_id)
+                   * num_heads + head, mask=cell_ok, other=0.0)
+    s = tl.where(cell_ok, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.exp(m_i - m_new)
+    p = tl.exp(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    vt = tl.load(v_global + (global_rows + keys)[:, None] * D + d[None, :],
+                 mask=key_ok[:, None], other=0.0)
+    acc = acc * alpha[:, None] + _context(p, vt, IEEE)
+    m_i = m_new
+
+  row_valid = tl.load(valid + flat_rows, mask=row_ok, other=0.0)
+  l_i = tl.where(row_ok, l_i, 1.0)  # rows past Lp (not stored) summed 0
+  out = acc * (row_valid / l_i)[:, None]
+  tl.store(ctx + (head_rows + rows)[:, None] * D + d[None, :],
+           out.to(ctx.dtype.element_ty), mask=row_ok[:, None])
+  tl.store(lse + head_rows + rows, m_i + tl.log(l_i), mask=row_ok)
+
+
+def long_side_grid(batch: int, num_heads: int, padded_len: int):
+  """The launch grid of `long_side_forward`."""
+  return (triton.cdiv(padded_len, BLOCK_M), batch * num_heads, 1)
