@@ -23,6 +23,7 @@ STREAM_DTYPES = ("float32", "compute")
 # etc_realformer.layers.dropout.DROPOUT_RNGS (this module stays free of
 # TensorFlow).
 DROPOUT_RNGS = ("philox", "hash")
+ATTENTION_KERNELS = ("xla", "fused")
 
 # `att_implementation = "auto"`: the dense path up to this static long length
 # (as the original), the sparse (blocked) path above it.
@@ -84,6 +85,12 @@ class ExecutionConfig:
       bits (the GPU path). The same keep probability and the same
       chunk-independence, but other masks: unlike the other fields, this
       one changes which elements a seed drops (never the eval outputs).
+    attention_kernel: 'xla': the attention core as TensorFlow ops (what XLA
+      fuses as it can). 'fused': under XLA (jit_compile), each query side
+      the fused kernels cover runs as one custom call that keeps scores,
+      masks and softmax statistics on chip (`etc_realformer.kernels`:
+      Triton kernels on CUDA, C++ on the host; built with g++ at first
+      use); other sides, and every call outside XLA, as 'xla'.
   """
   att_implementation: str = "auto"
   recompute_attention: bool = False
@@ -92,12 +99,17 @@ class ExecutionConfig:
   softmax_dtype: str = "float32"
   stream_dtype: str = "float32"
   dropout_rng: str = "philox"
+  attention_kernel: str = "xla"
 
   def __post_init__(self):
     if self.dropout_rng not in DROPOUT_RNGS:
       raise UserInputError(f"ExecutionConfig.dropout_rng: "
                            f"{self.dropout_rng!r} is not one of "
                            f"{DROPOUT_RNGS}")
+    if self.attention_kernel not in ATTENTION_KERNELS:
+      raise UserInputError(f"ExecutionConfig.attention_kernel: "
+                           f"{self.attention_kernel!r} is not one of "
+                           f"{ATTENTION_KERNELS}")
     if self.softmax_dtype not in SOFTMAX_DTYPES:
       raise UserInputError(f"ExecutionConfig.softmax_dtype: "
                            f"{self.softmax_dtype!r} is not one of "

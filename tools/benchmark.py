@@ -142,6 +142,8 @@ _EXECUTION_FLAGS: Dict[str, Any] = {
                      "mixed precision: float32, compute or both"),
     "dropout_rng": (_choices(benchmark_spec.DROPOUT_RNGS),
                     "philox, hash or both"),
+    "attention_kernel": (_choices(benchmark_spec.ATTENTION_KERNELS),
+                         "xla, fused (custom calls under --xla) or both"),
 }
 
 

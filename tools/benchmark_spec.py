@@ -55,12 +55,14 @@ EXECUTION_AXES: Dict[str, Axis] = {
     "stream_dtype": Axis("float32", lambda v: f"str{v}"),
     "dropout_rng": Axis("philox", lambda v: f"rng{v}"),
     "attention_chunk_len": Axis("auto", lambda v: f"chunk{v}"),
+    "attention_kernel": Axis("xla", str),
 }
 # The values of ExecutionConfig's string fields (etc_realformer/execution.py).
 ATT_IMPLEMENTATIONS = ("sparse", "full")
 SOFTMAX_DTYPES = ("float32", "compute")
 STREAM_DTYPES = ("float32", "compute")
 DROPOUT_RNGS = ("philox", "hash")
+ATTENTION_KERNELS = ("xla", "fused")
 
 
 @dataclasses.dataclass(frozen=True)

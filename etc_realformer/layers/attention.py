@@ -38,6 +38,7 @@ import tensorflow as tf
 import tf_keras
 
 from etc_realformer.execution import ExecutionConfig
+from etc_realformer.kernels import fused_attention
 from etc_realformer.layers import attention_core as core
 from etc_realformer.layers import blocking
 from etc_realformer.layers import dropout as dropout_lib
@@ -96,9 +97,12 @@ class AttentionPlan(NamedTuple):
     num_chunks: 0 = whole; n >= 1 = `chunked_recompute` in n chunks of
       queries per side (1 = recomputed whole in the backward pass).
     stream_sources: carry the residual streams as the layers' score inputs.
+    fused: run the sides the fused kernels cover as custom calls
+      (`ExecutionConfig.attention_kernel = 'fused'`, whole, under XLA).
   """
   num_chunks: int
   stream_sources: bool
+  fused: bool = False
 
 
 def plan_attention(execution: ExecutionConfig, sparse: bool, long_len: Any,
@@ -141,7 +145,9 @@ def plan_attention(execution: ExecutionConfig, sparse: bool, long_len: Any,
     # Recomputed streams only save memory where the sums are rebuilt chunk
     # by chunk in the backward pass too.
     num_chunks = max(num_chunks, 1)
-  return AttentionPlan(num_chunks, sources)
+  fused = (execution.attention_kernel == "fused" and in_xla and
+           not num_chunks)
+  return AttentionPlan(num_chunks, sources, fused)
 
 
 class FusedGlobalLocalAttention(tf_keras.layers.Layer):
@@ -339,7 +345,8 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
                              emit_streams)
     inputs = self._side_inputs(specs, projected, side, streams,
                                plan.stream_sources, seed)
-    long_out, global_out = attend_sides(specs, inputs, plan.num_chunks)
+    long_out, global_out = attend_sides(specs, inputs, plan.num_chunks,
+                                        plan.fused)
 
     if not emit_streams:
       new_streams = NO_STREAMS
@@ -471,11 +478,15 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
 
 # ---------------------------------------------------------------- strategy
 def attend_sides(specs: Sequence[core.SideSpec],
-                 inputs: Sequence[SideInputs[tf.Tensor]], num_chunks: int
-                 ) -> List[SideOutputs[tf.Tensor]]:
+                 inputs: Sequence[SideInputs[tf.Tensor]], num_chunks: int,
+                 fused: bool = False) -> List[SideOutputs[tf.Tensor]]:
   """Runs the core on each side: whole, or (`num_chunks` >= 1) under
   `chunked_recompute` in that many chunks of rows per side (1: recomputed
-  whole in the backward pass); see `plan_attention`."""
+  whole in the backward pass); with `fused` (whole sides only), the sides
+  the fused kernels cover as custom calls; see `plan_attention`."""
+  if fused and not num_chunks:
+    return [fused_attention.attend_side(spec, x)
+            for spec, x in zip(specs, inputs)]
   if not num_chunks:
     return [core.attend_side(spec, 0, blocking.dim(x.scores.q, 2), x)
             for spec, x in zip(specs, inputs)]

@@ -28,6 +28,7 @@ def test_the_axes_defaults_are_execution_configs():
   assert benchmark_spec.SOFTMAX_DTYPES == execution_lib.SOFTMAX_DTYPES
   assert benchmark_spec.STREAM_DTYPES == execution_lib.STREAM_DTYPES
   assert benchmark_spec.DROPOUT_RNGS == execution_lib.DROPOUT_RNGS
+  assert benchmark_spec.ATTENTION_KERNELS == execution_lib.ATTENTION_KERNELS
   assert set(benchmark_spec.ATT_IMPLEMENTATIONS) < set(
       execution_lib.ATT_IMPLEMENTATIONS)
 

@@ -133,7 +133,7 @@ def test_execution_flags_sweep_config_fields_named_when_not_default():
       "att_implementation": "sparse", "recompute_attention": True,
       "attention_chunk_len": "auto", "recompute_residual_streams": False,
       "softmax_dtype": "float32", "stream_dtype": "float32",
-      "dropout_rng": "hash"}
+      "dropout_rng": "hash", "attention_kernel": "xla"}
   # Chunk lengths vary before the softmax dtype (the flags' order).
   assert [benchmark.variant_name(s) for s in specs] == [
       "sparse-res-f32-recatt-rnghash-G=64",

@@ -1,14 +1,20 @@
 """The Triton kernels under Triton's interpreter (CPU, torch tensors, in a
 child process: `triton_testing`) against the float64 NumPy reference."""
 
+import importlib.util
+
+import ml_dtypes
 import numpy as np
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("triton")
+import fused_attention_testing as fat
+import triton_testing
 
-import fused_attention_testing as fat  # noqa: E402
-import triton_testing  # noqa: E402
+# Looked up, not imported: Triton must not load into this process
+# (`triton_testing`).
+pytestmark = pytest.mark.skipif(
+    any(importlib.util.find_spec(m) is None for m in ("torch", "triton")),
+    reason="the kernels' tests need torch and Triton (requirements-kernels.txt)")
 
 # Tolerances relative to the context's scale: float32 as the project's
 # references; bfloat16 and float16 inputs (the reference reads the same
@@ -23,11 +29,10 @@ def _rounded(pieces, dtype):
   """The pieces with the kernel's inputs rounded to `dtype` (as float32)."""
   if dtype == "float32":
     return pieces
-  import torch  # pylint: disable=g-import-not-at-top
+  np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16
   out = dict(pieces)
   for name in INPUTS:
-    out[name] = torch.from_numpy(pieces[name]).to(
-        getattr(torch, dtype)).float().numpy()
+    out[name] = pieces[name].astype(np_dtype).astype(np.float32)
   return out
 
 

@@ -1,0 +1,135 @@
+"""The attention core's sides as fused kernels (XLA custom calls).
+
+With `ExecutionConfig(attention_kernel='fused')`, a layer traced for XLA
+runs each side it can as one custom call (`custom_calls`) whose handlers
+(`ffi_library`: C++ on the host, the Triton kernels of `triton_attention` on
+CUDA) keep scores, masks and softmax statistics on chip. A side the kernels
+do not cover yet runs on `attention_core.attend_side` as before:
+
+  covered   the sparse long side (l2l band + l2g), no RealFormer stream on
+            it, no dropout of its probabilities, probabilities not returned
+  not yet   the global side, carried streams, dropout in training
+
+The gradient of a fused side is, for now, that of the same side recomputed
+by `attention_core.attend_side` from the custom call's inputs (the kernels'
+backward pass comes with their backward kernels): exact, at the XLA path's
+cost.
+"""
+
+import tensorflow as tf
+
+from etc_realformer.kernels import custom_calls
+from etc_realformer.kernels import ffi_library
+from etc_realformer.layers import attention_core as core
+from etc_realformer.layers import blocking
+from etc_realformer.layers.attention_pieces import PatternPair
+from etc_realformer.layers.attention_pieces import ScoreInputs
+from etc_realformer.layers.attention_pieces import SideInputs
+from etc_realformer.layers.attention_pieces import SideMasks
+from etc_realformer.layers.attention_pieces import SideOutputs
+
+LONG_SIDE_FORWARD = "etc_long_side_forward"
+_DTYPES = (tf.float32, tf.bfloat16, tf.float16)
+
+
+def covers(spec: core.SideSpec, x: SideInputs[tf.Tensor]) -> bool:
+  """Whether the fused kernels compute this side (module docstring)."""
+  if not spec.band or spec.return_probs or any(spec.is_carried):
+    return False
+  if spec.dropout.training and spec.dropout.rate > 0.0:
+    return False
+  q = x.scores.q
+  d = q.shape[-1]
+  return (q.dtype in _DTYPES and q.shape.is_fully_defined() and
+          all(k.shape.is_fully_defined() for k in x.scores.keys) and
+          d is not None and d >= 16 and d & (d - 1) == 0)
+
+
+def attend_long_side(spec: core.SideSpec, x: SideInputs[tf.Tensor]
+                     ) -> SideOutputs[tf.Tensor]:
+  """`attention_core.attend_side` of the whole sparse long side, fused.
+
+  Args:
+    spec: the long side (`covers(spec, x)`).
+    x: its pieces: q [B, H, nb, b, D], band keys and values as padded
+      blocks [B, H, nb + 2, b, D], global ones [B, H, G, D], per_id
+      [B, nb, b, R, H] or None, masks in the blocked layout.
+
+  Returns:
+    The context <T>[B, H, nb, b, D] (no streams, no probabilities).
+  """
+  ffi_library.load_into_tensorflow()
+  b = spec.block_len
+  q = x.scores.q
+  batch, heads, nb, _, d = q.shape.as_list()
+  lp = nb * b
+  masks = x.masks
+  has_ids = x.scores.per_id is not None and masks.ids.first is not None
+  num_ids = x.scores.per_id.shape[-2] if has_ids else 1
+
+  def rows(t: tf.Tensor, axis: int) -> tf.Tensor:  # blocks -> rows
+    return blocking.merge_axes(t, axis)
+
+  global_len = x.scores.keys.second.shape[2]
+  if has_ids:
+    per_id = rows(x.scores.per_id, 1)
+    ids_window = rows(masks.ids.first, 1)
+    ids_global = rows(masks.ids.second, 1)
+  else:  # Shaped placeholders: the handler reads none of them.
+    per_id = tf.zeros([batch, lp, 1, heads], tf.float32)
+    ids_window = tf.zeros([batch, lp, 2 * b - 1], tf.int32)
+    ids_global = tf.zeros([batch, lp, global_len], tf.int32)
+  constants = (ids_window, ids_global,
+               rows(masks.adders.first[:, 0], 1),
+               rows(masks.adders.second[:, 0], 1),
+               tf.reshape(masks.valid, [batch, lp]))
+  differentiable = (rows(q, 2), rows(x.scores.keys.first, 2),
+                    rows(x.values.first, 2), x.scores.keys.second,
+                    x.values.second, per_id)
+
+  @tf.custom_gradient
+  def fused(q_rows, k_band, v_band, k_global, v_global, per_id_rows):
+    ctx, _ = custom_calls.custom_call(
+        LONG_SIDE_FORWARD,
+        (q_rows, k_band, v_band, k_global, v_global, per_id_rows) + constants,
+        [([batch, heads, lp, d], q.dtype), ([batch, heads, lp], tf.float32)],
+        {"block_len": b, "has_ids": has_ids})
+
+    def grad(dctx):
+      args = (q_rows, k_band, v_band, k_global, v_global, per_id_rows)
+      with tf.GradientTape() as tape:
+        tape.watch(args)
+        ref = _reference(spec, x.masks, has_ids, nb, *args)
+      return tape.gradient(ref, args, output_gradients=dctx)
+
+    return ctx, grad
+
+  ctx = fused(*differentiable)
+  return SideOutputs(ctx=blocking.split_axis(ctx, 2, b))
+
+
+def _reference(spec: core.SideSpec, masks: SideMasks[tf.Tensor],
+               has_ids: bool, num_blocks: int, q_rows: tf.Tensor,
+               k_band: tf.Tensor, v_band: tf.Tensor, k_global: tf.Tensor,
+               v_global: tf.Tensor, per_id_rows: tf.Tensor) -> tf.Tensor:
+  """The fused call's context [B, H, Lp, D] by `attention_core.attend_side`
+  (the backward pass differentiates it)."""
+  b = spec.block_len
+  x = SideInputs(
+      scores=ScoreInputs(
+          blocking.split_axis(q_rows, 2, b),
+          PatternPair(blocking.split_axis(k_band, 2, b), k_global),
+          blocking.split_axis(per_id_rows, 1, b) if has_ids else None),
+      values=PatternPair(blocking.split_axis(v_band, 2, b), v_global),
+      masks=masks)
+  out = core.attend_side(spec, 0, num_blocks, x)
+  return blocking.merge_axes(out.ctx, 2)
+
+
+def attend_side(spec: core.SideSpec, x: SideInputs[tf.Tensor]
+                ) -> SideOutputs[tf.Tensor]:
+  """The whole side: fused where `covers`, else `attention_core`."""
+  if covers(spec, x):
+    return attend_long_side(spec, x)
+  return core.attend_side(spec, 0, blocking.dim(x.scores.q, 2), x)
+

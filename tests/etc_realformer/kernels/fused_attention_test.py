@@ -1,0 +1,98 @@
+"""The fused path (`attention_kernel='fused'`) through TensorFlow's XLA on
+the CPU: the host FFI handlers under jit_compile give the XLA path's
+outputs and gradients, and the exported HLO carries the custom calls."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from encoder_testing import assert_same_training
+from encoder_testing import loss_and_grads
+from encoder_testing import probes
+from encoder_testing import random_features
+from encoder_testing import tiny_config
+from encoder_testing import twin_models
+from etc_realformer.kernels import fused_attention
+import fused_attention_testing as fat
+
+# A sparse long side with several blocks and global keys; D = 16 (the
+# kernels' smallest head size).
+CONFIG = dict(hidden_size=32, num_attention_heads=2, local_radius=4,
+              num_hidden_layers=2, intermediate_size=32)
+
+
+@pytest.fixture(scope="module")
+def twins():
+  return twin_models(tiny_config(**CONFIG), attention_kernel="fused")
+
+
+def test_fused_matches_xla_path(twins):
+  xla_model, fused_model = twins
+  feats = {k: tf.constant(v) for k, v in random_features(
+      xla_model.config, batch=2, long_len=23, global_len=5, seed=4).items()}
+  probe = probes(xla_model.config, 2, 23, 5)
+  want, got = (loss_and_grads(m, feats, probe, training=False,
+                              jit_compile=True)
+               for m in (xla_model, fused_model))
+  assert_same_training(want, got)
+
+
+def test_fused_without_relative_ids(twins):
+  xla_model, fused_model = twins
+  feats = {k: tf.constant(v) for k, v in random_features(
+      xla_model.config, batch=2, long_len=19, global_len=3, seed=5,
+      with_relative_ids=False).items()}
+  want, got = (tf.function(lambda f, m=m: m(f, att_implementation="sparse"),
+                           jit_compile=True)(feats)
+               for m in (xla_model, fused_model))
+  for a, b in zip(want, got):
+    assert fat.relative_error(b.numpy(), a.numpy()) < 1e-5
+
+
+def test_exported_hlo_has_the_custom_call(twins):
+  _, fused_model = twins
+  feats = {k: tf.constant(v) for k, v in random_features(
+      fused_model.config, batch=1, long_len=16, global_len=4).items()}
+  fn = tf.function(lambda f: fused_model(f, att_implementation="sparse"),
+                   jit_compile=True)
+  hlo = fn.experimental_get_compiler_ir(feats)(stage="hlo")
+  calls = [line for line in hlo.splitlines()
+           if 'custom_call_target="etc_long_side_forward"' in line]
+  assert len(calls) == fused_model.config.num_hidden_layers
+  assert all("API_VERSION_TYPED_FFI" in line for line in calls)
+
+
+def test_outside_xla_the_fused_option_changes_nothing(twins):
+  xla_model, fused_model = twins
+  feats = random_features(xla_model.config, batch=1, long_len=16,
+                          global_len=4)
+  for a, b in zip(xla_model(feats), fused_model(feats)):
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_covers_only_what_the_kernels_compute(twins):
+  del twins
+  from etc_realformer.layers import attention_core as core  # pylint: disable=g-import-not-at-top
+  base = core.SideSpec(patterns=("l2l", "l2g"), band=True, block_len=5)
+  x = _pieces()
+  assert fused_attention.covers(base, x)
+  assert not fused_attention.covers(base._replace(band=False), x)
+  assert not fused_attention.covers(base._replace(return_probs=True), x)
+  assert not fused_attention.covers(
+      base._replace(streams=core.StreamSpec(carried=("l2g",))), x)
+  assert not fused_attention.covers(
+      base._replace(dropout=core.ProbsDropout(rate=0.1, training=True)), x)
+  assert fused_attention.covers(
+      base._replace(dropout=core.ProbsDropout(rate=0.1, training=False)), x)
+
+
+def _pieces():
+  from etc_realformer.layers.attention_pieces import PatternPair, ScoreInputs, SideInputs, SideMasks  # pylint: disable=g-import-not-at-top,line-too-long
+  q = tf.zeros([1, 2, 3, 5, 16])
+  return SideInputs(
+      scores=ScoreInputs(q, PatternPair(tf.zeros([1, 2, 5, 5, 16]),
+                                        tf.zeros([1, 2, 4, 16]))),
+      values=PatternPair(tf.zeros([1, 2, 5, 5, 16]), tf.zeros([1, 2, 4, 16])),
+      masks=SideMasks(PatternPair(tf.zeros([1, 1, 3, 5, 15]),
+                                  tf.zeros([1, 1, 3, 5, 4])),
+                      tf.ones([1, 1, 3, 5, 1])))
