@@ -10,9 +10,18 @@
 #   # sparse peers) at the same shapes; JSON lines under $OUT
 #   bash tools/gpu_benchmark.sh gpu_modules [--all]
 #
+#   # with the fused kernels (attention_kernel=fused modules): build them
+#   # here, carry gpu_kernels/ along; there the library is rebuilt against
+#   # that jaxlib's FFI headers (the carried build if that fails), the
+#   # kernels are checked against the NumPy reference and timed alone
+#   # (tools.gpu_kernel_check), and every module runs with the handlers
+#   python -m tools.build_kernels --output_dir=gpu_kernels
+#   KERNELS_DIR=gpu_kernels bash tools/gpu_benchmark.sh gpu_modules
+#
 # Environment: DEVICE (the jax platform, default gpu), MODULE_TIMEOUT_S
 # (seconds per module, default 300), PEER_SHAPES (L:G:batch,... for the
-# peers), PROFILE_MODULES (names of module folders under DIR to run once
+# peers), PEER_PASSES (fwd_bwd, fwd or both; default fwd_bwd), KERNELS_DIR
+# (the fused kernels' build, above), PROFILE_MODULES (names of module folders under DIR to run once
 # more, last, with `xla_runner --profile`: device time per kernel).
 #
 # What runs there, from the checkout (none of it imports TensorFlow):
@@ -29,20 +38,42 @@ dir=${1:-gpu_modules}
 models=bert_sdpa
 if [ "${2:-}" = "--all" ]; then models=bigbird,longformer,bert_sdpa; fi
 out=${OUT:-.}
+ffi=()
+if [ -n "${KERNELS_DIR:-}" ]; then
+  built=$(mktemp -d)
+  cp -r "$KERNELS_DIR/cubins" "$built/"
+  include=$(python -c "import jax.ffi; print(jax.ffi.include_dir())" 2>/dev/null)
+  if [ -n "$include" ] && python -m tools.build_kernels --output_dir="$built" \
+      --no_cubins --ffi_include="$include" >&2; then
+    echo "fused kernels: library rebuilt against jaxlib's FFI headers" >&2
+  else
+    echo "fused kernels: using the carried library" >&2
+    cp "$KERNELS_DIR/libetc_attention_ffi.so" "$built/"
+  fi
+  ffi=(--ffi_library="$built/libetc_attention_ffi.so")
+  # The timing at the benchmark's shape is for a GPU (the host loops take
+  # minutes there).
+  check_timing=(); [ "${DEVICE:-gpu}" = cpu ] && check_timing=(--no_timing)
+  timeout "${MODULE_TIMEOUT_S:-300}" python -m tools.gpu_kernel_check \
+      --library="$built/libetc_attention_ffi.so" --device="${DEVICE:-gpu}" \
+      "${check_timing[@]}" \
+      --output_jsonl="$out/kernels.jsonl" \
+      || echo "gpu_kernel_check failed (see $out/kernels.jsonl)" >&2
+fi
 # A module that does not compile or fit in time is skipped, not the sweep.
 for module in "$dir"/*/; do
   timeout "${MODULE_TIMEOUT_S:-300}" python -m tools.xla_runner \
       --module_dir="$module" --device="${DEVICE:-gpu}" --repeats=10 \
-      --warmup=3 --hlo_stats --output_jsonl="$out/xla_runs.jsonl" \
+      --warmup=3 --hlo_stats --output_jsonl="$out/xla_runs.jsonl" "${ffi[@]}" \
       || echo "xla_runner failed or timed out on $module" >&2
 done
 python -m tools.gpu_peers \
     --shapes="${PEER_SHAPES:-4096:256:4,16384:1024:1,16384:256:1}" \
-    --models="$models" --repeats=10 --warmup=3 \
+    --models="$models" --passes="${PEER_PASSES:-fwd_bwd}" --repeats=10 --warmup=3 \
     --output_jsonl="$out/peers.jsonl"
 for name in ${PROFILE_MODULES:-}; do
   timeout "${MODULE_TIMEOUT_S:-300}" python -m tools.xla_runner \
       --module_dir="$dir/$name" --device="${DEVICE:-gpu}" --repeats=3 \
-      --warmup=2 --profile --profile_runs=3 --output_jsonl="$out/profiles.jsonl" \
+      --warmup=2 --profile --profile_runs=3 --output_jsonl="$out/profiles.jsonl" "${ffi[@]}" \
       || echo "profiling failed or timed out on $name" >&2
 done

@@ -26,6 +26,7 @@ its error and the sweep goes on.
 """
 
 import argparse
+import itertools
 import sys
 import traceback
 from typing import Any, Dict, List, Optional, Tuple
@@ -83,12 +84,15 @@ def build(name: str, config):
 
 def measure(name: str, long_len: int, global_len: int, batch: int,
             width: Dict[str, int], repeats: int, warmup: int,
-            device: str, autocast: bool = True) -> Dict[str, Any]:
-  """One (model, shape): median fwd+bwd seconds and peak memory."""
+            device: str, autocast: bool = True,
+            pass_: str = "fwd_bwd") -> Dict[str, Any]:
+  """One (model, shape): median seconds of the pass ("fwd_bwd": training
+  mode, the gradient of every weight; "fwd": eval mode, no gradient, as
+  the encoder benchmark's fwd) and peak memory."""
   import torch  # pylint: disable=g-import-not-at-top
   torch.manual_seed(0)
   model = build(name, model_config(name, long_len, global_len, width))
-  model.to(device).train()
+  model.to(device).train(pass_ == "fwd_bwd")
   ids = torch.randint(1, width["vocab_size"], (batch, long_len),
                       device=device)
   inputs = {"input_ids": ids,
@@ -102,11 +106,15 @@ def measure(name: str, long_len: int, global_len: int, batch: int,
 
   def step():
     with torch.autocast(device_type="cuda" if cuda else "cpu",
-                        dtype=torch.bfloat16, enabled=autocast):
+                        dtype=torch.bfloat16, enabled=autocast), \
+        torch.set_grad_enabled(pass_ == "fwd_bwd"):
       hidden = model(**inputs).last_hidden_state
       loss = hidden.float().square().mean()
-    # Weights the step does not reach (e.g. position rows past L) get none.
-    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    grads = None
+    if pass_ == "fwd_bwd":
+      # Weights the step does not reach (e.g. position rows past L) get
+      # none.
+      grads = torch.autograd.grad(loss, params, allow_unused=True)
     if cuda:
       torch.cuda.synchronize()
     return loss, grads
@@ -137,8 +145,14 @@ def main(argv: Optional[List[str]] = None) -> int:
   parser.add_argument("--dtype", choices=("bfloat16", "float32"),
                       default="bfloat16",
                       help="bfloat16: torch.autocast (the benchmark's spec)")
+  parser.add_argument("--passes", default="fwd_bwd",
+                      help="comma list: fwd_bwd (training step), fwd (eval "
+                      "forward, no gradient)")
   parser.add_argument("--output_jsonl", default=None)
   args = parser.parse_args(argv)
+  passes = [p.strip() for p in args.passes.split(",") if p.strip()]
+  if not passes or any(p not in ("fwd", "fwd_bwd") for p in passes):
+    parser.error(f"--passes: fwd, fwd_bwd, got {args.passes!r}")
   try:
     shapes = parse_shapes(args.shapes)
   except ValueError as e:
@@ -152,26 +166,27 @@ def main(argv: Optional[List[str]] = None) -> int:
   width = dict(layers=args.layers, hidden_size=args.hidden_size,
                heads=args.heads, intermediate_size=args.intermediate_size,
                vocab_size=args.vocab_size)
-  for long_len, global_len, batch in shapes:
-    for name in models:
-      record = {"record_type": "gpu_peer", "model": name,
-                "long_len": long_len, "global_len": global_len,
-                "batch_size": batch, "device": device, **width,
-                "pass": "fwd_bwd",
-                "dtype": ("bfloat16 autocast" if args.dtype == "bfloat16"
-                          else "float32"),
-                "torch_version": torch.__version__}
-      try:
-        record.update(measure(name, long_len, global_len, batch, width,
-                              args.repeats, args.warmup, device,
-                              autocast=args.dtype == "bfloat16"))
-        record["status"] = "ok"
-      except Exception as e:  # pylint: disable=broad-except
-        record.update(status="error", error=f"{type(e).__name__}: {e}"[:500],
-                      traceback=traceback.format_exc()[-2000:])
-      if device.startswith("cuda"):
-        torch.cuda.empty_cache()
-      emit(record, args.output_jsonl)
+  for (long_len, global_len, batch), name, pass_ in itertools.product(
+      shapes, models, passes):
+    record = {"record_type": "gpu_peer", "model": name,
+              "long_len": long_len, "global_len": global_len,
+              "batch_size": batch, "device": device, **width,
+              "pass": pass_,
+              "dtype": ("bfloat16 autocast" if args.dtype == "bfloat16"
+                        else "float32"),
+              "torch_version": torch.__version__}
+    try:
+      record.update(measure(name, long_len, global_len, batch, width,
+                            args.repeats, args.warmup, device,
+                            autocast=args.dtype == "bfloat16",
+                            pass_=pass_))
+      record["status"] = "ok"
+    except Exception as e:  # pylint: disable=broad-except
+      record.update(status="error", error=f"{type(e).__name__}: {e}"[:500],
+                    traceback=traceback.format_exc()[-2000:])
+    if device.startswith("cuda"):
+      torch.cuda.empty_cache()
+    emit(record, args.output_jsonl)
   return 0
 
 

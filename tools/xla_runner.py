@@ -2,6 +2,7 @@ r"""Compiles and times an exported XLA module with jax/jaxlib alone.
 
     python -m tools.xla_runner --module_dir=DIR [--repeats=10 --warmup=3]
         [--device=gpu] [--output_jsonl=FILE] [--hlo_stats]
+        [--ffi_library=build/kernels/libetc_attention_ffi.so]
 
 DIR is what `python -m tools.benchmark --mode=xla_export` wrote:
 `module.hlo.pb.gz` (a gzipped serialized HloModuleProto; a plain
@@ -25,6 +26,11 @@ memory statistics. `--profile` adds the device time per kernel of
 the time per kind of kernel (matrix products, XLA's loop / input (reduction)
 / transpose fusions, copies, ...) and the longest kernels with the
 TensorFlow op each fusion was made from.
+
+A module exported with `attention_kernel='fused'` holds typed-FFI custom
+calls: `--ffi_library` (`tools/build_kernels.py`) registers their handlers
+for the platform first (the CUDA ones launch the cubins of the `cubins/`
+folder beside the library).
 
 The figures are TensorFlow's XLA module run by jaxlib's XLA (often a newer
 compiler than TensorFlow's), not TensorFlow itself on that device.
@@ -61,6 +67,28 @@ def _jax_modules():
     hlo_to_stablehlo = xla_extension.mlir.hlo_to_stablehlo
   import jax.extend  # pylint: disable=g-import-not-at-top
   return jax, xla_client, hlo_to_stablehlo
+
+
+# The fused kernels' custom calls (etc_realformer/kernels/cc/attention_ffi.cc,
+# `EtcRegisterFfiHandlers`): target -> (host handler, CUDA handler) symbols.
+FFI_TARGETS = {
+    "etc_long_side_forward": ("EtcLongSideForwardHost",
+                              "EtcLongSideForwardCuda"),
+}
+
+
+def register_ffi_library(path: str, platform: Optional[str] = None) -> None:
+  """Registers the FFI library's handlers into jaxlib for `platform` (cpu,
+  gpu/cuda; default: jax's default backend)."""
+  import ctypes  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  platform = (platform or jax.default_backend()).lower()
+  cuda = platform in ("gpu", "cuda")
+  library = ctypes.CDLL(os.path.abspath(path))
+  for target, (host, gpu) in FFI_TARGETS.items():
+    handler = getattr(library, gpu if cuda else host)
+    jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(handler),
+                                platform="CUDA" if cuda else "cpu")
 
 
 def read_module(module_dir: str) -> bytes:
@@ -259,9 +287,19 @@ def main(argv: Optional[List[str]] = None) -> int:
                       "device time per kernel")
   parser.add_argument("--profile_runs", type=int, default=3)
   parser.add_argument("--output_jsonl", default=None)
+  parser.add_argument("--ffi_library", default=None,
+                      help="the fused kernels' FFI library "
+                      "(tools/build_kernels.py), for modules with their "
+                      "custom calls")
   args = parser.parse_args(argv)
   if args.repeats < 1 or args.warmup < 1 or args.profile_runs < 1:
     parser.error("--repeats, --warmup and --profile_runs must be >= 1")
+  if args.ffi_library:
+    if not os.path.exists(args.ffi_library):
+      print(f"error: --ffi_library {args.ffi_library}: no such file",
+            file=sys.stderr)
+      return 2
+    register_ffi_library(args.ffi_library, args.device)
   for directory in args.module_dir:
     if not os.path.exists(os.path.join(directory, "manifest.json")):
       print(f"error: {directory}: no manifest.json (not an exported module)",

@@ -11,7 +11,9 @@ block k = i // b) one softmax over
 with scores q.k (q pre-scaled) + the relative score per_id[i, id] + the
 mask's adder (0 or -10000), and the context sum_p P_p.V_p, all on chip:
 scores, relative terms, masks and the softmax's statistics never leave the
-kernel. It writes the context and the row statistic lse = max + log(sum)
+kernel. The relative scores of a tile's queries for every id ([BM, R], R
+about 32) are loaded once and picked per key in registers (`tl.gather`),
+not read per key from memory. It writes the context and the row statistic lse = max + log(sum)
 (float32) that a backward pass recomputes the probabilities from.
 
 The band's relative ids come in the window layout [.., L, 2r+1]: band column
@@ -29,7 +31,7 @@ Layouts (all contiguous; T is float32, bfloat16 or float16):
   q          <T>[B, H, Lp, D]        pre-scaled queries, Lp = nb * b
   k_band     <T>[B, H, Lp + 2b, D]   padded key blocks; v_band the same
   k_global   <T>[B, H, G, D]         global keys; v_global the same
-  per_id     <f32>[B, Lp, R, H]      relative scores per id
+  per_id     <f32>[B, H, Lp, R]      relative scores per id
   ids_window <i32>[B, Lp, 2b - 1]    l2l relative ids (window layout)
   ids_global <i32>[B, Lp, G]         l2g relative ids
   add_band   <f32>[B, Lp, 3b]        l2l adders (band layout)
@@ -94,9 +96,10 @@ def long_side_forward(q, k_band, v_band, k_global, v_global, per_id,
                       ctx, lse, num_heads, padded_len, global_len,
                       num_ids, block_len,
                       D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-                      HAS_IDS: tl.constexpr, IEEE: tl.constexpr):
+                      R: tl.constexpr, HAS_IDS: tl.constexpr,
+                      IEEE: tl.constexpr):
   """One program: BM query rows of one (batch, head); grid
-  (cdiv(Lp, BM), B * H)."""
+  (cdiv(Lp, BM), B * H). R: num_ids rounded up to a power of two."""
   pid_m = tl.program_id(0)
   bh = tl.program_id(1)
   batch = bh // num_heads
@@ -114,6 +117,10 @@ def long_side_forward(q, k_band, v_band, k_global, v_global, per_id,
                mask=row_ok[:, None], other=0.0)
   band_start = (rows // block_len) * block_len  # first padded key row
   j = rows - band_start
+  if HAS_IDS:  # The tile's relative scores for every id: [BM, R].
+    r = tl.arange(0, R)
+    table = tl.load(per_id + (head_rows + rows)[:, None] * num_ids + r[None, :],
+                    mask=row_ok[:, None] & (r[None, :] < num_ids), other=0.0)
 
   m_i = tl.full([BM], -1e30, tl.float32)  # finite: exp(-inf - -inf) is NaN
   l_i = tl.zeros([BM], tl.float32)
@@ -139,8 +146,7 @@ def long_side_forward(q, k_band, v_band, k_global, v_global, per_id,
       in_window = in_band & (w >= 0) & (w < window)
       rel_id = tl.load(ids_window + flat_rows[:, None] * window + w,
                        mask=in_window, other=0)
-      s += tl.load(per_id + (flat_rows[:, None] * num_ids + rel_id)
-                   * num_heads + head, mask=in_window, other=0.0)
+      s += tl.where(in_window, tl.gather(table, rel_id, axis=1), 0.0)
     s = tl.where(in_band, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
     alpha = tl.exp(m_i - m_new)
@@ -164,8 +170,7 @@ def long_side_forward(q, k_band, v_band, k_global, v_global, per_id,
     s += tl.load(add_global + cells, mask=cell_ok, other=0.0)
     if HAS_IDS:
       rel_id = tl.load(ids_global + cells, mask=cell_ok, other=0)
-      s += tl.load(per_id + (flat_rows[:, None] * num_ids + rel_id)
-                   * num_heads + head, mask=cell_ok, other=0.0)
+      s += tl.gather(table, rel_id, axis=1)
     s = tl.where(cell_ok, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
     alpha = tl.exp(m_i - m_new)

@@ -124,10 +124,10 @@ ffi::Error CheckLongSide(const ffi::AnyBuffer& q, const ffi::AnyBuffer& k_band,
     return ffi::Error::InvalidArgument(
         "etc_long_side_forward: q, k_band, k_global, per_id must be rank 4");
   }
-  *shape = {qd[0], qd[1], qd[2], qd[3], gd[2], pd[2], block_len};
+  *shape = {qd[0], qd[1], qd[2], qd[3], gd[2], pd[3], block_len};
   if (block_len <= 0 || qd[2] % block_len != 0 ||
       kd[2] != qd[2] + 2 * block_len || kd[3] != qd[3] ||
-      gd[3] != qd[3] || pd[1] != qd[2] || pd[3] != qd[1]) {
+      gd[3] != qd[3] || pd[0] != qd[0] || pd[1] != qd[1] || pd[2] != qd[2]) {
     return ffi::Error::InvalidArgument(
         "etc_long_side_forward: shapes do not fit the long-side layout");
   }
@@ -194,7 +194,7 @@ ffi::Error LongSideForwardHost(
               id = ids_global.typed_data()[row * g + (c - band)];
             }
             if (id >= 0) {
-              rel = per_id.typed_data()[(row * s.num_ids + id) * s.heads + h];
+              rel = per_id.typed_data()[(bh * lp + i) * s.num_ids + id];
             }
           }
           const float adder = is_band
@@ -387,9 +387,11 @@ ffi::Error LongSideForwardCuda(
       !e.success()) {
     return e;
   }
+  int64_t ids_padded = 1;  // num_ids rounded up to a power of two
+  while (ids_padded < s.num_ids) ids_padded *= 2;
   const std::string variant = std::string("long_side_forward_") +
       TypeName(q.element_type()) + "_d" + std::to_string(s.size_per_head) +
-      (has_ids ? "_ids" : "_noids");
+      (has_ids ? "_r" + std::to_string(ids_padded) : std::string("_noids"));
   CubinKernel kernel;
   if (auto e = LoadKernel(variant, &kernel); !e.success()) return e;
   void* ptrs[13] = {q.untyped_data(), k_band.untyped_data(),

@@ -96,3 +96,28 @@ def _pieces():
       masks=SideMasks(PatternPair(tf.zeros([1, 1, 3, 5, 15]),
                                   tf.zeros([1, 1, 3, 5, 4])),
                       tf.ones([1, 1, 3, 5, 1])))
+
+
+def test_jaxlib_runs_the_exported_custom_calls(twins, tmp_path):
+  # The GPU harness's route on the CPU: the fused step's XLA module,
+  # exported from TensorFlow, compiled and run by jaxlib with the same
+  # library's host handlers registered there, gives TensorFlow's value.
+  from etc_realformer.kernels import ffi_library  # pylint: disable=g-import-not-at-top
+  from tools import xla_export  # pylint: disable=g-import-not-at-top
+  from tools import xla_runner  # pylint: disable=g-import-not-at-top
+  _, fused_model = twins
+  feats = {k: tf.constant(v) for k, v in random_features(
+      fused_model.config, batch=1, long_len=16, global_len=4, seed=2).items()}
+  probe = tf.constant(probes(fused_model.config, 1, 16, 4)[0])
+
+  @tf.function(jit_compile=True)
+  def step(f):
+    long_out, _ = fused_model(f, att_implementation="sparse")
+    return tf.reduce_sum(long_out * probe)
+
+  directory = str(tmp_path / "fused")
+  xla_export.write_module(tf, step, feats, fused_model.variables,
+                          {"export_dir": directory, "xla_reference": True})
+  xla_runner.register_ffi_library(ffi_library.load_into_tensorflow(), "cpu")
+  record = xla_runner.run(directory, repeats=1, warmup=1, platform="cpu")
+  assert record["relative_difference"] < 1e-5, record

@@ -45,6 +45,7 @@ def _long_forward(case, pieces, dtype, block_m=64, block_n=64):
                                     case.padded_len, case.global_len,
                                     case.num_ids, case.block_len],
       dict(D=case.size_per_head, BM=block_m, BN=block_n,
+           R=1 << max(case.num_ids - 1, 0).bit_length(),
            HAS_IDS=case.has_ids, IEEE=dtype == "float32"),
       outputs={"ctx": (shape, dtype), "lse": (shape[:3], "float32")},
       dtypes={ORDER.index(n): dtype for n in INPUTS})

@@ -1,0 +1,128 @@
+"""A float64 NumPy reference of the fused attention kernels, and random
+pieces in their layouts (`triton_attention` docstring).
+
+Written from the definitions (window ids, band columns), not from the
+kernels' tiling. NumPy alone: the tests load it through the package, the
+GPU check (`tools/gpu_kernel_check.py`) by path on a machine without
+TensorFlow.
+"""
+
+import dataclasses
+from typing import Dict
+
+import numpy as np
+
+NEG = -10000.0
+
+
+@dataclasses.dataclass
+class LongSideCase:
+  """Sizes of a long-side problem (Lp = num_blocks * block_len)."""
+  batch: int = 2
+  num_heads: int = 2
+  num_blocks: int = 6
+  block_len: int = 24
+  global_len: int = 80
+  size_per_head: int = 16
+  num_ids: int = 7
+  has_ids: bool = True
+
+  @property
+  def padded_len(self) -> int:
+    return self.num_blocks * self.block_len
+
+
+def long_side_pieces(case: LongSideCase, seed: int = 0,
+                     masked_rows: int = 3) -> Dict[str, np.ndarray]:
+  """Float32 pieces in the kernels' layouts (triton_attention docstring).
+
+  Masks: random hard masks on both patterns, l2l adders -10000 outside the
+  window (as `blocking.window_to_blocked` leaves them), and the last
+  `masked_rows` queries of batch 0 fully masked (valid 0).
+  """
+  rng = np.random.default_rng(seed)
+  b, lp, g = case.block_len, case.padded_len, case.global_len
+  shape = (case.batch, case.num_heads)
+  d = case.size_per_head
+  pieces = {
+      "q": rng.normal(size=shape + (lp, d)) / np.sqrt(d),
+      "k_band": rng.normal(size=shape + (lp + 2 * b, d)),
+      "v_band": rng.normal(size=shape + (lp + 2 * b, d)),
+      "k_global": rng.normal(size=shape + (g, d)),
+      "v_global": rng.normal(size=shape + (g, d)),
+      "per_id": rng.normal(size=shape + (lp, case.num_ids)),
+  }
+  pieces["ids_window"] = rng.integers(0, case.num_ids,
+                                      (case.batch, lp, 2 * b - 1))
+  pieces["ids_global"] = rng.integers(0, case.num_ids, (case.batch, lp, g))
+  window = rng.random((case.batch, lp, 2 * b - 1)) < 0.8
+  c = np.arange(3 * b)[None, :]
+  j = (np.arange(lp) % b)[:, None]
+  w = c - j - 1
+  in_window = (w >= 0) & (w < 2 * b - 1)
+  band_keep = np.zeros((case.batch, lp, 3 * b), bool)
+  rows, cols = np.nonzero(in_window)
+  band_keep[:, rows, cols] = window[:, rows, w[rows, cols]]
+  global_keep = rng.random((case.batch, lp, g)) < 0.7
+  valid = np.ones((case.batch, lp))
+  if masked_rows:
+    band_keep[0, -masked_rows:] = False
+    global_keep[0, -masked_rows:] = False
+    valid[0, -masked_rows:] = 0.0
+  pieces["add_band"] = np.where(band_keep, 0.0, NEG)
+  pieces["add_global"] = np.where(global_keep, 0.0, NEG)
+  pieces["valid"] = valid
+  out = {}
+  for name, value in pieces.items():
+    out[name] = (value.astype(np.int32) if value.dtype.kind == "i"
+                 else value.astype(np.float32))
+  return out
+
+
+def long_side_reference(p: Dict[str, np.ndarray], block_len: int,
+                        has_ids: bool = True):
+  """(ctx <f64>[B, H, Lp, D], lse <f64>[B, H, Lp]) of the long side."""
+  f = {k: v.astype(np.float64) for k, v in p.items()}
+  batch, heads, lp, _ = f["q"].shape
+  b = block_len
+  ctx = np.zeros_like(f["q"])
+  lse = np.zeros((batch, heads, lp))
+  c = np.arange(3 * b)
+  for i in range(lp):
+    k = i // b
+    j = i - k * b
+    rows = k * b + c
+    w = c - j - 1
+    in_window = (w >= 0) & (w < 2 * b - 1)
+    for h in range(heads):
+      q = f["q"][:, h, i]  # [B, D]
+      band = np.einsum("bd,bkd->bk", q, f["k_band"][:, h, rows])
+      band += f["add_band"][:, i]
+      glob = np.einsum("bd,bgd->bg", q, f["k_global"][:, h])
+      glob += f["add_global"][:, i]
+      if has_ids:
+        per_id = f["per_id"][:, h, i]  # [B, R]
+        ids = p["ids_window"][:, i, np.where(in_window, w, 0)]
+        picked = np.take_along_axis(per_id, ids, axis=1)
+        band += np.where(in_window, picked, 0.0)
+        glob += np.take_along_axis(per_id, p["ids_global"][:, i], axis=1)
+      logits = np.concatenate([band, glob], axis=1)
+      peak = logits.max(axis=1, keepdims=True)
+      e = np.exp(logits - peak)
+      total = e.sum(axis=1, keepdims=True)
+      probs = e / total * f["valid"][:, i, None]
+      values = np.concatenate([f["v_band"][:, h, rows], f["v_global"][:, h]],
+                              axis=1)
+      ctx[:, h, i] = np.einsum("bk,bkd->bd", probs, values)
+      lse[:, h, i] = (peak + np.log(total))[:, 0]
+  return ctx, lse
+
+
+def relative_error(actual, expected, mask=None) -> float:
+  """||actual - expected|| / ||expected|| over the (masked) elements."""
+  actual = np.asarray(actual, np.float64)
+  expected = np.asarray(expected, np.float64)
+  if mask is not None:
+    actual, expected = actual[mask], expected[mask]
+  return float(np.linalg.norm(actual - expected) /
+               max(np.linalg.norm(expected), 1e-30))
