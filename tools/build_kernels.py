@@ -79,7 +79,8 @@ def compile_long_side(triton_attention, dtype: str, head_size: int,
     signature[name] = "i32"
   constexprs = {"D": head_size, "BM": tiles["block_m"],
                 "BN": tiles["block_n"], "R": max(ids_padded, 1),
-                "HAS_IDS": bool(ids_padded), "IEEE": dtype == "float32"}
+                "HAS_IDS": bool(ids_padded), "IEEE": dtype == "float32",
+                "PICK_IN_REGISTERS": bool(tiles["pick_in_registers"])}
   for name in constexprs:
     signature[name] = "constexpr"
   # XLA's buffers are aligned (64 bytes and more): 16-byte vector loads.
@@ -166,6 +167,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                       help="keys per tile (default: the kernel's)")
   parser.add_argument("--num_warps", type=int, default=None)
   parser.add_argument("--num_stages", type=int, default=None)
+  parser.add_argument("--pick", choices=("default", "memory", "registers"),
+                      default="default",
+                      help="how the relative scores are picked per key")
   parser.add_argument("--ffi_include", default=None,
                       help="folder holding xla/ffi/api/ffi.h")
   parser.add_argument("--no_cubins", action="store_true",
@@ -193,7 +197,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     tiles = {"block_m": args.block_m or triton_attention.BLOCK_M,
              "block_n": args.block_n or triton_attention.BLOCK_N,
              "num_warps": args.num_warps or triton_attention.NUM_WARPS,
-             "num_stages": args.num_stages or triton_attention.NUM_STAGES}
+             "num_stages": args.num_stages or triton_attention.NUM_STAGES,
+             "pick_in_registers": int(
+                 triton_attention.PICK_IN_REGISTERS if args.pick == "default"
+                 else args.pick == "registers")}
     head_sizes = [int(v) for v in args.head_sizes.split(",") if v]
     ids_padded = sorted({1 << max(int(v) - 1, 0).bit_length()
                          for v in args.relative_vocab_sizes.split(",") if v})

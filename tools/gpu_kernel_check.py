@@ -116,14 +116,15 @@ def long_side_traffic(case, dtype_bytes: int) -> Dict[str, float]:
 def time_long_side(reference, device, repeats: int, warmup: int,
                    batch: int = 4, long_len: int = 4096,
                    local_radius: int = 84, global_len: int = 256,
-                   dtype_name: str = "bfloat16") -> Dict[str, Any]:
+                   dtype_name: str = "bfloat16", has_ids: bool = True
+                   ) -> Dict[str, Any]:
   """The call alone at the benchmark's shape, with its floor figures."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   b = local_radius + 1
   case = reference.LongSideCase(batch=batch, num_heads=12,
                                 num_blocks=-(-long_len // b), block_len=b,
                                 global_len=global_len, size_per_head=64,
-                                num_ids=32)
+                                num_ids=32, has_ids=has_ids)
   pieces = reference.long_side_pieces(case, seed=3)
   args = _device_pieces(pieces, jnp.dtype(dtype_name), device)
   fn = _long_side_call(case, jnp.dtype(dtype_name))
@@ -135,7 +136,8 @@ def time_long_side(reference, device, repeats: int, warmup: int,
   traffic = long_side_traffic(case, jnp.dtype(dtype_name).itemsize)
   median = timed["median_s"]
   return {"record_type": "kernel_timing", "kernel": "long_side_forward",
-          "dtype": dtype_name, "device": str(device), "batch": batch,
+          "dtype": dtype_name, "has_ids": has_ids, "device": str(device),
+          "batch": batch,
           "long_len": long_len, "padded_len": case.padded_len,
           "global_len": global_len, "block_len": b, "num_heads": 12,
           "size_per_head": 64, **timed, "floor_bytes": traffic["bytes"],
@@ -188,8 +190,9 @@ def main(argv: Optional[List[str]] = None) -> int:
       record["wall_s"] = time.perf_counter() - start
       timing.emit(record, args.output_jsonl)
       ok &= record["ok"]
-  if not args.no_timing:
-    record = time_long_side(reference, device, args.repeats, args.warmup)
+  for has_ids in ([] if args.no_timing else [True, False]):
+    record = time_long_side(reference, device, args.repeats, args.warmup,
+                            has_ids=has_ids)
     record["cubins"] = _cubin_manifest(args.library)
     timing.emit(record, args.output_jsonl)
   return 0 if ok else 1

@@ -26,7 +26,8 @@ def line(record: dict) -> str:
   if kind == "kernel_timing":
     tiles = (record.get("cubins") or {}).get("tiles") or {}
     tag = ",".join(f"{k}={v}" for k, v in tiles.items())
-    return (f"kernel [{tag}] {record['kernel']} {record['dtype']} B={record['batch']} "
+    return (f"kernel [{tag}] {record['kernel']} {record['dtype']} "
+            f"ids={record.get('has_ids', True)} B={record['batch']} "
             f"L={record['long_len']} G={record['global_len']}: "
             f"{1e3 * record['median_s']:.3f} ms, "
             f"{record['achieved_gb_per_s']:.0f} GB/s of the floor bytes, "

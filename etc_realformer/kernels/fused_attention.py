@@ -53,8 +53,7 @@ def attend_long_side(spec: core.SideSpec, x: SideInputs[tf.Tensor]
     spec: the long side (`covers(spec, x)`).
     x: its pieces: q [B, H, nb, b, D], band keys and values as padded
       blocks [B, H, nb + 2, b, D], global ones [B, H, G, D], per_id
-      [B, nb, b, R, H] or None (the kernels read it as [B, H, Lp, R]),
-      masks in the blocked layout.
+      [B, nb, b, R, H] or None, masks in the blocked layout.
 
   Returns:
     The context <T>[B, H, nb, b, D] (no streams, no probabilities).
@@ -71,12 +70,12 @@ def attend_long_side(spec: core.SideSpec, x: SideInputs[tf.Tensor]
     return blocking.merge_axes(t, axis)
 
   global_len = x.scores.keys.second.shape[2]
-  if has_ids:  # [B, nb, b, R, H] -> [B, H, Lp, R]: a tile's rows contiguous
-    per_id = tf.transpose(rows(x.scores.per_id, 1), [0, 3, 1, 2])
+  if has_ids:
+    per_id = rows(x.scores.per_id, 1)  # [B, Lp, R, H]
     ids_window = rows(masks.ids.first, 1)
     ids_global = rows(masks.ids.second, 1)
   else:  # Shaped placeholders: the handler reads none of them.
-    per_id = tf.zeros([batch, heads, lp, 1], tf.float32)
+    per_id = tf.zeros([batch, lp, 1, heads], tf.float32)
     ids_window = tf.zeros([batch, lp, 2 * b - 1], tf.int32)
     ids_global = tf.zeros([batch, lp, global_len], tf.int32)
   constants = (ids_window, ids_global,
@@ -119,8 +118,7 @@ def _reference(spec: core.SideSpec, masks: SideMasks[tf.Tensor],
       scores=ScoreInputs(
           blocking.split_axis(q_rows, 2, b),
           PatternPair(blocking.split_axis(k_band, 2, b), k_global),
-          blocking.split_axis(tf.transpose(per_id_rows, [0, 2, 3, 1]), 1, b)
-          if has_ids else None),
+          blocking.split_axis(per_id_rows, 1, b) if has_ids else None),
       values=PatternPair(blocking.split_axis(v_band, 2, b), v_global),
       masks=masks)
   out = core.attend_side(spec, 0, num_blocks, x)

@@ -50,7 +50,8 @@ def long_side_pieces(case: LongSideCase, seed: int = 0,
       "v_band": rng.normal(size=shape + (lp + 2 * b, d)),
       "k_global": rng.normal(size=shape + (g, d)),
       "v_global": rng.normal(size=shape + (g, d)),
-      "per_id": rng.normal(size=shape + (lp, case.num_ids)),
+      "per_id": rng.normal(size=(case.batch, lp, case.num_ids,
+                                 case.num_heads)),
   }
   pieces["ids_window"] = rng.integers(0, case.num_ids,
                                       (case.batch, lp, 2 * b - 1))
@@ -101,7 +102,7 @@ def long_side_reference(p: Dict[str, np.ndarray], block_len: int,
       glob = np.einsum("bd,bgd->bg", q, f["k_global"][:, h])
       glob += f["add_global"][:, i]
       if has_ids:
-        per_id = f["per_id"][:, h, i]  # [B, R]
+        per_id = f["per_id"][:, i, :, h]  # [B, R]
         ids = p["ids_window"][:, i, np.where(in_window, w, 0)]
         picked = np.take_along_axis(per_id, ids, axis=1)
         band += np.where(in_window, picked, 0.0)

@@ -31,7 +31,8 @@ Layouts (all contiguous; T is float32, bfloat16 or float16):
   q          <T>[B, H, Lp, D]        pre-scaled queries, Lp = nb * b
   k_band     <T>[B, H, Lp + 2b, D]   padded key blocks; v_band the same
   k_global   <T>[B, H, G, D]         global keys; v_global the same
-  per_id     <f32>[B, H, Lp, R]      relative scores per id
+  per_id     <f32>[B, Lp, R, H]      relative scores per id (the layout
+                                     `relative_table.scores_per_id` makes)
   ids_window <i32>[B, Lp, 2b - 1]    l2l relative ids (window layout)
   ids_global <i32>[B, Lp, G]         l2g relative ids
   add_band   <f32>[B, Lp, 3b]        l2l adders (band layout)
@@ -54,6 +55,9 @@ BLOCK_M = 64
 BLOCK_N = 64
 NUM_WARPS = 4
 NUM_STAGES = 2
+# Measured on an H200 (docs/benchmarks.md, "Fused kernels"): loading each
+# relative score from its row (cached) beat `tl.gather` from registers.
+PICK_IN_REGISTERS = False
 
 # Triton 3.9's interpreter multiplies bfloat16 operands of `tl.dot` wrongly
 # (errors of 1e10 on unit-scale inputs; float16 and float32 are right), so
@@ -91,15 +95,31 @@ def _context(p, vt, IEEE: tl.constexpr):
 
 
 @triton.jit
+def _pick(table, per_id, id_rows, num_ids, num_heads, head, rel_id, ok,
+          PICK_IN_REGISTERS: tl.constexpr):
+  """per_id[row, rel_id, head] where `ok`, else 0: [BM, BN] (`id_rows`:
+  the rows' indices in per_id's [B * Lp] rows)."""
+  if PICK_IN_REGISTERS:
+    picked = tl.where(ok, tl.gather(table, rel_id, axis=1), 0.0)
+  else:
+    picked = tl.load(per_id + (id_rows[:, None] * num_ids + rel_id) * num_heads
+                     + head, mask=ok, other=0.0)
+  return picked
+
+
+@triton.jit
 def long_side_forward(q, k_band, v_band, k_global, v_global, per_id,
                       ids_window, ids_global, add_band, add_global, valid,
                       ctx, lse, num_heads, padded_len, global_len,
                       num_ids, block_len,
                       D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
                       R: tl.constexpr, HAS_IDS: tl.constexpr,
-                      IEEE: tl.constexpr):
+                      IEEE: tl.constexpr, PICK_IN_REGISTERS: tl.constexpr):
   """One program: BM query rows of one (batch, head); grid
-  (cdiv(Lp, BM), B * H). R: num_ids rounded up to a power of two."""
+  (cdiv(Lp, BM), B * H). R: num_ids rounded up to a power of two.
+  PICK_IN_REGISTERS: pick the relative scores from the tile's [BM, R] table
+  with `tl.gather`; else load each from per_id's row (a cached read of the
+  row's R values)."""
   pid_m = tl.program_id(0)
   bh = tl.program_id(1)
   batch = bh // num_heads
@@ -109,18 +129,21 @@ def long_side_forward(q, k_band, v_band, k_global, v_global, per_id,
   rows = pid_m * BM + tl.arange(0, BM)
   row_ok = rows < padded_len
   d = tl.arange(0, D)
-  # Row indices of the per-row tensors [B, Lp, ...], int64: B * Lp * 3b and
-  # B * Lp * R * H pass 2^31 at long inputs.
-  flat_rows = batch.to(tl.int64) * padded_len + rows
-  head_rows = bh.to(tl.int64) * padded_len
+  # Offsets in int32 (64-bit index math on every [BM, BN] element costs
+  # time): the handlers refuse operands of 2^31 elements or more.
+  flat_rows = batch * padded_len + rows
+  head_rows = bh * padded_len
   qt = tl.load(q + (head_rows + rows)[:, None] * D + d[None, :],
                mask=row_ok[:, None], other=0.0)
   band_start = (rows // block_len) * block_len  # first padded key row
   j = rows - band_start
-  if HAS_IDS:  # The tile's relative scores for every id: [BM, R].
+  if HAS_IDS and PICK_IN_REGISTERS:  # The tile's scores per id: [BM, R].
     r = tl.arange(0, R)
-    table = tl.load(per_id + (head_rows + rows)[:, None] * num_ids + r[None, :],
+    table = tl.load(per_id + (flat_rows[:, None] * num_ids + r[None, :])
+                    * num_heads + head,
                     mask=row_ok[:, None] & (r[None, :] < num_ids), other=0.0)
+  else:
+    table = tl.zeros([BM, R], tl.float32)  # unused
 
   m_i = tl.full([BM], -1e30, tl.float32)  # finite: exp(-inf - -inf) is NaN
   l_i = tl.zeros([BM], tl.float32)
@@ -130,7 +153,7 @@ def long_side_forward(q, k_band, v_band, k_global, v_global, per_id,
   last_row = tl.minimum(pid_m * BM + BM, padded_len) - 1
   first_key = ((pid_m * BM) // block_len) * block_len
   stop_key = (last_row // block_len) * block_len + band_width
-  band_rows = bh.to(tl.int64) * (padded_len + 2 * block_len)
+  band_rows = bh * (padded_len + 2 * block_len)
   for n0 in range(first_key, stop_key, BN):
     keys = n0 + tl.arange(0, BN)
     key_ok = keys < stop_key
@@ -146,7 +169,8 @@ def long_side_forward(q, k_band, v_band, k_global, v_global, per_id,
       in_window = in_band & (w >= 0) & (w < window)
       rel_id = tl.load(ids_window + flat_rows[:, None] * window + w,
                        mask=in_window, other=0)
-      s += tl.where(in_window, tl.gather(table, rel_id, axis=1), 0.0)
+      s += _pick(table, per_id, flat_rows, num_ids, num_heads, head, rel_id,
+                 in_window, PICK_IN_REGISTERS)
     s = tl.where(in_band, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
     alpha = tl.exp(m_i - m_new)
@@ -158,7 +182,7 @@ def long_side_forward(q, k_band, v_band, k_global, v_global, per_id,
     m_i = m_new
 
   # l2g: every global key.
-  global_rows = bh.to(tl.int64) * global_len
+  global_rows = bh * global_len
   for g0 in range(0, global_len, BN):
     keys = g0 + tl.arange(0, BN)
     key_ok = keys < global_len
@@ -170,7 +194,8 @@ def long_side_forward(q, k_band, v_band, k_global, v_global, per_id,
     s += tl.load(add_global + cells, mask=cell_ok, other=0.0)
     if HAS_IDS:
       rel_id = tl.load(ids_global + cells, mask=cell_ok, other=0)
-      s += tl.gather(table, rel_id, axis=1)
+      s += _pick(table, per_id, flat_rows, num_ids, num_heads, head, rel_id,
+                 cell_ok, PICK_IN_REGISTERS)
     s = tl.where(cell_ok, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
     alpha = tl.exp(m_i - m_new)

@@ -124,12 +124,21 @@ ffi::Error CheckLongSide(const ffi::AnyBuffer& q, const ffi::AnyBuffer& k_band,
     return ffi::Error::InvalidArgument(
         "etc_long_side_forward: q, k_band, k_global, per_id must be rank 4");
   }
-  *shape = {qd[0], qd[1], qd[2], qd[3], gd[2], pd[3], block_len};
+  *shape = {qd[0], qd[1], qd[2], qd[3], gd[2], pd[2], block_len};
   if (block_len <= 0 || qd[2] % block_len != 0 ||
       kd[2] != qd[2] + 2 * block_len || kd[3] != qd[3] ||
-      gd[3] != qd[3] || pd[0] != qd[0] || pd[1] != qd[1] || pd[2] != qd[2]) {
+      gd[3] != qd[3] || pd[0] != qd[0] || pd[1] != qd[2] || pd[3] != qd[1]) {
     return ffi::Error::InvalidArgument(
         "etc_long_side_forward: shapes do not fit the long-side layout");
+  }
+  // The kernels index in int32.
+  const int64_t band_cells = qd[0] * qd[2] * 3 * block_len;
+  const int64_t global_cells = qd[0] * qd[2] * gd[2];
+  if (k_band.element_count() >= (int64_t{1} << 31) ||
+      per_id.element_count() >= (int64_t{1} << 31) ||
+      band_cells >= (int64_t{1} << 31) || global_cells >= (int64_t{1} << 31)) {
+    return ffi::Error::InvalidArgument(
+        "etc_long_side_forward: an operand of 2^31 elements or more");
   }
   if (!Element{q.element_type()}.Supported() ||
       k_band.element_type() != q.element_type() ||
@@ -194,7 +203,7 @@ ffi::Error LongSideForwardHost(
               id = ids_global.typed_data()[row * g + (c - band)];
             }
             if (id >= 0) {
-              rel = per_id.typed_data()[(bh * lp + i) * s.num_ids + id];
+              rel = per_id.typed_data()[(row * s.num_ids + id) * s.heads + h];
             }
           }
           const float adder = is_band

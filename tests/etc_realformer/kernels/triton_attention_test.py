@@ -36,7 +36,8 @@ def _rounded(pieces, dtype):
   return out
 
 
-def _long_forward(case, pieces, dtype, block_m=64, block_n=64):
+def _long_forward(case, pieces, dtype, block_m=64, block_n=64,
+                  pick_in_registers=False):
   grid = (-(-case.padded_len // block_m), case.batch * case.num_heads)
   shape = pieces["q"].shape
   return triton_testing.Launch(
@@ -46,7 +47,8 @@ def _long_forward(case, pieces, dtype, block_m=64, block_n=64):
                                     case.num_ids, case.block_len],
       dict(D=case.size_per_head, BM=block_m, BN=block_n,
            R=1 << max(case.num_ids - 1, 0).bit_length(),
-           HAS_IDS=case.has_ids, IEEE=dtype == "float32"),
+           HAS_IDS=case.has_ids, IEEE=dtype == "float32",
+           PICK_IN_REGISTERS=pick_in_registers),
       outputs={"ctx": (shape, dtype), "lse": (shape[:3], "float32")},
       dtypes={ORDER.index(n): dtype for n in INPUTS})
 
@@ -54,7 +56,7 @@ def _long_forward(case, pieces, dtype, block_m=64, block_n=64):
 # Every launch of the module runs in one child process (its start-up and
 # Triton's import cost seconds); the tests read their results.
 CASES = {
-    # name: (case, dtype, tiles)
+    # name: (case, dtype, (block_m, block_n, pick_in_registers))
     "float32": (fat.LongSideCase(), "float32", (64, 64)),
     "bfloat16": (fat.LongSideCase(), "bfloat16", (64, 64)),
     "float16": (fat.LongSideCase(), "float16", (64, 64)),
@@ -67,6 +69,10 @@ CASES = {
     # A block length that divides no tile.
     "odd_blocks": (fat.LongSideCase(num_blocks=9, block_len=9,
                                     global_len=37), "float32", (32, 16)),
+    # The relative scores picked from the tile's table in registers.
+    "pick_in_registers": (fat.LongSideCase(num_blocks=9, block_len=9,
+                                           global_len=37), "float32",
+                          (32, 16, True)),
 }
 
 
