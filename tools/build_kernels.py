@@ -41,11 +41,10 @@ DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 # its constexprs.
 LONG_SIDE_POINTERS = (
     ("q", None), ("k_band", None), ("v_band", None), ("k_global", None),
-    ("v_global", None), ("per_id", "fp32"), ("ids_window", "i32"),
-    ("ids_global", "i32"), ("add_band", "fp32"), ("add_global", "fp32"),
-    ("valid", "fp32"), ("ctx", None), ("lse", "fp32"))
+    ("v_global", None), ("per_id", "fp32"), ("codes_band", "i8"),
+    ("codes_global", "i8"), ("valid", "fp32"), ("ctx", None), ("lse", "fp32"))
 LONG_SIDE_INTS = ("num_heads", "padded_len", "global_len", "num_ids",
-                  "block_len")
+                  "block_len", "band_stride")
 
 
 def _load(name: str, path: pathlib.Path):
@@ -86,6 +85,9 @@ def compile_long_side(triton_attention, dtype: str, head_size: int,
   # XLA's buffers are aligned (64 bytes and more): 16-byte vector loads.
   attrs = {(i,): [["tt.divisibility", 16]]
            for i in range(len(LONG_SIDE_POINTERS))}
+  # The band codes' rows are padded to 16 bytes (vector loads).
+  attrs[(len(LONG_SIDE_POINTERS) + LONG_SIDE_INTS.index("band_stride"),)] = [
+      ["tt.divisibility", 16]]
   source = ASTSource(fn=fn, signature=signature, constexprs=constexprs,
                      attrs=attrs)
   return triton.compile(

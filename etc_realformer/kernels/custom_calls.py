@@ -23,7 +23,7 @@ from tensorflow.compiler.tf2xla.python import xla
 # unused: each platform has its own handler under the same name.
 PLATFORMS = ("CPU", "CUDA")
 _ELEMENT = {tf.float32: "f32", tf.bfloat16: "bf16", tf.float16: "f16",
-            tf.int32: "i32"}
+            tf.int32: "i32", tf.int8: "i8"}
 
 Attribute = Union[bool, int, float]
 

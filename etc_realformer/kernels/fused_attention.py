@@ -16,10 +16,13 @@ backward pass comes with their backward kernels): exact, at the XLA path's
 cost.
 """
 
+from typing import Tuple
+
 import tensorflow as tf
 
 from etc_realformer.kernels import custom_calls
 from etc_realformer.kernels import ffi_library
+from etc_realformer.kernels import reference
 from etc_realformer.layers import attention_core as core
 from etc_realformer.layers import blocking
 from etc_realformer.layers.attention_pieces import PatternPair
@@ -29,6 +32,7 @@ from etc_realformer.layers.attention_pieces import SideMasks
 from etc_realformer.layers.attention_pieces import SideOutputs
 
 LONG_SIDE_FORWARD = "etc_long_side_forward"
+MAX_IDS = 127  # relative ids travel as int8 codes
 _DTYPES = (tf.float32, tf.bfloat16, tf.float16)
 
 
@@ -40,6 +44,9 @@ def covers(spec: core.SideSpec, x: SideInputs[tf.Tensor]) -> bool:
     return False
   q = x.scores.q
   d = q.shape[-1]
+  per_id = x.scores.per_id
+  if per_id is not None and per_id.shape[-2] > MAX_IDS:
+    return False
   return (q.dtype in _DTYPES and q.shape.is_fully_defined() and
           all(k.shape.is_fully_defined() for k in x.scores.keys) and
           d is not None and d >= 16 and d & (d - 1) == 0)
@@ -72,16 +79,10 @@ def attend_long_side(spec: core.SideSpec, x: SideInputs[tf.Tensor]
   global_len = x.scores.keys.second.shape[2]
   if has_ids:
     per_id = rows(x.scores.per_id, 1)  # [B, Lp, R, H]
-    ids_window = rows(masks.ids.first, 1)
-    ids_global = rows(masks.ids.second, 1)
-  else:  # Shaped placeholders: the handler reads none of them.
+  else:  # A shaped placeholder: the handler reads none of it.
     per_id = tf.zeros([batch, lp, 1, heads], tf.float32)
-    ids_window = tf.zeros([batch, lp, 2 * b - 1], tf.int32)
-    ids_global = tf.zeros([batch, lp, global_len], tf.int32)
-  constants = (ids_window, ids_global,
-               rows(masks.adders.first[:, 0], 1),
-               rows(masks.adders.second[:, 0], 1),
-               tf.reshape(masks.valid, [batch, lp]))
+  codes_band, codes_global = attention_codes(masks, b, has_ids)
+  constants = (codes_band, codes_global, tf.reshape(masks.valid, [batch, lp]))
   differentiable = (rows(q, 2), rows(x.scores.keys.first, 2),
                     rows(x.values.first, 2), x.scores.keys.second,
                     x.values.second, per_id)
@@ -105,6 +106,35 @@ def attend_long_side(spec: core.SideSpec, x: SideInputs[tf.Tensor]
 
   ctx = fused(*differentiable)
   return SideOutputs(ctx=blocking.split_axis(ctx, 2, b))
+
+
+def attention_codes(masks: SideMasks[tf.Tensor], block_len: int,
+                    has_ids: bool) -> Tuple[tf.Tensor, tf.Tensor]:
+  """The long side's masks and relative ids as the kernels' int8 codes.
+
+  -1 where a key is masked (adder != 0), else its relative id (0 without
+  ids): the band [B, Lp, Wb] (band layout, rows padded with -1 to
+  `band_stride` bytes) and [B, Lp, G]. ETC's masks are hard (adders 0 or
+  -10000), so a code carries what the adder did.
+  """
+  b = block_len
+  add_band, add_global = masks.adders.first[:, 0], masks.adders.second[:, 0]
+  batch, nb = add_band.shape[0], add_band.shape[1]
+  if has_ids:
+    # Window [B, nb, b, 2b - 1] -> band [B, nb, b, 3b] (as the XLA path's
+    # skew of the relative scores); 0 outside the window, so ids + 1.
+    band_ids = blocking.skew_right(masks.ids.first + 1, offset=1,
+                                   width=3 * b) - 1
+    global_ids = masks.ids.second
+  else:
+    band_ids = global_ids = 0
+  band = tf.where(add_band == 0.0, band_ids, -1)
+  band = tf.pad(tf.reshape(band, [batch, nb * b, 3 * b]),
+                [[0, 0], [0, 0], [0, reference.band_stride(b) - 3 * b]],
+                constant_values=-1)
+  glob = tf.where(add_global == 0.0, global_ids, -1)
+  glob = tf.reshape(glob, [batch, nb * b, -1])
+  return tf.cast(band, tf.int8), tf.cast(glob, tf.int8)
 
 
 def _reference(spec: core.SideSpec, masks: SideMasks[tf.Tensor],

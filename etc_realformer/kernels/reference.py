@@ -38,7 +38,9 @@ def long_side_pieces(case: LongSideCase, seed: int = 0,
 
   Masks: random hard masks on both patterns, l2l adders -10000 outside the
   window (as `blocking.window_to_blocked` leaves them), and the last
-  `masked_rows` queries of batch 0 fully masked (valid 0).
+  `masked_rows` queries of batch 0 fully masked (valid 0). Both forms: the
+  XLA path's (ids_window, ids_global, add_band, add_global), which the
+  reference reads, and the kernels' codes (codes_band, codes_global).
   """
   rng = np.random.default_rng(seed)
   b, lp, g = case.block_len, case.padded_len, case.global_len
@@ -73,11 +75,43 @@ def long_side_pieces(case: LongSideCase, seed: int = 0,
   pieces["add_band"] = np.where(band_keep, 0.0, NEG)
   pieces["add_global"] = np.where(global_keep, 0.0, NEG)
   pieces["valid"] = valid
+  pieces["codes_band"], pieces["codes_global"] = codes(
+      pieces, b, case.has_ids)
   out = {}
   for name, value in pieces.items():
-    out[name] = (value.astype(np.int32) if value.dtype.kind == "i"
-                 else value.astype(np.float32))
+    if name.startswith("codes_"):
+      out[name] = value
+    else:
+      out[name] = (value.astype(np.int32) if value.dtype.kind == "i"
+                   else value.astype(np.float32))
   return out
+
+
+def band_stride(block_len: int) -> int:
+  """The band codes' row length: 3b rounded up to 16 bytes."""
+  return -(-3 * block_len // 16) * 16
+
+
+def codes(p: Dict[str, np.ndarray], block_len: int, has_ids: bool):
+  """The kernels' int8 codes (-1 masked, else the relative id or 0) from
+  the XLA path's adders and ids: (band <i8>[B, Lp, Wb], global
+  <i8>[B, Lp, G])."""
+  b = block_len
+  batch, lp, _ = p["add_band"].shape
+  c = np.arange(3 * b)[None, :]
+  w = c - (np.arange(lp) % b)[:, None] - 1
+  in_window = (w >= 0) & (w < 2 * b - 1)
+  band_ids = np.zeros((batch, lp, 3 * b), np.int64)
+  if has_ids:
+    window_ids = np.take_along_axis(
+        p["ids_window"], np.broadcast_to(np.where(in_window, w, 0),
+                                         (batch, lp, 3 * b)), axis=2)
+    band_ids = np.where(in_window, window_ids, 0)
+  band = np.full((batch, lp, band_stride(b)), -1, np.int8)
+  band[..., :3 * b] = np.where(p["add_band"] == 0, band_ids, -1)
+  global_ids = p["ids_global"] if has_ids else 0
+  glob = np.where(p["add_global"] == 0, global_ids, -1).astype(np.int8)
+  return band, glob
 
 
 def long_side_reference(p: Dict[str, np.ndarray], block_len: int,

@@ -8,18 +8,23 @@ block k = i // b) one softmax over
        `blocking.padded_blocks`), band column c = row - k*b
   l2g  the G global keys
 
-with scores q.k (q pre-scaled) + the relative score per_id[i, id] + the
-mask's adder (0 or -10000), and the context sum_p P_p.V_p, all on chip:
+with scores q.k (q pre-scaled) + the relative score per_id[i, id] (the
+unmasked keys) or -10000 (the masked ones), and the context sum_p P_p.V_p,
+all on chip:
 scores, relative terms, masks and the softmax's statistics never leave the
 kernel. The relative scores of a tile's queries for every id ([BM, R], R
 about 32) are loaded once and picked per key in registers (`tl.gather`),
 not read per key from memory. It writes the context and the row statistic lse = max + log(sum)
 (float32) that a backward pass recomputes the probabilities from.
 
-The band's relative ids come in the window layout [.., L, 2r+1]: band column
-c of query j = i - k*b is window column w = c - j - 1 (`blocking.skew_right`
-with offset 1); columns outside the window have no relative term (0), as
-the skew's zero fill, and are masked by their adder anyway.
+Masks and relative ids come as one int8 code per (query, key): -1 where
+the key is masked, else its relative id (0 without relative ids), in the
+band layout for l2l (column c of query i is padded key row k*b + c) and
+[Lp, G] for l2g (`fused_attention.attention_codes`): a byte per score where
+the XLA path reads a float32 adder and an int32 id. A masked key's score is
+q.k - 10000, as the XLA path's q.k + rel - 10000 rounds to the same
+probability (zero, in float32, beside any unmasked key; a query without an
+unmasked key is not valid and gets zeros).
 
 This module imports Triton alone (no TensorFlow, no package import), so the
 build tool loads it by path on a machine that has only Triton
@@ -33,10 +38,9 @@ Layouts (all contiguous; T is float32, bfloat16 or float16):
   k_global   <T>[B, H, G, D]         global keys; v_global the same
   per_id     <f32>[B, Lp, R, H]      relative scores per id (the layout
                                      `relative_table.scores_per_id` makes)
-  ids_window <i32>[B, Lp, 2b - 1]    l2l relative ids (window layout)
-  ids_global <i32>[B, Lp, G]         l2g relative ids
-  add_band   <f32>[B, Lp, 3b]        l2l adders (band layout)
-  add_global <f32>[B, Lp, G]         l2g adders
+  codes_band <i8>[B, Lp, Wb]         l2l codes, band layout; Wb >= 3b (rows
+                                     padded to 16 bytes)
+  codes_global <i8>[B, Lp, G]        l2g codes
   valid      <f32>[B, Lp]            1 where the query has a key, else 0
   ctx        <T>[B, H, Lp, D]        the context (0 where not valid)
   lse        <f32>[B, H, Lp]         max + log(sum) of the row's exponentials
@@ -108,10 +112,24 @@ def _pick(table, per_id, id_rows, num_ids, num_heads, head, rel_id, ok,
 
 
 @triton.jit
+def _masked(s, code, present, table, per_id, flat_rows, num_ids, num_heads,
+            head, HAS_IDS: tl.constexpr, PICK_IN_REGISTERS: tl.constexpr):
+  """The logits of a [BM, BN] tile: s + the relative score where the code
+  is an id, s - 10000 where it is -1 (masked), -inf where the key is not
+  the query's (`present` false: outside its band, or past the end)."""
+  keep = code >= 0
+  if HAS_IDS:
+    s += _pick(table, per_id, flat_rows, num_ids, num_heads, head,
+               tl.maximum(code, 0), present & keep, PICK_IN_REGISTERS)
+  s = tl.where(keep, s, s - 10000.0)
+  return tl.where(present, s, float("-inf"))
+
+
+@triton.jit
 def long_side_forward(q, k_band, v_band, k_global, v_global, per_id,
-                      ids_window, ids_global, add_band, add_global, valid,
+                      codes_band, codes_global, valid,
                       ctx, lse, num_heads, padded_len, global_len,
-                      num_ids, block_len,
+                      num_ids, block_len, band_stride,
                       D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
                       R: tl.constexpr, HAS_IDS: tl.constexpr,
                       IEEE: tl.constexpr, PICK_IN_REGISTERS: tl.constexpr):
@@ -125,7 +143,6 @@ def long_side_forward(q, k_band, v_band, k_global, v_global, per_id,
   batch = bh // num_heads
   head = bh % num_heads
   band_width = 3 * block_len
-  window = 2 * block_len - 1
   rows = pid_m * BM + tl.arange(0, BM)
   row_ok = rows < padded_len
   d = tl.arange(0, D)
@@ -136,7 +153,6 @@ def long_side_forward(q, k_band, v_band, k_global, v_global, per_id,
   qt = tl.load(q + (head_rows + rows)[:, None] * D + d[None, :],
                mask=row_ok[:, None], other=0.0)
   band_start = (rows // block_len) * block_len  # first padded key row
-  j = rows - band_start
   if HAS_IDS and PICK_IN_REGISTERS:  # The tile's scores per id: [BM, R].
     r = tl.arange(0, R)
     table = tl.load(per_id + (flat_rows[:, None] * num_ids + r[None, :])
@@ -162,16 +178,10 @@ def long_side_forward(q, k_band, v_band, k_global, v_global, per_id,
     kt = tl.load(k_band + (band_rows + keys)[:, None] * D + d[None, :],
                  mask=key_ok[:, None], other=0.0)
     s = _scores(qt, kt, IEEE)
-    s += tl.load(add_band + flat_rows[:, None] * band_width + c,
-                 mask=in_band, other=0.0)
-    if HAS_IDS:
-      w = c - j[:, None] - 1
-      in_window = in_band & (w >= 0) & (w < window)
-      rel_id = tl.load(ids_window + flat_rows[:, None] * window + w,
-                       mask=in_window, other=0)
-      s += _pick(table, per_id, flat_rows, num_ids, num_heads, head, rel_id,
-                 in_window, PICK_IN_REGISTERS)
-    s = tl.where(in_band, s, float("-inf"))
+    code = tl.load(codes_band + flat_rows[:, None] * band_stride + c,
+                   mask=in_band, other=-1).to(tl.int32)
+    s = _masked(s, code, in_band, table, per_id, flat_rows, num_ids,
+                num_heads, head, HAS_IDS, PICK_IN_REGISTERS)
     m_new = tl.maximum(m_i, tl.max(s, 1))
     alpha = tl.exp(m_i - m_new)
     p = tl.exp(s - m_new[:, None])
@@ -190,13 +200,10 @@ def long_side_forward(q, k_band, v_band, k_global, v_global, per_id,
     kt = tl.load(k_global + (global_rows + keys)[:, None] * D + d[None, :],
                  mask=key_ok[:, None], other=0.0)
     s = _scores(qt, kt, IEEE)
-    cells = flat_rows[:, None] * global_len + keys[None, :]
-    s += tl.load(add_global + cells, mask=cell_ok, other=0.0)
-    if HAS_IDS:
-      rel_id = tl.load(ids_global + cells, mask=cell_ok, other=0)
-      s += _pick(table, per_id, flat_rows, num_ids, num_heads, head, rel_id,
-                 cell_ok, PICK_IN_REGISTERS)
-    s = tl.where(cell_ok, s, float("-inf"))
+    code = tl.load(codes_global + flat_rows[:, None] * global_len
+                   + keys[None, :], mask=cell_ok, other=-1).to(tl.int32)
+    s = _masked(s, code, cell_ok, table, per_id, flat_rows, num_ids,
+                num_heads, head, HAS_IDS, PICK_IN_REGISTERS)
     m_new = tl.maximum(m_i, tl.max(s, 1))
     alpha = tl.exp(m_i - m_new)
     p = tl.exp(s - m_new[:, None])

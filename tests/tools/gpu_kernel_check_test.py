@@ -28,7 +28,7 @@ def test_floor_figures_count_every_input_once():
   traffic = gpu_kernel_check.long_side_traffic(case, dtype_bytes=2)
   lp, b, g, d = 8, 4, 3, 16
   qkv = 2 * d * (lp + 2 * (lp + 2 * b) + 2 * g)  # q, band k/v, global k/v
-  masks = 4 * lp * (5 + (2 * b - 1) + 2 * g + 3 * b + 1)
+  masks = 4 * lp * (5 + 1) + lp * (16 + g)  # per_id, valid; int8 codes
   written = 2 * d * lp + 4 * lp
   assert traffic["bytes"] == qkv + masks + written
   assert traffic["flops"] == 4 * lp * (3 * b + g) * d

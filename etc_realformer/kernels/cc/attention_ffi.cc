@@ -109,30 +109,38 @@ struct Element {
 // -------------------------------------------------------- long side: shapes
 struct LongSideShape {
   int64_t batch, heads, padded_len, size_per_head, global_len, num_ids,
-      block_len;
+      block_len, band_stride;
 };
 
 ffi::Error CheckLongSide(const ffi::AnyBuffer& q, const ffi::AnyBuffer& k_band,
                          const ffi::AnyBuffer& k_global,
                          const ffi::Buffer<ffi::F32>& per_id,
+                         const ffi::Buffer<ffi::S8>& codes_band,
+                         const ffi::Buffer<ffi::S8>& codes_global,
                          int64_t block_len, LongSideShape* shape) {
   auto qd = q.dimensions();
   auto kd = k_band.dimensions();
   auto gd = k_global.dimensions();
   auto pd = per_id.dimensions();
-  if (qd.size() != 4 || kd.size() != 4 || gd.size() != 4 || pd.size() != 4) {
+  auto cb = codes_band.dimensions();
+  auto cg = codes_global.dimensions();
+  if (qd.size() != 4 || kd.size() != 4 || gd.size() != 4 || pd.size() != 4 ||
+      cb.size() != 3 || cg.size() != 3) {
     return ffi::Error::InvalidArgument(
         "etc_long_side_forward: q, k_band, k_global, per_id must be rank 4");
   }
-  *shape = {qd[0], qd[1], qd[2], qd[3], gd[2], pd[2], block_len};
-  if (block_len <= 0 || qd[2] % block_len != 0 ||
+  *shape = {qd[0], qd[1], qd[2], qd[3], gd[2], pd[2], block_len,
+            block_len > 0 ? cb[2] : 0};
+  if (block_len <= 0 || qd[2] % block_len != 0 || cb[0] != qd[0] ||
+      cb[1] != qd[2] || cb[2] < 3 * block_len || cg[0] != qd[0] ||
+      cg[1] != qd[2] || cg[2] != gd[2] ||
       kd[2] != qd[2] + 2 * block_len || kd[3] != qd[3] ||
       gd[3] != qd[3] || pd[0] != qd[0] || pd[1] != qd[2] || pd[3] != qd[1]) {
     return ffi::Error::InvalidArgument(
         "etc_long_side_forward: shapes do not fit the long-side layout");
   }
   // The kernels index in int32.
-  const int64_t band_cells = qd[0] * qd[2] * 3 * block_len;
+  const int64_t band_cells = codes_band.element_count();
   const int64_t global_cells = qd[0] * qd[2] * gd[2];
   if (k_band.element_count() >= (int64_t{1} << 31) ||
       per_id.element_count() >= (int64_t{1} << 31) ||
@@ -157,13 +165,13 @@ ffi::Error CheckLongSide(const ffi::AnyBuffer& q, const ffi::AnyBuffer& k_band,
 ffi::Error LongSideForwardHost(
     ffi::AnyBuffer q, ffi::AnyBuffer k_band, ffi::AnyBuffer v_band,
     ffi::AnyBuffer k_global, ffi::AnyBuffer v_global,
-    ffi::Buffer<ffi::F32> per_id, ffi::Buffer<ffi::S32> ids_window,
-    ffi::Buffer<ffi::S32> ids_global, ffi::Buffer<ffi::F32> add_band,
-    ffi::Buffer<ffi::F32> add_global, ffi::Buffer<ffi::F32> valid,
+    ffi::Buffer<ffi::F32> per_id, ffi::Buffer<ffi::S8> codes_band,
+    ffi::Buffer<ffi::S8> codes_global, ffi::Buffer<ffi::F32> valid,
     int64_t block_len, bool has_ids, ffi::Result<ffi::AnyBuffer> ctx,
     ffi::Result<ffi::Buffer<ffi::F32>> lse) {
   LongSideShape s;
-  if (auto e = CheckLongSide(q, k_band, k_global, per_id, block_len, &s);
+  if (auto e = CheckLongSide(q, k_band, k_global, per_id, codes_band,
+                             codes_global, block_len, &s);
       !e.success()) {
     return e;
   }
@@ -172,7 +180,7 @@ ffi::Error LongSideForwardHost(
                            vb = el.Read(v_band), kg = el.Read(k_global),
                            vg = el.Read(v_global);
   const int64_t b = s.block_len, d = s.size_per_head, lp = s.padded_len,
-                g = s.global_len, band = 3 * b, window = 2 * b - 1;
+                g = s.global_len, band = 3 * b;
   const int64_t band_rows = lp + 2 * b;
   std::vector<float> out(qv.size(), 0.0f);
   float* lse_out = lse->typed_data();
@@ -191,25 +199,19 @@ ffi::Error LongSideForwardHost(
               : &kg[(bh * g + (c - band)) * d];
           float dot = 0.0f;
           for (int64_t x = 0; x < d; ++x) dot += qi[x] * key[x];
-          float rel = 0.0f;
-          if (has_ids) {
-            int64_t id = -1;
-            if (is_band) {
-              const int64_t w = c - j - 1;
-              if (w >= 0 && w < window) {
-                id = ids_window.typed_data()[row * window + w];
-              }
-            } else {
-              id = ids_global.typed_data()[row * g + (c - band)];
-            }
-            if (id >= 0) {
-              rel = per_id.typed_data()[(row * s.num_ids + id) * s.heads + h];
+          // -1: masked (the score - 10000), else the relative id.
+          const int8_t code = is_band
+              ? codes_band.typed_data()[row * s.band_stride + c]
+              : codes_global.typed_data()[row * g + (c - band)];
+          float logit = dot - 10000.0f;
+          if (code >= 0) {
+            logit = dot;
+            if (has_ids) {
+              logit += per_id.typed_data()[(row * s.num_ids + code) * s.heads +
+                                           h];
             }
           }
-          const float adder = is_band
-              ? add_band.typed_data()[row * band + c]
-              : add_global.typed_data()[row * g + (c - band)];
-          logits[c] = dot + rel + adder;
+          logits[c] = logit;
         }
         float peak = logits[0];
         for (float l : logits) peak = std::max(peak, l);
@@ -386,13 +388,13 @@ const char* TypeName(ffi::DataType t) {
 ffi::Error LongSideForwardCuda(
     CUstream stream, ffi::AnyBuffer q, ffi::AnyBuffer k_band,
     ffi::AnyBuffer v_band, ffi::AnyBuffer k_global, ffi::AnyBuffer v_global,
-    ffi::Buffer<ffi::F32> per_id, ffi::Buffer<ffi::S32> ids_window,
-    ffi::Buffer<ffi::S32> ids_global, ffi::Buffer<ffi::F32> add_band,
-    ffi::Buffer<ffi::F32> add_global, ffi::Buffer<ffi::F32> valid,
+    ffi::Buffer<ffi::F32> per_id, ffi::Buffer<ffi::S8> codes_band,
+    ffi::Buffer<ffi::S8> codes_global, ffi::Buffer<ffi::F32> valid,
     int64_t block_len, bool has_ids, ffi::Result<ffi::AnyBuffer> ctx,
     ffi::Result<ffi::Buffer<ffi::F32>> lse) {
   LongSideShape s;
-  if (auto e = CheckLongSide(q, k_band, k_global, per_id, block_len, &s);
+  if (auto e = CheckLongSide(q, k_band, k_global, per_id, codes_band,
+                             codes_global, block_len, &s);
       !e.success()) {
     return e;
   }
@@ -403,18 +405,18 @@ ffi::Error LongSideForwardCuda(
       (has_ids ? "_r" + std::to_string(ids_padded) : std::string("_noids"));
   CubinKernel kernel;
   if (auto e = LoadKernel(variant, &kernel); !e.success()) return e;
-  void* ptrs[13] = {q.untyped_data(), k_band.untyped_data(),
+  void* ptrs[11] = {q.untyped_data(), k_band.untyped_data(),
                     v_band.untyped_data(), k_global.untyped_data(),
                     v_global.untyped_data(), per_id.untyped_data(),
-                    ids_window.untyped_data(), ids_global.untyped_data(),
-                    add_band.untyped_data(), add_global.untyped_data(),
+                    codes_band.untyped_data(), codes_global.untyped_data(),
                     valid.untyped_data(), ctx->untyped_data(),
                     lse->untyped_data()};
-  int32_t ints[5] = {static_cast<int32_t>(s.heads),
+  int32_t ints[6] = {static_cast<int32_t>(s.heads),
                      static_cast<int32_t>(s.padded_len),
                      static_cast<int32_t>(s.global_len),
                      static_cast<int32_t>(s.num_ids),
-                     static_cast<int32_t>(s.block_len)};
+                     static_cast<int32_t>(s.block_len),
+                     static_cast<int32_t>(s.band_stride)};
   // Triton's launch convention: the non-constexpr arguments in order, then
   // its global and profile scratch pointers (null: the kernels use none).
   void* scratch[2] = {nullptr, nullptr};
@@ -446,10 +448,8 @@ ffi::Error LongSideForwardCuda(
       .Arg<ffi::AnyBuffer>()         /* k_global */   \
       .Arg<ffi::AnyBuffer>()         /* v_global */   \
       .Arg<ffi::Buffer<ffi::F32>>()  /* per_id */     \
-      .Arg<ffi::Buffer<ffi::S32>>()  /* ids_window */ \
-      .Arg<ffi::Buffer<ffi::S32>>()  /* ids_global */ \
-      .Arg<ffi::Buffer<ffi::F32>>()  /* add_band */   \
-      .Arg<ffi::Buffer<ffi::F32>>()  /* add_global */ \
+      .Arg<ffi::Buffer<ffi::S8>>()   /* codes_band */ \
+      .Arg<ffi::Buffer<ffi::S8>>()   /* codes_global */ \
       .Arg<ffi::Buffer<ffi::F32>>()  /* valid */      \
       .Attr<int64_t>("block_len")                     \
       .Attr<bool>("has_ids")                          \
