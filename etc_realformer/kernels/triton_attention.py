@@ -112,6 +112,18 @@ def _pick(table, per_id, id_rows, num_ids, num_heads, head, rel_id, ok,
 
 
 @triton.jit
+def _online_softmax(s, vt, m_i, l_i, acc, IEEE: tl.constexpr):
+  """One key tile into the running softmax: logits s [BM, BN], values
+  [BN, D]; returns the new (max, sum, context) of each row."""
+  m_new = tl.maximum(m_i, tl.max(s, 1))
+  alpha = tl.exp(m_i - m_new)
+  p = tl.exp(s - m_new[:, None])
+  l_i = l_i * alpha + tl.sum(p, 1)
+  acc = acc * alpha[:, None] + _context(p, vt, IEEE)
+  return m_new, l_i, acc
+
+
+@triton.jit
 def _masked(s, code, present, table, per_id, flat_rows, num_ids, num_heads,
             head, HAS_IDS: tl.constexpr, PICK_IN_REGISTERS: tl.constexpr):
   """The logits of a [BM, BN] tile: s + the relative score where the code
@@ -182,14 +194,9 @@ def long_side_forward(q, k_band, v_band, k_global, v_global, per_id,
                    mask=in_band, other=-1).to(tl.int32)
     s = _masked(s, code, in_band, table, per_id, flat_rows, num_ids,
                 num_heads, head, HAS_IDS, PICK_IN_REGISTERS)
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    alpha = tl.exp(m_i - m_new)
-    p = tl.exp(s - m_new[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
     vt = tl.load(v_band + (band_rows + keys)[:, None] * D + d[None, :],
                  mask=key_ok[:, None], other=0.0)
-    acc = acc * alpha[:, None] + _context(p, vt, IEEE)
-    m_i = m_new
+    m_i, l_i, acc = _online_softmax(s, vt, m_i, l_i, acc, IEEE)
 
   # l2g: every global key.
   global_rows = bh * global_len
@@ -204,14 +211,9 @@ def long_side_forward(q, k_band, v_band, k_global, v_global, per_id,
                    + keys[None, :], mask=cell_ok, other=-1).to(tl.int32)
     s = _masked(s, code, cell_ok, table, per_id, flat_rows, num_ids,
                 num_heads, head, HAS_IDS, PICK_IN_REGISTERS)
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    alpha = tl.exp(m_i - m_new)
-    p = tl.exp(s - m_new[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
     vt = tl.load(v_global + (global_rows + keys)[:, None] * D + d[None, :],
                  mask=key_ok[:, None], other=0.0)
-    acc = acc * alpha[:, None] + _context(p, vt, IEEE)
-    m_i = m_new
+    m_i, l_i, acc = _online_softmax(s, vt, m_i, l_i, acc, IEEE)
 
   row_valid = tl.load(valid + flat_rows, mask=row_ok, other=0.0)
   l_i = tl.where(row_ok, l_i, 1.0)  # rows past Lp (not stored) summed 0
