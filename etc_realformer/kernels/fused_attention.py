@@ -16,8 +16,9 @@ backward pass comes with their backward kernels): exact, at the XLA path's
 cost.
 """
 
-from typing import Tuple
+from typing import Optional, Tuple
 
+from absl import logging
 import tensorflow as tf
 
 from etc_realformer.kernels import custom_calls
@@ -36,20 +37,35 @@ MAX_IDS = 127  # relative ids travel as int8 codes
 _DTYPES = (tf.float32, tf.bfloat16, tf.float16)
 
 
-def covers(spec: core.SideSpec, x: SideInputs[tf.Tensor]) -> bool:
-  """Whether the fused kernels compute this side (module docstring)."""
-  if not spec.band or spec.return_probs or any(spec.is_carried):
-    return False
+def uncovered_reason(spec: core.SideSpec, x: SideInputs[tf.Tensor]
+                     ) -> Optional[str]:
+  """Why the fused kernels do not compute this side (None: they do)."""
+  if not spec.band:
+    return "only the sparse long side is fused so far"
+  if spec.return_probs:
+    return "probabilities are returned"
+  if any(spec.is_carried):
+    return "RealFormer streams on the side are not fused yet"
   if spec.dropout.training and spec.dropout.rate > 0.0:
-    return False
+    return "attention dropout in training is not fused yet"
   q = x.scores.q
   d = q.shape[-1]
+  if q.dtype not in _DTYPES:
+    return f"dtype {q.dtype.name}"
+  if not (q.shape.is_fully_defined() and
+          all(k.shape.is_fully_defined() for k in x.scores.keys)):
+    return "dynamic shapes"
+  if d < 16 or d & (d - 1):
+    return f"head size {d} (a power of two from 16)"
   per_id = x.scores.per_id
   if per_id is not None and per_id.shape[-2] > MAX_IDS:
-    return False
-  return (q.dtype in _DTYPES and q.shape.is_fully_defined() and
-          all(k.shape.is_fully_defined() for k in x.scores.keys) and
-          d is not None and d >= 16 and d & (d - 1) == 0)
+    return f"{per_id.shape[-2]} relative ids (int8 codes: at most {MAX_IDS})"
+  return None
+
+
+def covers(spec: core.SideSpec, x: SideInputs[tf.Tensor]) -> bool:
+  """Whether the fused kernels compute this side (module docstring)."""
+  return uncovered_reason(spec, x) is None
 
 
 def attend_long_side(spec: core.SideSpec, x: SideInputs[tf.Tensor]
@@ -157,8 +173,14 @@ def _reference(spec: core.SideSpec, masks: SideMasks[tf.Tensor],
 
 def attend_side(spec: core.SideSpec, x: SideInputs[tf.Tensor]
                 ) -> SideOutputs[tf.Tensor]:
-  """The whole side: fused where `covers`, else `attention_core`."""
-  if covers(spec, x):
+  """The whole side: fused where `covers`, else `attention_core` (the
+  first such fallback is logged with its reason, so a user of the option
+  sees where it does not act)."""
+  reason = uncovered_reason(spec, x)
+  if reason is None:
     return attend_long_side(spec, x)
+  logging.log_first_n(logging.INFO,
+                      "attention_kernel='fused': the %s side runs on the "
+                      "XLA path: %s", 1, "/".join(spec.patterns), reason)
   return core.attend_side(spec, 0, blocking.dim(x.scores.q, 2), x)
 

@@ -84,6 +84,8 @@ def test_covers_only_what_the_kernels_compute(twins):
       base._replace(dropout=core.ProbsDropout(rate=0.1, training=True)), x)
   assert fused_attention.covers(
       base._replace(dropout=core.ProbsDropout(rate=0.1, training=False)), x)
+  assert "streams" in fused_attention.uncovered_reason(
+      base._replace(streams=core.StreamSpec(carried=("l2l",))), x)
 
 
 def _pieces():
