@@ -243,11 +243,13 @@ class ExampleSink:
     Args:
       stats: the input's stats (the reader's counts already in).
       spec: the feature spec of the examples.
-      paths: split -> its shards' paths (`TFRecordShards`).
+      paths: split -> its shards' paths (`TFRecordShards`), or an object
+        with `TFRecordShards`' `write`, `commit`, `abort` and `paths` that
+        takes the examples instead (a pipeline's collector).
     """
     self.stats = stats
     self.spec = spec
-    self.files = TFRecordShards(paths)
+    self.files = paths if hasattr(paths, "write") else TFRecordShards(paths)
 
   def add(self, record: Any, featurized: Featurized) -> None:
     """Counts a kept record and writes its examples."""
