@@ -124,6 +124,34 @@ class PipelineTask(abc.ABC):
     print."""
 
 
+class FileTask(PipelineTask):
+  """A task with one output per input file, as `preprocessing.
+  featurize_into`: `DIR/<stem>.tfrecord` and `DIR/<stem>.stats.json`
+  (`RecordStats`), one summary line per file."""
+
+  def output_paths(self, path: str, output_dir: str) -> Tuple[str, str]:
+    """(tfrecord, stats JSON) of an input file."""
+    return preprocessing.output_paths(path, output_dir)[:2]
+
+  def make_sink(self, featurizer, group, files):
+    return preprocessing.ExampleSink(
+        records.RecordStats(input_file=group, strict=self.strict),
+        featurizer.feature_spec(), files)
+
+  def outputs(self, group):
+    return {"": [os.path.basename(self.output_paths(group, "")[0])]}
+
+  def write_reports(self, featurizer, results, work_dir, output_dir):
+    lines = []
+    for path in in_input_order(results):
+      stats = results[path].sink.stats
+      stats.write_json(self.output_paths(path, work_dir)[1])
+      preprocessing.log_written(path, self.output_paths(path, output_dir)[0],
+                                stats)
+      lines.append(preprocessing.summary_line(path, stats))
+    return lines
+
+
 class Collector:
   """An `ExampleSink`'s files that keep the serialized examples (split,
   bytes) for the pipeline instead of writing them; `paths` are the final
