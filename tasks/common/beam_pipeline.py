@@ -544,7 +544,11 @@ def pipeline_options_from(args: Sequence[str]
       beam_runner.create_runner(known.runner)
     except (ValueError, ImportError) as e:
       raise UserInputError(f"--runner={known.runner}: {e}") from e
-  return pipeline_options.PipelineOptions(list(args))
+  args = list(args)
+  if known.default_sdk_harness_log_level is None:
+    # Worker processes would log every start and stop on the binary's stderr.
+    args.append("--default_sdk_harness_log_level=ERROR")
+  return pipeline_options.PipelineOptions(args)
 
 
 # ---------------------------------------------------------------- binaries

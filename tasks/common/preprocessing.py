@@ -266,9 +266,11 @@ class ExampleSink:
                      f"({reason})")
 
   def write(self, example: Features, split: str = "") -> None:
+    # Deterministic: the features map's order otherwise differs between
+    # processes (hash seeds), so a worker's bytes would differ from another's.
     self.files.write(
-        tfrecords.to_tf_example(example, self.spec).SerializeToString(),
-        split)
+        tfrecords.to_tf_example(example, self.spec).SerializeToString(
+            deterministic=True), split)
 
 
 # ------------------------------------------------------------------ skeleton
