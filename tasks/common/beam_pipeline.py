@@ -124,6 +124,17 @@ class PipelineTask(abc.ABC):
     print."""
 
 
+def shard_names(record_name: str, num_shards: int) -> List[str]:
+  """The TFRecord file names of one output: `<stem>.tfrecord` when it is one
+  file, else `<stem>-00000-of-0000N.tfrecord`, ... (a glob of them is what
+  the tasks' readers take)."""
+  if num_shards == 1:
+    return [record_name]
+  stem, ext = os.path.splitext(record_name)
+  return [f"{stem}-{i:05d}-of-{num_shards:05d}{ext}"
+          for i in range(num_shards)]
+
+
 class FileTask(PipelineTask):
   """A task with one output per input file, as `preprocessing.
   featurize_into`: `DIR/<stem>.tfrecord` and `DIR/<stem>.stats.json`

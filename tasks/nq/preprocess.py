@@ -4,11 +4,13 @@ r"""Caches NQ windows: released jsonl(.gz) files -> TFRecords + stats JSON.
       --vocab=vocab.txt --output_dir=DIR [--is_training] [--strict] \
       [--long_seq_len=4096 --global_seq_len=230 --stride=2048 \
        --max_question_len=32] [--include_unknown_rate=1.0 \
-       --include_unknown_rate_for_unanswerable=...] [--seed=0]
+       --include_unknown_rate_for_unanswerable=...] [--seed=0] \
+      [--num_shards=1] [Beam pipeline options]
 
 For every input file (a glob or comma-separated list; full or simplified
-format, gzipped or not) writes `DIR/<stem>.tfrecord` (one `tf.train.Example`
-per kept window, the features of `features.feature_spec`) and
+format, gzipped or not) writes `DIR/<stem>.tfrecord` (with `--num_shards=N`:
+`DIR/<stem>-00000-of-0000N.tfrecord`, ...; one `tf.train.Example` per kept
+window, the features of `features.feature_spec`) and
 `DIR/<stem>.stats.json`; `DIR/nq_stats.json` sums them. Stats: examples
 read / written / skipped per reason with the list of skipped records (file,
 example id or line, field, reason), windows written (per answer type),
@@ -332,6 +334,7 @@ class NqPipeline(beam_pipeline.PipelineTask):
   Attributes:
     featurizer_args: `make_featurizer`'s arguments.
     is_training ... predict_la_when_no_sa: `preprocess_file`'s.
+    num_shards: TFRecord files per input file (`beam_pipeline.shard_names`).
   """
   featurizer_args: Dict[str, Any]
   is_training: Optional[bool] = None
@@ -340,8 +343,11 @@ class NqPipeline(beam_pipeline.PipelineTask):
   include_unknown_rate_for_unanswerable: Optional[float] = None
   seed: int = 0
   predict_la_when_no_sa: bool = False
+  num_shards: int = 1
 
   def __post_init__(self):
+    if self.num_shards < 1:
+      raise UserInputError("--num_shards must be positive")
     check_rates(self.include_unknown_rate,
                 self.include_unknown_rate_for_unanswerable)
 
@@ -367,7 +373,8 @@ class NqPipeline(beam_pipeline.PipelineTask):
                      self.predict_la_when_no_sa)
 
   def outputs(self, group):
-    return {"": [os.path.basename(output_paths(group, "")[0])]}
+    return {"": beam_pipeline.shard_names(
+        os.path.basename(output_paths(group, "")[0]), self.num_shards)}
 
   def write_reports(self, featurizer, results, work_dir, output_dir):
     paths = beam_pipeline.in_input_order(results)
@@ -424,6 +431,10 @@ def _define_flags():
                      "Training: the same for examples without any answer "
                      "(default min(1, 4 x include_unknown_rate)).")
   flags.DEFINE_integer("seed", 0, "Downsampling seed.")
+  flags.DEFINE_integer("num_shards", 1,
+                       "TFRecord files per input file: 1 writes "
+                       "DIR/<stem>.tfrecord, N DIR/<stem>-00000-of-0000N."
+                       "tfrecord ... (train on their glob).")
   flags.DEFINE_bool("predict_la_when_no_sa", False,
                     "Short-answer labels = the long answer when there is no "
                     "short answer (an option of the original).")
@@ -458,7 +469,7 @@ def main(argv):
                             data_dir=f.tfds_data_dir, **kwargs)
     print(summary_line(f.tfds, stats))
     return
-  task = NqPipeline(featurizer_args, **kwargs)
+  task = NqPipeline(featurizer_args, num_shards=f.num_shards, **kwargs)
   _, lines = beam_pipeline.run(task, inputs, f.output_dir, beam_args)
   print("\n".join(lines))
 

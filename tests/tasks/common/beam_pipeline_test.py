@@ -251,3 +251,9 @@ def test_binary_bad_pipeline_option_is_one_line(tmp_path, option, texts):
       [f"--input={root}/dev.json", f"--vocab={root}/vocab.txt",
        f"--output_dir={tmp_path}/out", option], *texts)
   assert not (tmp_path / "out").exists()
+
+
+def test_shard_names_one_file_keeps_the_single_process_name():
+  assert beam_pipeline.shard_names("dev.tfrecord", 1) == ["dev.tfrecord"]
+  assert beam_pipeline.shard_names("nq-dev-00.tfrecord", 2) == [
+      "nq-dev-00-00000-of-00002.tfrecord", "nq-dev-00-00001-of-00002.tfrecord"]
