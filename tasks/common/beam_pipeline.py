@@ -37,6 +37,7 @@ import collections
 import contextlib
 import dataclasses
 import difflib
+import importlib
 import logging as std_logging
 import os
 import pickle
@@ -437,6 +438,7 @@ def run(task: PipelineTask, files: Sequence[str], output_dir: str,
       order; `output_dir` is left untouched.
   """
   options = pipeline_options_from(beam_args)
+  task = importable(task)
   featurizer = task.make_featurizer()  # A bad vocabulary fails here, once.
   work_dir = f"{output_dir.rstrip('/')}.tmp-{uuid.uuid4().hex[:8]}"
   tf.io.gfile.makedirs(work_dir)
@@ -469,6 +471,25 @@ def _check(task: PipelineTask, results: Dict[str, GroupResult]) -> None:
       error = results[group].first_bad_record()
       if error is not None:
         raise error
+
+
+def importable(value: Any) -> Any:
+  """`value` with the classes a binary defined in `__main__` (its task, its
+  settings) taken from the binary's module by name instead.
+
+  Worker processes cannot import `__main__.NqSink`: a task of `__main__`
+  would make sinks and stats that do not pickle there. Dataclass instances
+  are rebuilt field by field; anything else is returned as it is.
+  """
+  if not dataclasses.is_dataclass(value) or isinstance(value, type):
+    return value
+  fields = {f.name: importable(getattr(value, f.name))
+            for f in dataclasses.fields(value) if f.init}
+  cls = type(value)
+  spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+  if cls.__module__ == "__main__" and spec is not None:
+    cls = getattr(importlib.import_module(spec.name), cls.__name__)
+  return cls(**fields)
 
 
 def in_input_order(results: Dict[str, GroupResult]) -> List[str]:

@@ -137,9 +137,21 @@ MAKERS = dict(nq=_nq, wikihop=_wikihop, hotpotqa=_hotpot, openkp=_openkp,
               pretrain=_pretrain)
 
 
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+  """name -> its `Case`, built once per module."""
+  cache = {}
+
+  def get(name):
+    if name not in cache:
+      cache[name] = MAKERS[name](str(tmp_path_factory.mktemp(name)))
+    return cache[name]
+  return get
+
+
 @pytest.fixture(scope="module", params=sorted(MAKERS))
-def case(request, tmp_path_factory):
-  return MAKERS[request.param](str(tmp_path_factory.mktemp(request.param)))
+def case(request, built):
+  return built(request.param)
 
 
 def _examples(directory):
@@ -188,6 +200,24 @@ def test_in_process_equals_single_process(case, tmp_path):
 def test_two_worker_processes_equal_single_process(case, tmp_path):
   out = str(tmp_path / "out")
   beam_pipeline.run(case.task, case.files, out, TWO_WORKERS)
+  _assert_same_outputs(case, out)
+
+
+@pytest.mark.slow
+def test_binary_with_two_worker_processes(built, tmp_path):
+  """The binary's classes live in `__main__`: the workers must get them by
+  module name (`beam_pipeline.importable`)."""
+  case = built("nq")
+  args = case.task.featurizer_args
+  out = str(tmp_path / "out")
+  cli_testing.output(
+      "tasks.nq.preprocess",
+      [f"--input={','.join(case.files)}", f"--vocab={args['vocab']}",
+       f"--output_dir={out}", f"--long_seq_len={args['long_seq_len']}",
+       f"--global_seq_len={args['global_seq_len']}",
+       f"--stride={args['stride']}",
+       f"--max_question_len={args['max_question_len']}", *TWO_WORKERS],
+      timeout=600)
   _assert_same_outputs(case, out)
 
 
