@@ -243,11 +243,13 @@ class ExampleSink:
     Args:
       stats: the input's stats (the reader's counts already in).
       spec: the feature spec of the examples.
-      paths: split -> its shards' paths (`TFRecordShards`).
+      paths: split -> its shards' paths (`TFRecordShards`), or an object
+        with `TFRecordShards`' `write`, `commit`, `abort` and `paths` that
+        takes the examples instead (a pipeline's collector).
     """
     self.stats = stats
     self.spec = spec
-    self.files = TFRecordShards(paths)
+    self.files = paths if hasattr(paths, "write") else TFRecordShards(paths)
 
   def add(self, record: Any, featurized: Featurized) -> None:
     """Counts a kept record and writes its examples."""
@@ -264,9 +266,11 @@ class ExampleSink:
                      f"({reason})")
 
   def write(self, example: Features, split: str = "") -> None:
+    # Deterministic: the features map's order otherwise differs between
+    # processes (hash seeds), so a worker's bytes would differ from another's.
     self.files.write(
-        tfrecords.to_tf_example(example, self.spec).SerializeToString(),
-        split)
+        tfrecords.to_tf_example(example, self.spec).SerializeToString(
+            deterministic=True), split)
 
 
 # ------------------------------------------------------------------ skeleton

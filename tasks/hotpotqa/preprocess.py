@@ -19,21 +19,24 @@ title / sentence, are skipped and counted by reason (`no_supporting_facts`,
 Non-training (dev) examples are always kept.
 
 A missing or malformed input file or vocabulary is one line on stderr and
-exit code 2; the input is read and checked before the vocabulary is loaded.
+exit code 2.
 
 The model features come from `HotpotFeaturizer`'s in-graph code, run through
 `tf.data` (`HotpotStep`, a `preprocessing.GraphStep`: the ops the exported
 `serve_raw` signature runs); labels are then added in Python
-(`features.add_labels`).
+(`features.add_labels`). The binary runs it as an Apache Beam pipeline
+(`HotpotPipeline`, `tasks.common.beam_pipeline`; Beam's pipeline options
+pass through, the outputs do not depend on them).
 """
 
+import dataclasses
 from typing import Any, Dict, List, Optional, Tuple
 
 from absl import flags
 import numpy as np
 import tensorflow as tf
 
-from etc_realformer import cli
+from tasks.common import beam_pipeline
 from tasks.common import preprocessing
 from tasks.common import records
 from tasks.hotpotqa import data
@@ -139,6 +142,30 @@ def preprocess_file(input_path: str,
   return write_features(valid, stats, output_dir, featurizer, is_training)
 
 
+@dataclasses.dataclass
+class HotpotPipeline(beam_pipeline.FileTask):
+  """`preprocess_file` as a Beam pipeline (`beam_pipeline.run`), the same
+  outputs; `featurizer_args`: `make_featurizer`'s arguments."""
+  featurizer_args: Dict[str, Any]
+  is_training: Optional[bool] = None
+  strict: bool = False
+
+  def _training(self, path: str) -> bool:
+    return (preprocessing.default_is_training(path)
+            if self.is_training is None else self.is_training)
+
+  def make_featurizer(self) -> features_lib.HotpotFeaturizer:
+    return make_featurizer(**self.featurizer_args)
+
+  def read(self, unit, stats, work_dir):
+    del work_dir  # Unused.
+    return data.read_records(unit, stats=stats,
+                             require_labels=self._training(unit))
+
+  def make_step(self, featurizer, unit) -> HotpotStep:
+    return HotpotStep(featurizer, unit, self._training(unit))
+
+
 def make_featurizer(vocab: Optional[str], spm_model: Optional[str],
                     long_seq_len: int = 4096, global_seq_len: int = 256,
                     lower_case: bool = True,
@@ -170,16 +197,16 @@ def _define_flags():
 
 
 def main(argv):
-  preprocessing.check_command_line(argv, ("input", "output_dir"))
+  beam_args = beam_pipeline.check_command_line(argv, ("input", "output_dir"))
   f = flags.FLAGS
-  valid, stats = read_file(f.input, f.is_training, f.strict)
-  featurizer = make_featurizer(global_token_ids=f.global_token_ids,
-                               **preprocessing.featurizer_flag_values())
-  stats = write_features(valid, stats, f.output_dir, featurizer,
-                         f.is_training)
-  print(preprocessing.summary_line(f.input, stats))
+  task = HotpotPipeline(
+      dict(global_token_ids=f.global_token_ids,
+           **preprocessing.featurizer_flag_values()),
+      is_training=f.is_training, strict=f.strict)
+  _, lines = beam_pipeline.run(task, [f.input], f.output_dir, beam_args)
+  print("\n".join(lines))
 
 
 if __name__ == "__main__":
   _define_flags()
-  cli.run(main)
+  beam_pipeline.run_binary(main)

@@ -4,11 +4,13 @@ r"""Caches NQ windows: released jsonl(.gz) files -> TFRecords + stats JSON.
       --vocab=vocab.txt --output_dir=DIR [--is_training] [--strict] \
       [--long_seq_len=4096 --global_seq_len=230 --stride=2048 \
        --max_question_len=32] [--include_unknown_rate=1.0 \
-       --include_unknown_rate_for_unanswerable=...] [--seed=0]
+       --include_unknown_rate_for_unanswerable=...] [--seed=0] \
+      [--num_shards=1] [Beam pipeline options]
 
 For every input file (a glob or comma-separated list; full or simplified
-format, gzipped or not) writes `DIR/<stem>.tfrecord` (one `tf.train.Example`
-per kept window, the features of `features.feature_spec`) and
+format, gzipped or not) writes `DIR/<stem>.tfrecord` (with `--num_shards=N`:
+`DIR/<stem>-00000-of-0000N.tfrecord`, ...; one `tf.train.Example` per kept
+window, the features of `features.feature_spec`) and
 `DIR/<stem>.stats.json`; `DIR/nq_stats.json` sums them. Stats: examples
 read / written / skipped per reason with the list of skipped records (file,
 example id or line, field, reason), windows written (per answer type),
@@ -21,8 +23,9 @@ annotations and downsamples windows whose answer type is null: each is kept
 with probability `--include_unknown_rate` (default 1.0 = keep all, the
 original's default), or `--include_unknown_rate_for_unanswerable` (default
 min(1, 4 x the former), the original's) when the example itself has no
-answer. The draw is seeded per file (`--seed` and the file name), so a rerun
-gives the same windows. Dev files keep every window.
+answer. The draw is seeded per example (`--seed`, the file name and the
+example id), so a rerun, on any runner and any number of workers, keeps the
+same windows. Dev files keep every window.
 
 `--tfds=NAME:SPLIT` reads a TFDS dataset instead, once its features are
 checked: the TFDS `natural_questions` builder lacks the long-answer
@@ -31,13 +34,17 @@ fields and what to download (`tasks/nq/tfds_dataset.py`).
 
 The features come from `NqFeaturizer`'s in-graph code (the ops a serving
 signature runs), one document at a time (`NqStep`); `NqSink` counts and
-downsamples the windows.
+downsamples the windows. The binary runs it as an Apache Beam pipeline
+(`NqPipeline`, `tasks.common.beam_pipeline`): Beam's pipeline options
+(`--runner`, `--direct_num_workers`, ...) pass through; the outputs do not
+depend on them.
 """
 
+import collections
 import dataclasses
 import os
 import random
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from absl import flags
 from absl import logging
@@ -45,6 +52,7 @@ import tensorflow as tf
 
 from etc_realformer import cli
 from etc_realformer.errors import UserInputError
+from tasks.common import beam_pipeline
 from tasks.common import io as io_lib
 from tasks.common import preprocessing
 from tasks.common import records
@@ -58,8 +66,10 @@ class NqStats(records.RecordStats):
   """`RecordStats` plus window counts (one input file, or a sum)."""
   is_training: bool = False
   windows_written: int = 0
+  # A Counter: summed when a pipeline merges its workers' counts.
   windows_by_answer_type: Dict[str, int] = dataclasses.field(
-      default_factory=lambda: {t: 0 for t in data.ANSWER_TYPES})
+      default_factory=lambda: collections.Counter(
+          {t: 0 for t in data.ANSWER_TYPES}))
   windows_downsampled: int = 0
   settings: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -131,17 +141,20 @@ class NqSink(preprocessing.ExampleSink):
   """Writes an NQ file's windows and counts them (`NqStats`); in training,
   keeps each null window with the example's rate.
 
-  The draws are sequential, from one generator seeded per file: a rerun
-  keeps the same windows.
+  The draws come from a generator seeded per example (`seed` and the example
+  id), so that the same windows are kept whatever order or worker the
+  examples are featurized in.
   """
 
-  def __init__(self, stats: NqStats, spec, record_path: str,
+  def __init__(self, stats: NqStats, spec, files: Union[str, Any],
                rate_answerable: float, rate_unanswerable: float,
-               rng: random.Random, predict_la_when_no_sa: bool = False):
-    super().__init__(stats, spec, {"": [record_path]})
+               seed: str, predict_la_when_no_sa: bool = False):
+    """`files`: the TFRecord path, or a pipeline's collector."""
+    super().__init__(stats, spec,
+                     {"": [files]} if isinstance(files, str) else files)
     self.rate_answerable = rate_answerable
     self.rate_unanswerable = rate_unanswerable
-    self.rng = rng
+    self.seed = seed
     self.predict_la_when_no_sa = predict_la_when_no_sa
 
   def add(self, record: data.NqRecord,
@@ -159,16 +172,52 @@ class NqSink(preprocessing.ExampleSink):
     for key in ("windows_global_full", "tokens_outside_top_level_candidates"):
       stats.truncation[key] += amounts[key]
     stats.examples_written += 1
+    rng = random.Random(f"{self.seed}:{record.example_id}")
     for window in featurized.examples:
       answer_type = int(window["answer_type"])
       if (stats.is_training and answer_type == data.NULL and
-          self.rng.random() >= rate):
+          rng.random() >= rate):
         stats.windows_downsampled += 1
         continue
       stats.windows_written += 1
       if answer_type >= 0:
         stats.windows_by_answer_type[data.ANSWER_TYPES[answer_type]] += 1
       self.write(window)
+
+
+def check_rates(include_unknown_rate: float,
+                include_unknown_rate_for_unanswerable: Optional[float]
+                ) -> None:
+  """Raises `UserInputError` for a rate outside [0, 1]."""
+  for name, rate in (("include_unknown_rate", include_unknown_rate),
+                     ("include_unknown_rate_for_unanswerable",
+                      include_unknown_rate_for_unanswerable)):
+    if rate is not None and not 0.0 <= rate <= 1.0:
+      raise UserInputError(f"{name} must be in [0, 1], got {rate}")
+
+
+def make_sink(featurizer: features_lib.NqFeaturizer, input_path: str,
+              files: Union[str, Any], is_training: bool, strict: bool,
+              include_unknown_rate: float,
+              include_unknown_rate_for_unanswerable: Optional[float],
+              seed: int, predict_la_when_no_sa: bool) -> NqSink:
+  """The sink of one input file, with its `NqStats` and settings."""
+  rate_answerable = include_unknown_rate
+  rate_unanswerable = unanswerable_rate(include_unknown_rate,
+                                        include_unknown_rate_for_unanswerable)
+  stats = NqStats(input_file=input_path, strict=strict,
+                  is_training=is_training)
+  stats.settings = dict(
+      long_seq_len=featurizer.long_seq_len,
+      global_seq_len=featurizer.global_seq_len, stride=featurizer.stride,
+      max_question_len=featurizer.max_question_len,
+      include_unknown_rate=rate_answerable if is_training else 1.0,
+      include_unknown_rate_for_unanswerable=(
+          rate_unanswerable if is_training else 1.0),
+      seed=seed, predict_la_when_no_sa=predict_la_when_no_sa)
+  return NqSink(stats, featurizer.feature_spec(), files, rate_answerable,
+                rate_unanswerable, f"{seed}:{os.path.basename(input_path)}",
+                predict_la_when_no_sa)
 
 
 def preprocess_file(input_path: str,
@@ -198,31 +247,15 @@ def preprocess_file(input_path: str,
     def read_fn(stats, require_labels):
       return data.read_records(input_path, stats=stats,
                                require_labels=require_labels)
-  for name, rate in (("include_unknown_rate", include_unknown_rate),
-                     ("include_unknown_rate_for_unanswerable",
-                      include_unknown_rate_for_unanswerable)):
-    if rate is not None and not 0.0 <= rate <= 1.0:
-      raise UserInputError(f"{name} must be in [0, 1], got {rate}")
-  rate_answerable = include_unknown_rate
-  rate_unanswerable = unanswerable_rate(include_unknown_rate,
-                                        include_unknown_rate_for_unanswerable)
+  check_rates(include_unknown_rate, include_unknown_rate_for_unanswerable)
   tf.io.gfile.makedirs(output_dir)
   record_path, stats_path = output_paths(input_path, output_dir)
-  stats = NqStats(input_file=input_path, strict=strict,
-                  is_training=is_training)
-  stats.settings = dict(
-      long_seq_len=featurizer.long_seq_len,
-      global_seq_len=featurizer.global_seq_len, stride=featurizer.stride,
-      max_question_len=featurizer.max_question_len,
-      include_unknown_rate=rate_answerable if is_training else 1.0,
-      include_unknown_rate_for_unanswerable=(
-          rate_unanswerable if is_training else 1.0),
-      seed=seed, predict_la_when_no_sa=predict_la_when_no_sa)
   step = NqStep(featurizer, predict_la_when_no_sa)
-  sink = NqSink(stats, step.feature_spec(), record_path, rate_answerable,
-                rate_unanswerable,
-                random.Random(f"{seed}:{os.path.basename(input_path)}"),
-                predict_la_when_no_sa)
+  sink = make_sink(featurizer, input_path, record_path, is_training, strict,
+                   include_unknown_rate,
+                   include_unknown_rate_for_unanswerable, seed,
+                   predict_la_when_no_sa)
+  stats = sink.stats
   preprocessing.run(read_fn(stats, is_training), step, sink)
   stats.write_json(stats_path)
   logging.info("%s: read %d, wrote %d examples / %d windows to %s, "
@@ -239,11 +272,19 @@ def preprocess(inputs: Sequence[str] | str, output_dir: str,
   """`preprocess_file` for every file matching `inputs`; writes and returns
   the summed stats (`DIR/nq_stats.json`, with each file's in `files`)."""
   paths = io_lib.match_files(inputs)
-  total = NqStats(input_file=",".join(paths),
-                  strict=bool(kwargs.get("strict", False)))
+  per_file = [preprocess_file(path, output_dir, featurizer, **kwargs)
+              for path in paths]
+  return write_summary(paths, per_file, output_dir,
+                       bool(kwargs.get("strict", False)))
+
+
+def write_summary(paths: Sequence[str], file_stats: Sequence[NqStats],
+                  output_dir: str, strict: bool) -> NqStats:
+  """Writes and returns the sum of the files' stats (`DIR/nq_stats.json`,
+  with each file's in `files`)."""
+  total = NqStats(input_file=",".join(paths), strict=strict)
   per_file: List[Dict[str, Any]] = []
-  for path in paths:
-    stats = preprocess_file(path, output_dir, featurizer, **kwargs)
+  for path, stats in zip(paths, file_stats):
     total.is_training = stats.is_training
     total.settings = stats.settings
     total.add(stats)
@@ -284,6 +325,74 @@ def preprocess_tfds(name_and_split: str, output_dir: str,
                          **kwargs)
 
 
+@dataclasses.dataclass
+class NqPipeline(beam_pipeline.PipelineTask):
+  """`preprocess` as a Beam pipeline (`beam_pipeline.run`): the same files,
+  per input file `DIR/<stem>.tfrecord` + `DIR/<stem>.stats.json`, and
+  `DIR/nq_stats.json`.
+
+  Attributes:
+    featurizer_args: `make_featurizer`'s arguments.
+    is_training ... predict_la_when_no_sa: `preprocess_file`'s.
+    num_shards: TFRecord files per input file (`beam_pipeline.shard_names`).
+  """
+  featurizer_args: Dict[str, Any]
+  is_training: Optional[bool] = None
+  strict: bool = False
+  include_unknown_rate: float = 1.0
+  include_unknown_rate_for_unanswerable: Optional[float] = None
+  seed: int = 0
+  predict_la_when_no_sa: bool = False
+  num_shards: int = 1
+
+  def __post_init__(self):
+    if self.num_shards < 1:
+      raise UserInputError("--num_shards must be positive")
+    check_rates(self.include_unknown_rate,
+                self.include_unknown_rate_for_unanswerable)
+
+  def _training(self, path: str) -> bool:
+    return (default_is_training(path) if self.is_training is None
+            else self.is_training)
+
+  def make_featurizer(self) -> features_lib.NqFeaturizer:
+    return make_featurizer(**self.featurizer_args)
+
+  def read(self, unit, stats, work_dir):
+    del work_dir  # Unused.
+    return data.read_records(unit, stats=stats,
+                             require_labels=self._training(unit))
+
+  def make_step(self, featurizer, unit) -> NqStep:
+    return NqStep(featurizer, self.predict_la_when_no_sa)
+
+  def make_sink(self, featurizer, group, files) -> NqSink:
+    return make_sink(featurizer, group, files, self._training(group),
+                     self.strict, self.include_unknown_rate,
+                     self.include_unknown_rate_for_unanswerable, self.seed,
+                     self.predict_la_when_no_sa)
+
+  def outputs(self, group):
+    return {"": beam_pipeline.shard_names(
+        os.path.basename(output_paths(group, "")[0]), self.num_shards)}
+
+  def write_reports(self, featurizer, results, work_dir, output_dir):
+    paths = beam_pipeline.in_input_order(results)
+    file_stats = [results[p].sink.stats for p in paths]
+    for path, stats in zip(paths, file_stats):
+      stats.write_json(output_paths(path, work_dir)[1])
+    total = write_summary(paths, file_stats, work_dir, self.strict)
+    return [summary_line(",".join(paths), total)]
+
+
+def summary_line(inputs: str, stats: NqStats) -> str:
+  """What the binary prints."""
+  return (f"{inputs}: read {stats.examples_read}, written "
+          f"{stats.examples_written} examples / {stats.windows_written} "
+          f"windows, downsampled {stats.windows_downsampled}, skipped "
+          f"{stats.num_skipped} {dict(stats.skipped)}")
+
+
 def make_featurizer(vocab: Optional[str], spm_model: Optional[str],
                     long_seq_len: int = 4096, global_seq_len: int = 230,
                     stride: int = 2048, max_question_len: int = 32,
@@ -322,6 +431,10 @@ def _define_flags():
                      "Training: the same for examples without any answer "
                      "(default min(1, 4 x include_unknown_rate)).")
   flags.DEFINE_integer("seed", 0, "Downsampling seed.")
+  flags.DEFINE_integer("num_shards", 1,
+                       "TFRecord files per input file: 1 writes "
+                       "DIR/<stem>.tfrecord, N DIR/<stem>-00000-of-0000N."
+                       "tfrecord ... (train on their glob).")
   flags.DEFINE_bool("predict_la_when_no_sa", False,
                     "Short-answer labels = the long answer when there is no "
                     "short answer (an option of the original).")
@@ -334,15 +447,14 @@ def _define_flags():
 
 
 def main(argv):
-  preprocessing.check_command_line(argv, ("output_dir",),
-                                   one_of=("input", "tfds"))
+  beam_args = beam_pipeline.check_command_line(argv, ("output_dir",),
+                                               one_of=("input", "tfds"))
   f = flags.FLAGS
   # The files first: a missing one fails before the vocabulary is loaded.
   inputs = io_lib.match_files(f.input) if f.input else None
-  featurizer = make_featurizer(stride=f.stride,
-                               max_question_len=f.max_question_len,
-                               token_ids=f.token_ids,
-                               **preprocessing.featurizer_flag_values())
+  featurizer_args = dict(stride=f.stride, max_question_len=f.max_question_len,
+                         token_ids=f.token_ids,
+                         **preprocessing.featurizer_flag_values())
   kwargs = dict(
       is_training=f.is_training, strict=f.strict,
       include_unknown_rate=f.include_unknown_rate,
@@ -350,16 +462,18 @@ def main(argv):
           f.include_unknown_rate_for_unanswerable),
       seed=f.seed, predict_la_when_no_sa=f.predict_la_when_no_sa)
   if f.tfds:
-    stats = preprocess_tfds(f.tfds, f.output_dir, featurizer,
+    # A TFDS split is read by one reader: the single-process path.
+    beam_pipeline.pipeline_options_from(beam_args)
+    stats = preprocess_tfds(f.tfds, f.output_dir,
+                            make_featurizer(**featurizer_args),
                             data_dir=f.tfds_data_dir, **kwargs)
-  else:
-    stats = preprocess(inputs, f.output_dir, featurizer, **kwargs)
-  print(f"{f.input or f.tfds}: read {stats.examples_read}, written "
-        f"{stats.examples_written} examples / {stats.windows_written} "
-        f"windows, downsampled {stats.windows_downsampled}, skipped "
-        f"{stats.num_skipped} {dict(stats.skipped)}")
+    print(summary_line(f.tfds, stats))
+    return
+  task = NqPipeline(featurizer_args, num_shards=f.num_shards, **kwargs)
+  _, lines = beam_pipeline.run(task, inputs, f.output_dir, beam_args)
+  print("\n".join(lines))
 
 
 if __name__ == "__main__":
   _define_flags()
-  cli.run(main)
+  beam_pipeline.run_binary(main)

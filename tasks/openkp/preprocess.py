@@ -18,15 +18,20 @@ Bad records are skipped unless `--strict`, which fails on the first one.
 Documents whose gold keyphrases all fall past the truncation are skipped in
 training files (names holding "train"; they teach nothing) and kept in
 others, where they count against the metric as they should.
+
+The binary runs it as an Apache Beam pipeline (`OpenKPPipeline`,
+`tasks.common.beam_pipeline`; Beam's pipeline options pass through, the
+outputs do not depend on them; the dedup file keeps the input's order).
 """
 
-from typing import Dict, Optional
+import dataclasses
+from typing import Any, Dict, Optional
 
 from absl import flags
 import numpy as np
 import tensorflow as tf
 
-from etc_realformer import cli
+from tasks.common import beam_pipeline
 from tasks.common import io as io_lib
 from tasks.common import preprocessing
 from tasks.common import records
@@ -109,6 +114,32 @@ def preprocess_file(input_path: str,
                                       stats_path)
 
 
+@dataclasses.dataclass
+class OpenKPPipeline(beam_pipeline.FileTask):
+  """`preprocess_file` for each input file as one Beam pipeline
+  (`beam_pipeline.run`), the same outputs; `featurizer_args`:
+  `make_featurizer`'s arguments."""
+  featurizer_args: Dict[str, Any]
+  strict: bool = False
+  labeled: Optional[bool] = None
+
+  def make_featurizer(self) -> features_lib.OpenKPFeaturizer:
+    return make_featurizer(**self.featurizer_args)
+
+  def read(self, unit, stats, work_dir):
+    labeled = (data.infer_labeled(unit) if self.labeled is None
+               else self.labeled)
+    # Dedup needs the whole file: read by one worker, written in file order.
+    valid = data.read_records(unit, stats=stats, labeled=labeled)
+    io_lib.write_jsonl(output_paths(unit, work_dir)[2],
+                       (r.to_json() for r in valid))
+    return valid
+
+  def make_step(self, featurizer, unit) -> OpenKPStep:
+    return OpenKPStep(featurizer, unit,
+                      preprocessing.default_is_training(unit))
+
+
 def make_featurizer(vocab: Optional[str], spm_model: Optional[str],
                     long_seq_len: int, global_seq_len: int,
                     lower_case: bool = True
@@ -131,18 +162,17 @@ def _define_flags():
 
 
 def main(argv):
-  preprocessing.check_command_line(argv, ("input", "output_dir"))
+  beam_args = beam_pipeline.check_command_line(argv, ("input", "output_dir"))
   f = flags.FLAGS
   # The files first: a missing one fails before the vocabulary is loaded.
   paths = io_lib.match_files(f.input)
-  featurizer = make_featurizer(**preprocessing.featurizer_flag_values())
-  labeled = {"auto": None, "true": True, "false": False}[f.labeled]
-  for path in paths:
-    stats = preprocess_file(path, f.output_dir, featurizer, strict=f.strict,
-                            labeled=labeled)
-    print(preprocessing.summary_line(path, stats))
+  task = OpenKPPipeline(
+      preprocessing.featurizer_flag_values(), strict=f.strict,
+      labeled={"auto": None, "true": True, "false": False}[f.labeled])
+  _, lines = beam_pipeline.run(task, paths, f.output_dir, beam_args)
+  print("\n".join(lines))
 
 
 if __name__ == "__main__":
   _define_flags()
-  cli.run(main)
+  beam_pipeline.run_binary(main)

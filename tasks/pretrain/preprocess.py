@@ -28,6 +28,13 @@ train_stats_file` reads it. The output is deterministic given the inputs,
 the flags and `--seed`; files are written all or nothing (a failure, e.g.
 the first bad line under `--strict`, leaves no output). No masks are
 stored: the task's input pipeline draws them (`masking.py`).
+
+With `--input`, the binary runs as an Apache Beam pipeline
+(`PretrainPipeline`, `tasks.common.beam_pipeline`; Beam's pipeline options
+pass through). Its outputs do not depend on the runner or the workers: the
+same examples and stats; a training example's shard is then a hash of its
+position in the input (not round-robin), so with several shards each holds
+a different (equally sized on average) subset than a single-process run's.
 """
 
 import collections
@@ -41,9 +48,9 @@ from absl import flags
 import numpy as np
 import tensorflow as tf
 
-from etc_realformer import cli
 from etc_realformer.data import tfrecords
 from etc_realformer.errors import UserInputError
+from tasks.common import beam_pipeline
 from tasks.common import io as io_lib
 from tasks.common import preprocessing
 from tasks.common import records
@@ -127,6 +134,12 @@ def shard_paths(output_dir: str, split: str, num_shards: int) -> List[str]:
           for i in range(num_shards)]
 
 
+def output_files(output_dir: str, settings: Settings) -> Dict[str, List[str]]:
+  """split -> its shards' paths."""
+  return {"train": shard_paths(output_dir, "train", settings.num_shards),
+          "eval": shard_paths(output_dir, "eval", 1)}
+
+
 class PretrainStep(preprocessing.RecordStep[data.Document]):
   """A document -> its examples (cut at sentence boundaries) in its split
   (`split_of`); dropped when it has too few sentences or gives no example."""
@@ -183,10 +196,10 @@ class PretrainSink(preprocessing.ExampleSink):
 
   def __init__(self, stats: records.RecordStats,
                spec: tfrecords.FeatureSpec, output_dir: str,
-               settings: Settings, vocab_size: int):
-    super().__init__(stats, spec, {
-        "train": shard_paths(output_dir, "train", settings.num_shards),
-        "eval": shard_paths(output_dir, "eval", 1)})
+               settings: Settings, vocab_size: int, files: Any = None):
+    """`files`: a pipeline's collector instead of `output_dir`'s shards."""
+    super().__init__(stats, spec, files or output_files(output_dir,
+                                                        settings))
     self.settings = settings
     self.filtered = collections.Counter()
     self.documents = collections.Counter()
@@ -324,6 +337,69 @@ def _stats_json(sink: PretrainSink,
   }
 
 
+@dataclasses.dataclass
+class PretrainPipeline(beam_pipeline.PipelineTask):
+  """`preprocess_documents` over text files as a Beam pipeline
+  (`beam_pipeline.run`): the same outputs. All files are one group (one
+  stats JSON, one set of shards); each file is read by one worker.
+
+  Attributes:
+    featurizer_args: `features.PretrainFeaturizer`'s arguments.
+    settings: filtering, split, shards, seed, CPC lengths.
+    inputs: the patterns given (the stats name them).
+    max_line_chars: `data.read_documents`'.
+    mask_token_id: `vocabulary_info`'s.
+  """
+  featurizer_args: Dict[str, Any]
+  settings: Settings
+  inputs: List[str]
+  max_line_chars: int = data.DEFAULT_MAX_LINE_CHARS
+  mask_token_id: Optional[int] = None
+  strict: bool = False
+
+  def make_featurizer(self) -> features_lib.PretrainFeaturizer:
+    return features_lib.PretrainFeaturizer(**self.featurizer_args)
+
+  def units(self, files):
+    # The first documents of the files in order: one reader for them all.
+    if self.settings.max_documents is not None:
+      return [tuple(files)]
+    return list(files)
+
+  def group_of(self, unit):
+    return "pretrain"
+
+  def read(self, unit, stats, work_dir):
+    del work_dir  # Unused.
+    files = list(unit) if isinstance(unit, tuple) else [unit]
+    return _at_most(data.read_documents(files, stats, self.max_line_chars),
+                    self.settings.max_documents)
+
+  def make_step(self, featurizer, unit) -> PretrainStep:
+    return PretrainStep(featurizer, self.settings)
+
+  def make_sink(self, featurizer, group, files) -> PretrainSink:
+    vocabulary = vocabulary_info(featurizer.tokenizer, self.mask_token_id)
+    return PretrainSink(
+        records.RecordStats(input_file=",".join(self.inputs),
+                            strict=self.strict),
+        featurizer.feature_spec(), "", self.settings,
+        max(vocabulary["size"], featurizer.tokenizer.vocab_size), files)
+
+  def outputs(self, group):
+    return {split: [os.path.basename(p) for p in paths]
+            for split, paths in output_files("", self.settings).items()}
+
+  def write_reports(self, featurizer, results, work_dir, output_dir):
+    sink = results["pretrain"].sink
+    result = _stats_json(
+        sink, featurizer, self.settings, sink.stats,
+        vocabulary_info(featurizer.tokenizer, self.mask_token_id),
+        {"input": list(self.inputs)})
+    records.write_json(os.path.join(work_dir, STATS_FILE), result)
+    return [summary_line(result)]
+
+
 def summary_line(result: Dict[str, Any]) -> str:
   """What the binary prints."""
   docs = result["documents"]
@@ -377,8 +453,8 @@ def _define_flags():
 
 
 def main(argv):
-  preprocessing.check_command_line(argv, ("output_dir",),
-                                   one_of=("input", "tfds_name"))
+  beam_args = beam_pipeline.check_command_line(
+      argv, ("output_dir",), one_of=("input", "tfds_name"))
   f = flags.FLAGS
   settings = Settings(
       min_sentences=f.min_sentences, eval_fraction=f.eval_fraction,
@@ -386,26 +462,30 @@ def main(argv):
       cpc_min_sentence_len=f.cpc_min_sentence_len,
       cpc_max_sentence_len=f.cpc_max_sentence_len,
       max_documents=f.max_documents)
-  if f.input:  # Fail on a missing input before loading the vocabulary.
-    io_lib.match_files(f.input)
-  featurizer = features_lib.PretrainFeaturizer(
+  featurizer_args = dict(
       vocab_path=f.vocab, spm_model_path=f.spm_model,
       lower_case=f.lower_case, long_seq_len=f.long_seq_len,
       global_seq_len=f.global_seq_len, global_token_id=f.global_token_id,
       max_sentence_len=f.max_sentence_len)
-  vocabulary = vocabulary_info(featurizer.tokenizer, f.mask_token_id)
   if f.input:
-    stats = records.RecordStats(input_file=",".join(f.input), strict=f.strict)
-    documents = data.read_documents(f.input, stats, f.max_line_chars)
-    source = {"input": list(f.input)}
-  else:
-    from tasks.pretrain import tfds_dataset  # pylint: disable=g-import-not-at-top
-    stats = records.RecordStats(input_file=f.tfds_name, strict=f.strict)
-    documents = tfds_dataset.read_documents(
-        f.tfds_name, f.tfds_split, stats, data_dir=f.tfds_data_dir,
-        manual_dir=f.tfds_manual_dir, download=f.tfds_download,
-        text_feature=f.tfds_text_feature)
-    source = {"tfds_name": f.tfds_name, "tfds_split": f.tfds_split}
+    # Fail on a missing input before loading the vocabulary.
+    files = io_lib.match_files(f.input)
+    task = PretrainPipeline(featurizer_args, settings, list(f.input),
+                            f.max_line_chars, f.mask_token_id, f.strict)
+    _, lines = beam_pipeline.run(task, files, f.output_dir, beam_args)
+    print("\n".join(lines))
+    return
+  beam_pipeline.pipeline_options_from(beam_args)
+  featurizer = features_lib.PretrainFeaturizer(**featurizer_args)
+  vocabulary = vocabulary_info(featurizer.tokenizer, f.mask_token_id)
+  # A TFDS dataset is read by one reader: the single-process path.
+  from tasks.pretrain import tfds_dataset  # pylint: disable=g-import-not-at-top
+  stats = records.RecordStats(input_file=f.tfds_name, strict=f.strict)
+  documents = tfds_dataset.read_documents(
+      f.tfds_name, f.tfds_split, stats, data_dir=f.tfds_data_dir,
+      manual_dir=f.tfds_manual_dir, download=f.tfds_download,
+      text_feature=f.tfds_text_feature)
+  source = {"tfds_name": f.tfds_name, "tfds_split": f.tfds_split}
   result = preprocess_documents(documents, featurizer, f.output_dir,
                                 settings, stats, vocabulary, source)
   print(summary_line(result))
@@ -413,4 +493,4 @@ def main(argv):
 
 if __name__ == "__main__":
   _define_flags()
-  cli.run(main)
+  beam_pipeline.run_binary(main)

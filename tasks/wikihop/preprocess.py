@@ -9,22 +9,25 @@ written, truncated and by how much, skipped per reason with the list of
 skipped records: file, id, field). Bad records are skipped unless `--strict`,
 which fails on the first one with an error naming file, record id and field.
 A missing or malformed input file or vocabulary is one line on stderr and
-exit code 2; the input is read and checked before the vocabulary is loaded.
+exit code 2.
 
 Supports are split into sentences by NLTK's Punkt in Python, as the original
 (`features.split_supports`); the rest of featurization is
 `WikiHopFeaturizer`'s in-graph code, run through `tf.data` (`WikiHopStep`, a
 `preprocessing.GraphStep`): the same ops an exported serving signature runs
-on the same split.
+on the same split. The binary runs it as an Apache Beam pipeline
+(`WikiHopPipeline`, `tasks.common.beam_pipeline`; Beam's pipeline options
+pass through, the outputs do not depend on them).
 """
 
+import dataclasses
 from typing import Any, Dict, List, Optional, Tuple
 
 from absl import flags
 import numpy as np
 import tensorflow as tf
 
-from etc_realformer import cli
+from tasks.common import beam_pipeline
 from tasks.common import preprocessing
 from tasks.common import records
 from tasks.wikihop import data
@@ -109,6 +112,24 @@ def preprocess_file(input_path: str,
   return write_features(valid, stats, output_dir, featurizer)
 
 
+@dataclasses.dataclass
+class WikiHopPipeline(beam_pipeline.FileTask):
+  """`preprocess_file` as a Beam pipeline (`beam_pipeline.run`), the same
+  outputs; `featurizer_args`: `make_featurizer`'s arguments."""
+  featurizer_args: Dict[str, Any]
+  strict: bool = False
+
+  def make_featurizer(self) -> features_lib.WikiHopFeaturizer:
+    return make_featurizer(**self.featurizer_args)
+
+  def read(self, unit, stats, work_dir):
+    del work_dir  # Unused.
+    return data.read_records(unit, stats=stats)
+
+  def make_step(self, featurizer, unit) -> WikiHopStep:
+    return WikiHopStep(featurizer, unit)
+
+
 def make_featurizer(vocab: Optional[str], spm_model: Optional[str],
                     long_seq_len: int, global_seq_len: int,
                     max_num_sentences: Optional[int] = None,
@@ -149,17 +170,17 @@ def _define_flags():
 
 
 def main(argv):
-  preprocessing.check_command_line(argv, ("input", "output_dir"))
+  beam_args = beam_pipeline.check_command_line(argv, ("input", "output_dir"))
   f = flags.FLAGS
-  valid, stats = read_file(f.input, strict=f.strict)
-  featurizer = make_featurizer(max_num_sentences=f.max_num_sentences,
-                               global_token_ids=f.global_token_ids,
-                               mark_query_subject=f.mark_query_subject,
-                               **preprocessing.featurizer_flag_values())
-  stats = write_features(valid, stats, f.output_dir, featurizer)
-  print(preprocessing.summary_line(f.input, stats))
+  task = WikiHopPipeline(
+      dict(max_num_sentences=f.max_num_sentences,
+           global_token_ids=f.global_token_ids,
+           mark_query_subject=f.mark_query_subject,
+           **preprocessing.featurizer_flag_values()), strict=f.strict)
+  _, lines = beam_pipeline.run(task, [f.input], f.output_dir, beam_args)
+  print("\n".join(lines))
 
 
 if __name__ == "__main__":
   _define_flags()
-  cli.run(main)
+  beam_pipeline.run_binary(main)
