@@ -153,3 +153,19 @@ def train_predict_export(gin_files: Sequence[str], model_dir: str,
   finally:
     gin.clear_config()
   return steps, export_path
+
+
+def run_in_process(gin_files: Sequence[str], mode: str, model_dir: str,
+                   capsys) -> str:
+  """Runs one mode in this process, as the binary with these gin files would
+  (saves a process start); returns what it printed (`capsys`: the test's
+  pytest fixture)."""
+  run.register_tasks()
+  gin.clear_config()
+  capsys.readouterr()
+  try:
+    run.parse_gin(gin_files, [])
+    run.run(mode, model_dir)
+  finally:
+    gin.clear_config()
+  return capsys.readouterr().out

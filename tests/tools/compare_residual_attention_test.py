@@ -7,17 +7,11 @@ comparison."""
 import json
 import math
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from tools import compare_residual_attention as compare
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
-
 
 def test_variants_set_what_they_name():
   assert "etc_config.residual_attention = False" in compare.VARIANTS["post_ln"]
@@ -141,7 +135,8 @@ def test_differences_resolved_only_beyond_the_seed_spread():
 
 
 @pytest.mark.slow
-def test_quick_comparison_end_to_end_resuming_an_interrupted_one(tmp_path):
+def test_quick_comparison_end_to_end_resuming_an_interrupted_one(tmp_path,
+                                                                 capsys):
   """The quick mode over two variants, resuming a comparison interrupted
   after one run, while it wrote the next record: the recorded run is not
   run again, the half-written line is dropped, the other one runs and both
@@ -154,13 +149,13 @@ def test_quick_comparison_end_to_end_resuming_an_interrupted_one(tmp_path):
        "cpc_accuracy": 0.25, "cpc_loss": 2.0}, 6, [], [], 1.0)
   (out / compare.RECORDS_FILE).write_text(
       json.dumps(recorded) + "\n" + '{"run": "post_ln-lr1x-se')
-  proc = subprocess.run(
-      [sys.executable, "-m", "tools.compare_residual_attention", "--quick",
-       "--variants=post_ln,realformer", "--seeds=0", "--lr_multipliers=1",
-       "--jobs=2", f"--output_dir={out}"],
-      cwd=REPO, capture_output=True, text=True, timeout=400, check=False)
-  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-  assert "2 runs planned, 1 already recorded" in proc.stdout
+  # The tool's main in this process (its runs still start their own): a
+  # process of its own would import TensorFlow once more.
+  assert compare.main(
+      ["--quick", "--variants=post_ln,realformer", "--seeds=0",
+       "--lr_multipliers=1", "--jobs=2", f"--output_dir={out}"]) == 0
+  stdout = capsys.readouterr().out
+  assert "2 runs planned, 1 already recorded" in stdout
   records = compare.read_records(str(out / compare.RECORDS_FILE))
   assert sorted(r["run"] for r in records) == [
       "post_ln-lr1x-seed0", "realformer-lr1x-seed0"]
@@ -173,7 +168,7 @@ def test_quick_comparison_end_to_end_resuming_an_interrupted_one(tmp_path):
     assert r["train_curve"] and r["eval_curve"][-1]["step"] == (
         compare.QUICK_STEPS)
     assert "optimizer.learning_rate = 0.01" in r["bindings"]
-  assert "| post_ln | 0.01 | 1 (0) |" in proc.stdout
-  assert "| realformer | 0.01 | 1 (0) |" in proc.stdout
+  assert "| post_ln | 0.01 | 1 (0) |" in stdout
+  assert "| realformer | 0.01 | 1 (0) |" in stdout
   assert (out / compare.TABLE_FILE).exists()
   assert (out / compare.PLOT_FILE).stat().st_size > 0

@@ -2,9 +2,9 @@
 
 synthetic released-format JSON + vocab.txt (the demo's generator) ->
 preprocess -> train a few steps in process (loss goes down) -> predict
-(official submission JSON) -> export -> `python -m tasks.hotpotqa
---mode=eval` (in-graph metrics, then the official metric with the threshold
-search) -> a fresh process serves every signature.
+(official submission JSON) -> export -> eval with `tasks/hotpotqa.gin`
+(in-graph metrics, then the official metric with the threshold search) -> a
+fresh process serves every signature.
 """
 
 import json
@@ -79,11 +79,11 @@ def test_preprocess_train_predict_export_eval_serve(tmp_path, capsys):
   # Predict writes the submission only; the official metric is eval's.
   assert os.listdir(predictions_dir) == ["predictions.json"]
 
-  # 4. The binary's eval: in-graph metrics, then the official metric with
-  # the threshold search, on the eval input (the same dev records).
-  output = e2e_testing.run_binary(
-      ["tasks.hotpotqa", f"--gin_file={gin_file}", "--mode=eval",
-       f"--model_dir={model_dir}"], timeout=300)
+  # 4. The runner's eval: in-graph metrics, then the official metric with
+  # the threshold search, on the eval input (the same dev records). (In this
+  # process, as the steps before: a process start imports TensorFlow again.)
+  output = e2e_testing.run_in_process(["tasks/hotpotqa.gin", gin_file],
+                                      "eval", model_dir, capsys)
   official = re.search(r"^eval official \| (\{.*\})$", output, re.M)
   assert official, output[-2000:]
   with open(os.path.join(model_dir, "eval_predictions",

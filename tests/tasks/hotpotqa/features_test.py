@@ -97,7 +97,9 @@ def test_hand_checked_layout_and_labels(vocab):
 
 
 def test_offsets_recover_the_original_substring(vocab):
-  featurizer = _featurizer(vocab, 40, 12)
+  # The sizes of the next tests: one trace of the featurizer for them all
+  # (the records here fit either way).
+  featurizer = _featurizer(vocab, 40, 16)
   sentence = "The  Japanese CAFÉ is big."
   record = _record(titles=("Café",), sentences=((sentence,),),
                    answer="CAFÉ", supporting_facts=(("Café", 0),))

@@ -3,7 +3,7 @@
 synthetic nq-train/dev-00.jsonl.gz + vocab.txt (`demos.nq.synthetic`) ->
 preprocess (windows) -> train a tiny model a few steps in process (loss goes
 down) -> predict (official predictions JSON) -> export ->
-`python -m tasks.run --gin_file=tasks/nq.gin --mode=eval` (in-graph metrics,
+`tasks.run.run` with `tasks/nq.gin` in eval mode (in-graph metrics,
 then the official scorer against the five-way dev gold, equal to scoring the
 predictions file) -> a fresh process serves every signature; `serve_raw`
 decodes a dev document as the batch predictions did. Run with `pytest -s` to
@@ -97,10 +97,10 @@ def test_preprocess_train_predict_export_score_serve(tmp_path, capsys):
   assert 0 < scores["gold_with_long_answer"] < len(dev)
 
   # 4. The runner's eval with the NQ gin: in-graph metrics, then the
-  # official scorer on the eval set's predictions.
-  output = e2e_testing.run_binary(
-      ["tasks.run", "--gin_file=tasks/nq.gin", f"--gin_file={gin_file}",
-       "--mode=eval", f"--model_dir={model_dir}"], timeout=300)
+  # official scorer on the eval set's predictions. (In this process, as the
+  # steps before: a process start imports TensorFlow again.)
+  output = e2e_testing.run_in_process(["tasks/nq.gin", gin_file], "eval",
+                                      model_dir, capsys)
   line = re.search(r"^eval official \| (\{.*\})$", output, re.M)
   assert line, output[-2000:]
   official = json.loads(line.group(1))

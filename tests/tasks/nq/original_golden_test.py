@@ -83,18 +83,12 @@ def _featurizer(setting, tmp_path) -> F.NqFeaturizer:
   return F.NqFeaturizer(str(vocab), **lengths)
 
 
-def _featurize(featurizer, record, compiled, predict_la_when_no_sa=False):
-  """All windows of `record` as numpy arrays.
-
-  `compiled` runs the featurizer's `tf.function` (as preprocessing and
-  serving do); otherwise its Python function runs eagerly, the same ops
-  without the few seconds of tracing per featurizer.
-  """
-  if compiled:
-    return featurizer.featurize_record(record, predict_la_when_no_sa)[0]
-  features, _ = featurizer.record_fn.python_function(
-      *F.record_inputs(record, predict_la_when_no_sa))
-  return {k: v.numpy() for k, v in features.items()}
+def _featurize(featurizer, record, predict_la_when_no_sa=False):
+  """All windows of `record` as numpy arrays, through the featurizer's
+  `tf.function` as preprocessing and serving run it. (Its Python function
+  run eagerly is the same ops, but over a setting's records it costs more
+  CPU than the one trace.)"""
+  return featurizer.featurize_record(record, predict_la_when_no_sa)[0]
 
 
 def _simplified(record: data.NqRecord) -> data.NqRecord:
@@ -138,8 +132,6 @@ def _assert_windows_equal(got, golden):
 
 GOLDENS = [g for g in _goldens() if "error" not in g]
 SETTINGS = sorted({_setting_key(g["setting"]) for g in GOLDENS})
-# The setting run through the compiled featurizer (the others run eagerly).
-COMPILED = ("wordpiece", 64, 16, 24, 8)
 
 
 def _goldens_of(key):
@@ -155,7 +147,7 @@ def test_windows_equal_the_original(key, tmp_path):
   featurizer = _featurizer(goldens[0]["setting"], tmp_path)
   records = _records()
   for golden in goldens:
-    got = _featurize(featurizer, records[golden["id"]], key == COMPILED)
+    got = _featurize(featurizer, records[golden["id"]])
     _assert_windows_equal(got, golden)
 
 
@@ -167,7 +159,7 @@ def test_simplified_format_gives_the_same_windows(tmp_path):
   featurizer = _featurizer(goldens[0]["setting"], tmp_path)
   records = _records()
   for golden in goldens:
-    got = _featurize(featurizer, _simplified(records[golden["id"]]), False)
+    got = _featurize(featurizer, _simplified(records[golden["id"]]))
     _assert_windows_equal(got, golden)
 
 
@@ -181,7 +173,7 @@ def test_predict_la_when_no_sa(tmp_path):
   changed = 0
   for golden in goldens:
     record = records[golden["id"]]
-    got = _featurize(featurizer, record, False, predict_la_when_no_sa=True)
+    got = _featurize(featurizer, record, predict_la_when_no_sa=True)
     a = record.annotations[0] if record.annotations else None
     long_only = a is not None and not a.short_answers and (
         not a.long_answer.is_null)
@@ -202,7 +194,7 @@ def _labels(key):
 def test_goldens_cover_the_edge_cases():
   assert not [g for g in _goldens() if "error" in g]
   assert {s[0] for s in SETTINGS} == {"wordpiece", "sentencepiece"}
-  assert len(SETTINGS) == 4 and len(GOLDENS) == 24 and COMPILED in SETTINGS
+  assert len(SETTINGS) == 4 and len(GOLDENS) == 24
   windows = [w for g in GOLDENS for w in g["windows"]]
   assert {w["answer_type"][0] for w in windows} == {-1, 0, 1, 2, 3, 4}
   # Spans cut by a window edge: one end in the window, the other at [CLS].

@@ -4,9 +4,9 @@ format.
 qangaroo JSON + vocab.txt (`wikihop_testing`) -> `tasks.wikihop.preprocess`
 -> `python -m tasks.wikihop --mode=train_and_eval` killed with SIGKILL after a
 checkpoint, then the same command again (resumes, loss goes down, evaluates)
--> eval with the official accuracy and predict ({id: answer} JSON), via
-`tasks.run.run` -> `--mode=export` -> a fresh process loads the SavedModel
-and queries every signature.
+-> eval with the official accuracy and predict ({id: answer} JSON), then
+export, via `tasks.run.run` -> a fresh process loads the SavedModel and
+queries every signature.
 """
 
 import glob
@@ -119,11 +119,15 @@ def test_kill_resume_train_eval_predict_export_serve(workdir):
   with open(os.path.join(model_dir, "eval_results.json")) as f:
     assert json.load(f)["official"] == evaluated["official"]
 
-  # 4. Export a versioned SavedModel.
+  # 4. Export a versioned SavedModel (in this process too: a process start
+  # imports TensorFlow again; the binary's flags ran in steps 1 and 2).
   export_dir = os.path.join(workdir["root"], "export")
-  e2e_testing.run_binary(["tasks.wikihop", f"--gin_file={workdir['gin']}",
-                          "--mode=export", f"--model_dir={model_dir}",
-                          f"--export_dir={export_dir}"], timeout=180)
+  gin.clear_config()
+  try:
+    run.parse_gin(["tasks/wikihop.gin", workdir["gin"]], [])
+    run.run("export", model_dir, export_dir=export_dir)
+  finally:
+    gin.clear_config()
   versions = os.listdir(export_dir)
   assert len(versions) == 1 and versions[0].isdigit(), versions
   saved = os.path.join(export_dir, versions[0])
