@@ -196,8 +196,15 @@ def test_in_process_equals_single_process(case, tmp_path):
   assert os.listdir(tmp_path) == ["out"]  # No work folder left behind.
 
 
+# Worker processes start TensorFlow each (tens of seconds): one task per
+# way the pipeline groups its work. WikiHop stands for the tasks with one
+# output per input file (HotpotQA and OpenKP take the same FileTask path,
+# in-process above), pre-training for the one group over all files; NQ's
+# binary runs with workers below.
 @pytest.mark.slow
-def test_two_worker_processes_equal_single_process(case, tmp_path):
+@pytest.mark.parametrize("name", ["pretrain", "wikihop"])
+def test_two_worker_processes_equal_single_process(built, name, tmp_path):
+  case = built(name)
   out = str(tmp_path / "out")
   beam_pipeline.run(case.task, case.files, out, TWO_WORKERS)
   _assert_same_outputs(case, out)
