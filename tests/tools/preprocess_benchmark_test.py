@@ -1,0 +1,81 @@
+"""The NQ preprocessing benchmark: its rates and projection, and a tiny run
+of the single-process path beside the in-process Beam runner."""
+
+import json
+
+from absl import flags
+from absl.testing import flagsaver
+import pytest
+
+from tools import preprocess_benchmark as bench
+
+
+def test_report_steady_rate_cancels_start_up_costs():
+  # 10 s of start-up in both runs; 1 page per second after it.
+  report = bench._report("beam-2", (4, 20), (14.0, 30.0), windows=40,  # pylint: disable=protected-access
+                         load_before=0.5, workers=2)
+  assert report["pages_per_s_steady"] == pytest.approx(1.0)
+  assert report["pages_per_s_wall"] == pytest.approx(20 / 30, abs=1e-3)
+  # 2 workers at 1 page/s: 0.5 page/s per core, on 16 cores.
+  hours = bench.NQ_TRAIN_PAGES / (0.5 * bench.CORES) / 3600
+  assert report["projected_hours_nq_train_16_cores"] == pytest.approx(
+      hours, abs=0.01)
+  assert report["mode"] == "beam-2" and report["windows"] == 40
+
+
+def _fake_modes(monkeypatch, differing_mode=None):
+  """`_run` writes one record per page (the mode named `differing_mode`
+  another one), without featurizing."""
+  import os  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  calls = []
+
+  def run(mode, path, out, args, beam_args):
+    calls.append((mode, os.path.basename(path), beam_args))
+    os.makedirs(out)
+    pages = int(open(path).read())
+    with tf.io.TFRecordWriter(os.path.join(out, "dev.tfrecord")) as w:
+      for page in range(pages):
+        w.write(f"{page}{'x' if mode == differing_mode else ''}".encode())
+    return 1.0 + pages, 2 * pages
+
+  def write_pages(directory, pages, num_filler):
+    del num_filler  # unused
+    os.makedirs(directory)
+    path = os.path.join(directory, "dev.jsonl.gz")
+    with open(path, "w") as f:
+      f.write(str(pages))
+    return path
+
+  monkeypatch.setattr(bench, "_run", run)
+  monkeypatch.setattr(bench, "_write_pages", write_pages)
+  return calls
+
+
+def _main(tmp_path, **overrides):
+  if not flags.FLAGS.is_parsed():
+    flags.FLAGS.mark_as_parsed()
+  with flagsaver.flagsaver(pages=3, small_pages=1,
+                           output_dir=str(tmp_path / "bench"), **overrides):
+    bench.main([])
+
+
+def test_every_mode_runs_both_sizes_after_a_warm_up(tmp_path, monkeypatch,
+                                                    capsys):
+  calls = _fake_modes(monkeypatch)
+  _main(tmp_path, workers=["1", "2"], inprocess=True)
+  lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+  assert [r["mode"] for r in lines] == ["single", "beam-inprocess",
+                                        "beam-1", "beam-2"]
+  assert calls[0][0] == "warmup"
+  assert [c[2] for c in calls[1:] if c[0] == "beam-2"] == [
+      ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
+  ] * 2
+  assert all(r["pages"] == [1, 3] and r["windows"] == 6 for r in lines)
+  assert lines[0]["pages_per_s_steady"] == pytest.approx(1.0)
+
+
+def test_a_mode_whose_examples_differ_fails_the_run(tmp_path, monkeypatch):
+  _fake_modes(monkeypatch, differing_mode="beam-1")
+  with pytest.raises(SystemExit, match="beam-1: outputs differ"):
+    _main(tmp_path, workers=["1"], inprocess=False)
