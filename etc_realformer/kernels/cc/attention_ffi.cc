@@ -112,30 +112,52 @@ struct LongSideShape {
       block_len, band_stride;
 };
 
+// Every operand's shape and type against q's, before any kernel reads one:
+// the CUDA kernels index raw pointers, so a mismatch must never reach them.
 ffi::Error CheckLongSide(const ffi::AnyBuffer& q, const ffi::AnyBuffer& k_band,
+                         const ffi::AnyBuffer& v_band,
                          const ffi::AnyBuffer& k_global,
+                         const ffi::AnyBuffer& v_global,
                          const ffi::Buffer<ffi::F32>& per_id,
                          const ffi::Buffer<ffi::S8>& codes_band,
                          const ffi::Buffer<ffi::S8>& codes_global,
-                         int64_t block_len, LongSideShape* shape) {
+                         const ffi::Buffer<ffi::F32>& valid,
+                         const ffi::AnyBuffer& ctx,
+                         const ffi::Buffer<ffi::F32>& lse, int64_t block_len,
+                         LongSideShape* shape) {
   auto qd = q.dimensions();
   auto kd = k_band.dimensions();
   auto gd = k_global.dimensions();
   auto pd = per_id.dimensions();
   auto cb = codes_band.dimensions();
   auto cg = codes_global.dimensions();
+  auto vd = valid.dimensions();
+  auto ld = lse.dimensions();
   if (qd.size() != 4 || kd.size() != 4 || gd.size() != 4 || pd.size() != 4 ||
-      cb.size() != 3 || cg.size() != 3) {
+      cb.size() != 3 || cg.size() != 3 || vd.size() != 2 || ld.size() != 3) {
     return ffi::Error::InvalidArgument(
-        "etc_long_side_forward: q, k_band, k_global, per_id must be rank 4");
+        "etc_long_side_forward: q, keys, values, per_id must be rank 4, "
+        "the codes and lse rank 3, valid rank 2");
   }
+  auto same = [](auto a, auto b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (a[i] != b[i]) return false;
+    }
+    return true;
+  };
   *shape = {qd[0], qd[1], qd[2], qd[3], gd[2], pd[2], block_len,
             block_len > 0 ? cb[2] : 0};
-  if (block_len <= 0 || qd[2] % block_len != 0 || cb[0] != qd[0] ||
+  if (block_len <= 0 || qd[2] % block_len != 0 ||
+      !same(v_band.dimensions(), kd) || !same(v_global.dimensions(), gd) ||
+      !same(ctx.dimensions(), qd) || kd[0] != qd[0] || kd[1] != qd[1] ||
+      gd[0] != qd[0] || gd[1] != qd[1] || cb[0] != qd[0] ||
       cb[1] != qd[2] || cb[2] < 3 * block_len || cg[0] != qd[0] ||
       cg[1] != qd[2] || cg[2] != gd[2] ||
       kd[2] != qd[2] + 2 * block_len || kd[3] != qd[3] ||
-      gd[3] != qd[3] || pd[0] != qd[0] || pd[1] != qd[2] || pd[3] != qd[1]) {
+      gd[3] != qd[3] || pd[0] != qd[0] || pd[1] != qd[2] || pd[3] != qd[1] ||
+      vd[0] != qd[0] || vd[1] != qd[2] || ld[0] != qd[0] || ld[1] != qd[1] ||
+      ld[2] != qd[2]) {
     return ffi::Error::InvalidArgument(
         "etc_long_side_forward: shapes do not fit the long-side layout");
   }
@@ -148,12 +170,13 @@ ffi::Error CheckLongSide(const ffi::AnyBuffer& q, const ffi::AnyBuffer& k_band,
     return ffi::Error::InvalidArgument(
         "etc_long_side_forward: an operand of 2^31 elements or more");
   }
-  if (!Element{q.element_type()}.Supported() ||
-      k_band.element_type() != q.element_type() ||
-      k_global.element_type() != q.element_type()) {
+  const auto t = q.element_type();
+  if (!Element{t}.Supported() || k_band.element_type() != t ||
+      v_band.element_type() != t || k_global.element_type() != t ||
+      v_global.element_type() != t || ctx.element_type() != t) {
     return ffi::Error::InvalidArgument(
-        "etc_long_side_forward: q, keys and values must share one of "
-        "float32, bfloat16, float16");
+        "etc_long_side_forward: q, keys, values and the context must share "
+        "one of float32, bfloat16, float16");
   }
   return ffi::Error::Success();
 }
@@ -170,8 +193,9 @@ ffi::Error LongSideForwardHost(
     int64_t block_len, bool has_ids, ffi::Result<ffi::AnyBuffer> ctx,
     ffi::Result<ffi::Buffer<ffi::F32>> lse) {
   LongSideShape s;
-  if (auto e = CheckLongSide(q, k_band, k_global, per_id, codes_band,
-                             codes_global, block_len, &s);
+  if (auto e = CheckLongSide(q, k_band, v_band, k_global, v_global, per_id,
+                             codes_band, codes_global, valid, *ctx, *lse,
+                             block_len, &s);
       !e.success()) {
     return e;
   }
@@ -393,8 +417,9 @@ ffi::Error LongSideForwardCuda(
     int64_t block_len, bool has_ids, ffi::Result<ffi::AnyBuffer> ctx,
     ffi::Result<ffi::Buffer<ffi::F32>> lse) {
   LongSideShape s;
-  if (auto e = CheckLongSide(q, k_band, k_global, per_id, codes_band,
-                             codes_global, block_len, &s);
+  if (auto e = CheckLongSide(q, k_band, v_band, k_global, v_global, per_id,
+                             codes_band, codes_global, valid, *ctx, *lse,
+                             block_len, &s);
       !e.success()) {
     return e;
   }

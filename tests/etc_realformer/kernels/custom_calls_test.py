@@ -65,3 +65,25 @@ def test_long_side_handler_matches_the_reference(has_ids):
   live = p["valid"][:, None, :].repeat(2, axis=1) > 0
   assert ref.relative_error(lse.numpy(), want_lse, live) < 1e-6
   assert (ctx.numpy()[0, :, -2:] == 0).all()  # fully masked rows
+
+
+def test_long_side_handler_rejects_values_that_do_not_fit_the_keys():
+  # The CUDA kernels index raw pointers: the handler checks every operand.
+  ffi_library.load_into_tensorflow()
+  case = ref.LongSideCase(batch=1, num_heads=2, num_blocks=2, block_len=4,
+                          global_len=3, size_per_head=16, num_ids=3)
+  p = ref.long_side_pieces(case, seed=1)
+  p["v_band"] = p["v_band"][:, :, :-1]  # one row short
+  names = ("q", "k_band", "v_band", "k_global", "v_global", "per_id",
+           "codes_band", "codes_global", "valid")
+  lp, d = case.padded_len, case.size_per_head
+
+  @tf.function(jit_compile=True)
+  def call(*args):
+    return custom_calls.custom_call(
+        fused_attention.LONG_SIDE_FORWARD, args,
+        [([1, 2, lp, d], tf.float32), ([1, 2, lp], tf.float32)],
+        {"block_len": case.block_len, "has_ids": True})
+
+  with pytest.raises(tf.errors.OpError, match="do not fit"):
+    call(*[tf.constant(p[n]) for n in names])
