@@ -1,10 +1,23 @@
 """Running a binary as a user would, for the tests of a command line: its
 output, and a user's mistake as one line on stderr with exit code 2
-(`etc_realformer.cli`)."""
+(`etc_realformer.cli`).
 
+`run` starts a process (what a user sees, TensorFlow's start-up and stderr
+included); `run_here` runs the same module as `__main__` in the test's own
+process, without the seconds of start-up a process costs: each binary keeps
+at least one test through `run`, its other cases use `run_here`.
+"""
+
+import contextlib
+import io
+import runpy
 import subprocess
 import sys
+import warnings
 from typing import Dict, Sequence
+
+from absl import flags
+import gin
 
 import e2e_testing
 
@@ -28,6 +41,59 @@ def run(module: str, args: Sequence[str],
   return subprocess.run([sys.executable, "-m", module, *args],
                         cwd=e2e_testing.REPO, env=env(), text=True,
                         capture_output=True, timeout=timeout)
+
+
+def run_here(module: str, args: Sequence[str]) -> subprocess.CompletedProcess:
+  """`python -m module *args` run in this process (`runpy`), as `run` does.
+
+  The flags the run defines (a binary defines them under `__main__`) are
+  removed after it, and every flag is unparsed before and after, so runs of
+  different binaries do not see each other's values. stdout and stderr are
+  what the run writes to `sys.stdout` / `sys.stderr` (not absl's log lines,
+  which a process's stderr would also hold: `run` sees those).
+  """
+  known = set(flags.FLAGS)
+  flags.FLAGS.unparse_flags()
+  gin.clear_config()
+  out, err = io.StringIO(), io.StringIO()
+  argv, sys.argv = sys.argv, [module, *args]
+  returncode = 0
+  try:
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+        warnings.catch_warnings():
+      # runpy warns that the module is imported already (by the test): the
+      # run executes it anew as __main__, as `python -m` does.
+      warnings.filterwarnings("ignore", category=RuntimeWarning,
+                              module="runpy")
+      runpy.run_module(module, run_name="__main__", alter_sys=True)
+  except SystemExit as e:
+    if isinstance(e.code, str):
+      err.write(e.code + "\n")
+      returncode = 1
+    else:
+      returncode = e.code or 0
+  finally:
+    sys.argv = argv
+    for name in set(flags.FLAGS) - known:
+      delattr(flags.FLAGS, name)
+    flags.FLAGS.unparse_flags()
+    gin.clear_config()
+  return subprocess.CompletedProcess([module, *args], returncode,
+                                    out.getvalue(), err.getvalue())
+
+
+def output_here(module: str, args: Sequence[str]) -> str:
+  """`run_here`s the binary to success (asserts exit code 0); its stdout."""
+  proc = run_here(module, args)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  return proc.stdout
+
+
+def user_error_line_here(module: str, args: Sequence[str],
+                         *texts: str) -> str:
+  """`user_error_line`, `run_here`."""
+  proc = run_here(module, args)
+  return assert_user_error(proc.returncode, proc.stderr, *texts)
 
 
 def output(module: str, args: Sequence[str], timeout: int = 120) -> str:

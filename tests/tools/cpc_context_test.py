@@ -100,7 +100,7 @@ def test_command_line(data, tmp_path):
     gin.clear_config()
   (model_dir / "operative_config.gin").write_text(config)
   output = tmp_path / "probe.json"
-  stdout = cli_testing.output("tools.cpc_context", [
+  stdout = cli_testing.output_here("tools.cpc_context", [
       f"--model_dir={model_dir}", f"--checkpoint={model_dir}/ckpt-1",
       f"--output={output}"])
   line = [s for s in stdout.splitlines() if s.startswith("cpc_context | ")]
@@ -115,6 +115,6 @@ def test_command_line(data, tmp_path):
   # IndexError.
   empty = str(tmp_path / "empty.tfrecord")
   tf.io.TFRecordWriter(empty).close()
-  cli_testing.user_error_line("tools.cpc_context",
-                              [f"--model_dir={model_dir}", f"--input={empty}"],
-                              f"{empty}: no examples")
+  cli_testing.user_error_line_here(
+      "tools.cpc_context", [f"--model_dir={model_dir}", f"--input={empty}"],
+      f"{empty}: no examples")

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from demos.nq import synthetic
+import cli_testing
 import e2e_testing
 from tasks.common import records
 from tasks.nq import data
@@ -138,9 +139,9 @@ def test_deterministic_for_a_seed(tmp_path):
 
 
 def test_binary_writes_the_files_and_needs_an_output_dir(tmp_path):
-  out = e2e_testing.run_binary(
-      ["demos.nq.synthetic", f"--output_dir={tmp_path}", "--num_train=2",
-       "--num_dev=1"])
+  out = cli_testing.output_here(
+      "demos.nq.synthetic", [f"--output_dir={tmp_path}", "--num_train=2",
+                             "--num_dev=1"])
   paths = json.loads(out[out.index("{"):out.index("}") + 1])
   assert sorted(paths) == ["dev", "simplified_train", "train", "vocab"]
   assert len(list(data.read_records(paths["dev"]))) == 1

@@ -173,9 +173,9 @@ def test_query_chain_reads_the_chain_back_to_the_answer():
 
 
 def test_binary_writes_the_dataset_and_needs_an_output_dir(tmp_path):
-  out = cli_testing.output("demos.wikihop.synthetic",
-                           [f"--output_dir={tmp_path}", "--num_train=3",
-                            "--num_dev=2", "--hops=1"])
+  out = cli_testing.output_here("demos.wikihop.synthetic",
+                                [f"--output_dir={tmp_path}", "--num_train=3",
+                                 "--num_dev=2", "--hops=1"])
   assert json.loads(out) == {
       "train": str(tmp_path / "train.json"),
       "dev": str(tmp_path / "dev.json"),

@@ -155,21 +155,20 @@ def test_each_stream_alone(pattern, changes):
 
 
 # Chunked attention, and recomputed streams, in a graph under gradient
-# checkpointing. With recomputed streams, period 2 makes a group of two
-# layers and then one alone, so streams cross group edges both ways and a
-# layer is also checkpointed alone. (Without checkpointing, chunks and
-# recomputed streams in a graph are
-# test_xla_chunked_training_step_matches_graph's reference.)
-@pytest.mark.parametrize("changes,long_len", [
-    (dict(attention_chunk_len=4, grad_checkpointing_period=1), 11),
-    (dict(attention_chunk_len=5, recompute_residual_streams=True,
-          grad_checkpointing_period=2), 12)])
-@pytest.mark.slow  # traces forward and backward twice per case (~35 s)
-def test_in_tf_function_with_checkpointing(changes, long_len):
+# checkpointing. Period 2 makes a group of two layers and then one alone,
+# so streams cross group edges both ways and a layer is also checkpointed
+# alone (period 1's case). (Without checkpointing, chunks and recomputed
+# streams in a graph are test_xla_chunked_training_step_matches_graph's
+# reference.)
+@pytest.mark.slow  # traces forward and backward twice (~40 s)
+def test_in_tf_function_with_checkpointing():
+  long_len = 12
   config = tiny_config(num_hidden_layers=3, residual_attention=True,
                        attention_probs_dropout_prob=0.2,
                        hidden_dropout_prob=0.1)
-  whole, other = twin_models(config, **changes)
+  whole, other = twin_models(config, attention_chunk_len=5,
+                             recompute_residual_streams=True,
+                             grad_checkpointing_period=2)
   feats = random_features(config, batch=2, long_len=long_len, global_len=4,
                           seed=4)
   probe = probes(config, 2, long_len, 4)
@@ -226,8 +225,10 @@ def test_auto_chunk_len_same_function(long_len):
 
 
 # -------------------------------------------------------------- recomputed
-@pytest.mark.parametrize("jit_compile", [False, True])
-@pytest.mark.parametrize("impl", ["full", "sparse"])
+# Under XLA the sparse path only: the barrier is the same on both paths,
+# and each XLA case compiles two models (~20 s).
+@pytest.mark.parametrize("impl,jit_compile", [
+    ("full", False), ("sparse", False), ("sparse", True)])
 def test_recomputed_core_same_loss_and_gradients(impl, jit_compile,
                                                  monkeypatch):
   # Under XLA the recomputation reads its inputs through an optimization

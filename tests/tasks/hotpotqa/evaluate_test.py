@@ -123,7 +123,7 @@ def test_cli(tmp_path):
   pred, gold = tmp_path / "pred.json", tmp_path / "gold.json"
   pred.write_text(json.dumps(PREDICTION))
   gold.write_text(json.dumps(GOLD))
-  out = cli_testing.output("tasks.hotpotqa.evaluate", [str(pred), str(gold)])
+  out = cli_testing.output_here("tasks.hotpotqa.evaluate", [str(pred), str(gold)])
   assert json.loads(out) == pytest.approx(E.evaluate(PREDICTION, GOLD))
   # A user's mistake (a missing gold file) is one line and exit code 2.
   cli_testing.user_error_line("tasks.hotpotqa.evaluate",

@@ -83,7 +83,7 @@ def test_cli(tmp_path, vocab):
   args = [f"--input={path}", f"--vocab={vocab}",
           f"--output_dir={tmp_path / 'o'}", "--long_seq_len=48",
           "--global_seq_len=16"]
-  out = cli_testing.output("tasks.hotpotqa.preprocess", args)
+  out = cli_testing.output_here("tasks.hotpotqa.preprocess", args)
   assert "written 1" in out and "answer_not_found" in out
   # A bad record under --strict: one line naming it, exit code 2.
   line = cli_testing.user_error_line("tasks.hotpotqa.preprocess",

@@ -4,14 +4,11 @@ the binary (and its one-line errors)."""
 import gzip
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from demos.nq import synthetic
 import cli_testing
-import e2e_testing
 from etc_realformer.data import tfrecords
 from etc_realformer.errors import UserInputError
 from tasks.common import records
@@ -115,16 +112,14 @@ def test_bad_rate(files, featurizer, tmp_path):
 
 @pytest.mark.slow  # a process that imports TensorFlow
 def test_cli(files, tmp_path):
-  cmd = [sys.executable, "-m", "tasks.nq.preprocess",
-         f"--input={files['train']},{files['simplified_train']}",
-         f"--vocab={files['vocab']}", f"--output_dir={tmp_path}",
-         f"--long_seq_len={L}", f"--global_seq_len={G}", f"--stride={STRIDE}",
-         f"--max_question_len={QLEN}", "--include_unknown_rate=0.5"]
-  out = subprocess.run(cmd, capture_output=True, text=True,
-                       env=e2e_testing.env(), cwd=e2e_testing.REPO,
-                       timeout=300)
-  assert out.returncode == 0, out.stderr[-2000:]
-  assert "written 24 examples" in out.stdout
+  # In this process: the binary's own process runs in the strict test below
+  # (and with worker processes in beam_pipeline_test).
+  out = cli_testing.output_here("tasks.nq.preprocess", [
+      f"--input={files['train']},{files['simplified_train']}",
+      f"--vocab={files['vocab']}", f"--output_dir={tmp_path}",
+      f"--long_seq_len={L}", f"--global_seq_len={G}", f"--stride={STRIDE}",
+      f"--max_question_len={QLEN}", "--include_unknown_rate=0.5"])
+  assert "written 24 examples" in out
   with open(tmp_path / "nq_stats.json") as f:
     summary = json.load(f)
   assert len(summary["files"]) == 2 and summary["examples_skipped"] == 2

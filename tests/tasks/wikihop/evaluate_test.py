@@ -39,12 +39,12 @@ def test_cli(tmp_path):
   pred, gold = tmp_path / "pred.json", tmp_path / "gold.json"
   pred.write_text(json.dumps(PREDICTIONS))
   gold.write_text(json.dumps(GOLD))
-  out = cli_testing.output("tasks.wikihop.evaluate", [str(pred), str(gold)])
+  out = cli_testing.output_here("tasks.wikihop.evaluate", [str(pred), str(gold)])
   assert json.loads(out) == E.evaluate_files(str(pred), str(gold))
   # A user's mistake (here a gold file that is not JSON) is one line and
   # exit code 2.
   gold.write_text("[")
   cli_testing.user_error_line("tasks.wikihop.evaluate", [str(pred), str(gold)],
                               "gold.json: not valid JSON")
-  cli_testing.user_error_line("tasks.wikihop.evaluate", [str(pred)],
-                              "usage: ")
+  cli_testing.user_error_line_here("tasks.wikihop.evaluate", [str(pred)],
+                                   "usage: ")
