@@ -10,11 +10,12 @@ at least one test through `run`, its other cases use `run_here`.
 
 import contextlib
 import io
+import re
 import runpy
 import subprocess
 import sys
 import warnings
-from typing import Dict, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 from absl import flags
 import gin
@@ -46,13 +47,36 @@ def run(module: str, args: Sequence[str],
 def run_here(module: str, args: Sequence[str]) -> subprocess.CompletedProcess:
   """`python -m module *args` run in this process (`runpy`), as `run` does.
 
-  The flags the run defines (a binary defines them under `__main__`) are
-  removed after it, and every flag is unparsed before and after, so runs of
-  different binaries do not see each other's values. stdout and stderr are
+  Flag values are unparsed before and after; the flags the binary defines
+  under `__main__` are removed after it. A flag that another module of
+  this process defined at import under the same name (a tool's --output_dir)
+  is set aside while the binary runs, and put back. stdout and stderr are
   what the run writes to `sys.stdout` / `sys.stderr` (not absl's log lines,
   which a process's stderr would also hold: `run` sees those).
   """
-  known = set(flags.FLAGS)
+  aside: List[Tuple[str, flags.Flag]] = []
+  try:
+    while True:
+      try:
+        return _run_module(module, args)
+      except flags.DuplicateFlagError as e:
+        # The binary's definitions stop at the first clash, before it runs:
+        # set that flag aside and start it again.
+        _remove_main_flags()
+        name = re.search(r"flag '([^']+)' is defined twice", str(e))[1]
+        aside.append((flags.FLAGS.find_module_defining_flag(name),
+                      flags.FLAGS[name]))
+        delattr(flags.FLAGS, name)
+  finally:
+    for module_name, flag in aside:
+      if flag.name not in flags.FLAGS:
+        flags.FLAGS[flag.name] = flag
+        flags.FLAGS.register_flag_by_module(module_name, flag)
+    flags.FLAGS.unparse_flags()
+
+
+def _run_module(module: str, args: Sequence[str]
+                ) -> subprocess.CompletedProcess:
   flags.FLAGS.unparse_flags()
   gin.clear_config()
   out, err = io.StringIO(), io.StringIO()
@@ -74,12 +98,21 @@ def run_here(module: str, args: Sequence[str]) -> subprocess.CompletedProcess:
       returncode = e.code or 0
   finally:
     sys.argv = argv
-    for name in set(flags.FLAGS) - known:
-      delattr(flags.FLAGS, name)
-    flags.FLAGS.unparse_flags()
     gin.clear_config()
+  _remove_main_flags()
   return subprocess.CompletedProcess([module, *args], returncode,
                                     out.getvalue(), err.getvalue())
+
+
+def _remove_main_flags() -> None:
+  """Removes the flags defined under `__main__` (absl names their module by
+  `sys.argv[0]`: the file's path under runpy)."""
+  fv = flags.FLAGS
+  for module, module_flags in list(fv.flags_by_module_dict().items()):
+    if module == "__main__" or module.endswith(".py"):
+      for flag in list(module_flags):
+        if flag.name in fv and fv[flag.name] is flag:
+          delattr(fv, flag.name)
 
 
 def output_here(module: str, args: Sequence[str]) -> str:

@@ -32,7 +32,7 @@ import json
 import os
 import shutil
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from absl import app
 from absl import flags
@@ -45,18 +45,22 @@ from tasks.nq import preprocess as nq_preprocess
 NQ_TRAIN_PAGES = 307_373
 CORES = 16
 
-flags.DEFINE_integer("pages", 128, "Synthetic NQ pages (the large run).")
-flags.DEFINE_integer("num_filler", 450,
-                     "Filler paragraphs per page (450: ~6,000 tokens).")
-flags.DEFINE_list("workers", ["1", "2"],
-                  "DirectRunner worker processes to measure (besides the "
-                  "single-process path and the in-process runner).")
-flags.DEFINE_string("output_dir", "/tmp/nq_preprocess_benchmark",
-                    "Scratch folder (replaced).")
-flags.DEFINE_bool("inprocess", True, "Also measure the in-process runner.")
-flags.DEFINE_integer("small_pages", 16,
-                     "Pages of the small run (start-up costs: the steady "
-                     "rate is the difference to --pages).")
+
+def define_flags() -> None:
+  """The binary's flags (defined by `__main__` only: other tools define
+  --output_dir too)."""
+  flags.DEFINE_integer("pages", 128, "Synthetic NQ pages (the large run).")
+  flags.DEFINE_integer("num_filler", 450,
+                       "Filler paragraphs per page (450: ~6,000 tokens).")
+  flags.DEFINE_list("workers", ["1", "2"],
+                    "DirectRunner worker processes to measure (besides the "
+                    "single-process path and the in-process runner).")
+  flags.DEFINE_string("output_dir", "/tmp/nq_preprocess_benchmark",
+                      "Scratch folder (replaced).")
+  flags.DEFINE_bool("inprocess", True, "Also measure the in-process runner.")
+  flags.DEFINE_integer("small_pages", 16,
+                       "Pages of the small run (start-up costs: the steady "
+                       "rate is the difference to --pages).")
 
 
 def _write_pages(directory: str, pages: int, num_filler: int) -> str:
@@ -102,36 +106,46 @@ def _report(mode: str, pages: Tuple[int, int], seconds: Tuple[float, float],
               projected_hours_nq_train_16_cores=round(hours, 2))
 
 
-def main(argv: List[str]) -> None:
-  del argv  # Unused.
-  f = flags.FLAGS
-  shutil.rmtree(f.output_dir, ignore_errors=True)
-  sizes = (f.small_pages, f.pages)
-  paths = [_write_pages(os.path.join(f.output_dir, f"in{n}"), n,
-                        f.num_filler) for n in sizes]
+def benchmark(output_dir: str, pages: int = 128, small_pages: int = 16,
+              num_filler: int = 450, workers: Sequence[int] = (1, 2),
+              inprocess: bool = True) -> None:
+  """Prints a JSON line per mode (module docstring); `output_dir` is
+  replaced."""
+  shutil.rmtree(output_dir, ignore_errors=True)
+  sizes = (small_pages, pages)
+  paths = [_write_pages(os.path.join(output_dir, f"in{n}"), n, num_filler)
+           for n in sizes]
   args = dict(vocab=os.path.join(os.path.dirname(paths[0]), "vocab.txt"),
               spm_model=None)
   runs = [("single", 0, None)]
-  if f.inprocess:
+  if inprocess:
     runs.append(("beam-inprocess", 1, []))
-  for n in (int(w) for w in f.workers):
+  for n in workers:
     runs.append((f"beam-{n}", n, [f"--direct_num_workers={n}",
                                   "--direct_running_mode=multi_processing"]))
   # This process's TF warm-up, outside every measured run.
-  _run("warmup", paths[0], os.path.join(f.output_dir, "warmup"), args, None)
+  _run("warmup", paths[0], os.path.join(output_dir, "warmup"), args, None)
   reference = None
-  for mode, workers, beam_args in runs:
+  for mode, num_workers, beam_args in runs:
     load = os.getloadavg()[0]
-    timed = [_run(mode, p, os.path.join(f.output_dir, f"{mode}-{n}"), args,
+    timed = [_run(mode, p, os.path.join(output_dir, f"{mode}-{n}"), args,
                   beam_args) for p, n in zip(paths, sizes)]
     print(json.dumps(_report(mode, sizes, (timed[0][0], timed[1][0]),
-                             timed[1][1], load, workers)), flush=True)
-    examples = _examples(os.path.join(f.output_dir, f"{mode}-{f.pages}"))
+                             timed[1][1], load, num_workers)), flush=True)
+    examples = _examples(os.path.join(output_dir, f"{mode}-{pages}"))
     if reference is None:
       reference = examples
     elif examples != reference:
       raise SystemExit(f"{mode}: outputs differ from the single process's")
 
 
+def main(argv: List[str]) -> None:
+  del argv  # Unused.
+  f = flags.FLAGS
+  benchmark(f.output_dir, f.pages, f.small_pages, f.num_filler,
+            [int(w) for w in f.workers], f.inprocess)
+
+
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

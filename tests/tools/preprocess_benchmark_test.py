@@ -3,8 +3,6 @@ of the single-process path beside the in-process Beam runner."""
 
 import json
 
-from absl import flags
-from absl.testing import flagsaver
 import pytest
 
 from tools import preprocess_benchmark as bench
@@ -53,17 +51,14 @@ def _fake_modes(monkeypatch, differing_mode=None):
 
 
 def _main(tmp_path, **overrides):
-  if not flags.FLAGS.is_parsed():
-    flags.FLAGS.mark_as_parsed()
-  with flagsaver.flagsaver(pages=3, small_pages=1,
-                           output_dir=str(tmp_path / "bench"), **overrides):
-    bench.main([])
+  bench.benchmark(str(tmp_path / "bench"), pages=3, small_pages=1,
+                  **overrides)
 
 
 def test_every_mode_runs_both_sizes_after_a_warm_up(tmp_path, monkeypatch,
                                                     capsys):
   calls = _fake_modes(monkeypatch)
-  _main(tmp_path, workers=["1", "2"], inprocess=True)
+  _main(tmp_path, workers=[1, 2], inprocess=True)
   lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
   assert [r["mode"] for r in lines] == ["single", "beam-inprocess",
                                         "beam-1", "beam-2"]
@@ -78,4 +73,4 @@ def test_every_mode_runs_both_sizes_after_a_warm_up(tmp_path, monkeypatch,
 def test_a_mode_whose_examples_differ_fails_the_run(tmp_path, monkeypatch):
   _fake_modes(monkeypatch, differing_mode="beam-1")
   with pytest.raises(SystemExit, match="beam-1: outputs differ"):
-    _main(tmp_path, workers=["1"], inprocess=False)
+    _main(tmp_path, workers=[1], inprocess=False)

@@ -40,27 +40,34 @@ def test_module_text_is_one_typed_ffi_call():
     custom_calls.stablehlo_module("t", [], ["tensor<f32>"], {"name": "x"})
 
 
-@pytest.mark.parametrize("has_ids", [True, False])
-def test_long_side_handler_matches_the_reference(has_ids):
+_OPERANDS = ("q", "k_band", "v_band", "k_global", "v_global", "per_id",
+             "codes_band", "codes_global", "valid")
+
+
+def _long_side_call(case: ref.LongSideCase, pieces):
+  """The long side's custom call on `pieces`, under jit_compile: (ctx, lse)
+  <f32>[B, H, Lp, D], [B, H, Lp]."""
   ffi_library.load_into_tensorflow()
-  case = ref.LongSideCase(batch=1, num_heads=2, num_blocks=3, block_len=4,
-                          global_len=5, size_per_head=16, num_ids=6,
-                          has_ids=has_ids)
-  p = ref.long_side_pieces(case, seed=2, masked_rows=2)
-  want_ctx, want_lse = ref.long_side_reference(p, case.block_len, has_ids)
-  names = ("q", "k_band", "v_band", "k_global", "v_global", "per_id",
-           "codes_band", "codes_global", "valid")
-  inputs = [tf.constant(p[n]) for n in names]
-  lp, d = case.padded_len, case.size_per_head
+  shape = [case.batch, case.num_heads, case.padded_len]
 
   @tf.function(jit_compile=True)
   def call(*args):
     return custom_calls.custom_call(
         fused_attention.LONG_SIDE_FORWARD, args,
-        [([1, 2, lp, d], tf.float32), ([1, 2, lp], tf.float32)],
-        {"block_len": case.block_len, "has_ids": has_ids})
+        [(shape + [case.size_per_head], tf.float32), (shape, tf.float32)],
+        {"block_len": case.block_len, "has_ids": case.has_ids})
 
-  ctx, lse = call(*inputs)
+  return call(*[tf.constant(pieces[n]) for n in _OPERANDS])
+
+
+@pytest.mark.parametrize("has_ids", [True, False])
+def test_long_side_handler_matches_the_reference(has_ids):
+  case = ref.LongSideCase(batch=1, num_heads=2, num_blocks=3, block_len=4,
+                          global_len=5, size_per_head=16, num_ids=6,
+                          has_ids=has_ids)
+  p = ref.long_side_pieces(case, seed=2, masked_rows=2)
+  want_ctx, want_lse = ref.long_side_reference(p, case.block_len, has_ids)
+  ctx, lse = _long_side_call(case, p)
   assert ref.relative_error(ctx.numpy(), want_ctx) < 1e-6
   live = p["valid"][:, None, :].repeat(2, axis=1) > 0
   assert ref.relative_error(lse.numpy(), want_lse, live) < 1e-6
@@ -69,21 +76,9 @@ def test_long_side_handler_matches_the_reference(has_ids):
 
 def test_long_side_handler_rejects_values_that_do_not_fit_the_keys():
   # The CUDA kernels index raw pointers: the handler checks every operand.
-  ffi_library.load_into_tensorflow()
   case = ref.LongSideCase(batch=1, num_heads=2, num_blocks=2, block_len=4,
                           global_len=3, size_per_head=16, num_ids=3)
   p = ref.long_side_pieces(case, seed=1)
   p["v_band"] = p["v_band"][:, :, :-1]  # one row short
-  names = ("q", "k_band", "v_band", "k_global", "v_global", "per_id",
-           "codes_band", "codes_global", "valid")
-  lp, d = case.padded_len, case.size_per_head
-
-  @tf.function(jit_compile=True)
-  def call(*args):
-    return custom_calls.custom_call(
-        fused_attention.LONG_SIDE_FORWARD, args,
-        [([1, 2, lp, d], tf.float32), ([1, 2, lp], tf.float32)],
-        {"block_len": case.block_len, "has_ids": True})
-
   with pytest.raises(tf.errors.OpError, match="do not fit"):
-    call(*[tf.constant(p[n]) for n in names])
+    _long_side_call(case, p)
