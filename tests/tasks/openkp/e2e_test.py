@@ -3,8 +3,8 @@ format.
 
 OpenKP{Train,Dev,EvalPublic}.jsonl (written here, with invalid VDOMs, missing
 keyphrases, a duplicate URL and non-ASCII text) + vocab.txt ->
-`tasks.openkp.preprocess` -> `python -m tasks.openkp --mode=train_and_eval`
-(loss goes down; in-graph P/R/F1) -> eval (the official metric on the eval
+`tasks.openkp.preprocess` (in this process) -> `python -m tasks.openkp
+--mode=train_and_eval` (loss goes down; in-graph P/R/F1) -> eval (the official metric on the eval
 set's predictions, which must equal the in-graph metric) -> predict (jsonl)
 -> export -> a fresh process queries every signature, `serve_raw` with the
 raw text and VDOM string.
@@ -17,6 +17,7 @@ import random
 import gin
 import pytest
 
+import cli_testing
 import e2e_testing
 import openkp_testing as data_testing
 from tasks import run
@@ -71,12 +72,14 @@ def test_preprocess_train_predict_score_export_serve(tmp_path):
   add_bad_lines(paths["Train"], rng)
   add_bad_lines(paths["Dev"], rng)
 
-  # 1. Preprocess the three files with the binary.
-  output = e2e_testing.run_binary(
-      ["tasks.openkp.preprocess", f"--input={paths['Train']}",
-       f"--input={paths['Dev']}", f"--input={paths['EvalPublic']}",
-       f"--vocab={paths['vocab']}", f"--output_dir={data_dir}",
-       f"--long_seq_len={LONG}", f"--global_seq_len={GLOBAL}"])
+  # 1. Preprocess the three files with the binary (in this process: its own
+  # process runs in preprocess_test).
+  output = cli_testing.output_here(
+      "tasks.openkp.preprocess",
+      [f"--input={paths['Train']}", f"--input={paths['Dev']}",
+       f"--input={paths['EvalPublic']}", f"--vocab={paths['vocab']}",
+       f"--output_dir={data_dir}", f"--long_seq_len={LONG}",
+       f"--global_seq_len={GLOBAL}"])
   for split, written in (("Train", 48), ("Dev", 8), ("EvalPublic", 4)):
     with open(os.path.join(data_dir, f"OpenKP{split}.stats.json")) as f:
       stats = json.load(f)
