@@ -6,13 +6,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # As the packages set it (etc_realformer/__init__.py), for the tests that
 # import TensorFlow first, and for the binaries they start.
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-# One thread per TensorFlow pool, in the test processes and the binaries
-# they start (which copy this environment): pytest-xdist runs a worker per
-# core, so pools sized to every core oversubscribe the machine, and their
-# idle threads spin. The tests' tensors are tiny; this cut the suite's CPU
-# time (measured: ~13 % on attention_test alone).
-os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
-os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
 
 import pathlib  # noqa: E402
 
