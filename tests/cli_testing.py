@@ -77,6 +77,7 @@ def run_here(module: str, args: Sequence[str]) -> subprocess.CompletedProcess:
 
 def _run_module(module: str, args: Sequence[str]
                 ) -> subprocess.CompletedProcess:
+  """One `run_here` attempt."""
   flags.FLAGS.unparse_flags()
   gin.clear_config()
   out, err = io.StringIO(), io.StringIO()
@@ -96,10 +97,10 @@ def _run_module(module: str, args: Sequence[str]
       returncode = 1
     else:
       returncode = e.code or 0
-  finally:
+  finally:  # Also after an unexpected error: later runs start clean.
     sys.argv = argv
     gin.clear_config()
-  _remove_main_flags()
+    _remove_main_flags()
   return subprocess.CompletedProcess([module, *args], returncode,
                                     out.getvalue(), err.getvalue())
 
