@@ -15,8 +15,8 @@ way:
 reason, or, under `strict`, fails the run and leaves no output behind.
 `RecordStep.process` is a plain function of one record (what an Apache Beam
 `DoFn` calls); `RecordStep.process_all` gives the same outcomes for many
-records, faster: `GraphStep` runs an in-graph featurizer as a parallel,
-ordered `tf.data` map. A task fills the skeleton with its step (and, when
+records, faster: `GraphStep` runs an in-graph featurizer over many records
+as a parallel, ordered `tf.data` map. A task fills the skeleton with its step (and, when
 its records give several examples or outputs, its sink); `featurize_file` /
 `featurize_into` run the default sink into one file and write the stats.
 
@@ -121,13 +121,22 @@ class GraphStep(RecordStep[R]):
   `featurize` -> `finish`.
 
   `process` featurizes one record eagerly; `process_all` runs `featurize`
-  over all records as a parallel, ordered `tf.data` map (the records are
-  read first, so that a bad one fails a strict run before any TF work).
+  over many records as a parallel, ordered `tf.data` map (the records are
+  read first, so that a bad one fails a strict run before any TF work), and
+  over fewer than `dataset_min_records` one `process` call at a time.
   """
 
   # The `tf.TensorSpec`s of `to_inputs`' values: a dict (passed to
   # `featurize` as it is) or a tuple.
   input_signature: Any = None
+  # A `tf.data` map costs about a second to set up on every call (it
+  # instantiates and optimizes the featurizer's whole function for its own
+  # runtime); calling the traced featurizer record by record has no such
+  # cost. Measured on 2 cores with OpenKP's featurizer: 64 records 1.2 s
+  # over tf.data, 0.17 s one by one; 600 records 2.9 s and 2.7 s. Beam
+  # bundles and small files stay below this; large single-process files
+  # keep the parallel map.
+  dataset_min_records: int = 256
 
   def __init__(self, featurizer: Any, input_file: str):
     """The step of one input file (named in the errors)."""
@@ -158,7 +167,8 @@ class GraphStep(RecordStep[R]):
 
   def process_all(self, items: Iterable[R]) -> Iterator[Tuple[R, Outcome]]:
     valid = list(items)
-    if not valid:
+    if len(valid) < self.dataset_min_records:
+      yield from super().process_all(valid)
       return
     ds = tf.data.Dataset.from_generator(
         lambda: (self.to_inputs(r) for r in valid),

@@ -115,8 +115,11 @@ def _read(path):
   return list(tfrecords.make_dataset(path, _SPEC).as_numpy_iterator())
 
 
-def test_process_is_process_all_one_record_at_a_time():
+@pytest.mark.parametrize("dataset_min_records", [1, 256])
+def test_process_is_process_all_one_record_at_a_time(dataset_min_records):
+  # 1: process_all maps over tf.data; 256: it calls process per record.
   step = _SumStep(None, "f.json")
+  step.dataset_min_records = dataset_min_records
   together = list(step.process_all(iter(_RECORDS)))
   assert [r["id"] for r, _ in together] == ["a", "b", "c", "d"]
   for record, outcome in together:
