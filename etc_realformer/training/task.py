@@ -22,7 +22,8 @@ configurable) and provides:
 * export: `serving_outputs(features, outputs)` and `serving_signatures(model)`;
   the base gives `serving_default` (feature tensors) and `serve_examples`
   (serialized tf.Examples); `RawInputTask` adds raw-input signatures, which
-  run the task's featurizer in the graph.
+  run the task's featurizer in the graph. All of them run the model through
+  one traced `serving_forward`.
 
 The runner (`tasks/run.py` -> `etc_realformer.training.experiment`) uses only
 these methods: a new task is a folder `tasks/<name>/` and a gin file.
@@ -357,26 +358,38 @@ class Task(abc.ABC):
 
   def serving_signatures(self, model: EtcTaskModel
                          ) -> Dict[str, tf.types.experimental.ConcreteFunction]:
-    """Signature name -> concrete function. Subclasses extend the dict.
+    """Signature name -> concrete function: the base's two and the
+    subclass's `extra_serving_signatures`.
 
-    The functions close over `model`; the exporter saves the model's
+    Every signature calls the model through one `serving_forward`: the
+    export traces the model once, and the SavedModel holds one copy of its
+    graph rather than one per signature. The exporter saves the model's
     variables beside them.
     """
     spec = self.model_input_spec()
+    forward = serving_forward(model, spec)
 
     @tf.function(input_signature=[spec])
     def serving_default(features):
-      return self.serving_outputs(features, model(features, training=False))
+      return self.serving_outputs(features, forward(features))
 
     @tf.function(input_signature=[
         tf.TensorSpec([None], tf.string, name="examples")])
     def serve_examples(examples):
       features = self.serving_features(examples)
-      outputs = model({k: features[k] for k in spec}, training=False)
-      return self.serving_outputs(features, outputs)
+      return self.serving_outputs(features, forward(features))
 
-    return {"serving_default": serving_default.get_concrete_function(),
-            "serve_examples": serve_examples.get_concrete_function()}
+    signatures = {"serving_default": serving_default.get_concrete_function(),
+                  "serve_examples": serve_examples.get_concrete_function()}
+    signatures.update(self.extra_serving_signatures(forward))
+    return signatures
+
+  def extra_serving_signatures(
+      self, forward: "ServingForward"
+  ) -> Dict[str, tf.types.experimental.ConcreteFunction]:
+    """A subclass's own signatures; they run the model with `forward`."""
+    del forward  # Unused.
+    return {}
 
   def serving_features(self, examples: tf.Tensor) -> Features:
     """`serve_examples`' features from <string>[batch] serialized
@@ -388,6 +401,25 @@ class Task(abc.ABC):
     return {}
 
 
+ServingForward = Callable[[Mapping[str, tf.Tensor]], Dict[str, tf.Tensor]]
+
+
+def serving_forward(model: EtcTaskModel,
+                    spec: Mapping[str, tf.TensorSpec]) -> ServingForward:
+  """`model(features, training=False)` as one `tf.function` over `spec`
+  (the batch dimension free): features (extra keys ignored) -> outputs.
+
+  Signatures that call it share its one trace: an export with three
+  signatures traces the model once, and its SavedModel stores the model's
+  graph once.
+  """
+  @tf.function(input_signature=[dict(spec)])
+  def forward(features):
+    return model(features, training=False)
+
+  return lambda features: forward({k: features[k] for k in spec})
+
+
 class RawInputTask(Task):
   """A Task whose export adds raw-input signatures.
 
@@ -395,7 +427,7 @@ class RawInputTask(Task):
   preprocessing's from the task's `vocab_file` / `spm_model_file` /
   `lower_case` (set by the subclass). Without a vocabulary the export has
   only the base signatures. Subclasses provide `build_featurizer()` and
-  `raw_serving_signatures(model, featurizer, names)`.
+  `raw_serving_signatures(forward, featurizer, names)`.
   """
 
   _featurizer = None
@@ -448,16 +480,16 @@ class RawInputTask(Task):
 
   @abc.abstractmethod
   def raw_serving_signatures(
-      self, model: EtcTaskModel, featurizer, names: Tuple[str, ...]
+      self, forward: "ServingForward", featurizer, names: Tuple[str, ...]
   ) -> Dict[str, tf.types.experimental.ConcreteFunction]:
-    """The raw-input signatures; `names` = `model_features()`."""
+    """The raw-input signatures; they run the model with `forward` on the
+    featurized batch; `names` = `model_features()`."""
 
-  def serving_signatures(self, model):
-    signatures = super().serving_signatures(model)
-    if self.has_vocabulary:  # No vocabulary: no raw-input signature.
-      signatures.update(self.raw_serving_signatures(
-          model, self.featurizer, self.model_features()))
-    return signatures
+  def extra_serving_signatures(self, forward):
+    if not self.has_vocabulary:  # No vocabulary: no raw-input signature.
+      return {}
+    return self.raw_serving_signatures(forward, self.featurizer,
+                                       self.model_features())
 
   def export_assets(self) -> Dict[str, Any]:
     if not self.has_vocabulary:

@@ -258,7 +258,7 @@ class HotpotQATask(task_lib.RawInputTask):
   def build_featurizer(self) -> features_lib.HotpotFeaturizer:
     return features_lib.HotpotFeaturizer(**self.featurizer_kwargs())
 
-  def raw_serving_signatures(self, model, featurizer, names):
+  def raw_serving_signatures(self, forward, featurizer, names):
     @tf.function(input_signature=[
         tf.TensorSpec([], tf.string, name="question"),
         tf.TensorSpec([None], tf.string, name="titles"),
@@ -282,7 +282,7 @@ class HotpotQATask(task_lib.RawInputTask):
       feats = featurizer.featurize_tf(question, titles, sentences,
                                       num_sentences)
       batch = {k: feats[k][tf.newaxis] for k in names}
-      out = model(batch, training=False)
+      out = forward(batch)
       return decode.raw_outputs(feats, {k: v[0] for k, v in out.items()},
                                 titles, sentences, num_sentences)
 

@@ -216,11 +216,12 @@ class NaturalQuestionsTask(task_lib.RawInputTask):
         stride=self.stride, max_question_len=self.max_question_len,
         **self.featurizer_kwargs())
 
-  def raw_serving_signatures(self, model, featurizer, names):
+  def raw_serving_signatures(self, forward, featurizer, names):
+    del names  # `forward` takes the model's features from the windows.
     signatures = {}
 
     def answer(windows, doc_tokens, doc_token_is_html):
-      out = model({k: windows[k] for k in names}, training=False)
+      out = forward(windows)
       doc = decode.document_answer(
           {k: out[k] for k in decode.WINDOW_OUTPUTS},
           out["answer_type_logits"])

@@ -250,7 +250,7 @@ class OpenKPTask(task_lib.RawInputTask):
   def build_featurizer(self) -> openkp_features.OpenKPFeaturizer:
     return openkp_features.OpenKPFeaturizer(**self.featurizer_kwargs())
 
-  def raw_serving_signatures(self, model, featurizer, names):
+  def raw_serving_signatures(self, forward, featurizer, names):
     signatures = {}
 
     # Raw input = the released fields as they are: `text` and the `VDOM`
@@ -266,7 +266,7 @@ class OpenKPTask(task_lib.RawInputTask):
       [5] (word positions, -1 when fewer)."""
       feats = featurizer.featurize_raw_tf(text, vdom)
       batch = {k: feats[k][tf.newaxis] for k in names}
-      outputs = model(batch, training=False)
+      outputs = forward(batch)
       phrases, scores, starts, lengths = decode.top_phrases(
           outputs["logits"], feats["words"][tf.newaxis],
           feats["num_words"][tf.newaxis], num_candidates=self.num_candidates)

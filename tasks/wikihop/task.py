@@ -146,7 +146,7 @@ class WikiHopTask(task_lib.RawInputTask):
         mark_query_subject=self.mark_query_subject,
         **self.featurizer_kwargs())
 
-  def raw_serving_signatures(self, model, featurizer, names):
+  def raw_serving_signatures(self, forward, featurizer, names):
     @tf.function(input_signature=[
         tf.TensorSpec([], tf.string, name="query"),
         tf.TensorSpec([None], tf.string, name="candidates"),
@@ -161,7 +161,7 @@ class WikiHopTask(task_lib.RawInputTask):
       feats = featurizer.featurize_sentences_tf(query, candidates, sentences,
                                                 num_sentences)
       batch = {k: feats[k][tf.newaxis] for k in names}
-      outputs = model(batch, training=False)
+      outputs = forward(batch)
       num = tf.minimum(tf.size(candidates), self.global_seq_len)
       return {"answer": tf.gather(candidates, outputs["prediction"][0]),
               "candidate_probabilities": outputs["probabilities"][0, :num]}
