@@ -299,3 +299,16 @@ def test_shard_names_one_file_keeps_the_single_process_name():
   assert beam_pipeline.shard_names("dev.tfrecord", 1) == ["dev.tfrecord"]
   assert beam_pipeline.shard_names("nq-dev-00.tfrecord", 2) == [
       "nq-dev-00-00000-of-00002.tfrecord", "nq-dev-00-00001-of-00002.tfrecord"]
+
+
+@pytest.mark.parametrize("args,one", [
+    ([], True), (["--runner=DirectRunner"], True),
+    (["--direct_num_workers=2"], False),
+    (["--direct_num_workers=0"], False),  # 0: one worker per core
+    (["--runner=FlinkRunner"], False)])
+def test_records_spread_over_workers_unless_one_local_worker(args, one):
+  # With one worker the runner fuses reading and featurizing (no records
+  # encoded between them); the outputs are the same either way (the
+  # in-process and two-worker tests above).
+  options = beam_pipeline.pipeline_options.PipelineOptions(args)
+  assert beam_pipeline.one_local_worker(options) is one
