@@ -41,7 +41,7 @@ is a `BadRecordError` naming file, example id (or `line N`) and field, which
 import dataclasses
 import json
 import re
-from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from tasks.common import io as io_lib
 from tasks.common import records
@@ -217,10 +217,41 @@ def _span(c: validation.RecordChecker, value: Any, field: str,
   return Span(start, end, start_byte, end_byte)
 
 
+def _well_formed_tokens(items: List[Any]) -> Optional[Tuple[
+    List[str], List[bool], List[int], List[int]]]:
+  """(tokens, is_html, start_bytes, end_bytes) of `document_tokens` when
+  every item passes the checks of `_read_document`'s loop, else None.
+
+  The common case, checked column by column: a page has thousands of
+  tokens, and the item-by-item checks took a third of a page's
+  preprocessing time. On None the loop runs and names the first bad field.
+  """
+  try:
+    tokens = [item["token"] for item in items]
+    is_html = [item["html_token"] for item in items]
+    starts = [item.get("start_byte", -1) for item in items]
+    ends = [item.get("end_byte", -1) for item in items]
+  except (TypeError, KeyError, AttributeError):
+    return None
+  # Exact types, as JSON decodes them (a bool is no int); anything else
+  # goes to the loop's checks.
+  if not (all(type(item) is dict for item in items) and
+          all(type(t) is str for t in tokens) and
+          all(type(h) is bool for h in is_html) and
+          all(type(b) is int for b in starts) and
+          all(type(b) is int for b in ends) and
+          records.is_decodable("".join(tokens))):
+    return None
+  return tokens, is_html, starts, ends
+
+
 def _read_document(c: validation.RecordChecker, raw: Dict[str, Any]):
   """(tokens, is_html, start_bytes, end_bytes, format) of either format."""
   if "document_tokens" in raw:
     items = c.list_(raw["document_tokens"], "document_tokens")
+    columns = _well_formed_tokens(items)
+    if columns is not None:
+      return (*columns, FULL)
     tokens, is_html, starts, ends = [], [], [], []
     for i, item in enumerate(items):
       field = f"document_tokens[{i}]"

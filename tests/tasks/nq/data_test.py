@@ -173,6 +173,34 @@ def _bad_variants():
   return out
 
 
+@pytest.mark.parametrize("change,field,reason", [
+    (lambda t: t.__setitem__(2, "<P>"), "document_tokens[2]",
+     records.WRONG_TYPE),
+    (lambda t: t[3].pop("token"), "document_tokens[3].token",
+     records.MISSING_FIELD),
+    (lambda t: t[4].__setitem__("token", 5), "document_tokens[4].token",
+     records.WRONG_TYPE),
+    (lambda t: t[5].__setitem__("start_byte", True),
+     "document_tokens[5].start_byte", records.WRONG_TYPE),
+    (lambda t: t[6].__setitem__("token", "b\udc80"),
+     "document_tokens[6].token", records.UNDECODABLE_TEXT)])
+def test_token_checks_name_the_first_bad_item(change, field, reason):
+  # Well-formed tokens are checked column by column; any bad one falls back
+  # to the item-by-item checks, which name it.
+  r = full_record(9)
+  change(r["document_tokens"])
+  with pytest.raises(records.BadRecordError) as error:
+    data.validate_record(r, "f.jsonl", 1)
+  assert (error.value.field, error.value.reason) == (field, reason)
+
+
+def test_column_checks_give_the_item_checks_record(monkeypatch):
+  assert data._well_formed_tokens(full_record(9)["document_tokens"])
+  fast = data.validate_record(full_record(9), "f.jsonl", 1)
+  monkeypatch.setattr(data, "_well_formed_tokens", lambda items: None)
+  assert data.validate_record(full_record(9), "f.jsonl", 1) == fast
+
+
 def test_bad_lines_and_records_are_skipped_and_named(tmp_path):
   bad = _bad_variants()
   lines = [full_record(1)] + [v[0] for v in bad.values()]
