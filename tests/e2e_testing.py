@@ -4,6 +4,8 @@ tiny gin configs, and reading the runner's progress and checkpoints. One
 copy, so the tests run binaries alike.
 """
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -68,6 +70,40 @@ def run_script(script: str, cwd: str, timeout: int = 180) -> Any:
                         cwd=cwd)
   assert proc.returncode == 0, proc.stderr[-4000:]
   return json.loads(proc.stdout.split("RESULT ", 1)[1])
+
+
+# Ops that call back into Python: a SavedModel holding one needs the code
+# that made it.
+PYTHON_OPS = ("PyFunc", "PyFuncStateless", "EagerPyFunc")
+
+
+def python_ops(saved_dir: str) -> List[str]:
+  """The `PYTHON_OPS` among a SavedModel's ops (its graph and functions)."""
+  from tensorflow.core.protobuf import saved_model_pb2  # pylint: disable=g-import-not-at-top
+  saved = saved_model_pb2.SavedModel()
+  with open(os.path.join(saved_dir, "saved_model.pb"), "rb") as f:
+    saved.ParseFromString(f.read())
+  found = []
+  for meta in saved.meta_graphs:
+    graph = meta.graph_def
+    nodes = list(graph.node) + [n for fn in graph.library.function
+                                for n in fn.node_def]
+    found += [n.op for n in nodes if n.op in PYTHON_OPS]
+  return found
+
+
+def serve_here(script: str, saved_dir: str) -> Any:
+  """`run_script`'s script run in this process (a process start imports
+  TensorFlow again), after checking that the SavedModel at `saved_dir`
+  needs no Python: with no op calling back into Python, loading it runs
+  no project code. WikiHop's end-to-end test serves from a fresh process
+  too."""
+  assert not python_ops(saved_dir), python_ops(saved_dir)
+  out = io.StringIO()
+  with contextlib.redirect_stdout(out):
+    exec(compile(SERVING_HELPERS + script, "<serving script>", "exec"),  # pylint: disable=exec-used
+         {"__name__": "__serving__"})
+  return json.loads(out.getvalue().split("RESULT ", 1)[1])
 
 
 def tiny_encoder_gin_lines(vocab_size: int) -> List[str]:

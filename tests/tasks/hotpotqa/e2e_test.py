@@ -3,8 +3,9 @@
 synthetic released-format JSON + vocab.txt (the demo's generator) ->
 preprocess -> train a few steps in process (loss goes down) -> predict
 (official submission JSON) -> export -> eval with `tasks/hotpotqa.gin`
-(in-graph metrics, then the official metric with the threshold search) -> a
-fresh process serves every signature.
+(in-graph metrics, then the official metric with the threshold search) ->
+every signature served (in this process, from a SavedModel with no op that
+calls back into Python).
 """
 
 import json
@@ -104,7 +105,7 @@ def test_preprocess_train_predict_export_eval_serve(tmp_path, capsys):
                          "predictions.json")) as f:
     assert json.load(f) == submission
 
-  # 5. A fresh process (no project code) serves every signature.
+  # 5. Every signature served (no op calls back into Python).
   record = dev[0]
   script = f"""
 import json
@@ -127,7 +128,7 @@ out["examples_sp_shape"], out["default_keys"] = stored_and_default(
     2, "sp_probs")
 print("RESULT " + json.dumps(out))
 """
-  served = e2e_testing.run_script(script, cwd=str(tmp_path))
+  served = e2e_testing.serve_here(script, export_path)
   assert served["signatures"] == ["serve_examples", "serve_raw",
                                   "serving_default"]
   raw = served["raw"]

@@ -5,7 +5,8 @@ preprocess (windows) -> train a tiny model a few steps in process (loss goes
 down) -> predict (official predictions JSON) -> export ->
 `tasks.run.run` with `tasks/nq.gin` in eval mode (in-graph metrics,
 then the official scorer against the five-way dev gold, equal to scoring the
-predictions file) -> a fresh process serves every signature; `serve_raw`
+predictions file) -> every signature served (in this process, from a
+SavedModel with no op that calls back into Python); `serve_raw`
 decodes a dev document as the batch predictions did. Run with `pytest -s` to
 see the loss curve and the scores.
 """
@@ -117,7 +118,7 @@ def test_preprocess_train_predict_export_score_serve(tmp_path, capsys):
   with open(os.path.join(model_dir, "eval_predictions", "nq_eval.json")) as f:
     assert json.load(f)["long_f1"] == official["long_f1"]
 
-  # 5. A fresh process (no project code) serves every signature.
+  # 5. Every signature served (no op calls back into Python).
   record = next(r for r in dev if by_id[r.example_id]["long_answer"][
       "start_token"] >= 0)
   raw_input = {
@@ -160,7 +161,7 @@ out["examples_long_score_shape"], out["default_keys"] = stored_and_default(
     "long_score")
 print("RESULT " + json.dumps(out))
 """
-  served = e2e_testing.run_script(script, cwd=str(tmp_path))
+  served = e2e_testing.serve_here(script, export_path)
   assert served["signatures"] == ["serve_examples", "serve_raw", "serve_text",
                                   "serving_default"]
   raw = served["raw"]

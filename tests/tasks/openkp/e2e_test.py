@@ -6,7 +6,8 @@ keyphrases, a duplicate URL and non-ASCII text) + vocab.txt ->
 `tasks.openkp.preprocess` (in this process) -> `python -m tasks.openkp
 --mode=train_and_eval` (loss goes down; in-graph P/R/F1) -> eval (the official metric on the eval
 set's predictions, which must equal the in-graph metric) -> predict (jsonl)
--> export -> a fresh process queries every signature, `serve_raw` with the
+-> export -> every signature queried (in this process, from a SavedModel
+with no op that calls back into Python), `serve_raw` with the
 raw text and VDOM string.
 """
 
@@ -144,8 +145,8 @@ def test_preprocess_train_predict_score_export_serve(tmp_path):
   with open(tmp_path / "public_predictions" / "predictions.jsonl") as f:
     assert len(f.readlines()) == 4
 
-  # 4. Export (in this process too, to save a process start), then 5. serve
-  # from a fresh process without project code.
+  # 4. Export and 5. serve (in this process too, to save process starts;
+  # the SavedModel has no op that calls back into Python).
   export_dir = str(tmp_path / "export")
   gin.clear_config()
   try:
@@ -178,7 +179,7 @@ out["default_logits"] = loaded.signatures["serving_default"](
     **feats)["logits"].shape.as_list()
 print("RESULT " + json.dumps(out))
 """
-  served = e2e_testing.run_script(script, cwd=str(tmp_path))
+  served = e2e_testing.serve_here(script, saved)
   assert served["signatures"] == ["serve_examples", "serve_raw",
                                   "serving_default"]
   expected = [kp[0] for kp in predictions[0]["KeyPhrases"]]
