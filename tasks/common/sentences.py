@@ -20,14 +20,17 @@ own data.
 
 import collections
 import functools
-from typing import List, Sequence, Tuple
-
-from nltk.tokenize import punkt
+from typing import Any, List, Sequence, Tuple
 
 
 @functools.lru_cache(maxsize=None)
-def punkt_tokenizer() -> punkt.PunktSentenceTokenizer:
-  """NLTK's Punkt sentence tokenizer with the English parameters."""
+def punkt_tokenizer() -> Any:
+  """NLTK's Punkt sentence tokenizer (`nltk.tokenize.punkt.
+  PunktSentenceTokenizer`) with the English parameters."""
+  # Imported on first use: importing nltk takes ~3 s (its package imports
+  # all of NLTK), and every task binary imports this module through the
+  # task registry.
+  from nltk.tokenize import punkt  # pylint: disable=import-outside-toplevel
   from punkt.data import english  # pylint: disable=import-outside-toplevel
   params = punkt.PunktParameters()
   params.abbrev_types = set(english.ABBREV_TYPES)
