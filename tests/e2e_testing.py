@@ -101,8 +101,8 @@ def serve_here(script: str, saved_dir: str) -> Any:
   assert not python_ops(saved_dir), python_ops(saved_dir)
   out = io.StringIO()
   with contextlib.redirect_stdout(out):
-    exec(compile(SERVING_HELPERS + script, "<serving script>", "exec"),  # pylint: disable=exec-used
-         {"__name__": "__serving__"})
+    code = compile(SERVING_HELPERS + script, "<serving script>", "exec")
+    exec(code, {"__name__": "__serving__"})  # pylint: disable=exec-used
   return json.loads(out.getvalue().split("RESULT ", 1)[1])
 
 

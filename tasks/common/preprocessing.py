@@ -16,9 +16,10 @@ reason, or, under `strict`, fails the run and leaves no output behind.
 `RecordStep.process` is a plain function of one record (what an Apache Beam
 `DoFn` calls); `RecordStep.process_all` gives the same outcomes for many
 records, faster: `GraphStep` runs an in-graph featurizer over many records
-as a parallel, ordered `tf.data` map. A task fills the skeleton with its step (and, when
-its records give several examples or outputs, its sink); `featurize_file` /
-`featurize_into` run the default sink into one file and write the stats.
+as a parallel, ordered `tf.data` map. A task fills the skeleton with its
+step (and, when its records give several examples or outputs, its sink);
+`featurize_file` / `featurize_into` run the default sink into one file and
+write the stats.
 
 Also shared by the CLIs:
 
