@@ -2,19 +2,20 @@ r"""NQ preprocessing throughput: the single-process path and the Beam
 pipeline on the DirectRunner with 1 and N worker processes, the same pages.
 
   python -m tools.preprocess_benchmark --pages=128 --small_pages=16 \
-      --num_filler=450 --workers=1,2 --output_dir=/tmp/nq_bench
+      --num_filler=450 --workers=1,2 --files=1 --output_dir=/tmp/nq_bench
 
 writes `--pages` synthetic NQ pages in the released full format
 (`demos.nq.synthetic`: HTML tokens, candidates, bytes; `--num_filler`
-filler paragraphs make a page of a few thousand tokens) to one gzipped
-jsonl file, then featurizes it with the NQ defaults (long 4096, global 230,
-stride 2048):
+filler paragraphs make a page of a few thousand tokens) to `--files`
+gzipped jsonl files (NQ's training set is 50 such files; a file is read by
+one worker), then featurizes them with the NQ defaults (long 4096, global
+230, stride 2048):
 
 - `single`: `tasks.nq.preprocess.preprocess`, in this process;
 - `beam-inprocess`: `beam_pipeline.run` on the in-process DirectRunner;
 - `beam-N`: `--direct_num_workers=N --direct_running_mode=multi_processing`.
 
-each over a file of `--small_pages` and one of `--pages` pages, after one
+each over `--small_pages` and over `--pages` pages, after one
 unmeasured warm-up run. Each mode prints one JSON line: pages, windows,
 seconds of both runs (wall, from the call to its return: the featurizer
 and, for Beam, the worker processes' start included), the wall rate of the
@@ -28,6 +29,7 @@ same examples.
 
 import collections
 import glob
+import gzip
 import json
 import os
 import shutil
@@ -61,12 +63,29 @@ def define_flags() -> None:
   flags.DEFINE_integer("small_pages", 16,
                        "Pages of the small run (start-up costs: the steady "
                        "rate is the difference to --pages).")
+  flags.DEFINE_integer("files", 1,
+                       "Input files the pages of each run are split over "
+                       "(consecutive pages per file).")
 
 
-def _write_pages(directory: str, pages: int, num_filler: int) -> str:
-  """The dev file of `pages` pages (and vocab.txt beside it)."""
-  return synthetic.write_dataset(directory, num_train=0, num_dev=pages,
-                                 num_filler=num_filler)["dev"]
+def _write_pages(directory: str, pages: int, num_filler: int,
+                 files: int = 1) -> List[str]:
+  """`pages` pages in `files` gzipped jsonl files (vocab.txt beside them)."""
+  dev = synthetic.write_dataset(directory, num_train=0, num_dev=pages,
+                                num_filler=num_filler)["dev"]
+  if files == 1:
+    return [dev]
+  with gzip.open(dev, "rb") as f:
+    lines = f.readlines()
+  os.remove(dev)
+  stem = os.path.basename(dev).split(".")[0]
+  paths = []
+  for i in range(files):
+    paths.append(os.path.join(directory, f"{stem}-{i:02d}.jsonl.gz"))
+    with gzip.open(paths[-1], "wb") as f:
+      f.writelines(lines[len(lines) * i // files:
+                         len(lines) * (i + 1) // files])
+  return paths
 
 
 def _examples(directory: str) -> collections.Counter:
@@ -75,16 +94,16 @@ def _examples(directory: str) -> collections.Counter:
       for r in tf.data.TFRecordDataset(p))
 
 
-def _run(mode: str, path: str, out: str, args: Dict[str, Any],
+def _run(mode: str, paths: List[str], out: str, args: Dict[str, Any],
          beam_args: Optional[List[str]]) -> Tuple[float, int]:
-  """(wall seconds, windows written) of one mode over one file."""
+  """(wall seconds, windows written) of one mode over the files."""
   start = time.perf_counter()
   if beam_args is None:
     stats = nq_preprocess.preprocess(
-        [path], out, nq_preprocess.make_featurizer(**args))
+        paths, out, nq_preprocess.make_featurizer(**args))
     windows = stats.windows_written
   else:
-    results, _ = beam_pipeline.run(nq_preprocess.NqPipeline(args), [path],
+    results, _ = beam_pipeline.run(nq_preprocess.NqPipeline(args), paths,
                                    out, beam_args)
     windows = sum(r.sink.stats.windows_written for r in results.values())
   del mode  # Unused.
@@ -92,12 +111,13 @@ def _run(mode: str, path: str, out: str, args: Dict[str, Any],
 
 
 def _report(mode: str, pages: Tuple[int, int], seconds: Tuple[float, float],
-            windows: int, load_before: float, workers: int) -> Dict[str, Any]:
+            windows: int, load_before: float, workers: int,
+            files: int = 1) -> Dict[str, Any]:
   """The JSON line of a mode: wall rates, and the steady rate (the large
   run's extra pages over its extra seconds: start-up costs cancel)."""
   steady = (pages[1] - pages[0]) / max(seconds[1] - seconds[0], 1e-9)
   hours = NQ_TRAIN_PAGES / (steady / max(workers, 1) * CORES) / 3600
-  return dict(mode=mode, pages=list(pages), windows=windows,
+  return dict(mode=mode, pages=list(pages), files=files, windows=windows,
               seconds=[round(t, 1) for t in seconds],
               pages_per_s_wall=round(pages[1] / seconds[1], 3),
               pages_per_s_steady=round(steady, 3),
@@ -108,14 +128,14 @@ def _report(mode: str, pages: Tuple[int, int], seconds: Tuple[float, float],
 
 def benchmark(output_dir: str, pages: int = 128, small_pages: int = 16,
               num_filler: int = 450, workers: Sequence[int] = (1, 2),
-              inprocess: bool = True) -> None:
+              inprocess: bool = True, files: int = 1) -> None:
   """Prints a JSON line per mode (module docstring); `output_dir` is
   replaced."""
   shutil.rmtree(output_dir, ignore_errors=True)
   sizes = (small_pages, pages)
-  paths = [_write_pages(os.path.join(output_dir, f"in{n}"), n, num_filler)
-           for n in sizes]
-  args = dict(vocab=os.path.join(os.path.dirname(paths[0]), "vocab.txt"),
+  paths = [_write_pages(os.path.join(output_dir, f"in{n}"), n, num_filler,
+                        files) for n in sizes]
+  args = dict(vocab=os.path.join(os.path.dirname(paths[0][0]), "vocab.txt"),
               spm_model=None)
   runs = [("single", 0, None)]
   if inprocess:
@@ -131,7 +151,8 @@ def benchmark(output_dir: str, pages: int = 128, small_pages: int = 16,
     timed = [_run(mode, p, os.path.join(output_dir, f"{mode}-{n}"), args,
                   beam_args) for p, n in zip(paths, sizes)]
     print(json.dumps(_report(mode, sizes, (timed[0][0], timed[1][0]),
-                             timed[1][1], load, num_workers)), flush=True)
+                             timed[1][1], load, num_workers, files)),
+          flush=True)
     examples = _examples(os.path.join(output_dir, f"{mode}-{pages}"))
     if reference is None:
       reference = examples
@@ -143,7 +164,7 @@ def main(argv: List[str]) -> None:
   del argv  # Unused.
   f = flags.FLAGS
   benchmark(f.output_dir, f.pages, f.small_pages, f.num_filler,
-            [int(w) for w in f.workers], f.inprocess)
+            [int(w) for w in f.workers], f.inprocess, f.files)
 
 
 if __name__ == "__main__":

@@ -28,22 +28,24 @@ def _fake_modes(monkeypatch, differing_mode=None):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   calls = []
 
-  def run(mode, path, out, args, beam_args):
-    calls.append((mode, os.path.basename(path), beam_args))
+  def run(mode, paths, out, args, beam_args):
+    calls.append((mode, [os.path.basename(p) for p in paths], beam_args))
     os.makedirs(out)
-    pages = int(open(path).read())
+    pages = sum(int(open(p).read()) for p in paths)
     with tf.io.TFRecordWriter(os.path.join(out, "dev.tfrecord")) as w:
       for page in range(pages):
         w.write(f"{page}{'x' if mode == differing_mode else ''}".encode())
     return 1.0 + pages, 2 * pages
 
-  def write_pages(directory, pages, num_filler):
+  def write_pages(directory, pages, num_filler, files):
     del num_filler  # unused
     os.makedirs(directory)
-    path = os.path.join(directory, "dev.jsonl.gz")
-    with open(path, "w") as f:
-      f.write(str(pages))
-    return path
+    paths = [os.path.join(directory, f"dev-{i}.jsonl.gz")
+             for i in range(files)]
+    for i, path in enumerate(paths):
+      with open(path, "w") as f:
+        f.write(str(pages * (i + 1) // files - pages * i // files))
+    return paths
 
   monkeypatch.setattr(bench, "_run", run)
   monkeypatch.setattr(bench, "_write_pages", write_pages)
@@ -68,6 +70,25 @@ def test_every_mode_runs_both_sizes_after_a_warm_up(tmp_path, monkeypatch,
   ] * 2
   assert all(r["pages"] == [1, 3] and r["windows"] == 6 for r in lines)
   assert lines[0]["pages_per_s_steady"] == pytest.approx(1.0)
+
+
+def test_pages_split_over_files(tmp_path, monkeypatch, capsys):
+  calls = _fake_modes(monkeypatch)
+  _main(tmp_path, workers=[2], inprocess=False, files=2)
+  lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+  assert all(len(c[1]) == 2 for c in calls)
+  assert all(r["files"] == 2 and r["windows"] == 6 for r in lines)
+
+
+def test_write_pages_keeps_every_page_in_order(tmp_path):
+  import gzip  # pylint: disable=g-import-not-at-top
+  whole = bench._write_pages(str(tmp_path / "one"), 5, num_filler=1)  # pylint: disable=protected-access
+  split = bench._write_pages(str(tmp_path / "three"), 5, num_filler=1,  # pylint: disable=protected-access
+                             files=3)
+  assert len(whole) == 1 and len(split) == 3
+  read = lambda paths: [line for p in paths for line in gzip.open(p)]
+  assert [len(read([p])) for p in split] == [1, 2, 2]
+  assert read(split) == read(whole)
 
 
 def test_a_mode_whose_examples_differ_fails_the_run(tmp_path, monkeypatch):
