@@ -20,8 +20,10 @@ unmeasured warm-up run. Each mode prints one JSON line: pages, windows,
 seconds of both runs (wall, from the call to its return: the featurizer
 and, for Beam, the worker processes' start included), the wall rate of the
 large run, the steady rate ((pages - small_pages) / (seconds difference):
-fixed start-up costs cancel), the host's 1-minute load before and after
-(`os.getloadavg`), and the projected hours for NQ's 307,373 training pages
+fixed start-up costs cancel), the CPU seconds of both runs (this process
+and its worker processes) and the steady cores (the CPU seconds of the
+extra pages over their wall seconds), the host's 1-minute load before and
+after (`os.getloadavg`), and the projected hours for NQ's 307,373 training pages
 on 16 cores at the steady rate per worker (linear scaling assumed: the
 pages are independent). The outputs of every mode are checked to be the
 same examples.
@@ -32,6 +34,7 @@ import glob
 import gzip
 import json
 import os
+import resource
 import shutil
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -110,17 +113,31 @@ def _run(mode: str, paths: List[str], out: str, args: Dict[str, Any],
   return time.perf_counter() - start, windows
 
 
+def _cpu_seconds() -> float:
+  """User + system CPU seconds of this process and its finished children
+  (the DirectRunner's worker processes, once a run has stopped them)."""
+  return sum(r.ru_utime + r.ru_stime for r in (
+      resource.getrusage(resource.RUSAGE_SELF),
+      resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
 def _report(mode: str, pages: Tuple[int, int], seconds: Tuple[float, float],
             windows: int, load_before: float, workers: int,
-            files: int = 1) -> Dict[str, Any]:
+            files: int = 1,
+            cpu: Tuple[float, float] = (0.0, 0.0)) -> Dict[str, Any]:
   """The JSON line of a mode: wall rates, and the steady rate (the large
-  run's extra pages over its extra seconds: start-up costs cancel)."""
+  run's extra pages over its extra seconds: start-up costs cancel); the
+  steady cores, the CPU seconds of those extra pages over their wall
+  seconds, say how many cores the mode kept busy."""
   steady = (pages[1] - pages[0]) / max(seconds[1] - seconds[0], 1e-9)
+  cores = (cpu[1] - cpu[0]) / max(seconds[1] - seconds[0], 1e-9)
   hours = NQ_TRAIN_PAGES / (steady / max(workers, 1) * CORES) / 3600
   return dict(mode=mode, pages=list(pages), files=files, windows=windows,
               seconds=[round(t, 1) for t in seconds],
               pages_per_s_wall=round(pages[1] / seconds[1], 3),
               pages_per_s_steady=round(steady, 3),
+              cpu_s=[round(c, 1) for c in cpu],
+              cores_steady=round(cores, 2),
               load_1min_before=round(load_before, 2),
               load_1min_after=round(os.getloadavg()[0], 2),
               projected_hours_nq_train_16_cores=round(hours, 2))
@@ -148,10 +165,15 @@ def benchmark(output_dir: str, pages: int = 128, small_pages: int = 16,
   reference = None
   for mode, num_workers, beam_args in runs:
     load = os.getloadavg()[0]
-    timed = [_run(mode, p, os.path.join(output_dir, f"{mode}-{n}"), args,
-                  beam_args) for p, n in zip(paths, sizes)]
+    timed, cpu = [], []
+    for p, n in zip(paths, sizes):
+      before = _cpu_seconds()
+      timed.append(_run(mode, p, os.path.join(output_dir, f"{mode}-{n}"),
+                        args, beam_args))
+      cpu.append(_cpu_seconds() - before)
     print(json.dumps(_report(mode, sizes, (timed[0][0], timed[1][0]),
-                             timed[1][1], load, num_workers, files)),
+                             timed[1][1], load, num_workers, files,
+                             (cpu[0], cpu[1]))),
           flush=True)
     examples = _examples(os.path.join(output_dir, f"{mode}-{pages}"))
     if reference is None:

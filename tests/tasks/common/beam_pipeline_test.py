@@ -205,9 +205,12 @@ def test_in_process_equals_single_process(case, tmp_path):
 # in-process above).
 @pytest.mark.slow
 def test_two_worker_processes_equal_single_process(built, tmp_path):
+  # Records spread over the workers (two files would each stay with one
+  # worker: the binary's test below).
   case = built("pretrain")
   out = str(tmp_path / "out")
-  beam_pipeline.run(case.task, case.files, out, TWO_WORKERS)
+  beam_pipeline.run(case.task, case.files, out, TWO_WORKERS,
+                    spread_records=True)
   _assert_same_outputs(case, out)
 
 
@@ -301,14 +304,24 @@ def test_shard_names_one_file_keeps_the_single_process_name():
       "nq-dev-00-00000-of-00002.tfrecord", "nq-dev-00-00001-of-00002.tfrecord"]
 
 
-@pytest.mark.parametrize("args,one", [
-    ([], True), (["--runner=DirectRunner"], True),
-    (["--direct_num_workers=2"], False),
-    (["--direct_num_workers=0"], False),  # 0: one worker per core
-    (["--runner=FlinkRunner"], False)])
-def test_records_spread_over_workers_unless_one_local_worker(args, one):
-  # With one worker the runner fuses reading and featurizing (no records
-  # encoded between them); the outputs are the same either way (the
-  # in-process and two-worker tests above).
+@pytest.mark.parametrize("args,units,spread", [
+    ([], 1, False), (["--runner=DirectRunner"], 1, False),
+    (["--direct_num_workers=2"], 1, True),
+    (["--direct_num_workers=2"], 2, False),
+    (["--direct_num_workers=3"], 2, True),
+    (["--runner=FlinkRunner"], 50, True)])
+def test_records_spread_only_where_a_local_worker_would_wait(args, units,
+                                                             spread):
+  # Unspread, the runner fuses reading and featurizing (no records encoded
+  # between them); the outputs are the same either way (the in-process and
+  # two-worker tests above run both).
   options = beam_pipeline.pipeline_options.PipelineOptions(args)
-  assert beam_pipeline.one_local_worker(options) is one
+  assert beam_pipeline.spreads_records(options, units) is spread
+
+
+def test_local_workers():
+  options = beam_pipeline.pipeline_options.PipelineOptions
+  assert beam_pipeline.local_workers(options([])) == 1
+  assert beam_pipeline.local_workers(options(  # 0: one worker per core
+      ["--direct_num_workers=0"])) == os.cpu_count()
+  assert beam_pipeline.local_workers(options(["--runner=FlinkRunner"])) is None
