@@ -5,8 +5,11 @@ number of workers, the same outputs.
   -> Reshuffle (spread uneven pages; not when every local worker has a
      file of its own: `spreads_records`)
   -> featurize (`RecordStep`, built once per worker in `DoFn.setup`)
-  -> count (`ExampleSink`) and serialize
-  -> shards: GroupByKey per output file, sorted, written to a work folder
+  -> count (`ExampleSink`), serialize, and write part files (`sorted_parts`:
+     one per bundle and output file, in the work folder)
+  -> shards: GroupByKey of the parts' names per output file, the parts
+     merged in key order into the file (the examples themselves never pass
+     through the runner's shuffle)
   -> stats: CombineGlobally of the per-bundle counts, to the work folder
   -> on success only: the stats JSONs, then every file moved to the output
      folder (a failed pipeline leaves the output folder as it was).
@@ -46,7 +49,7 @@ import pickle
 import sys
 import uuid
 import zlib
-from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional,
+from typing import (Any, Callable, Dict, Iterable, List, Optional,
                     Sequence, Tuple)
 
 from absl import app
@@ -58,6 +61,7 @@ from etc_realformer import cli
 from etc_realformer.errors import UserInputError
 from tasks.common import preprocessing
 from tasks.common import records
+from tasks.common import sorted_parts
 
 with contextlib.ExitStack() as _quiet:
   # Beam's import warns about cloud clients it does not need here (one line
@@ -73,6 +77,8 @@ with contextlib.ExitStack() as _quiet:
 _BATCH = 256
 # Where the pipeline leaves the combined counts for the driver.
 _STATES_FILE = "_pipeline_states.pkl"
+# The work folder's folder of part files (`sorted_parts`).
+_PARTS = "_parts"
 
 SortKey = Tuple[int, int, int]  # (read unit, record, example in record)
 
@@ -280,11 +286,14 @@ class _Read(beam.DoFn):
 
 
 class _Featurize(beam.DoFn):
-  """Records -> ("example", (file name, (sort key, bytes))) ... and, per
-  bundle, ("state", (group, GroupResult)) with the bundle's counts."""
+  """Records -> per bundle, ("part", (file name, (part file, in order)))
+  for each output file it wrote examples of (`sorted_parts`, in the work
+  folder's `_PARTS`), and ("state", (group, GroupResult)) with its
+  counts."""
 
-  def __init__(self, task: PipelineTask):
+  def __init__(self, task: PipelineTask, work_dir: str):
     self.task = task
+    self.parts_dir = os.path.join(work_dir, _PARTS)
 
   def setup(self):
     self.featurizer = self.task.make_featurizer()
@@ -293,6 +302,7 @@ class _Featurize(beam.DoFn):
   def start_bundle(self):
     self.results: Dict[str, GroupResult] = {}
     self.pending: List[Tuple[int, int, Any, Any]] = []
+    self.parts: Dict[str, sorted_parts.PartWriter] = {}
 
   def _step(self, unit) -> preprocessing.RecordStep:
     key = repr(unit)
@@ -306,25 +316,37 @@ class _Featurize(beam.DoFn):
     # A step that featurizes one record at a time gains nothing by waiting.
     batched = type(step).process_all is not preprocessing.RecordStep.process_all
     if not batched or len(self.pending) >= _BATCH:
-      yield from self._flush()
+      self._flush()
 
   def finish_bundle(self):
-    for output in self._flush():
-      yield beam_window.GlobalWindows.windowed_value(output)
+    self._flush()
+    for name, part in self.parts.items():
+      part.close()
+      yield beam_window.GlobalWindows.windowed_value(
+          ("part", (name, (part.path, part.in_order))))
     for group, result in self.results.items():
       result.sink.files = None  # The examples went out; only counts remain.
       yield beam_window.GlobalWindows.windowed_value(("state",
                                                       (group, result)))
 
-  def _flush(self) -> Iterator[Tuple[str, Any]]:
+  def _flush(self) -> None:
     by_unit: Dict[str, List[Tuple[int, int, Any, Any]]] = {}
     for element in self.pending:
       by_unit.setdefault(repr(element[2]), []).append(element)
     self.pending = []
     for elements in by_unit.values():
-      yield from self._featurize(elements)
+      self._featurize(elements)
 
-  def _featurize(self, elements) -> Iterator[Tuple[str, Any]]:
+  def _part(self, name: str) -> sorted_parts.PartWriter:
+    """The bundle's part file of output file `name` (a unique name: a
+    retried bundle's parts are never merged)."""
+    if name not in self.parts:
+      tf.io.gfile.makedirs(self.parts_dir)
+      self.parts[name] = sorted_parts.PartWriter(os.path.join(
+          self.parts_dir, f"{name}.{uuid.uuid4().hex}"))
+    return self.parts[name]
+
+  def _featurize(self, elements) -> None:
     unit = elements[0][2]
     group = self.task.group_of(unit)
     result = self.results.get(group)
@@ -343,7 +365,7 @@ class _Featurize(beam.DoFn):
       sink.add(record, outcome)
       for j, (split, serialized) in enumerate(sink.files.items):
         key = (index, number, j)
-        yield "example", (shard_of(outputs[split], key), (key, serialized))
+        self._part(shard_of(outputs[split], key)).write(key, serialized)
       sink.files.items = []
 
 
@@ -356,17 +378,15 @@ def shard_of(names: Sequence[str], key: SortKey) -> str:
 
 
 class _WriteShard(beam.DoFn):
-  """(file name, [(sort key, bytes)]) -> the file in the work folder, in
-  key order."""
+  """(file name, [(part file, in order)]) -> the file in the work folder,
+  the parts' examples merged in key order (the parts removed)."""
 
   def __init__(self, work_dir: str):
     self.work_dir = work_dir
 
   def process(self, element):
-    name, keyed = element
-    with tf.io.TFRecordWriter(os.path.join(self.work_dir, name)) as writer:
-      for _, serialized in sorted(keyed, key=lambda kv: kv[0]):
-        writer.write(serialized)
+    name, parts = element
+    sorted_parts.merge(sorted(parts), os.path.join(self.work_dir, name))
     yield name
 
 
@@ -421,10 +441,11 @@ def build(p: beam.Pipeline, task: PipelineTask, files: Sequence[str],
               | "RecordValues" >> beam.Map(lambda kv: kv[1]))
   if spread_records:
     records_ = records_ | "SpreadRecords" >> beam.Reshuffle()
-  featurized = records_ | "Featurize" >> beam.ParDo(_Featurize(task))
+  featurized = records_ | "Featurize" >> beam.ParDo(
+      _Featurize(task, work_dir))
   _ = (featurized
-       | "Examples" >> beam.Filter(lambda kv: kv[0] == "example")
-       | "ExampleValues" >> beam.Map(lambda kv: kv[1])
+       | "Parts" >> beam.Filter(lambda kv: kv[0] == "part")
+       | "PartValues" >> beam.Map(lambda kv: kv[1])
        | "ByShard" >> beam.GroupByKey()
        | "WriteShards" >> beam.ParDo(_WriteShard(work_dir)))
   _ = ((read, featurized)
@@ -463,6 +484,9 @@ def run(task: PipelineTask, files: Sequence[str], output_dir: str,
     with tf.io.gfile.GFile(os.path.join(work_dir, _STATES_FILE), "rb") as f:
       results: Dict[str, GroupResult] = pickle.loads(f.read())
     tf.io.gfile.remove(os.path.join(work_dir, _STATES_FILE))
+    if tf.io.gfile.exists(os.path.join(work_dir, _PARTS)):
+      # Parts of bundles a runner retried: their outputs were not used.
+      tf.io.gfile.rmtree(os.path.join(work_dir, _PARTS))
     for group in results:
       _complete(task, featurizer, group, results[group], work_dir, output_dir)
     _check(task, results)
