@@ -448,9 +448,12 @@ def build(p: beam.Pipeline, task: PipelineTask, files: Sequence[str],
        | "PartValues" >> beam.Map(lambda kv: kv[1])
        | "ByShard" >> beam.GroupByKey()
        | "WriteShards" >> beam.ParDo(_WriteShard(work_dir)))
-  _ = ((read, featurized)
-       | "AllOutputs" >> beam.Flatten()
-       | "States" >> beam.Filter(lambda kv: kv[0] == "state")
+  is_state = lambda kv: kv[0] == "state"
+  # Each side's states are picked out before the two meet: a Flatten of
+  # `read` itself would encode every parsed record to feed it.
+  _ = ((read | "ReaderStates" >> beam.Filter(is_state),
+        featurized | "FeaturizerStates" >> beam.Filter(is_state))
+       | "States" >> beam.Flatten()
        | "StateValues" >> beam.Map(lambda kv: kv[1])
        | "Combine" >> beam.CombineGlobally(_MergeResults())
        | "SaveStates" >> beam.Map(_save_states, work_dir))
