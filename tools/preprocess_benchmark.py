@@ -16,15 +16,18 @@ one worker), then featurizes them with the NQ defaults (long 4096, global
 - `beam-N`: `--direct_num_workers=N --direct_running_mode=multi_processing`.
 
 each over `--small_pages` and over `--pages` pages, after one
-unmeasured warm-up run. Each mode prints one JSON line: pages, windows,
+unmeasured warm-up run; with `--repeats=N` the modes take turns N times
+and the seconds reported are the medians (this host's spread between runs
+is larger than the differences measured). Each mode prints one JSON line:
+pages, windows,
 seconds of both runs (wall, from the call to its return: the featurizer
 and, for Beam, the worker processes' start included), the wall rate of the
 large run, the steady rate ((pages - small_pages) / (seconds difference):
 fixed start-up costs cancel), the CPU seconds of both runs (this process
 and its worker processes) and the steady cores (the CPU seconds of the
-extra pages over their wall seconds), the host's 1-minute load before and
-after (`os.getloadavg`), and the projected hours for NQ's 307,373 training pages
-on 16 cores at the steady rate per worker (linear scaling assumed: the
+extra pages over their wall seconds), the host's 1-minute load before the
+mode's first run and at the end (`os.getloadavg`), and the projected hours
+for NQ's 307,373 training pages on 16 cores at the steady rate per worker (linear scaling assumed: the
 pages are independent). The outputs of every mode are checked to be the
 same examples.
 """
@@ -36,6 +39,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -66,6 +70,8 @@ def define_flags() -> None:
   flags.DEFINE_integer("small_pages", 16,
                        "Pages of the small run (start-up costs: the steady "
                        "rate is the difference to --pages).")
+  flags.DEFINE_integer("repeats", 1,
+                       "Runs of every mode (taking turns); medians reported.")
   flags.DEFINE_integer("files", 1,
                        "Input files the pages of each run are split over "
                        "(consecutive pages per file).")
@@ -145,9 +151,12 @@ def _report(mode: str, pages: Tuple[int, int], seconds: Tuple[float, float],
 
 def benchmark(output_dir: str, pages: int = 128, small_pages: int = 16,
               num_filler: int = 450, workers: Sequence[int] = (1, 2),
-              inprocess: bool = True, files: int = 1) -> None:
+              inprocess: bool = True, files: int = 1,
+              repeats: int = 1) -> None:
   """Prints a JSON line per mode (module docstring); `output_dir` is
-  replaced."""
+  replaced. With `repeats` > 1 every mode runs that many times, the modes
+  taking turns (a slow minute of the host then falls on all of them), and
+  each line reports the median seconds and CPU seconds of its runs."""
   shutil.rmtree(output_dir, ignore_errors=True)
   sizes = (small_pages, pages)
   paths = [_write_pages(os.path.join(output_dir, f"in{n}"), n, num_filler,
@@ -162,31 +171,41 @@ def benchmark(output_dir: str, pages: int = 128, small_pages: int = 16,
                                   "--direct_running_mode=multi_processing"]))
   # This process's TF warm-up, outside every measured run.
   _run("warmup", paths[0], os.path.join(output_dir, "warmup"), args, None)
+  # mode -> [(seconds, windows, cpu seconds) of the small and large runs].
+  measured = collections.defaultdict(list)
+  loads = {}
   reference = None
-  for mode, num_workers, beam_args in runs:
-    load = os.getloadavg()[0]
-    timed, cpu = [], []
-    for p, n in zip(paths, sizes):
-      before = _cpu_seconds()
-      timed.append(_run(mode, p, os.path.join(output_dir, f"{mode}-{n}"),
-                        args, beam_args))
-      cpu.append(_cpu_seconds() - before)
-    print(json.dumps(_report(mode, sizes, (timed[0][0], timed[1][0]),
-                             timed[1][1], load, num_workers, files,
-                             (cpu[0], cpu[1]))),
-          flush=True)
-    examples = _examples(os.path.join(output_dir, f"{mode}-{pages}"))
-    if reference is None:
-      reference = examples
-    elif examples != reference:
-      raise SystemExit(f"{mode}: outputs differ from the single process's")
+  for _ in range(repeats):
+    for mode, _, beam_args in runs:
+      loads.setdefault(mode, os.getloadavg()[0])
+      for p, n in zip(paths, sizes):
+        out = os.path.join(output_dir, f"{mode}-{n}")
+        shutil.rmtree(out, ignore_errors=True)
+        before = _cpu_seconds()
+        seconds, windows = _run(mode, p, out, args, beam_args)
+        measured[mode].append((seconds, windows, _cpu_seconds() - before))
+      examples = _examples(os.path.join(output_dir, f"{mode}-{pages}"))
+      if reference is None:
+        reference = examples
+      elif examples != reference:
+        raise SystemExit(f"{mode}: outputs differ from the single process's")
+  for mode, num_workers, _ in runs:
+    small, large = measured[mode][0::2], measured[mode][1::2]
+    median = lambda runs, i: statistics.median(r[i] for r in runs)
+    report = _report(mode, sizes, (median(small, 0), median(large, 0)),
+                     large[0][1], loads[mode], num_workers, files,
+                     (median(small, 2), median(large, 2)))
+    if repeats > 1:
+      report["seconds_each"] = [[round(s[0], 1), round(l[0], 1)]
+                                for s, l in zip(small, large)]
+    print(json.dumps(report), flush=True)
 
 
 def main(argv: List[str]) -> None:
   del argv  # Unused.
   f = flags.FLAGS
   benchmark(f.output_dir, f.pages, f.small_pages, f.num_filler,
-            [int(w) for w in f.workers], f.inprocess, f.files)
+            [int(w) for w in f.workers], f.inprocess, f.files, f.repeats)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,8 @@ def _fake_modes(monkeypatch, differing_mode=None):
     with tf.io.TFRecordWriter(os.path.join(out, "dev.tfrecord")) as w:
       for page in range(pages):
         w.write(f"{page}{'x' if mode == differing_mode else ''}".encode())
+    if mode == "single":  # 1 page per second, after 1, 2 or 3 s.
+      return 1.0 + (len(calls) // 2 % 3) + pages, 2 * pages
     return 1.0 + pages, 2 * pages
 
   def write_pages(directory, pages, num_filler, files):
@@ -78,6 +80,18 @@ def test_pages_split_over_files(tmp_path, monkeypatch, capsys):
   lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
   assert all(len(c[1]) == 2 for c in calls)
   assert all(r["files"] == 2 and r["windows"] == 6 for r in lines)
+
+
+def test_repeats_take_turns_and_report_medians(tmp_path, monkeypatch,
+                                               capsys):
+  calls = _fake_modes(monkeypatch)
+  _main(tmp_path, workers=[2], inprocess=False, repeats=3)
+  assert [c[0] for c in calls[1::2]] == ["single", "beam-2"] * 3
+  single, beam = [json.loads(line)
+                  for line in capsys.readouterr().out.splitlines()]
+  assert len(single["seconds_each"]) == 3
+  assert single["seconds"] == [3.0, 5.0]  # the medians of 2-4 and 4-6 s
+  assert beam["pages_per_s_steady"] == pytest.approx(1.0)
 
 
 def test_write_pages_keeps_every_page_in_order(tmp_path):
