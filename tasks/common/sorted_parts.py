@@ -5,7 +5,7 @@ The Beam pipeline's workers write the serialized examples they featurize
 into part files of their own (one per bundle and output shard) and hand on
 only the parts' names; the step that writes a shard merges its parts by
 sort key. The examples then never pass through the runner's shuffle: on NQ
-pages, shipping them there cost about a fifth of the throughput
+pages, shipping them there cost about a third of the throughput
 (docs/preprocessing.md).
 
 A part is a TFRecord file whose records are the key (three big-endian

@@ -198,19 +198,20 @@ def test_in_process_equals_single_process(case, tmp_path):
   assert os.listdir(tmp_path) == ["out"]  # No work folder left behind.
 
 
-# Worker processes start TensorFlow each (tens of seconds): one run per
-# way the pipeline groups its work. Pre-training is the one group over all
-# files; NQ's binary below stands for the tasks with one output per input
-# file (WikiHop, HotpotQA and OpenKP take the same FileTask path,
-# in-process above).
+# Worker processes start TensorFlow each (~10 s). Two files on two
+# workers: each worker reads and featurizes a file of its own; pre-training
+# (one group over all files) also with its records spread over both. NQ
+# runs through its binary below.
 @pytest.mark.slow
-def test_two_worker_processes_equal_single_process(built, tmp_path):
-  # Records spread over the workers (two files would each stay with one
-  # worker: the binary's test below).
-  case = built("pretrain")
+@pytest.mark.parametrize("name,spread", [
+    ("wikihop", None), ("hotpotqa", None), ("openkp", None),
+    ("pretrain", True)])
+def test_two_worker_processes_equal_single_process(built, tmp_path, name,
+                                                   spread):
+  case = built(name)
   out = str(tmp_path / "out")
   beam_pipeline.run(case.task, case.files, out, TWO_WORKERS,
-                    spread_records=True)
+                    spread_records=spread)
   _assert_same_outputs(case, out)
 
 
