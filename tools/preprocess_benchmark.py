@@ -27,8 +27,8 @@ fixed start-up costs cancel), the CPU seconds of both runs (this process
 and its worker processes) and the steady cores (the CPU seconds of the
 extra pages over their wall seconds), the host's 1-minute load before the
 mode's first run and at the end (`os.getloadavg`), and the projected hours
-for NQ's 307,373 training pages on 16 cores at the steady rate per worker (linear scaling assumed: the
-pages are independent). The outputs of every mode are checked to be the
+for NQ's 307,373 training pages on 16 cores at the steady rate per worker
+(linear scaling assumed: the pages are independent). The outputs of every mode are checked to be the
 same examples.
 """
 
@@ -191,7 +191,7 @@ def benchmark(output_dir: str, pages: int = 128, small_pages: int = 16,
         raise SystemExit(f"{mode}: outputs differ from the single process's")
   for mode, num_workers, _ in runs:
     small, large = measured[mode][0::2], measured[mode][1::2]
-    median = lambda runs, i: statistics.median(r[i] for r in runs)
+    median = lambda timed, i: statistics.median(t[i] for t in timed)
     report = _report(mode, sizes, (median(small, 0), median(large, 0)),
                      large[0][1], loads[mode], num_workers, files,
                      (median(small, 2), median(large, 2)))

@@ -96,9 +96,9 @@ def test_repeats_take_turns_and_report_medians(tmp_path, monkeypatch,
 
 def test_write_pages_keeps_every_page_in_order(tmp_path):
   import gzip  # pylint: disable=g-import-not-at-top
-  whole = bench._write_pages(str(tmp_path / "one"), 5, num_filler=1)  # pylint: disable=protected-access
-  split = bench._write_pages(str(tmp_path / "three"), 5, num_filler=1,  # pylint: disable=protected-access
-                             files=3)
+  write_pages = bench._write_pages  # pylint: disable=protected-access
+  whole = write_pages(str(tmp_path / "one"), 5, num_filler=1)
+  split = write_pages(str(tmp_path / "three"), 5, num_filler=1, files=3)
   assert len(whole) == 1 and len(split) == 3
   read = lambda paths: [line for p in paths for line in gzip.open(p)]
   assert [len(read([p])) for p in split] == [1, 2, 2]
