@@ -1,49 +1,58 @@
 """Triton kernels of the fused global-local attention core, per query side.
 
-The long side's forward pass: for each query i of the blocked band layout
-(`docs/design.md`, "The four patterns and their layouts"; b = r + 1, query
-block k = i // b) one softmax over
+A side's forward pass (`side_forward`): for each query i one softmax over
+its two patterns' keys (`attention_core`, "The four patterns"):
 
-  l2l  the band: padded key rows k*b .. k*b + 3b - 1 (blocks k-1, k, k+1;
-       `blocking.padded_blocks`), band column c = row - k*b
-  l2g  the G global keys
+  first   BAND: the l2l band, padded key rows k*b .. k*b + 3b - 1 (blocks
+          k-1, k, k+1 of query block k = i // b; `blocking.padded_blocks`),
+          band column c = row - k*b; else dense over K1 keys (g2g, or l2l
+          on the full path)
+  second  dense over K2 keys (l2g: the G global keys; g2l: the L long keys)
 
-with scores q.k (q pre-scaled) + the relative score per_id[i, id] (the
-unmasked keys) or -10000 (the masked ones), and the context sum_p P_p.V_p,
-all on chip:
-scores, relative terms, masks and the softmax's statistics never leave the
-kernel. The relative scores of a tile's queries for every id ([BM, R], R
-about 32) are loaded once and picked per key in registers (`tl.gather`),
-not read per key from memory. It writes the context and the row statistic lse = max + log(sum)
-(float32) that a backward pass recomputes the probabilities from.
+with, per score, q.k (q pre-scaled) + the relative score per_id[i, id];
+RealFormer's rule on the carried patterns (the previous layers' running
+sum added, the new sum written out, the logit scaled for the running
+mean); -10000 on the masked keys; one online softmax (float32 statistics);
+the probabilities' hash dropout (`dropout.row_keep_mask`, rng='hash': the
+same keep decisions as the XLA path); and the context sum_p P_p.V_p. Scores,
+relative terms, masks, softmax statistics and dropout decisions never
+leave the kernel; it writes the context, the row statistic
+lse = max + log(sum) (float32, what a backward pass recomputes the
+probabilities from) and, for the carried patterns it emits, the new
+running sums.
 
-Masks and relative ids come as one int8 code per (query, key): -1 where
-the key is masked, else its relative id (0 without relative ids), in the
-band layout for l2l (column c of query i is padded key row k*b + c) and
-[Lp, G] for l2g (`fused_attention.attention_codes`): a byte per score where
-the XLA path reads a float32 adder and an int32 id. A masked key's score is
-q.k - 10000, as the XLA path's q.k + rel - 10000 rounds to the same
-probability (zero, in float32, beside any unmasked key; a query without an
-unmasked key is not valid and gets zeros).
+Masks and relative ids come as one int8 code per score (`reference.codes`):
+>= 0 an unmasked key's id (0 without ids), -1 - id a masked key's, -128 a
+masked key without a relative term (band columns outside the window): a
+byte per score where the XLA path reads a float32 adder and an int32 id,
+and a masked score keeps its relative term, so the running sums equal the
+XLA path's everywhere.
 
 This module imports Triton alone (no TensorFlow, no package import), so the
 build tool loads it by path on a machine that has only Triton
 (`tools/build_kernels.py`), and the tests run it under Triton's interpreter
 (`TRITON_INTERPRET=1`, set before this module is imported).
 
-Layouts (all contiguous; T is float32, bfloat16 or float16):
+Layouts (all contiguous; T is float32, bfloat16 or float16; S, the running
+sums', float32 or T):
 
-  q          <T>[B, H, Lp, D]        pre-scaled queries, Lp = nb * b
-  k_band     <T>[B, H, Lp + 2b, D]   padded key blocks; v_band the same
-  k_global   <T>[B, H, G, D]         global keys; v_global the same
-  per_id     <f32>[B, Lp, R, H]      relative scores per id (the layout
-                                     `relative_table.scores_per_id` makes)
-  codes_band <i8>[B, Lp, Wb]         l2l codes, band layout; Wb >= 3b (rows
-                                     padded to 16 bytes)
-  codes_global <i8>[B, Lp, G]        l2g codes
-  valid      <f32>[B, Lp]            1 where the query has a key, else 0
-  ctx        <T>[B, H, Lp, D]        the context (0 where not valid)
-  lse        <f32>[B, H, Lp]         max + log(sum) of the row's exponentials
+  q        <T>[B, H, N, D]      pre-scaled queries (band: N = Lp = nb * b)
+  k1, v1   <T>[B, H, N + 2b, D] band: padded key blocks
+           <T>[B, H, K1, D]     dense
+  k2, v2   <T>[B, H, K2, D]
+  per_id   <f32>[B, N, R, H]    relative scores per id (the layout
+                                `relative_table.scores_per_id` makes)
+  codes1   <i8>[B, N, W1]       band: W1 >= 3b (rows padded to 16 bytes);
+                                dense: W1 = K1
+  codes2   <i8>[B, N, K2]
+  valid    <f32>[B, N]          1 where the query has a key, else 0
+  prev1    <S>[B, H, N, C1]     the previous running sum (C1 = 3b or K1)
+  prev2    <S>[B, H, N, K2]
+  seeds    <i32>[4]             the folded dropout seed of each pattern
+  ctx      <T>[B, H, N, D]      the context (0 where not valid)
+  lse      <f32>[B, H, N]       max + log(sum) of the row's exponentials
+  new1     <S>[B, H, N, C1]     the new running sums (emitted patterns)
+  new2     <S>[B, H, N, K2]
 """
 
 import os
@@ -59,9 +68,8 @@ BLOCK_M = 64
 BLOCK_N = 64
 NUM_WARPS = 4
 NUM_STAGES = 2
-# Measured on an H200 (docs/benchmarks.md, "Fused kernels"): loading each
-# relative score from its row (cached) beat `tl.gather` from registers.
-PICK_IN_REGISTERS = False
+# The code of a masked score without a relative term.
+NO_ID = tl.constexpr(-128)
 
 # Triton 3.9's interpreter multiplies bfloat16 operands of `tl.dot` wrongly
 # (errors of 1e10 on unit-scale inputs; float16 and float32 are right), so
@@ -99,130 +107,424 @@ def _context(p, vt, IEEE: tl.constexpr):
 
 
 @triton.jit
-def _pick(table, per_id, id_rows, num_ids, num_heads, head, rel_id, ok,
-          PICK_IN_REGISTERS: tl.constexpr):
-  """per_id[row, rel_id, head] where `ok`, else 0: [BM, BN] (`id_rows`:
-  the rows' indices in per_id's [B * Lp] rows)."""
-  if PICK_IN_REGISTERS:
-    picked = tl.where(ok, tl.gather(table, rel_id, axis=1), 0.0)
-  else:
-    picked = tl.load(per_id + (id_rows[:, None] * num_ids + rel_id) * num_heads
-                     + head, mask=ok, other=0.0)
-  return picked
+def _mix32(x):
+  """`dropout._mix32` (lowbias32) on uint32 values."""
+  x ^= x >> 16
+  x *= tl.full([], 0x21F0AAAD, tl.uint32)
+  x ^= x >> 15
+  x *= tl.full([], 0xD35A2D97, tl.uint32)
+  x ^= x >> 15
+  return x
 
 
 @triton.jit
-def _online_softmax(s, vt, m_i, l_i, acc, IEEE: tl.constexpr):
+def _keep(row_index, cols, width, seeds, pattern: tl.constexpr,
+          keep_threshold):
+  """The hash dropout's keep decisions of a [BM, BN] tile: element
+  row_index * width + col of the pattern's rows-first layout
+  (`dropout.row_major_index`), hashed with the pattern's folded seed."""
+  k0 = tl.load(seeds + 2 * pattern).to(tl.uint32, bitcast=True)
+  k1 = tl.load(seeds + 2 * pattern + 1).to(tl.uint32, bitcast=True)
+  index = (row_index[:, None] * width.to(tl.uint32) +
+           cols.to(tl.uint32) + k0)
+  bits = _mix32(_mix32(index) ^ k1)
+  return (bits >> 16) >= keep_threshold.to(tl.uint32)
+
+
+@triton.jit
+def _row_index(rows, batch, head, batch_size, num_heads, num_rows, block_len,
+               BAND: tl.constexpr, BY_ROWS: tl.constexpr):
+  """The rows' part of the dropout index (`dropout.row_major_index`):
+  rows first in row blocks (b queries on the band side, else 1), or
+  row-major over [B, H, N, K]; uint32 [BM]."""
+  if BY_ROWS:
+    row_block = block_len if BAND else 1
+    block = rows // row_block
+    index = (((block * batch_size + batch) * num_heads + head) * row_block
+             + rows - block * row_block)
+  else:
+    index = (batch * num_heads + head) * num_rows + rows
+  return index.to(tl.uint32)
+
+
+@triton.jit
+def _logits(s, code, cell, per_id, flat_rows, num_ids, num_heads, head,
+            prev, new, stream_offsets, scale, HAS_IDS: tl.constexpr,
+            READ: tl.constexpr, WRITE: tl.constexpr):
+  """The logits of a [BM, BN] tile of scores q.k: + the relative score,
+  RealFormer's rule (+ prev, new written, * scale), - 10000 where masked;
+  -inf where the key is not the query's (`cell` false: outside its band,
+  or past the end)."""
+  masked = code < 0
+  if HAS_IDS:
+    rel_id = tl.where(masked, -1 - code, code)
+    s += tl.load(per_id + (flat_rows[:, None] * num_ids + rel_id) * num_heads
+                 + head, mask=cell & (code != NO_ID), other=0.0)
+  if READ:
+    s += tl.load(prev + stream_offsets, mask=cell, other=0.0).to(tl.float32)
+  if WRITE:
+    tl.store(new + stream_offsets, s.to(new.dtype.element_ty), mask=cell)
+  s = s * scale  # 1 unless the pattern's running mean divides it
+  s = tl.where(masked, s - 10000.0, s)
+  return tl.where(cell, s, float("-inf"))
+
+
+@triton.jit
+def _online_softmax(s, vt, keep, m_i, l_i, acc, IEEE: tl.constexpr,
+                    DROPOUT: tl.constexpr):
   """One key tile into the running softmax: logits s [BM, BN], values
-  [BN, D]; returns the new (max, sum, context) of each row."""
+  [BN, D], keep decisions; returns the new (max, sum, context) of each row
+  (the sum over every key, the context over the kept ones)."""
   m_new = tl.maximum(m_i, tl.max(s, 1))
   alpha = tl.exp(m_i - m_new)
   p = tl.exp(s - m_new[:, None])
   l_i = l_i * alpha + tl.sum(p, 1)
+  if DROPOUT:
+    p = tl.where(keep, p, 0.0)
   acc = acc * alpha[:, None] + _context(p, vt, IEEE)
   return m_new, l_i, acc
 
 
 @triton.jit
-def _masked(s, code, present, table, per_id, flat_rows, num_ids, num_heads,
-            head, HAS_IDS: tl.constexpr, PICK_IN_REGISTERS: tl.constexpr):
-  """The logits of a [BM, BN] tile: s + the relative score where the code
-  is an id, s - 10000 where it is -1 (masked), -inf where the key is not
-  the query's (`present` false: outside its band, or past the end)."""
-  keep = code >= 0
-  if HAS_IDS:
-    s += _pick(table, per_id, flat_rows, num_ids, num_heads, head,
-               tl.maximum(code, 0), present & keep, PICK_IN_REGISTERS)
-  s = tl.where(keep, s, s - 10000.0)
-  return tl.where(present, s, float("-inf"))
-
-
-@triton.jit
-def long_side_forward(q, k_band, v_band, k_global, v_global, per_id,
-                      codes_band, codes_global, valid,
-                      ctx, lse, num_heads, padded_len, global_len,
-                      num_ids, block_len, band_stride,
-                      D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-                      R: tl.constexpr, HAS_IDS: tl.constexpr,
-                      IEEE: tl.constexpr, PICK_IN_REGISTERS: tl.constexpr):
+def side_forward(q, k1, v1, k2, v2, per_id, codes1, codes2, valid, prev1,
+                 prev2, seeds, ctx, lse, new1, new2,
+                 batch_size, num_heads, num_rows, first_len, second_len,
+                 num_ids, block_len, codes1_stride, keep_threshold,
+                 gain, scale1, scale2,
+                 D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                 R: tl.constexpr, BAND: tl.constexpr, HAS_IDS: tl.constexpr,
+                 READ1: tl.constexpr, READ2: tl.constexpr,
+                 WRITE1: tl.constexpr, WRITE2: tl.constexpr,
+                 DROPOUT: tl.constexpr, BY_ROWS: tl.constexpr,
+                 IEEE: tl.constexpr):
   """One program: BM query rows of one (batch, head); grid
-  (cdiv(Lp, BM), B * H). R: num_ids rounded up to a power of two.
-  PICK_IN_REGISTERS: pick the relative scores from the tile's [BM, R] table
-  with `tl.gather`; else load each from per_id's row (a cached read of the
-  row's R values)."""
+  (cdiv(N, BM), B * H).
+
+  first_len: the rows of k1 (band: N + 2b; dense: K1). R: num_ids rounded
+  up to a power of two. READ/WRITE: the pattern's previous running sum is
+  read / its new one written (a carried pattern; scale: 1, or 1 / layers
+  with the running mean). DROPOUT: keep_threshold and gain apply
+  (`dropout.keep_threshold`, `keep_gain`); BY_ROWS: the dropout index is
+  laid out rows first (row blocks of b queries on the band side), else
+  row-major over [B, H, N, K].
+  """
   pid_m = tl.program_id(0)
   bh = tl.program_id(1)
   batch = bh // num_heads
   head = bh % num_heads
-  band_width = 3 * block_len
   rows = pid_m * BM + tl.arange(0, BM)
-  row_ok = rows < padded_len
+  row_ok = rows < num_rows
   d = tl.arange(0, D)
   # Offsets in int32 (64-bit index math on every [BM, BN] element costs
   # time): the handlers refuse operands of 2^31 elements or more.
-  flat_rows = batch * padded_len + rows
-  head_rows = bh * padded_len
-  qt = tl.load(q + (head_rows + rows)[:, None] * D + d[None, :],
+  flat_rows = batch * num_rows + rows  # rows of [B, N, ...]
+  head_rows = bh * num_rows + rows  # rows of [B, H, N, ...]
+  qt = tl.load(q + head_rows[:, None] * D + d[None, :],
                mask=row_ok[:, None], other=0.0)
-  band_start = (rows // block_len) * block_len  # first padded key row
-  if HAS_IDS and PICK_IN_REGISTERS:  # The tile's scores per id: [BM, R].
-    r = tl.arange(0, R)
-    table = tl.load(per_id + (flat_rows[:, None] * num_ids + r[None, :])
-                    * num_heads + head,
-                    mask=row_ok[:, None] & (r[None, :] < num_ids), other=0.0)
-  else:
-    table = tl.zeros([BM, R], tl.float32)  # unused
+  row_index = _row_index(rows, batch, head, batch_size, num_heads,
+                         num_rows, block_len, BAND, BY_ROWS)
 
   m_i = tl.full([BM], -1e30, tl.float32)  # finite: exp(-inf - -inf) is NaN
   l_i = tl.zeros([BM], tl.float32)
   acc = tl.zeros([BM, D], tl.float32)
+  keep = tl.full([BM, BN], True, tl.int1)
 
-  # l2l: the key rows of every band this tile touches.
-  last_row = tl.minimum(pid_m * BM + BM, padded_len) - 1
-  first_key = ((pid_m * BM) // block_len) * block_len
-  stop_key = (last_row // block_len) * block_len + band_width
-  band_rows = bh * (padded_len + 2 * block_len)
-  for n0 in range(first_key, stop_key, BN):
+  # The first pattern.
+  if BAND:
+    width1 = 3 * block_len
+    band_start = (rows // block_len) * block_len  # first padded key row
+    last_row = tl.minimum(pid_m * BM + BM, num_rows) - 1
+    start1 = ((pid_m * BM) // block_len) * block_len
+    stop1 = (last_row // block_len) * block_len + width1
+  else:
+    width1 = first_len
+    band_start = rows * 0
+    start1 = 0
+    stop1 = first_len
+  for n0 in range(start1, stop1, BN):
     keys = n0 + tl.arange(0, BN)
-    key_ok = keys < stop_key
-    c = keys[None, :] - band_start[:, None]
-    in_band = (c >= 0) & (c < band_width) & row_ok[:, None] & key_ok[None, :]
-    kt = tl.load(k_band + (band_rows + keys)[:, None] * D + d[None, :],
+    key_ok = keys < stop1
+    c = keys[None, :] - band_start[:, None]  # the score's column
+    cell = (c >= 0) & (c < width1) & row_ok[:, None] & key_ok[None, :]
+    kt = tl.load(k1 + (bh * first_len + keys)[:, None] * D + d[None, :],
                  mask=key_ok[:, None], other=0.0)
     s = _scores(qt, kt, IEEE)
-    code = tl.load(codes_band + flat_rows[:, None] * band_stride + c,
-                   mask=in_band, other=-1).to(tl.int32)
-    s = _masked(s, code, in_band, table, per_id, flat_rows, num_ids,
-                num_heads, head, HAS_IDS, PICK_IN_REGISTERS)
-    vt = tl.load(v_band + (band_rows + keys)[:, None] * D + d[None, :],
+    code = tl.load(codes1 + flat_rows[:, None] * codes1_stride + c,
+                   mask=cell, other=NO_ID).to(tl.int32)
+    s = _logits(s, code, cell, per_id, flat_rows, num_ids, num_heads, head,
+                prev1, new1, head_rows[:, None] * width1 + c, scale1,
+                HAS_IDS, READ1, WRITE1)
+    if DROPOUT:
+      keep = _keep(row_index, c, width1, seeds, 0, keep_threshold)
+    vt = tl.load(v1 + (bh * first_len + keys)[:, None] * D + d[None, :],
                  mask=key_ok[:, None], other=0.0)
-    m_i, l_i, acc = _online_softmax(s, vt, m_i, l_i, acc, IEEE)
+    m_i, l_i, acc = _online_softmax(s, vt, keep, m_i, l_i, acc, IEEE,
+                                    DROPOUT)
 
-  # l2g: every global key.
-  global_rows = bh * global_len
-  for g0 in range(0, global_len, BN):
-    keys = g0 + tl.arange(0, BN)
-    key_ok = keys < global_len
-    cell_ok = row_ok[:, None] & key_ok[None, :]
-    kt = tl.load(k_global + (global_rows + keys)[:, None] * D + d[None, :],
+  # The second pattern: every key.
+  for n0 in range(0, second_len, BN):
+    keys = n0 + tl.arange(0, BN)
+    key_ok = keys < second_len
+    cell = row_ok[:, None] & key_ok[None, :]
+    kt = tl.load(k2 + (bh * second_len + keys)[:, None] * D + d[None, :],
                  mask=key_ok[:, None], other=0.0)
     s = _scores(qt, kt, IEEE)
-    code = tl.load(codes_global + flat_rows[:, None] * global_len
-                   + keys[None, :], mask=cell_ok, other=-1).to(tl.int32)
-    s = _masked(s, code, cell_ok, table, per_id, flat_rows, num_ids,
-                num_heads, head, HAS_IDS, PICK_IN_REGISTERS)
-    vt = tl.load(v_global + (global_rows + keys)[:, None] * D + d[None, :],
+    code = tl.load(codes2 + flat_rows[:, None] * second_len + keys[None, :],
+                   mask=cell, other=NO_ID).to(tl.int32)
+    s = _logits(s, code, cell, per_id, flat_rows, num_ids, num_heads, head,
+                prev2, new2, head_rows[:, None] * second_len + keys[None, :],
+                scale2, HAS_IDS, READ2, WRITE2)
+    if DROPOUT:
+      keep = _keep(row_index, keys[None, :], second_len, seeds, 1,
+                   keep_threshold)
+    vt = tl.load(v2 + (bh * second_len + keys)[:, None] * D + d[None, :],
                  mask=key_ok[:, None], other=0.0)
-    m_i, l_i, acc = _online_softmax(s, vt, m_i, l_i, acc, IEEE)
+    m_i, l_i, acc = _online_softmax(s, vt, keep, m_i, l_i, acc, IEEE,
+                                    DROPOUT)
 
   row_valid = tl.load(valid + flat_rows, mask=row_ok, other=0.0)
-  l_i = tl.where(row_ok, l_i, 1.0)  # rows past Lp (not stored) summed 0
+  l_i = tl.where(row_ok, l_i, 1.0)  # rows past N (not stored) summed 0
+  if DROPOUT:
+    row_valid *= gain
   out = acc * (row_valid / l_i)[:, None]
-  tl.store(ctx + (head_rows + rows)[:, None] * D + d[None, :],
+  tl.store(ctx + head_rows[:, None] * D + d[None, :],
            out.to(ctx.dtype.element_ty), mask=row_ok[:, None])
-  tl.store(lse + head_rows + rows, m_i + tl.log(l_i), mask=row_ok)
+  tl.store(lse + head_rows, m_i + tl.log(l_i), mask=row_ok)
 
 
-def long_side_grid(batch: int, num_heads: int, padded_len: int):
-  """The launch grid of `long_side_forward`."""
-  return (triton.cdiv(padded_len, BLOCK_M), batch * num_heads, 1)
+def side_grid(batch: int, num_heads: int, num_rows: int,
+              block_m: int = BLOCK_M):
+  """The launch grid of `side_forward`."""
+  return (triton.cdiv(num_rows, block_m), batch * num_heads, 1)
+
+
+# ------------------------------------------------------------ backward pass
+# Two kernels, as FlashAttention's: `side_backward_queries` over query tiles
+# (dq, the per-id scores' gradient, the previous sums' gradient, and the
+# rows' delta = dctx . ctx) and `side_backward_keys` over one pattern's key
+# tiles (dk, dv), each recomputing the probabilities from the saved lse.
+# Per score (`reference.side_backward`): dP = dctx . v through dropout's
+# mask and gain, dlogit = P (dP - delta), and the score's gradient
+# dlogit * scale + the emitted sum's incoming gradient (carried patterns),
+# which is also the previous sum's.
+
+
+@triton.jit
+def _tile_grads(qt, kt, vt, do, code, cell, per_id, flat_rows, num_ids,
+                num_heads, head, prev, dnew, stream_offsets, scale, lse_rows,
+                valid_rows, delta_rows, keep, gain, HAS_IDS: tl.constexpr,
+                READ: tl.constexpr, WRITE: tl.constexpr,
+                DROPOUT: tl.constexpr, IEEE: tl.constexpr):
+  """A [BM, BN] tile's (dropped probabilities, score gradients), float32."""
+  s = _logits(_scores(qt, kt, IEEE), code, cell, per_id, flat_rows, num_ids,
+              num_heads, head, prev, prev, stream_offsets, scale, HAS_IDS,
+              READ, False)
+  p = tl.exp(s - lse_rows[:, None]) * valid_rows[:, None]
+  dp = _scores(do, vt, IEEE)
+  if DROPOUT:
+    dp = tl.where(keep, dp * gain, 0.0)
+    dropped = tl.where(keep, p * gain, 0.0)
+  else:
+    dropped = p
+  ds = p * (dp - delta_rows[:, None]) * scale
+  if WRITE:
+    ds += tl.load(dnew + stream_offsets, mask=cell, other=0.0).to(tl.float32)
+  return dropped, tl.where(cell, ds, 0.0)
+
+
+@triton.jit
+def _id_sums(table, ds, code, cell, R: tl.constexpr):
+  """table [BM, R] += the score gradients of each relative id, per row.
+
+  A row's scores share ids (clipped distances), so the sums are a per-row
+  segmented reduction: one masked row sum per id, in registers (atomics on
+  the few hot ids of a row would serialize, and make the sums depend on
+  the order)."""
+  rel_id = tl.where(code < 0, -1 - code, code)
+  has = cell & (code != NO_ID)
+  r = tl.arange(0, R)
+  for index in tl.static_range(R):
+    col = tl.sum(tl.where(has & (rel_id == index), ds, 0.0), 1)
+    table = tl.where(r[None, :] == index, table + col[:, None], table)
+  return table
+
+
+@triton.jit
+def side_backward_queries(
+    q, k1, v1, k2, v2, per_id, codes1, codes2, valid, prev1, prev2, seeds,
+    ctx, lse, dctx, dnew1, dnew2, dq, dper_id, dprev1, dprev2, delta,
+    batch_size, num_heads, num_rows, first_len, second_len, num_ids,
+    block_len, codes1_stride, keep_threshold, gain, scale1, scale2,
+    D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, R: tl.constexpr,
+    BAND: tl.constexpr, HAS_IDS: tl.constexpr, READ1: tl.constexpr,
+    READ2: tl.constexpr, WRITE1: tl.constexpr, WRITE2: tl.constexpr,
+    DROPOUT: tl.constexpr, BY_ROWS: tl.constexpr, IEEE: tl.constexpr):
+  """One program: BM query rows of one (batch, head), as `side_forward`.
+
+  Reads the forward's inputs, its ctx and lse, and the gradients of ctx
+  and of the emitted sums (dnew, WRITE); writes dq <T>[B, H, N, D],
+  dper_id <f32>[B, N, R, H] (this head's column), the read sums' gradients
+  dprev (READ; their dtype) and delta <f32>[B, H, N] for
+  `side_backward_keys`.
+  """
+  pid_m = tl.program_id(0)
+  bh = tl.program_id(1)
+  batch = bh // num_heads
+  head = bh % num_heads
+  rows = pid_m * BM + tl.arange(0, BM)
+  row_ok = rows < num_rows
+  d = tl.arange(0, D)
+  flat_rows = batch * num_rows + rows
+  head_rows = bh * num_rows + rows
+  row_d = head_rows[:, None] * D + d[None, :]
+  qt = tl.load(q + row_d, mask=row_ok[:, None], other=0.0)
+  do = tl.load(dctx + row_d, mask=row_ok[:, None], other=0.0)
+  out = tl.load(ctx + row_d, mask=row_ok[:, None], other=0.0)
+  delta_rows = tl.sum(do.to(tl.float32) * out.to(tl.float32), 1)
+  tl.store(delta + head_rows, delta_rows, mask=row_ok)
+  lse_rows = tl.load(lse + head_rows, mask=row_ok, other=0.0)
+  valid_rows = tl.load(valid + flat_rows, mask=row_ok, other=0.0)
+  row_index = _row_index(rows, batch, head, batch_size, num_heads,
+                         num_rows, block_len, BAND, BY_ROWS)
+  dq_acc = tl.zeros([BM, D], tl.float32)
+  table = tl.zeros([BM, R], tl.float32)
+  keep = tl.full([BM, BN], True, tl.int1)
+
+  if BAND:
+    width1 = 3 * block_len
+    band_start = (rows // block_len) * block_len
+    last_row = tl.minimum(pid_m * BM + BM, num_rows) - 1
+    start1 = ((pid_m * BM) // block_len) * block_len
+    stop1 = (last_row // block_len) * block_len + width1
+  else:
+    width1 = first_len
+    band_start = rows * 0
+    start1 = 0
+    stop1 = first_len
+  for n0 in range(start1, stop1, BN):
+    keys = n0 + tl.arange(0, BN)
+    key_ok = keys < stop1
+    c = keys[None, :] - band_start[:, None]
+    cell = (c >= 0) & (c < width1) & row_ok[:, None] & key_ok[None, :]
+    key_d = (bh * first_len + keys)[:, None] * D + d[None, :]
+    kt = tl.load(k1 + key_d, mask=key_ok[:, None], other=0.0)
+    vt = tl.load(v1 + key_d, mask=key_ok[:, None], other=0.0)
+    code = tl.load(codes1 + flat_rows[:, None] * codes1_stride + c,
+                   mask=cell, other=NO_ID).to(tl.int32)
+    if DROPOUT:
+      keep = _keep(row_index, c, width1, seeds, 0, keep_threshold)
+    offsets = head_rows[:, None] * width1 + c
+    _, ds = _tile_grads(qt, kt, vt, do, code, cell, per_id, flat_rows,
+                        num_ids, num_heads, head, prev1, dnew1, offsets,
+                        scale1, lse_rows, valid_rows, delta_rows, keep, gain,
+                        HAS_IDS, READ1, WRITE1, DROPOUT, IEEE)
+    if READ1:
+      tl.store(dprev1 + offsets, ds.to(dprev1.dtype.element_ty), mask=cell)
+    dq_acc += _context(ds, kt, IEEE)
+    if HAS_IDS:
+      table = _id_sums(table, ds, code, cell, R)
+
+  for n0 in range(0, second_len, BN):
+    keys = n0 + tl.arange(0, BN)
+    key_ok = keys < second_len
+    cell = row_ok[:, None] & key_ok[None, :]
+    key_d = (bh * second_len + keys)[:, None] * D + d[None, :]
+    kt = tl.load(k2 + key_d, mask=key_ok[:, None], other=0.0)
+    vt = tl.load(v2 + key_d, mask=key_ok[:, None], other=0.0)
+    code = tl.load(codes2 + flat_rows[:, None] * second_len + keys[None, :],
+                   mask=cell, other=NO_ID).to(tl.int32)
+    if DROPOUT:
+      keep = _keep(row_index, keys[None, :], second_len, seeds, 1,
+                   keep_threshold)
+    offsets = head_rows[:, None] * second_len + keys[None, :]
+    _, ds = _tile_grads(qt, kt, vt, do, code, cell, per_id, flat_rows,
+                        num_ids, num_heads, head, prev2, dnew2, offsets,
+                        scale2, lse_rows, valid_rows, delta_rows, keep, gain,
+                        HAS_IDS, READ2, WRITE2, DROPOUT, IEEE)
+    if READ2:
+      tl.store(dprev2 + offsets, ds.to(dprev2.dtype.element_ty), mask=cell)
+    dq_acc += _context(ds, kt, IEEE)
+    if HAS_IDS:
+      table = _id_sums(table, ds, code, cell, R)
+
+  tl.store(dq + row_d, dq_acc.to(dq.dtype.element_ty), mask=row_ok[:, None])
+  if HAS_IDS:
+    r = tl.arange(0, R)
+    tl.store(dper_id + (flat_rows[:, None] * num_ids + r[None, :])
+             * num_heads + head, table,
+             mask=row_ok[:, None] & (r[None, :] < num_ids))
+
+
+@triton.jit
+def side_backward_keys(
+    q, k, v, per_id, codes, valid, prev, seeds, lse, delta, dctx, dnew, dk,
+    dv, batch_size, num_heads, num_rows, key_rows, num_ids, block_len,
+    codes_stride, keep_threshold, gain, scale,
+    D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, R: tl.constexpr,
+    BAND: tl.constexpr, HAS_IDS: tl.constexpr, READ: tl.constexpr,
+    WRITE: tl.constexpr, DROPOUT: tl.constexpr, BY_ROWS: tl.constexpr,
+    IEEE: tl.constexpr, PATTERN: tl.constexpr, BAND_SIDE: tl.constexpr):
+  """One program: BN keys (rows of k and v) of one pattern and (batch,
+  head); grid (cdiv(key_rows, BN), B * H).
+
+  k, v, codes, prev, dnew, scale: the pattern's (PATTERN 0: the first,
+  1: the second, whose dropout seed it reads). BAND: this pattern is the
+  band (key_rows = N + 2b; the queries of the blocks that see these rows);
+  else dense (every query). BAND_SIDE: the side's first pattern is the
+  band (the dropout index's row blocks). Writes dk, dv <T>[B, H, K, D].
+  """
+  pid_n = tl.program_id(0)
+  bh = tl.program_id(1)
+  batch = bh // num_heads
+  head = bh % num_heads
+  keys = pid_n * BN + tl.arange(0, BN)
+  key_ok = keys < key_rows
+  d = tl.arange(0, D)
+  key_d = (bh * key_rows + keys)[:, None] * D + d[None, :]
+  kt = tl.load(k + key_d, mask=key_ok[:, None], other=0.0)
+  vt = tl.load(v + key_d, mask=key_ok[:, None], other=0.0)
+  dk_acc = tl.zeros([BN, D], tl.float32)
+  dv_acc = tl.zeros([BN, D], tl.float32)
+  keep = tl.full([BM, BN], True, tl.int1)
+  if BAND:
+    width = 3 * block_len
+    # Padded key row p lies in the bands of query blocks p // b - 2 .. p // b.
+    last_key = tl.minimum(pid_n * BN + BN, key_rows) - 1
+    start = tl.maximum((pid_n * BN) // block_len - 2, 0) * block_len
+    stop = tl.minimum((last_key // block_len + 1) * block_len, num_rows)
+  else:
+    width = key_rows
+    start = 0
+    stop = num_rows
+  for m0 in range(start, stop, BM):
+    rows = m0 + tl.arange(0, BM)
+    row_ok = rows < stop
+    flat_rows = batch * num_rows + rows
+    head_rows = bh * num_rows + rows
+    row_d = head_rows[:, None] * D + d[None, :]
+    if BAND:
+      c = keys[None, :] - ((rows // block_len) * block_len)[:, None]
+      cell = (c >= 0) & (c < width) & row_ok[:, None] & key_ok[None, :]
+    else:
+      c = keys[None, :] + rows[:, None] * 0
+      cell = row_ok[:, None] & key_ok[None, :]
+    qt = tl.load(q + row_d, mask=row_ok[:, None], other=0.0)
+    do = tl.load(dctx + row_d, mask=row_ok[:, None], other=0.0)
+    lse_rows = tl.load(lse + head_rows, mask=row_ok, other=0.0)
+    valid_rows = tl.load(valid + flat_rows, mask=row_ok, other=0.0)
+    delta_rows = tl.load(delta + head_rows, mask=row_ok, other=0.0)
+    code = tl.load(codes + flat_rows[:, None] * codes_stride + c, mask=cell,
+                   other=NO_ID).to(tl.int32)
+    if DROPOUT:
+      row_index = _row_index(rows, batch, head, batch_size, num_heads,
+                             num_rows, block_len, BAND_SIDE, BY_ROWS)
+      keep = _keep(row_index, c, width, seeds, PATTERN, keep_threshold)
+    dropped, ds = _tile_grads(qt, kt, vt, do, code, cell, per_id, flat_rows,
+                              num_ids, num_heads, head, prev, dnew,
+                              head_rows[:, None] * width + c, scale,
+                              lse_rows, valid_rows, delta_rows, keep, gain,
+                              HAS_IDS, READ, WRITE, DROPOUT, IEEE)
+    dk_acc += _context(tl.trans(ds), qt, IEEE)
+    dv_acc += _context(tl.trans(dropped), do, IEEE)
+  tl.store(dk + key_d, dk_acc.to(dk.dtype.element_ty), mask=key_ok[:, None])
+  tl.store(dv + key_d, dv_acc.to(dv.dtype.element_ty), mask=key_ok[:, None])

@@ -20,85 +20,259 @@ pytestmark = pytest.mark.skipif(
 # references; bfloat16 and float16 inputs (the reference reads the same
 # rounded inputs), with probabilities rounded for the context product.
 TOLERANCE = {"float32": 1e-5, "bfloat16": 2e-2, "float16": 3e-3}
-INPUTS = ("q", "k_band", "v_band", "k_global", "v_global")
-ORDER = ("q", "k_band", "v_band", "k_global", "v_global", "per_id",
-         "codes_band", "codes_global", "valid")
+INPUTS = ("q", "k1", "v1", "k2", "v2")
+POINTERS = ("q", "k1", "v1", "k2", "v2", "per_id", "codes1", "codes2",
+            "valid", "prev1", "prev2", "seeds")
+_NP = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
 
 
-def _rounded(pieces, dtype):
-  """The pieces with the kernel's inputs rounded to `dtype` (as float32)."""
-  if dtype == "float32":
-    return pieces
-  np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16
+def _rounded(pieces, dtype, stream_dtype):
+  """The pieces with the kernel's inputs (and the streams kept in
+  `stream_dtype`) rounded to their dtypes (as float32)."""
   out = dict(pieces)
-  for name in INPUTS:
-    out[name] = pieces[name].astype(np_dtype).astype(np.float32)
+  for name, value in pieces.items():
+    kind = stream_dtype if name.startswith("prev") else (
+        dtype if name in INPUTS else "float32")
+    if kind != "float32":
+      out[name] = value.astype(_NP[kind]).astype(np.float32)
   return out
 
 
-def _long_forward(case, pieces, dtype, block_m=64, block_n=64,
-                  pick_in_registers=False):
-  grid = (-(-case.padded_len // block_m), case.batch * case.num_heads)
-  shape = pieces["q"].shape
+def _forward(case, pieces, dtype, stream_dtype, block_m, block_n):
+  """The launch of `side_forward` on the pieces."""
+  n, c1, c2 = case.rows, *case.widths
+  shape = (case.batch, case.num_heads, n)
+  args, dtypes = [], {}
+  for i, name in enumerate(POINTERS):
+    value = pieces.get(name)
+    if value is None:  # a placeholder the kernel does not read
+      value = np.zeros(4, np.int32 if name == "seeds" else np.float32)
+    elif name in INPUTS or (name.startswith("prev") and
+                            stream_dtype != "float32"):
+      dtypes[i] = dtype if name in INPUTS else stream_dtype
+    args.append(value)
+  outputs = {"ctx": (shape + (case.size_per_head,), dtype),
+             "lse": (shape, "float32")}
+  for index, width in enumerate((c1, c2)):
+    name = f"new{index + 1}"
+    outputs[name] = ((shape + (width,), stream_dtype)
+                     if case.writes_new[index] else ((1,), "float32"))
+  first_len = n + 2 * case.block_len if case.band else case.first_len
+  ints = [case.batch, case.num_heads, n, first_len, case.second_len,
+          case.num_ids, case.block_len, pieces["codes1"].shape[-1],
+          fat.keep_threshold(case.dropout_rate),
+          fat.keep_gain(case.dropout_rate), *case.scales]
   return triton_testing.Launch(
-      "long_side_forward", grid,
-      [pieces[n] for n in ORDER] + ["ctx", "lse", case.num_heads,
-                                    case.padded_len, case.global_len,
-                                    case.num_ids, case.block_len,
-                                    pieces["codes_band"].shape[-1]],
+      "side_forward", (-(-n // block_m), case.batch * case.num_heads),
+      args + ["ctx", "lse", "new1", "new2"] + ints,
       dict(D=case.size_per_head, BM=block_m, BN=block_n,
            R=1 << max(case.num_ids - 1, 0).bit_length(),
-           HAS_IDS=case.has_ids, IEEE=dtype == "float32",
-           PICK_IN_REGISTERS=pick_in_registers),
-      outputs={"ctx": (shape, dtype), "lse": (shape[:3], "float32")},
-      dtypes={ORDER.index(n): dtype for n in INPUTS})
+           BAND=case.band, HAS_IDS=case.has_ids,
+           READ1=case.reads_prev[0], READ2=case.reads_prev[1],
+           WRITE1=case.writes_new[0], WRITE2=case.writes_new[1],
+           DROPOUT=case.dropout_rate > 0, BY_ROWS=case.by_rows,
+           IEEE=dtype == "float32"),
+      outputs=outputs, dtypes=dtypes)
 
 
+STREAMS = dict(carried=(True, True), running_mean=True, dropout_rate=0.1)
 # Every launch of the module runs in one child process (its start-up and
 # Triton's import cost seconds); the tests read their results.
 CASES = {
-    # name: (case, dtype, (block_m, block_n, pick_in_registers))
-    "float32": (fat.LongSideCase(), "float32", (64, 64)),
-    "bfloat16": (fat.LongSideCase(), "bfloat16", (64, 64)),
-    "float16": (fat.LongSideCase(), "float16", (64, 64)),
-    # No relative term.
-    "no_ids": (fat.LongSideCase(num_blocks=9, global_len=37, has_ids=False),
-               "float32", (64, 64)),
-    # Many short blocks: a tile spans several bands.
-    "short_blocks": (fat.LongSideCase(num_blocks=9, block_len=5,
-                                      global_len=37), "float32", (16, 16)),
-    # A block length that divides no tile.
-    "odd_blocks": (fat.LongSideCase(num_blocks=9, block_len=9,
-                                    global_len=37), "float32", (32, 16)),
-    # The relative scores picked from the tile's table in registers.
-    "pick_in_registers": (fat.LongSideCase(num_blocks=9, block_len=9,
-                                           global_len=37), "float32",
-                          (32, 16, True)),
+    # name: (case, dtype, stream dtype, (block_m, block_n))
+    "long_float32": (fat.LongSideCase(), "float32", "float32", (64, 64)),
+    "long_bfloat16": (fat.LongSideCase(), "bfloat16", "float32", (64, 64)),
+    "long_float16": (fat.LongSideCase(), "float16", "float32", (64, 64)),
+    # RealFormer on both patterns (read, emitted, running mean), dropout.
+    "long_streams": (fat.LongSideCase(**STREAMS), "float32", "float32",
+                     (64, 64)),
+    # Many short blocks: a tile spans several bands. The first layer of
+    # l2g-only streams (emitted, none read).
+    "long_short_blocks": (fat.LongSideCase(
+        num_blocks=9, block_len=5, global_len=37, carried=(False, True),
+        has_prev=False, dropout_rate=0.3), "float32", "float32", (16, 16)),
+    # A block length that divides no tile; no relative term; the last
+    # layer (streams read, none emitted).
+    "long_odd_blocks": (fat.LongSideCase(
+        num_blocks=9, block_len=9, global_len=37, has_ids=False,
+        carried=(True, True), emit=False), "float32", "float32", (32, 16)),
+    # The global side: G queries over G global and L long keys.
+    "global_streams": (fat.GlobalSideCase(**STREAMS), "float32", "float32",
+                       (16, 32)),
+    # Streams kept in the compute dtype, dropout over the whole tensor.
+    "global_bfloat16": (fat.GlobalSideCase(
+        has_ids=False, carried=(True, False), dropout_rate=0.2,
+        by_rows=False), "bfloat16", "bfloat16", (16, 32)),
 }
 
 
 @pytest.fixture(scope="module")
 def results():
-  pieces = {name: _rounded(fat.long_side_pieces(case, seed=i), dtype)
-            for i, (name, (case, dtype, _)) in enumerate(CASES.items())}
-  launches = [_long_forward(case, pieces[name], dtype, *tiles)
-              for name, (case, dtype, tiles) in CASES.items()]
+  pieces = {name: _rounded(fat.side_pieces(case, seed=i), dtype, streams)
+            for i, (name, (case, dtype, streams, _)) in
+            enumerate(CASES.items())}
+  launches = [_forward(case, pieces[name], dtype, streams, *tiles)
+              for name, (case, dtype, streams, tiles) in CASES.items()]
   outputs = triton_testing.run_launches(launches)
   return {name: (pieces[name], out) for name, out in zip(CASES, outputs)}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_long_forward_matches_reference(results, name):
-  case, dtype, _ = CASES[name]
+def test_side_forward_matches_reference(results, name):
+  case, dtype, stream_dtype, _ = CASES[name]
   pieces, out = results[name]
-  want_ctx, want_lse = fat.long_side_reference(pieces, case.block_len,
-                                               case.has_ids)
+  want = fat.side_forward(pieces, case)
   ctx, lse = out["ctx"], out["lse"]
   assert np.isfinite(ctx).all() and np.isfinite(lse).all()
-  assert fat.relative_error(ctx, want_ctx) < TOLERANCE[dtype]
-  # The statistic of valid rows (an invalid row's masked scores carry no
-  # relative term in the kernels; its context is zero either way).
+  assert fat.relative_error(ctx, want.ctx) < TOLERANCE[dtype]
   valid_rows = np.broadcast_to(pieces["valid"][:, None] > 0, lse.shape)
-  assert fat.relative_error(lse, want_lse, valid_rows) < 1e-6
+  assert fat.relative_error(lse, want.lse, valid_rows) < 1e-6
+  for index, new in enumerate(want.new):
+    if new is None:
+      assert out[f"new{index + 1}"].shape == (1,)
+      assert np.isnan(out[f"new{index + 1}"]).all()  # never written
+      continue
+    tolerance = 1e-6 if stream_dtype == "float32" else 1e-2
+    assert fat.relative_error(out[f"new{index + 1}"], new) < tolerance
   # Fully masked rows (the last 3 of batch 0) are exactly zero.
   assert not ctx[0, :, -3:].any()
+
+
+# ------------------------------------------------------------ backward pass
+def _backward_pieces(case, pieces, dtype, stream_dtype, seed):
+  """The forward's values (the reference's ctx and lse, as the kernels'
+  forward would hand them on) and random incoming gradients, rounded to
+  their dtypes."""
+  want = fat.side_forward(pieces, case)
+  rng = np.random.default_rng(seed)
+  out = {"ctx": want.ctx.astype(np.float32),
+         "lse": want.lse.astype(np.float32),
+         "dctx": rng.normal(size=want.ctx.shape).astype(np.float32)}
+  for index, new in enumerate(want.new):
+    if new is not None:
+      out[f"dnew{index + 1}"] = rng.normal(size=new.shape).astype(np.float32)
+  return _rounded(out, dtype, stream_dtype) if dtype != "float32" else out
+
+
+def _backward(case, pieces, grads_in, dtype, stream_dtype, block_m, block_n):
+  """The three launches of the backward pass: queries, then each
+  pattern's keys (delta from the queries' launch is recomputed here)."""
+  n, c1, c2 = case.rows, *case.widths
+  shape = (case.batch, case.num_heads, n)
+  constexprs = dict(
+      D=case.size_per_head, BM=block_m, BN=block_n,
+      R=1 << max(case.num_ids - 1, 0).bit_length(), HAS_IDS=case.has_ids,
+      DROPOUT=case.dropout_rate > 0, BY_ROWS=case.by_rows,
+      IEEE=dtype == "float32")
+  first_len = n + 2 * case.block_len if case.band else case.first_len
+
+  def arg(name, kind=None):
+    value = grads_in.get(name, pieces.get(name))
+    if value is None:
+      return np.zeros(4, np.int32 if name == "seeds" else np.float32), None
+    return value, kind
+
+  def stream_kind(name):
+    return stream_dtype if stream_dtype != "float32" else None
+
+  names = POINTERS + ("ctx", "lse", "dctx", "dnew1", "dnew2")
+  kinds = {n: dtype for n in INPUTS + ("ctx", "dctx")}
+  kinds.update({n: stream_kind(n) for n in ("prev1", "prev2", "dnew1",
+                                            "dnew2")})
+  args, dtypes = [], {}
+  for i, name in enumerate(names):
+    value, kind = arg(name, kinds.get(name))
+    args.append(value)
+    if kind and name in grads_in or kind and name in pieces:
+      dtypes[i] = kind
+  outputs = {"dq": (shape + (case.size_per_head,), dtype),
+             "dper_id": (pieces["per_id"].shape, "float32"),
+             "delta": (shape, "float32")}
+  for index, width in enumerate((c1, c2)):
+    outputs[f"dprev{index + 1}"] = (
+        (shape + (width,), stream_dtype) if case.reads_prev[index]
+        else ((1,), "float32"))
+  ints = [case.batch, case.num_heads, n, first_len, case.second_len,
+          case.num_ids, case.block_len, pieces["codes1"].shape[-1],
+          fat.keep_threshold(case.dropout_rate),
+          fat.keep_gain(case.dropout_rate), *case.scales]
+  queries = triton_testing.Launch(
+      "side_backward_queries", (-(-n // block_m), case.batch * case.num_heads),
+      args + ["dq", "dper_id", "dprev1", "dprev2", "delta"] + ints,
+      dict(constexprs, BAND=case.band, READ1=case.reads_prev[0],
+           READ2=case.reads_prev[1], WRITE1=case.writes_new[0],
+           WRITE2=case.writes_new[1]),
+      outputs=outputs, dtypes=dtypes)
+  delta = np.sum(grads_in["dctx"].astype(np.float64) *
+                 grads_in["ctx"], -1).astype(np.float32)
+  launches = [queries]
+  for index in range(2):
+    band = case.band and index == 0
+    key_rows = (first_len, case.second_len)[index]
+    names = ("q", f"k{index + 1}", f"v{index + 1}", "per_id",
+             f"codes{index + 1}", "valid", f"prev{index + 1}", "seeds",
+             "lse", "delta", "dctx", f"dnew{index + 1}")
+    args, dtypes = [], {}
+    for i, name in enumerate(names):
+      value, kind = (delta, None) if name == "delta" else arg(
+          name, kinds.get(name) or kinds.get(name[:-1] + "1"))
+      args.append(value)
+      if kind and (name in grads_in or name in pieces):
+        dtypes[i] = kind
+    k_shape = pieces[f"k{index + 1}"].shape
+    ints = [case.batch, case.num_heads, n, key_rows, case.num_ids,
+            case.block_len, pieces[f"codes{index + 1}"].shape[-1],
+            fat.keep_threshold(case.dropout_rate),
+            fat.keep_gain(case.dropout_rate), case.scales[index]]
+    launches.append(triton_testing.Launch(
+        "side_backward_keys",
+        (-(-key_rows // block_n), case.batch * case.num_heads),
+        args + ["dk", "dv"] + ints,
+        dict(constexprs, BAND=band, READ=case.reads_prev[index],
+             WRITE=case.writes_new[index], PATTERN=index,
+             BAND_SIDE=case.band),
+        outputs={"dk": (k_shape, dtype), "dv": (k_shape, dtype)},
+        dtypes=dtypes))
+  return launches
+
+
+BACKWARD_CASES = ("long_float32", "long_bfloat16", "long_streams",
+                  "long_short_blocks", "long_odd_blocks", "global_streams",
+                  "global_bfloat16")
+GRAD_TOLERANCE = {"float32": 1e-5, "bfloat16": 3e-2, "float16": 5e-3}
+
+
+@pytest.fixture(scope="module")
+def backward_results():
+  launches, inputs = [], {}
+  for i, name in enumerate(BACKWARD_CASES):
+    case, dtype, streams, tiles = CASES[name]
+    pieces = _rounded(fat.side_pieces(case, seed=i), dtype, streams)
+    grads_in = _backward_pieces(case, pieces, dtype, streams, seed=100 + i)
+    inputs[name] = (pieces, grads_in)
+    launches += _backward(case, pieces, grads_in, dtype, streams, *tiles)
+  outputs = triton_testing.run_launches(launches)
+  return {name: (inputs[name], outputs[3 * i:3 * i + 3])
+          for i, name in enumerate(BACKWARD_CASES)}
+
+
+@pytest.mark.parametrize("name", BACKWARD_CASES)
+def test_side_backward_matches_reference(backward_results, name):
+  case, dtype, stream_dtype, _ = CASES[name]
+  (pieces, grads_in), (queries, keys1, keys2) = backward_results[name]
+  fwd = fat.side_forward(pieces, case)
+  dnew = tuple(grads_in.get(f"dnew{i + 1}") for i in range(2))
+  want = fat.side_backward(pieces, case, fwd, grads_in["dctx"], dnew)
+  tolerance = GRAD_TOLERANCE[dtype]
+  got = {"q": queries["dq"], "k1": keys1["dk"], "v1": keys1["dv"],
+         "k2": keys2["dk"], "v2": keys2["dv"]}
+  if case.has_ids:
+    got["per_id"] = queries["dper_id"]
+  for key, value in got.items():
+    assert np.isfinite(value).all(), key
+    assert fat.relative_error(value, getattr(want, key)) < tolerance, key
+  for index, prev in enumerate(want.prev):
+    if prev is not None:
+      stream_tolerance = 1e-5 if stream_dtype == "float32" else 3e-2
+      assert fat.relative_error(queries[f"dprev{index + 1}"],
+                                prev) < stream_tolerance
