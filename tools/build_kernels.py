@@ -1,7 +1,10 @@
 r"""Builds the fused attention kernels: the FFI library and the CUDA cubins.
 
     python -m tools.build_kernels --output_dir=build/kernels \
-        [--arch=90] [--head_sizes=64] [--ffi_include=DIR] [--no_cubins]
+        [--arch=90] [--head_sizes=64] [--relative_vocab_sizes=32,0] \
+        [--dtypes=float32,bfloat16,float16] [--sides=band,dense] \
+        [--streams=0000,0011,1111,1100] [--stream_dtypes=f32] \
+        [--dropout=off,rows] [--ffi_include=DIR] [--no_cubins]
 
 writes
 
@@ -10,13 +13,18 @@ writes
     DIR/cubins/<variant>.meta       "<function> <shared bytes> <warps> <BM>"
     DIR/cubins/manifest.json        the variants, the target and Triton's version
 
-One variant per kernel, input dtype (float32, bfloat16, float16), head size
-and relative term (with or without ids): the names the CUDA handlers look
-up (`etc_realformer/kernels/cc/attention_ffi.cc`). Triton compiles for a
-GPU target without a GPU (`triton.compile(ASTSource(...),
-target=GPUTarget("cuda", arch, 32))`), so this runs on any machine with
-Triton; the library needs a C++17 compiler and the XLA FFI headers
-(TensorFlow's `include` folder, else jax's `jax.ffi.include_dir()`).
+One cubin of the side kernel (`triton_attention.side_forward`) per input
+dtype, head size, relative term (with or without ids), first pattern (band
+or dense), stream flags and dtype, and dropout: the names the CUDA handler
+looks up (`variant_name`, `etc_realformer/kernels/cc/attention_ffi.cc`).
+By default what a 12-layer model runs with the benchmark's relative
+vocabulary, and without ids: both sides, the streams of its first, middle
+and last layers and none (float32 sums), dropout on (rows first) and off.
+Triton compiles for a GPU target without a GPU (`triton.compile(
+ASTSource(...), target=GPUTarget("cuda", arch, 32))`), so this runs on any
+machine with Triton, in `--jobs` processes; the library needs a C++17
+compiler and the XLA FFI headers (TensorFlow's `include` folder, else
+jax's `jax.ffi.include_dir()`).
 
 Neither TensorFlow nor the package is imported: Triton cannot load into a
 process that has loaded TensorFlow (their LLVM options collide), and the
@@ -25,26 +33,132 @@ path.
 """
 
 import argparse
+import concurrent.futures
+import dataclasses
 import importlib.util
+import itertools
 import json
+import multiprocessing
 import os
 import pathlib
 import sys
-from typing import Dict, List, Optional
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 KERNELS_DIR = ROOT / "etc_realformer" / "kernels"
 DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
-# The long side's forward kernel: its arguments in order (pointers with
-# their element type; `None`: the input dtype), its int arguments, and
-# its constexprs.
-LONG_SIDE_POINTERS = (
-    ("q", None), ("k_band", None), ("v_band", None), ("k_global", None),
-    ("v_global", None), ("per_id", "fp32"), ("codes_band", "i8"),
-    ("codes_global", "i8"), ("valid", "fp32"), ("ctx", None), ("lse", "fp32"))
-LONG_SIDE_INTS = ("num_heads", "padded_len", "global_len", "num_ids",
-                  "block_len", "band_stride")
+# The side kernel's arguments in order (`triton_attention.side_forward`):
+# pointers with their element type ("T": the inputs' dtype, "S": the
+# running sums'), ints, floats; then its constexprs, not passed at launch.
+SIDE_POINTERS = (
+    ("q", "T"), ("k1", "T"), ("v1", "T"), ("k2", "T"), ("v2", "T"),
+    ("per_id", "fp32"), ("codes1", "i8"), ("codes2", "i8"),
+    ("valid", "fp32"), ("prev1", "S"), ("prev2", "S"), ("seeds", "i32"),
+    ("ctx", "T"), ("lse", "fp32"), ("new1", "S"), ("new2", "S"))
+SIDE_INTS = ("batch_size", "num_heads", "num_rows", "first_len",
+             "second_len", "num_ids", "block_len", "codes1_stride",
+             "keep_threshold")
+SIDE_FLOATS = ("gain", "scale1", "scale2")
+SIDE_CONSTEXPRS = ("D", "BM", "BN", "R", "BAND", "HAS_IDS", "READ1", "READ2",
+                   "WRITE1", "WRITE2", "DROPOUT", "BY_ROWS", "IEEE")
+
+# What the 12-layer benchmark runs, per side: no stream, the first layer
+# (emit only), the middle layers (read and emit), the last (read only);
+# flags READ1 READ2 WRITE1 WRITE2.
+DEFAULT_STREAMS = ("0000", "0011", "1111", "1100")
+SIDES = ("band", "dense")
+DROPOUT_LAYOUTS = ("off", "rows", "whole")
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+  """One cubin: the kernel's constexprs for one input dtype.
+
+  Attributes:
+    dtype: the inputs' dtype (`DTYPES`).
+    head_size: D.
+    ids_padded: the relative vocabulary rounded up to a power of two; 0:
+      no relative ids.
+    band: the first pattern is the l2l band, else dense.
+    streams: READ1, READ2, WRITE1, WRITE2 as "0"/"1" digits.
+    low_streams: the running sums are in the inputs' dtype, not float32.
+    dropout: the probabilities' hash dropout.
+    by_rows: its index rows first (matters only with dropout).
+  """
+  dtype: str
+  head_size: int
+  ids_padded: int
+  band: bool
+  streams: str = "0000"
+  low_streams: bool = False
+  dropout: bool = False
+  by_rows: bool = True
+
+  @property
+  def flags(self) -> Tuple[bool, bool, bool, bool]:
+    return tuple(c == "1" for c in self.streams)
+
+  @property
+  def stream_type(self) -> str:
+    """The stream pointers' element type in the kernel's signature."""
+    return DTYPES[self.dtype] if self.is_low else "fp32"
+
+  @property
+  def is_low(self) -> bool:
+    return (self.low_streams and "1" in self.streams and
+            self.dtype != "float32")
+
+  @property
+  def name(self) -> str:
+    return variant_name(self.dtype, self.head_size, self.ids_padded,
+                        self.band, self.streams, self.low_streams,
+                        self.dropout, self.by_rows)
+
+
+def variant_name(dtype: str, head_size: int, ids_padded: int, band: bool,
+                 streams: str = "0000", low_streams: bool = False,
+                 dropout: bool = False, by_rows: bool = True) -> str:
+  """The cubin's name, as the CUDA handler builds it from the call
+  (`attention_ffi.cc`, `VariantName`):
+
+    side_forward_<dtype>_d<D>_<r<R>|noids>_<band|dense>_<f32|low>_
+    <READ1><READ2><WRITE1><WRITE2>_<drop|nodrop>_<rows|whole>
+
+  dtype float32, bfloat16 or float16; R the relative vocabulary rounded up
+  to a power of two (`ids_padded`; 0: no relative ids, "noids"); the four
+  stream flags as 0/1 digits (`streams`); "low" only when some stream is
+  read or written, in the inputs' dtype, and that dtype is not float32,
+  else "f32" (one name per distinct kernel); "rows" whenever dropout is
+  off (the index layout matters only with dropout).
+  """
+  if len(streams) != 4 or set(streams) - {"0", "1"}:
+    raise ValueError(f"streams {streams!r}: four 0/1 digits")
+  low = low_streams and "1" in streams and dtype != "float32"
+  return (f"side_forward_{dtype}_d{head_size}_"
+          f"{f'r{ids_padded}' if ids_padded else 'noids'}_"
+          f"{'band' if band else 'dense'}_{'low' if low else 'f32'}_"
+          f"{streams}_{'drop' if dropout else 'nodrop'}_"
+          f"{'rows' if by_rows or not dropout else 'whole'}")
+
+
+def default_variants(dtypes: Sequence[str], head_sizes: Sequence[int],
+                     ids_padded: Sequence[int],
+                     sides: Sequence[str] = SIDES,
+                     streams: Sequence[str] = DEFAULT_STREAMS,
+                     stream_dtypes: Sequence[str] = ("f32",),
+                     dropout: Sequence[str] = ("off", "rows")
+                     ) -> List[Variant]:
+  """Every combination, one per distinct name (in order)."""
+  out: Dict[str, Variant] = {}
+  for dtype, d, ids, side, flags, low, drop in itertools.product(
+      dtypes, head_sizes, ids_padded, sides, streams, stream_dtypes,
+      dropout):
+    v = Variant(dtype, d, ids, side == "band", flags, low == "low",
+                drop != "off", drop != "whole")
+    out.setdefault(v.name, v)
+  return list(out.values())
 
 
 def _load(name: str, path: pathlib.Path):
@@ -54,80 +168,102 @@ def _load(name: str, path: pathlib.Path):
   return module
 
 
-def variant_name(kernel: str, dtype: str, head_size: int,
-                 ids_padded: int) -> str:
-  """The cubin's name, as the CUDA handler builds it (ids_padded: the
-  relative vocabulary rounded up to a power of two; 0: no relative term)."""
-  return (f"{kernel}_{dtype}_d{head_size}_"
-          f"{f'r{ids_padded}' if ids_padded else 'noids'}")
-
-
-def compile_long_side(triton_attention, dtype: str, head_size: int,
-                      ids_padded: int, arch: int, tiles: Dict[str, int]):
-  """Triton's compiled kernel (`.asm["cubin"]`, `.metadata`)."""
+def kernel_source(triton_attention, variant: Variant, tiles: Dict[str, int]):
+  """Triton's `ASTSource` of one variant of `side_forward`."""
   import triton  # pylint: disable=g-import-not-at-top
-  from triton.backends.compiler import GPUTarget  # pylint: disable=g-import-not-at-top
   from triton.compiler import ASTSource  # pylint: disable=g-import-not-at-top
-  fn = triton_attention.long_side_forward
+  fn = triton_attention.side_forward
   if not isinstance(fn, triton.runtime.JITFunction):  # interpreted
     fn = triton.runtime.JITFunction(fn.fn)
+  expected = ([n for n, _ in SIDE_POINTERS] + list(SIDE_INTS) +
+              list(SIDE_FLOATS) + list(SIDE_CONSTEXPRS))
+  if list(fn.arg_names) != expected:
+    raise RuntimeError(f"side_forward takes {fn.arg_names}; the handlers "
+                       f"launch {expected}")
+  element = {"T": DTYPES[variant.dtype], "S": variant.stream_type}
   signature: Dict[str, str] = {}
-  for name, element in LONG_SIDE_POINTERS:
-    signature[name] = "*" + (element or DTYPES[dtype])
-  for name in LONG_SIDE_INTS:
+  for name, kind in SIDE_POINTERS:
+    signature[name] = "*" + element.get(kind, kind)
+  for name in SIDE_INTS:
     signature[name] = "i32"
-  constexprs = {"D": head_size, "BM": tiles["block_m"],
-                "BN": tiles["block_n"], "R": max(ids_padded, 1),
-                "HAS_IDS": bool(ids_padded), "IEEE": dtype == "float32",
-                "PICK_IN_REGISTERS": bool(tiles["pick_in_registers"])}
+  for name in SIDE_FLOATS:
+    signature[name] = "fp32"
+  read1, read2, write1, write2 = variant.flags
+  constexprs = {"D": variant.head_size, "BM": tiles["block_m"],
+                "BN": tiles["block_n"], "R": max(variant.ids_padded, 1),
+                "BAND": variant.band, "HAS_IDS": bool(variant.ids_padded),
+                "READ1": read1, "READ2": read2, "WRITE1": write1,
+                "WRITE2": write2, "DROPOUT": variant.dropout,
+                "BY_ROWS": variant.by_rows or not variant.dropout,
+                "IEEE": variant.dtype == "float32"}
   for name in constexprs:
     signature[name] = "constexpr"
   # XLA's buffers are aligned (64 bytes and more): 16-byte vector loads.
   attrs = {(i,): [["tt.divisibility", 16]]
-           for i in range(len(LONG_SIDE_POINTERS))}
-  # The band codes' rows are padded to 16 bytes (vector loads).
-  attrs[(len(LONG_SIDE_POINTERS) + LONG_SIDE_INTS.index("band_stride"),)] = [
-      ["tt.divisibility", 16]]
-  source = ASTSource(fn=fn, signature=signature, constexprs=constexprs,
-                     attrs=attrs)
-  return triton.compile(
-      source, target=GPUTarget("cuda", arch, 32),
+           for i in range(len(SIDE_POINTERS))}
+  if variant.band:  # the band codes' rows are padded to 16 bytes
+    attrs[(len(SIDE_POINTERS) + SIDE_INTS.index("codes1_stride"),)] = [
+        ["tt.divisibility", 16]]
+  return ASTSource(fn=fn, signature=signature, constexprs=constexprs,
+                   attrs=attrs)
+
+
+_kernels_module = None
+
+
+def compile_variant(variant: Variant, arch: int, tiles: Dict[str, int]
+                    ) -> Dict[str, object]:
+  """Compiles one variant: its cubin and metadata (picklable: the build's
+  worker processes return it)."""
+  global _kernels_module
+  import triton  # pylint: disable=g-import-not-at-top
+  from triton.backends.compiler import GPUTarget  # pylint: disable=g-import-not-at-top
+  if _kernels_module is None:
+    _kernels_module = _load("triton_attention",
+                            KERNELS_DIR / "triton_attention.py")
+  compiled = triton.compile(
+      kernel_source(_kernels_module, variant, tiles),
+      target=GPUTarget("cuda", arch, 32),
       options={"num_warps": tiles["num_warps"],
                "num_stages": tiles["num_stages"]})
+  meta = compiled.metadata
+  for field in ("global_scratch_size", "profile_scratch_size"):
+    if getattr(meta, field, 0):
+      raise RuntimeError(f"{variant.name}: Triton asks for {field} "
+                         f"{getattr(meta, field)}; the handlers pass none")
+  return {"variant": variant.name, "cubin": compiled.asm["cubin"],
+          "function": meta.name, "shared": meta.shared,
+          "num_warps": meta.num_warps,
+          "registers": getattr(meta, "n_regs", None),
+          "spills": getattr(meta, "n_spills", None)}
 
 
-def write_cubins(output_dir: str, head_sizes: List[int], ids_padded: List[int],
-                 arch: int, dtypes: List[str], tiles: Dict[str, int]
+def write_cubins(output_dir: str, variants: Sequence[Variant], arch: int,
+                 tiles: Dict[str, int], jobs: int = 1
                  ) -> List[Dict[str, object]]:
-  """Compiles every variant into `output_dir/cubins`; returns the manifest's
-  entries."""
+  """Compiles every variant into `output_dir/cubins` (`jobs` processes);
+  returns the manifest's entries."""
   import triton  # pylint: disable=g-import-not-at-top
-  triton_attention = _load("triton_attention",
-                           KERNELS_DIR / "triton_attention.py")
   folder = os.path.join(output_dir, "cubins")
   os.makedirs(folder, exist_ok=True)
+  if jobs > 1 and len(variants) > 1:
+    # Fresh interpreters: Triton's compiler holds no state worth forking.
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(
+        min(jobs, len(variants)), mp_context=context) as pool:
+      results = list(pool.map(compile_variant, variants,
+                              [arch] * len(variants), [tiles] * len(variants)))
+  else:
+    results = [compile_variant(v, arch, tiles) for v in variants]
   entries = []
-  for dtype in dtypes:
-    for head_size in head_sizes:
-      for ids in list(ids_padded) + [0]:
-        compiled = compile_long_side(triton_attention, dtype, head_size,
-                                     ids, arch, tiles)
-        meta = compiled.metadata
-        name = variant_name("long_side_forward", dtype, head_size, ids)
-        for field in ("global_scratch_size", "profile_scratch_size"):
-          if getattr(meta, field, 0):
-            raise RuntimeError(f"{name}: Triton asks for {field} "
-                               f"{getattr(meta, field)}; the handlers pass "
-                               f"none")
-        with open(os.path.join(folder, name + ".cubin"), "wb") as f:
-          f.write(compiled.asm["cubin"])
-        with open(os.path.join(folder, name + ".meta"), "w") as f:
-          f.write(f"{meta.name} {meta.shared} {meta.num_warps} "
-                  f"{tiles['block_m']}\n")
-        entries.append({"variant": name, "function": meta.name,
-                        "shared": meta.shared, "num_warps": meta.num_warps,
-                        "registers": getattr(meta, "n_regs", None),
-                        "spills": getattr(meta, "n_spills", None)})
+  for variant, result in zip(variants, results):
+    name = variant.name
+    with open(os.path.join(folder, name + ".cubin"), "wb") as f:
+      f.write(result.pop("cubin"))
+    with open(os.path.join(folder, name + ".meta"), "w") as f:
+      f.write(f"{result['function']} {result['shared']} "
+              f"{result['num_warps']} {tiles['block_m']}\n")
+    entries.append({**result, **dataclasses.asdict(variant)})
   with open(os.path.join(folder, "manifest.json"), "w") as f:
     json.dump({"arch": arch, "triton": triton.__version__, "tiles": tiles,
                "kernels": entries}, f, indent=1)
@@ -150,6 +286,10 @@ def default_ffi_include() -> Optional[str]:
     return None
 
 
+def _list(text: str) -> List[str]:
+  return [v for v in text.split(",") if v]
+
+
 def main(argv: Optional[List[str]] = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--output_dir", required=True)
@@ -157,21 +297,33 @@ def main(argv: Optional[List[str]] = None) -> int:
                       help="CUDA compute capability x 10 (80: A100, 90: H100)")
   parser.add_argument("--head_sizes", default="64",
                       help="comma list of size_per_head values")
-  parser.add_argument("--relative_vocab_sizes", default="32",
+  parser.add_argument("--relative_vocab_sizes", default="32,0",
                       help="comma list of relative vocabularies (each "
-                      "rounded up to a power of two); a variant without "
-                      "relative ids is always built")
+                      "rounded up to a power of two); 0: the variants "
+                      "without relative ids")
   parser.add_argument("--dtypes", default=",".join(DTYPES),
                       help="comma list of input dtypes")
+  parser.add_argument("--sides", default=",".join(SIDES),
+                      help="comma list of first patterns: band (the sparse "
+                      "long side), dense (the global side, the full path's "
+                      "long side)")
+  parser.add_argument("--streams", default=",".join(DEFAULT_STREAMS),
+                      help="comma list of stream flags READ1 READ2 WRITE1 "
+                      "WRITE2 as 0/1 digits (default: a 12-layer model's)")
+  parser.add_argument("--stream_dtypes", default="f32",
+                      help="comma list of the running sums' dtypes: f32, "
+                      "low (the inputs' dtype)")
+  parser.add_argument("--dropout", default="off,rows",
+                      help="comma list of dropout variants: off, rows (the "
+                      "index rows first), whole (row-major)")
   parser.add_argument("--block_m", type=int, default=None,
                       help="query rows per tile (default: the kernel's)")
   parser.add_argument("--block_n", type=int, default=None,
                       help="keys per tile (default: the kernel's)")
   parser.add_argument("--num_warps", type=int, default=None)
   parser.add_argument("--num_stages", type=int, default=None)
-  parser.add_argument("--pick", choices=("default", "memory", "registers"),
-                      default="default",
-                      help="how the relative scores are picked per key")
+  parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                      help="compiler processes")
   parser.add_argument("--ffi_include", default=None,
                       help="folder holding xla/ffi/api/ffi.h")
   parser.add_argument("--no_cubins", action="store_true",
@@ -179,6 +331,20 @@ def main(argv: Optional[List[str]] = None) -> int:
   parser.add_argument("--no_library", action="store_true",
                       help="compile the cubins only")
   args = parser.parse_args(argv)
+  dtypes, sides = _list(args.dtypes), _list(args.sides)
+  streams, stream_dtypes = _list(args.streams), _list(args.stream_dtypes)
+  dropout = _list(args.dropout)
+  for flag, values, allowed in (
+      ("dtypes", dtypes, DTYPES), ("sides", sides, SIDES),
+      ("stream_dtypes", stream_dtypes, ("f32", "low")),
+      ("dropout", dropout, DROPOUT_LAYOUTS),
+      ("streams", streams, ["".join(f) for f in itertools.product(
+          "01", repeat=4)])):
+    bad = [v for v in values if v not in allowed]
+    if bad or not values:
+      print(f"build_kernels: --{flag} {bad}: not one of {list(allowed)}",
+            file=sys.stderr)
+      return 2
   if not args.no_library:
     include = args.ffi_include or default_ffi_include()
     if include is None:
@@ -199,23 +365,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     tiles = {"block_m": args.block_m or triton_attention.BLOCK_M,
              "block_n": args.block_n or triton_attention.BLOCK_N,
              "num_warps": args.num_warps or triton_attention.NUM_WARPS,
-             "num_stages": args.num_stages or triton_attention.NUM_STAGES,
-             "pick_in_registers": int(
-                 triton_attention.PICK_IN_REGISTERS if args.pick == "default"
-                 else args.pick == "registers")}
-    head_sizes = [int(v) for v in args.head_sizes.split(",") if v]
-    ids_padded = sorted({1 << max(int(v) - 1, 0).bit_length()
-                         for v in args.relative_vocab_sizes.split(",") if v})
-    dtypes = [d for d in args.dtypes.split(",") if d]
-    bad = [d for d in dtypes if d not in DTYPES]
-    if bad:
-      print(f"build_kernels: --dtypes {bad}: not one of {list(DTYPES)}",
-            file=sys.stderr)
-      return 2
-    for entry in write_cubins(args.output_dir, head_sizes, ids_padded,
-                              args.arch, dtypes, tiles):
+             "num_stages": args.num_stages or triton_attention.NUM_STAGES}
+    head_sizes = [int(v) for v in _list(args.head_sizes)]
+    ids_padded = sorted({1 << max(int(v) - 1, 0).bit_length() if int(v)
+                         else 0 for v in _list(args.relative_vocab_sizes)},
+                        reverse=True)
+    variants = default_variants(dtypes, head_sizes, ids_padded, sides,
+                                streams, stream_dtypes, dropout)
+    start = time.perf_counter()
+    for entry in write_cubins(args.output_dir, variants, args.arch, tiles,
+                              args.jobs):
       print(f"cubin: {entry['variant']} shared={entry['shared']} "
             f"registers={entry['registers']} spills={entry['spills']}")
+    print(f"{len(variants)} cubins in {time.perf_counter() - start:.0f} s")
   return 0
 
 

@@ -1,43 +1,65 @@
 r"""Checks and times the fused kernels' FFI handlers through jaxlib alone.
 
     python -m tools.gpu_kernel_check --library=DIR/libetc_attention_ffi.so \
-        [--device=gpu] [--output_jsonl=FILE]
+        [--device=gpu] [--dtypes=float32,bfloat16,float16] [--low_streams] \
+        [--output_jsonl=FILE]
 
-For each input dtype, the custom call `etc_long_side_forward` on random
-pieces (`etc_realformer/kernels/reference.py`, several query tiles, hard
-masks, fully masked rows) against the float64 NumPy reference: the
-relative error of the context and of the row statistic, and whether any
-value is not finite. Then the call alone at the benchmark's shape (12
-heads, L = 4096, r = 84, G = 256, D = 64, batch 4, bfloat16): its time,
-and the bytes it must move and the products it must compute over that time.
-One JSON record per line (printed, and appended to `--output_jsonl`).
+For each input dtype, the custom call `etc_side_forward` on random pieces
+(`etc_realformer/kernels/reference.py`: several query tiles, a block length
+that divides no tile, hard masks, fully masked rows) against the float64
+NumPy reference `side_forward`: the long side (band + global keys) and the
+global side (dense global + long keys), each with both patterns' RealFormer
+streams carried, read and emitted (running mean) and the hash dropout
+(rate 0.1), and the long side without any of them nor relative ids. Per
+case the relative error of the context, of the row statistic (valid rows)
+and of the new running sums, and whether any value is not finite or a
+fully masked row is not zero. Then the call alone at the benchmark's shape
+(12 heads, D = 64, batch 4, bfloat16, relative vocabulary 32; long side:
+L = 4096 padded to blocks of r + 1 = 85, G = 256; global side: G = 256
+queries over 256 global and 4096 long keys), with the streams and dropout
+and without: its time, and the bytes it must move and the products it must
+compute over that time. One JSON record per line (printed, and appended to
+`--output_jsonl`; `tools/gpu_summary.py` tabulates them).
 
-On the CPU (`--device=cpu`) it runs the host handlers: the same check on
-any machine. Neither TensorFlow nor the package is imported (the GPU
-machine has only jax): the reference module is loaded by path.
+The cubins it needs are the default build's (`tools/build_kernels.py`;
+float32 streams, or the inputs' dtype with `--low_streams` and a build with
+`--stream_dtypes=low`). On the CPU (`--device=cpu`) it runs the host
+handlers: the same check on any machine. Neither TensorFlow nor the
+package is imported (the GPU machine has only jax): the reference module
+is loaded by path.
 """
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
 import pathlib
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from tools import build_kernels
 from tools import timing
 from tools import xla_runner
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+TARGET = "etc_side_forward"
+# Relative errors allowed: the context per input dtype (float32 products
+# in IEEE float32), the row statistic, the new running sums (float32, or
+# rounded to the inputs' dtype).
 TOLERANCE = {"float32": 1e-5, "bfloat16": 2e-2, "float16": 3e-3}
-INPUTS = ("q", "k_band", "v_band", "k_global", "v_global")
-ORDER = ("q", "k_band", "v_band", "k_global", "v_global", "per_id",
-         "codes_band", "codes_global", "valid")
+LSE_TOLERANCE = 1e-5
+STREAM_TOLERANCE = {"float32": 1e-5, "bfloat16": 1e-2, "float16": 2e-3}
+INPUTS = ("q", "k1", "v1", "k2", "v2")
+STREAMS = dict(carried=(True, True), has_prev=True, emit=True,
+               running_mean=True, num_summed=3, dropout_rate=0.1,
+               by_rows=True)
 
 
+@functools.lru_cache(maxsize=None)
 def _reference_module():
   path = ROOT / "etc_realformer" / "kernels" / "reference.py"
   spec = importlib.util.spec_from_file_location("kernel_reference", path)
@@ -46,112 +68,221 @@ def _reference_module():
   return module
 
 
-def _long_side_call(case, dtype):
-  """A jitted `etc_long_side_forward(*pieces) -> (ctx, lse)`."""
-  import jax  # pylint: disable=g-import-not-at-top
-  shape = (case.batch, case.num_heads, case.padded_len, case.size_per_head)
-  call = jax.ffi.ffi_call(
-      "etc_long_side_forward",
-      (jax.ShapeDtypeStruct(shape, dtype),
-       jax.ShapeDtypeStruct(shape[:3], np.float32)))
-  return jax.jit(lambda *args: call(*args, block_len=np.int64(case.block_len),
-                                    has_ids=bool(case.has_ids)))
+def _side_name(case) -> str:
+  return "long" if case.band else "global"
 
 
-def _device_pieces(pieces, dtype, device):
-  import jax  # pylint: disable=g-import-not-at-top
+def _label(case) -> str:
+  """The record's kernel: side_forward[<side>(,streams)(,dropout)]."""
+  parts = [_side_name(case)]
+  if any(case.carried):
+    parts.append("streams")
+  if case.dropout_rate > 0:
+    parts.append("dropout")
+  return f"side_forward[{','.join(parts)}]"
+
+
+def variant(case, dtype_name: str, low_streams: bool) -> str:
+  """The cubin the CUDA handler launches for `case`."""
+  ids = case.num_ids if case.has_ids else 0
+  streams = "".join("1" if f else "0"
+                    for f in case.reads_prev + case.writes_new)
+  return build_kernels.variant_name(
+      dtype_name, case.size_per_head,
+      1 << max(ids - 1, 0).bit_length() if ids else 0, case.band, streams,
+      low_streams, case.dropout_rate > 0, case.by_rows)
+
+
+def attributes(reference, case) -> Dict[str, Any]:
+  """The call's attributes, typed as the handler reads them."""
+  scale1, scale2 = case.scales
+  return {"band": bool(case.band),
+          "block_len": np.int64(case.block_len if case.band else 1),
+          "has_ids": bool(case.has_ids),
+          "read_prev1": bool(case.reads_prev[0]),
+          "read_prev2": bool(case.reads_prev[1]),
+          "emit1": bool(case.writes_new[0]),
+          "emit2": bool(case.writes_new[1]),
+          "scale1": np.float32(scale1), "scale2": np.float32(scale2),
+          "keep_threshold": np.int64(reference.keep_threshold(
+              case.dropout_rate)),
+          "gain": np.float32(reference.keep_gain(case.dropout_rate)),
+          "by_rows": bool(case.by_rows)}
+
+
+def operands(case, pieces, dtype, stream_dtype) -> List[Any]:
+  """The call's operands in order, with the placeholders the graph passes
+  for what the call does not read (per_id without ids: [B, N, 1, H];
+  streams not read and seeds without dropout: f32[1])."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  return [jax.device_put(jnp.asarray(pieces[n], dtype) if n in INPUTS
-                         else pieces[n], device) for n in ORDER]
+  placeholder = np.zeros([1], np.float32)
+  out = [jnp.asarray(pieces[n], dtype) for n in INPUTS]
+  out.append(pieces["per_id"] if case.has_ids else np.zeros(
+      [case.batch, case.rows, 1, case.num_heads], np.float32))
+  out += [pieces["codes1"], pieces["codes2"], pieces["valid"]]
+  for index in range(2):
+    out.append(jnp.asarray(pieces[f"prev{index + 1}"], stream_dtype)
+               if case.reads_prev[index] else placeholder)
+  out.append(pieces["seeds"] if case.dropout_rate > 0 else placeholder)
+  return out
 
 
-def check(reference, device, dtype_name: str, has_ids: bool
-          ) -> Dict[str, Any]:
+def side_call(reference, case, dtype, stream_dtype):
+  """A jitted `etc_side_forward(*operands) -> (ctx, lse, new1, new2)`."""
+  import jax  # pylint: disable=g-import-not-at-top
+  shape = (case.batch, case.num_heads, case.rows)
+  results = [jax.ShapeDtypeStruct(shape + (case.size_per_head,), dtype),
+             jax.ShapeDtypeStruct(shape, np.float32)]
+  for width, emitted in zip(case.widths, case.writes_new):
+    results.append(jax.ShapeDtypeStruct(shape + (width,), stream_dtype)
+                   if emitted else jax.ShapeDtypeStruct((1,), np.float32))
+  call = jax.ffi.ffi_call(TARGET, tuple(results))
+  attrs = attributes(reference, case)
+  return jax.jit(lambda *args: call(*args, **attrs))
+
+
+def check_cases(reference) -> List[Any]:
+  """The checked problems: the long side and the global side with streams
+  and dropout, then the long side with neither nor relative ids."""
+  sizes = dict(batch=2, num_heads=2, size_per_head=64, num_ids=32)
+  return [
+      reference.LongSideCase(num_blocks=3, block_len=85, global_len=100,
+                             **sizes, **STREAMS),
+      reference.GlobalSideCase(global_len=200, long_len=300, **sizes,
+                               **STREAMS),
+      reference.LongSideCase(num_blocks=3, block_len=85, global_len=100,
+                             has_ids=False, **sizes)]
+
+
+def check(reference, device, dtype_name: str, case,
+          low_streams: bool = False) -> Dict[str, Any]:
   """The custom call against the reference on one random problem."""
+  import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   dtype = jnp.dtype(dtype_name)
-  case = reference.LongSideCase(batch=2, num_heads=4, num_blocks=8,
-                                block_len=85, global_len=256,
-                                size_per_head=64, num_ids=32,
-                                has_ids=has_ids)
-  pieces = reference.long_side_pieces(case, seed=7)
-  args = _device_pieces(pieces, dtype, device)
-  # The reference reads the inputs as the kernel does (rounded).
+  stream_dtype = dtype if low_streams else jnp.dtype(np.float32)
+  pieces = reference.side_pieces(case, seed=7)
+  args = [jax.device_put(x, device)
+          for x in operands(case, pieces, dtype, stream_dtype)]
+  # The reference reads the inputs and streams as the kernel does (rounded).
   rounded = dict(pieces)
-  for i, name in enumerate(ORDER):
-    if name in INPUTS:
-      rounded[name] = np.asarray(args[i], np.float32)
-  ctx, lse = _long_side_call(case, dtype)(*args)
-  ctx = np.asarray(ctx, np.float32)
-  lse = np.asarray(lse)
-  want_ctx, want_lse = reference.long_side_reference(rounded, case.block_len,
-                                                     has_ids)
-  ctx_error = reference.relative_error(ctx, want_ctx)
-  # A query with no unmasked key (valid 0) gets zeros whatever its
-  # statistic, which differs there (its masked scores carry no relative
-  # term in the kernels): compared on valid rows.
+  for i, name in enumerate(INPUTS):
+    rounded[name] = np.asarray(args[i], np.float32)
+  for index in range(2):
+    if case.reads_prev[index]:
+      rounded[f"prev{index + 1}"] = np.asarray(args[9 + index], np.float32)
+  out = side_call(reference, case, dtype, stream_dtype)(*args)
+  ctx, lse = np.asarray(out[0], np.float32), np.asarray(out[1])
+  new = [np.asarray(x, np.float32) for x in out[2:]]
+  want = reference.side_forward(rounded, case)
+  ctx_error = reference.relative_error(ctx, want.ctx)
+  # A query with no unmasked key (valid 0) gets zeros; its statistic is
+  # compared on the valid rows only.
   valid_rows = np.broadcast_to(pieces["valid"][:, None] > 0, lse.shape)
-  lse_error = reference.relative_error(lse, want_lse, valid_rows)
-  finite = bool(np.isfinite(ctx).all() and np.isfinite(lse).all())
+  lse_error = reference.relative_error(lse, want.lse, valid_rows)
+  new_errors = [reference.relative_error(x, w)
+                for x, w in zip(new, want.new) if w is not None]
+  new_error = max(new_errors) if new_errors else 0.0
+  finite = bool(np.isfinite(ctx).all() and np.isfinite(lse).all() and
+                all(np.isfinite(x).all()
+                    for x, w in zip(new, want.new) if w is not None))
   masked_zero = not ctx[0, :, -3:].any()
-  return {"record_type": "kernel_check", "kernel": "long_side_forward",
-          "dtype": dtype_name, "has_ids": has_ids, "device": str(device),
-          "ctx_relative_error": ctx_error, "lse_relative_error": lse_error,
-          "finite": finite, "masked_rows_zero": masked_zero,
-          "ok": (finite and masked_zero and lse_error < 1e-5 and
+  stream_tolerance = STREAM_TOLERANCE[dtype_name if low_streams
+                                      else "float32"]
+  return {"record_type": "kernel_check", "kernel": _label(case),
+          "dtype": dtype_name, "has_ids": case.has_ids,
+          "side": _side_name(case), "streams": any(case.carried),
+          "low_streams": low_streams and dtype_name != "float32",
+          "dropout_rate": case.dropout_rate, "by_rows": case.by_rows,
+          "variant": variant(case, dtype_name, low_streams),
+          "device": str(device), "ctx_relative_error": ctx_error,
+          "lse_relative_error": lse_error,
+          "new_relative_error": new_error, "finite": finite,
+          "masked_rows_zero": masked_zero,
+          "ok": (finite and masked_zero and lse_error < LSE_TOLERANCE and
+                 new_error < stream_tolerance and
                  ctx_error < TOLERANCE[dtype_name])}
 
 
-def reference_band_stride(block_len: int) -> int:
-  return _reference_module().band_stride(block_len)
-
-
-def long_side_traffic(case, dtype_bytes: int) -> Dict[str, float]:
-  """The fewest bytes the long side's forward moves (each input read once,
-  each output written once) and its products' FLOPs (band and global keys
-  of every query: q.k and p.v)."""
-  b, lp, g, h = case.block_len, case.padded_len, case.global_len, \
-      case.num_heads
-  rows = case.batch * lp
-  per_head = case.batch * h * case.size_per_head * dtype_bytes
-  # per_id and valid in float32, one int8 code per band cell and global key.
-  read = (per_head * (lp + 2 * (lp + 2 * b) + 2 * g) +
-          4 * rows * (case.num_ids * h + 1) +
-          rows * (reference_band_stride(b) + g))
-  written = per_head * lp + 4 * case.batch * h * lp
-  flops = 4 * case.batch * h * lp * (3 * b + g) * case.size_per_head
+def side_traffic(case, dtype_bytes: int, stream_bytes: int = 4
+                 ) -> Dict[str, float]:
+  """The fewest bytes one side's forward moves (each input read once,
+  each output written once) and its products' FLOPs (q.k and p.v over
+  every score of the side: 3b band columns on the band)."""
+  bsz, h, n, d = case.batch, case.num_heads, case.rows, case.size_per_head
+  c1, c2 = case.widths
+  k1_rows = n + 2 * case.block_len if case.band else case.first_len
+  codes1 = (_reference_module().band_stride(case.block_len) if case.band
+            else c1)
+  per_head = bsz * h * d * dtype_bytes
+  cells = bsz * h * n
+  # per_id (with ids) and valid in float32, one int8 code per score.
+  read = (per_head * (n + 2 * k1_rows + 2 * c2) +
+          4 * bsz * n * (case.num_ids * h if case.has_ids else 0) +
+          4 * bsz * n + bsz * n * (codes1 + c2) +
+          sum(stream_bytes * cells * c
+              for c, r in zip(case.widths, case.reads_prev) if r) +
+          (16 if case.dropout_rate > 0 else 0))
+  written = (per_head * n + 4 * cells +
+             sum(stream_bytes * cells * c
+                 for c, w in zip(case.widths, case.writes_new) if w))
+  flops = 4 * cells * (c1 + c2) * d
   return {"bytes": float(read + written), "flops": float(flops)}
 
 
-def time_long_side(reference, device, repeats: int, warmup: int,
+def benchmark_case(reference, side: str, streams_and_dropout: bool,
                    batch: int = 4, long_len: int = 4096,
                    local_radius: int = 84, global_len: int = 256,
-                   dtype_name: str = "bfloat16", has_ids: bool = True
-                   ) -> Dict[str, Any]:
+                   has_ids: bool = True):
+  """The benchmark's shape of one side (12 heads, D = 64, vocabulary 32)."""
+  sizes = dict(batch=batch, num_heads=12, size_per_head=64, num_ids=32,
+               has_ids=has_ids, **(STREAMS if streams_and_dropout else {}))
+  if side == "long":
+    b = local_radius + 1
+    return reference.LongSideCase(num_blocks=-(-long_len // b),
+                                  block_len=b, global_len=global_len,
+                                  **sizes)
+  return reference.GlobalSideCase(global_len=global_len, long_len=long_len,
+                                  **sizes)
+
+
+def time_side(reference, device, repeats: int, warmup: int, side: str,
+              streams_and_dropout: bool, batch: int = 4,
+              long_len: int = 4096, local_radius: int = 84,
+              global_len: int = 256, dtype_name: str = "bfloat16",
+              has_ids: bool = True, low_streams: bool = False
+              ) -> Dict[str, Any]:
   """The call alone at the benchmark's shape, with its floor figures."""
+  import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  b = local_radius + 1
-  case = reference.LongSideCase(batch=batch, num_heads=12,
-                                num_blocks=-(-long_len // b), block_len=b,
-                                global_len=global_len, size_per_head=64,
-                                num_ids=32, has_ids=has_ids)
-  pieces = reference.long_side_pieces(case, seed=3)
-  args = _device_pieces(pieces, jnp.dtype(dtype_name), device)
-  fn = _long_side_call(case, jnp.dtype(dtype_name))
+  case = benchmark_case(reference, side, streams_and_dropout, batch,
+                        long_len, local_radius, global_len, has_ids)
+  dtype = jnp.dtype(dtype_name)
+  stream_dtype = dtype if low_streams else jnp.dtype(np.float32)
+  pieces = reference.side_pieces(case, seed=3)
+  args = [jax.device_put(x, device)
+          for x in operands(case, pieces, dtype, stream_dtype)]
+  del pieces
+  fn = side_call(reference, case, dtype, stream_dtype)
 
   def call():
-    fn(*args)[0].block_until_ready()
+    jax.block_until_ready(fn(*args))
 
   timed = timing.time_calls(call, warmup, repeats)
-  traffic = long_side_traffic(case, jnp.dtype(dtype_name).itemsize)
+  traffic = side_traffic(case, dtype.itemsize, stream_dtype.itemsize)
   median = timed["median_s"]
-  return {"record_type": "kernel_timing", "kernel": "long_side_forward",
-          "dtype": dtype_name, "has_ids": has_ids, "device": str(device),
-          "batch": batch,
-          "long_len": long_len, "padded_len": case.padded_len,
-          "global_len": global_len, "block_len": b, "num_heads": 12,
-          "size_per_head": 64, **timed, "floor_bytes": traffic["bytes"],
-          "flops": traffic["flops"],
+  return {"record_type": "kernel_timing", "kernel": _label(case),
+          "dtype": dtype_name, "has_ids": has_ids, "side": side,
+          "streams": streams_and_dropout,
+          "dropout_rate": case.dropout_rate,
+          "variant": variant(case, dtype_name, low_streams),
+          "device": str(device), "batch": batch, "long_len": long_len,
+          "padded_len": case.rows if case.band else long_len,
+          "global_len": global_len,
+          "block_len": case.block_len if case.band else 1,
+          "num_rows": case.rows, "num_heads": case.num_heads,
+          "size_per_head": case.size_per_head, **timed,
+          "floor_bytes": traffic["bytes"], "flops": traffic["flops"],
           "achieved_gb_per_s": traffic["bytes"] / median / 1e9,
           "achieved_tflop_per_s": traffic["flops"] / median / 1e12}
 
@@ -171,6 +302,10 @@ def _cubin_manifest(library: str) -> Dict[str, Any]:
           "kernels": manifest.get("kernels")}
 
 
+def _timed_sides() -> List[Tuple[str, bool]]:
+  return [(side, on) for side in ("long", "global") for on in (True, False)]
+
+
 def main(argv: Optional[List[str]] = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--library", required=True,
@@ -183,8 +318,19 @@ def main(argv: Optional[List[str]] = None) -> int:
   parser.add_argument("--no_check", action="store_true",
                       help="time only (e.g. a sweep of tile shapes: one "
                       "build per ETC_KERNELS_CUBIN_DIR)")
+  parser.add_argument("--low_streams", action="store_true",
+                      help="running sums in the inputs' dtype (a build "
+                      "with --stream_dtypes=low), not float32")
+  parser.add_argument("--dtypes", default=",".join(TOLERANCE),
+                      help="comma list of the checked input dtypes (a "
+                      "build of fewer dtypes carries fewer cubins)")
   parser.add_argument("--output_jsonl", default=None)
   args = parser.parse_args(argv)
+  dtypes = [d for d in args.dtypes.split(",") if d]
+  if not dtypes or set(dtypes) - set(TOLERANCE):
+    print(f"error: --dtypes {args.dtypes}: a list of {list(TOLERANCE)}",
+          file=sys.stderr)
+    return 2
   if not os.path.exists(args.library):
     print(f"error: --library {args.library}: no such file", file=sys.stderr)
     return 2
@@ -193,16 +339,16 @@ def main(argv: Optional[List[str]] = None) -> int:
   device = jax.devices(args.device)[0] if args.device else jax.devices()[0]
   reference = _reference_module()
   ok = True
-  for dtype in ([] if args.no_check else TOLERANCE):
-    for has_ids in (True, False):
+  for dtype in ([] if args.no_check else dtypes):
+    for case in check_cases(reference):
       start = time.perf_counter()
-      record = check(reference, device, dtype, has_ids)
+      record = check(reference, device, dtype, case, args.low_streams)
       record["wall_s"] = time.perf_counter() - start
       timing.emit(record, args.output_jsonl)
       ok &= record["ok"]
-  for has_ids in ([] if args.no_timing else [True, False]):
-    record = time_long_side(reference, device, args.repeats, args.warmup,
-                            has_ids=has_ids)
+  for side, on in ([] if args.no_timing else _timed_sides()):
+    record = time_side(reference, device, args.repeats, args.warmup, side,
+                       on, low_streams=args.low_streams)
     record["cubins"] = _cubin_manifest(args.library)
     timing.emit(record, args.output_jsonl)
   return 0 if ok else 1

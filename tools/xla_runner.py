@@ -72,8 +72,7 @@ def _jax_modules():
 # The fused kernels' custom calls (etc_realformer/kernels/cc/attention_ffi.cc,
 # `EtcRegisterFfiHandlers`): target -> (host handler, CUDA handler) symbols.
 FFI_TARGETS = {
-    "etc_long_side_forward": ("EtcLongSideForwardHost",
-                              "EtcLongSideForwardCuda"),
+    "etc_side_forward": ("EtcSideForwardHost", "EtcSideForwardCuda"),
 }
 
 

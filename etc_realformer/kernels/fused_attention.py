@@ -1,22 +1,31 @@
 """The attention core's sides as fused kernels (XLA custom calls).
 
 With `ExecutionConfig(attention_kernel='fused')`, a layer traced for XLA
-runs each side it can as one custom call (`custom_calls`) whose handlers
-(`ffi_library`: C++ on the host, the Triton kernels of `triton_attention` on
-CUDA) keep scores, masks and softmax statistics on chip. A side the kernels
-do not cover yet runs on `attention_core.attend_side` as before:
+runs each query side as one custom call, `etc_side_forward`
+(`custom_calls`), whose handlers (`ffi_library`: C++ on the host, the
+Triton kernel `triton_attention.side_forward` on CUDA) keep scores, masks,
+softmax statistics and dropout decisions on chip:
 
-  covered   the sparse long side (l2l band + l2g), no RealFormer stream on
-            it, no dropout of its probabilities, probabilities not returned
-  not yet   the global side, carried streams, dropout in training
+  covered   either side (long: the l2l band or, on the full path, dense
+            l2l, + l2g; global: g2g + g2l); RealFormer streams on any
+            subset of the patterns (summed form, float32 or the compute
+            dtype, running mean); dropout of the probabilities in training
+            with the hash generator (`ExecutionConfig.dropout_rng='hash'`:
+            the kernel draws the XLA path's masks)
+  not yet   probabilities returned (analysis), recomputed streams
+            (`recompute_residual_streams`), Philox dropout in training
+
+A side that is not covered runs on `attention_core.attend_side`, and the
+first such fallback is logged with its reason. The kernels keep the
+probabilities in float32 on chip, so `softmax_dtype` does not change a
+fused side.
 
 The gradient of a fused side is, for now, that of the same side recomputed
-by `attention_core.attend_side` from the custom call's inputs (the kernels'
-backward pass comes with their backward kernels): exact, at the XLA path's
-cost.
+by `attention_core.attend_side` from the custom call's inputs: exact, at
+the XLA path's cost.
 """
 
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 from absl import logging
 import tensorflow as tf
@@ -26,37 +35,43 @@ from etc_realformer.kernels import ffi_library
 from etc_realformer.kernels import reference
 from etc_realformer.layers import attention_core as core
 from etc_realformer.layers import blocking
+from etc_realformer.layers import dropout as dropout_lib
 from etc_realformer.layers.attention_pieces import PatternPair
 from etc_realformer.layers.attention_pieces import ScoreInputs
 from etc_realformer.layers.attention_pieces import SideInputs
 from etc_realformer.layers.attention_pieces import SideMasks
 from etc_realformer.layers.attention_pieces import SideOutputs
 
-LONG_SIDE_FORWARD = "etc_long_side_forward"
-MAX_IDS = 127  # relative ids travel as int8 codes
+SIDE_FORWARD = "etc_side_forward"
+MAX_IDS = 127  # relative ids travel as int8 codes (-1 - id when masked)
 _DTYPES = (tf.float32, tf.bfloat16, tf.float16)
 
 
 def uncovered_reason(spec: core.SideSpec, x: SideInputs[tf.Tensor]
                      ) -> Optional[str]:
   """Why the fused kernels do not compute this side (None: they do)."""
-  if not spec.band:
-    return "only the sparse long side is fused so far"
   if spec.return_probs:
     return "probabilities are returned"
-  if any(spec.is_carried):
-    return "RealFormer streams on the side are not fused yet"
-  if spec.dropout.training and spec.dropout.rate > 0.0:
-    return "attention dropout in training is not fused yet"
+  if x.sources:
+    return "recomputed RealFormer streams (recompute_residual_streams)"
+  d = spec.dropout
+  if (d.training and d.rate > 0.0 and
+      d.rng != dropout_lib.HASH):
+    return (f"dropout_rng={d.rng!r} in training (the kernels draw the "
+            f"'hash' generator's masks)")
   q = x.scores.q
-  d = q.shape[-1]
   if q.dtype not in _DTYPES:
     return f"dtype {q.dtype.name}"
-  if not (q.shape.is_fully_defined() and
-          all(k.shape.is_fully_defined() for k in x.scores.keys)):
+  pieces = [q, *x.values, *(k for k in x.scores.keys),
+            *(s for s in x.sums if s is not None)]
+  if not all(t.shape.is_fully_defined() for t in pieces):
     return "dynamic shapes"
-  if d < 16 or d & (d - 1):
-    return f"head size {d} (a power of two from 16)"
+  size = q.shape[-1]
+  if size < 16 or size & (size - 1):
+    return f"head size {size} (a power of two from 16)"
+  if any(s.dtype not in (tf.float32, q.dtype) for s in x.sums
+         if s is not None):
+    return "running sums in a dtype other than float32 or the inputs'"
   per_id = x.scores.per_id
   if per_id is not None and per_id.shape[-2] > MAX_IDS:
     return f"{per_id.shape[-2]} relative ids (int8 codes: at most {MAX_IDS})"
@@ -68,107 +83,158 @@ def covers(spec: core.SideSpec, x: SideInputs[tf.Tensor]) -> bool:
   return uncovered_reason(spec, x) is None
 
 
-def attend_long_side(spec: core.SideSpec, x: SideInputs[tf.Tensor]
-                     ) -> SideOutputs[tf.Tensor]:
-  """`attention_core.attend_side` of the whole sparse long side, fused.
+def _rows(spec: core.SideSpec, t: Optional[tf.Tensor], axis: int
+          ) -> Optional[tf.Tensor]:
+  """Query blocks -> rows on the band side ([.., nb, b, ..] at `axis`)."""
+  if t is None or not spec.band:
+    return t
+  return blocking.merge_axes(t, axis)
+
+
+def _blocks(spec: core.SideSpec, t: Optional[tf.Tensor], axis: int
+            ) -> Optional[tf.Tensor]:
+  """Rows -> query blocks on the band side (the inverse of `_rows`)."""
+  if t is None or not spec.band:
+    return t
+  return blocking.split_axis(t, axis, spec.block_len)
+
+
+def fused_side(spec: core.SideSpec, x: SideInputs[tf.Tensor]
+               ) -> SideOutputs[tf.Tensor]:
+  """`attention_core.attend_side` of a whole side, as one custom call.
 
   Args:
-    spec: the long side (`covers(spec, x)`).
-    x: its pieces: q [B, H, nb, b, D], band keys and values as padded
-      blocks [B, H, nb + 2, b, D], global ones [B, H, G, D], per_id
-      [B, nb, b, R, H] or None, masks in the blocked layout.
+    spec: the side (`covers(spec, x)`).
+    x: its pieces in the core's layouts (`attention_pieces.SideInputs`).
 
   Returns:
-    The context <T>[B, H, nb, b, D] (no streams, no probabilities).
+    The context, and the new running sums of the carried patterns with
+    `spec.streams.emit` (no probabilities).
   """
   ffi_library.load_into_tensorflow()
-  b = spec.block_len
-  q = x.scores.q
-  batch, heads, nb, _, d = q.shape.as_list()
-  lp = nb * b
-  masks = x.masks
-  has_ids = x.scores.per_id is not None and masks.ids.first is not None
+  q = _rows(spec, x.scores.q, 2)
+  batch, heads, num_rows, size = q.shape.as_list()
+  has_ids = x.scores.per_id is not None and x.masks.ids.first is not None
+  carried = spec.is_carried
+  reads = tuple(c and s is not None for c, s in zip(carried, x.sums))
+  emits = tuple(c and spec.streams.emit for c in carried)
+  stream_dtype = (q.dtype if spec.streams.low_precision else tf.float32)
+  mean = (1.0 / spec.streams.num_summed if spec.streams.running_mean and
+          spec.streams.num_summed > 1 else 1.0)
+  drop = spec.dropout
+  dropout = drop.training and drop.rate > 0.0
 
-  def rows(t: tf.Tensor, axis: int) -> tf.Tensor:  # blocks -> rows
-    return blocking.merge_axes(t, axis)
-
-  global_len = x.scores.keys.second.shape[2]
+  codes1, codes2 = attention_codes(spec, x.masks, has_ids)
+  widths = (codes1.shape[-1] if not spec.band else 3 * spec.block_len,
+            codes2.shape[-1])
+  if dropout:
+    seeds = tf.concat([dropout_lib.fold_seed(x.seed, drop.first_site + i)
+                       for i in range(2)], 0)
+  else:
+    seeds = tf.zeros([4], tf.int32)
+  placeholder = tf.zeros([1], tf.float32)
+  constants = (codes1, codes2, tf.reshape(x.masks.valid, [batch, num_rows]))
   if has_ids:
-    per_id = rows(x.scores.per_id, 1)  # [B, Lp, R, H]
+    per_id = _rows(spec, x.scores.per_id, 1)  # [B, N, R, H]
   else:  # A shaped placeholder: the handler reads none of it.
-    per_id = tf.zeros([batch, lp, 1, heads], tf.float32)
-  codes_band, codes_global = attention_codes(masks, b, has_ids)
-  constants = (codes_band, codes_global, tf.reshape(masks.valid, [batch, lp]))
-  differentiable = (rows(q, 2), rows(x.scores.keys.first, 2),
-                    rows(x.values.first, 2), x.scores.keys.second,
-                    x.values.second, per_id)
+    per_id = tf.zeros([batch, num_rows, 1, heads], tf.float32)
+  prev = [_rows(spec, s, 2) if r else None for s, r in zip(x.sums, reads)]
+  inputs = [q, _rows(spec, x.scores.keys.first, 2),
+            _rows(spec, x.values.first, 2), x.scores.keys.second,
+            x.values.second, per_id] + [p for p in prev if p is not None]
+  results = [([batch, heads, num_rows, size], q.dtype),
+             ([batch, heads, num_rows], tf.float32)]
+  for emit, width in zip(emits, widths):
+    results.append(([batch, heads, num_rows, width], stream_dtype) if emit
+                   else ([1], tf.float32))
+  attributes = {
+      "band": spec.band, "block_len": spec.block_len if spec.band else 1,
+      "has_ids": has_ids, "read_prev1": reads[0], "read_prev2": reads[1],
+      "emit1": emits[0], "emit2": emits[1],
+      "scale1": mean if carried[0] else 1.0,
+      "scale2": mean if carried[1] else 1.0,
+      "keep_threshold": (dropout_lib.keep_threshold(drop.rate) if dropout
+                         else 0),
+      "gain": dropout_lib.keep_gain(drop.rate, dropout),
+      "by_rows": drop.by_rows}
 
   @tf.custom_gradient
-  def fused(q_rows, k_band, v_band, k_global, v_global, per_id_rows):
-    ctx, _ = custom_calls.custom_call(
-        LONG_SIDE_FORWARD,
-        (q_rows, k_band, v_band, k_global, v_global, per_id_rows) + constants,
-        [([batch, heads, lp, d], q.dtype), ([batch, heads, lp], tf.float32)],
-        {"block_len": b, "has_ids": has_ids})
+  def fused(*args):
+    it = iter(args[6:])
+    prev_args = [next(it) if r else placeholder for r in reads]
+    forward_args = (list(args[:6]) + list(constants) + prev_args + [seeds])
+    outs = custom_calls.custom_call(SIDE_FORWARD, forward_args, results,
+                                    attributes)
+    ctx, lse = outs[:2]
+    emitted = [o for o, e in zip(outs[2:], emits) if e]
 
-    def grad(dctx):
-      args = (q_rows, k_band, v_band, k_global, v_global, per_id_rows)
+    def grad(*upstream):
       with tf.GradientTape() as tape:
         tape.watch(args)
-        ref = _reference(spec, x.masks, has_ids, nb, *args)
-      return tape.gradient(ref, args, output_gradients=dctx)
+        want = _reference(spec, x, has_ids, reads, *args)
+      return tape.gradient(want, args, output_gradients=list(upstream))
 
-    return ctx, grad
+    return [ctx] + emitted, grad
 
-  ctx = fused(*differentiable)
-  return SideOutputs(ctx=blocking.split_axis(ctx, 2, b))
+  outs = fused(*inputs)
+  it = iter(outs[1:])
+  sums = PatternPair(*(_blocks(spec, next(it), 2) if e else None
+                       for e in emits))
+  return SideOutputs(ctx=_blocks(spec, outs[0], 2), sums=sums)
 
 
-def attention_codes(masks: SideMasks[tf.Tensor], block_len: int,
+def attention_codes(spec: core.SideSpec, masks: SideMasks[tf.Tensor],
                     has_ids: bool) -> Tuple[tf.Tensor, tf.Tensor]:
-  """The long side's masks and relative ids as the kernels' int8 codes.
+  """A side's masks and relative ids as the kernels' int8 codes.
 
-  -1 where a key is masked (adder != 0), else its relative id (0 without
-  ids): the band [B, Lp, Wb] (band layout, rows padded with -1 to
-  `band_stride` bytes) and [B, Lp, G]. ETC's masks are hard (adders 0 or
-  -10000), so a code carries what the adder did.
+  Per score (`reference.codes`): an unmasked key's relative id (0
+  without ids), -1 - id for a masked key, NO_ID (-128) for a masked key
+  without a relative term (band columns outside the window). First
+  pattern: band [B, Lp, Wb] (the band layout, rows padded with NO_ID to
+  `band_stride` bytes) or dense [B, N, K1]; second [B, N, K2]. ETC's masks
+  are hard (adders 0 or -10000), so a code carries what the adder did.
   """
-  b = block_len
-  add_band, add_global = masks.adders.first[:, 0], masks.adders.second[:, 0]
-  batch, nb = add_band.shape[0], add_band.shape[1]
-  if has_ids:
-    # Window [B, nb, b, 2b - 1] -> band [B, nb, b, 3b] (as the XLA path's
-    # skew of the relative scores); 0 outside the window, so ids + 1.
-    band_ids = blocking.skew_right(masks.ids.first + 1, offset=1,
-                                   width=3 * b) - 1
-    global_ids = masks.ids.second
-  else:
-    band_ids = global_ids = 0
-  band = tf.where(add_band == 0.0, band_ids, -1)
-  band = tf.pad(tf.reshape(band, [batch, nb * b, 3 * b]),
-                [[0, 0], [0, 0], [0, reference.band_stride(b) - 3 * b]],
-                constant_values=-1)
-  glob = tf.where(add_global == 0.0, global_ids, -1)
-  glob = tf.reshape(glob, [batch, nb * b, -1])
-  return tf.cast(band, tf.int8), tf.cast(glob, tf.int8)
-
-
-def _reference(spec: core.SideSpec, masks: SideMasks[tf.Tensor],
-               has_ids: bool, num_blocks: int, q_rows: tf.Tensor,
-               k_band: tf.Tensor, v_band: tf.Tensor, k_global: tf.Tensor,
-               v_global: tf.Tensor, per_id_rows: tf.Tensor) -> tf.Tensor:
-  """The fused call's context [B, H, Lp, D] by `attention_core.attend_side`
-  (the backward pass differentiates it)."""
   b = spec.block_len
-  x = SideInputs(
-      scores=ScoreInputs(
-          blocking.split_axis(q_rows, 2, b),
-          PatternPair(blocking.split_axis(k_band, 2, b), k_global),
-          blocking.split_axis(per_id_rows, 1, b) if has_ids else None),
-      values=PatternPair(blocking.split_axis(v_band, 2, b), v_global),
-      masks=masks)
-  out = core.attend_side(spec, 0, num_blocks, x)
-  return blocking.merge_axes(out.ctx, 2)
+  out = []
+  for index in range(2):
+    adder = masks.adders[index][:, 0]  # [B, (nb, b | N), K]
+    ids = masks.ids[index] if has_ids else None
+    if ids is None:
+      ids = tf.fill(tf.shape(adder), -1)
+    elif spec.band and index == 0:
+      # Window [B, nb, b, 2b - 1] -> band [B, nb, b, 3b] (as the XLA
+      # path's skew of the relative scores); -1 outside the window.
+      ids = blocking.skew_right(ids + 1, offset=1, width=3 * b) - 1
+    code = tf.where(adder == 0.0, tf.maximum(ids, 0),
+                    tf.where(ids >= 0, -1 - ids, reference.NO_ID))
+    code = tf.cast(_rows(spec, code, 1), tf.int8)
+    if spec.band and index == 0:
+      code = tf.pad(code, [[0, 0], [0, 0],
+                           [0, reference.band_stride(b) - 3 * b]],
+                    constant_values=reference.NO_ID)
+    out.append(code)
+  return out[0], out[1]
+
+
+def _reference(spec: core.SideSpec, x: SideInputs[tf.Tensor], has_ids: bool,
+               reads: Tuple[bool, bool], q: tf.Tensor, k1: tf.Tensor,
+               v1: tf.Tensor, k2: tf.Tensor, v2: tf.Tensor, per_id: tf.Tensor,
+               *prev: tf.Tensor) -> List[tf.Tensor]:
+  """The fused call's differentiable outputs (the context and the emitted
+  sums, in rows) by `attention_core.attend_side` (the backward pass
+  differentiates it)."""
+  it = iter(prev)
+  sums = PatternPair(*(_blocks(spec, next(it), 2) if r else None
+                       for r in reads))
+  pieces = SideInputs(
+      scores=ScoreInputs(_blocks(spec, q, 2),
+                         PatternPair(_blocks(spec, k1, 2), k2),
+                         _blocks(spec, per_id, 1) if has_ids else None),
+      values=PatternPair(_blocks(spec, v1, 2), v2),
+      masks=x.masks, sums=sums, seed=x.seed)
+  out = core.attend_side(spec, 0, blocking.dim(pieces.scores.q, 2), pieces)
+  return [_rows(spec, out.ctx, 2)] + [_rows(spec, s, 2) for s in out.sums
+                                      if s is not None]
 
 
 def attend_side(spec: core.SideSpec, x: SideInputs[tf.Tensor]
@@ -178,9 +244,8 @@ def attend_side(spec: core.SideSpec, x: SideInputs[tf.Tensor]
   sees where it does not act)."""
   reason = uncovered_reason(spec, x)
   if reason is None:
-    return attend_long_side(spec, x)
+    return fused_side(spec, x)
   logging.log_first_n(logging.INFO,
                       "attention_kernel='fused': the %s side runs on the "
                       "XLA path: %s", 1, "/".join(spec.patterns), reason)
   return core.attend_side(spec, 0, blocking.dim(x.scores.q, 2), x)
-

@@ -4,6 +4,7 @@ load where TensorFlow is)."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -16,11 +17,93 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(
 
 
 def test_variant_names_are_the_handlers():
-  # attention_ffi.cc builds the same names from the call's operands.
-  assert build_kernels.variant_name("long_side_forward", "bfloat16", 64,
-                                    32) == "long_side_forward_bfloat16_d64_r32"
-  assert build_kernels.variant_name("long_side_forward", "float32", 64,
-                                    0) == "long_side_forward_float32_d64_noids"
+  # attention_ffi.cc (`VariantName`) builds the same names from the call.
+  name = build_kernels.variant_name
+  assert name("bfloat16", 64, 32, True, "1111", False, True, True) == (
+      "side_forward_bfloat16_d64_r32_band_f32_1111_drop_rows")
+  assert name("float16", 64, 0, False, "0011", True, True, False) == (
+      "side_forward_float16_d64_noids_dense_low_0011_drop_whole")
+  # "low" only where a stream moves and the inputs are not float32;
+  # "rows" whenever dropout is off.
+  assert name("float16", 16, 8, True, "0000", True) == (
+      "side_forward_float16_d16_r8_band_f32_0000_nodrop_rows")
+  assert name("float32", 64, 32, False, "1100", True, False, False) == (
+      "side_forward_float32_d64_r32_dense_f32_1100_nodrop_rows")
+  with pytest.raises(ValueError, match="0/1 digits"):
+    name("float32", 64, 32, True, "11")
+
+
+# The C++ side of the names: a program that includes the handlers' source
+# (one translation unit, so `VariantName` is visible) and prints the name
+# of each call read from stdin.
+_NAMES_PROGRAM = r"""
+#include "attention_ffi.cc"
+#include <iostream>
+int main() {
+  std::string dtype;
+  int64_t d, ids;
+  int has_ids, band, r1, r2, e1, e2, low, drop, by_rows;
+  while (std::cin >> dtype >> d >> ids >> has_ids >> band >> r1 >> r2 >>
+         e1 >> e2 >> low >> drop >> by_rows) {
+    const ffi::DataType t = dtype == "float32" ? ffi::DataType::F32
+        : dtype == "bfloat16" ? ffi::DataType::BF16 : ffi::DataType::F16;
+    SideShape s{};
+    s.size_per_head = d;
+    s.num_ids = ids;
+    s.stream_type = low ? t : ffi::DataType::F32;
+    SideOptions o{};
+    o.band = band; o.has_ids = has_ids; o.by_rows = by_rows;
+    o.read[0] = r1; o.read[1] = r2; o.emit[0] = e1; o.emit[1] = e2;
+    o.keep_threshold = drop ? 6554 : 0;
+    std::cout << VariantName(t, s, o) << std::endl;
+  }
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+def test_the_handler_builds_the_same_names(tmp_path):
+  source = tmp_path / "names.cc"
+  source.write_text(_NAMES_PROGRAM)
+  program = tmp_path / "names"
+  kernels = os.path.join(REPO, "etc_realformer", "kernels", "cc")
+  subprocess.run(["g++", "-std=c++17", "-isystem",
+                  build_kernels.default_ffi_include(), "-I", kernels,
+                  str(source), "-o", str(program), "-ldl"], check=True,
+                 timeout=300)
+  calls = [  # dtype, D, num_ids (0: no ids), band, streams, low, dropout,
+             # by_rows
+      ("bfloat16", 64, 32, True, "1111", False, True, True),
+      ("float16", 16, 5, False, "0011", True, True, False),
+      ("float32", 64, 1, True, "1100", True, False, False),
+      ("bfloat16", 64, 0, False, "0000", True, False, True),
+      ("float16", 128, 100, True, "1000", True, True, True)]
+  lines = []
+  for dtype, d, ids, band, streams, low, drop, by_rows in calls:
+    fields = [dtype, d, ids or 1, int(bool(ids)), int(band),
+              *streams, int(low), int(drop), int(by_rows)]
+    lines.append(" ".join(map(str, fields)))
+  done = subprocess.run([str(program)], input="\n".join(lines) + "\n",
+                        capture_output=True, text=True, check=True)
+  want = [build_kernels.variant_name(
+      dtype, d, 1 << max(ids - 1, 0).bit_length() if ids else 0, band,
+      streams, low, drop, by_rows)
+          for dtype, d, ids, band, streams, low, drop, by_rows in calls]
+  assert done.stdout.split() == want
+  assert want[1] == "side_forward_float16_d16_r8_dense_low_0011_drop_whole"
+  assert want[4] == "side_forward_float16_d128_r128_band_low_1000_drop_rows"
+
+
+def test_default_variants_are_a_12_layer_models():
+  variants = build_kernels.default_variants(["bfloat16"], [64], [32])
+  names = [v.name for v in variants]
+  assert len(names) == len(set(names)) == 2 * 4 * 2  # sides, streams, drop
+  assert "side_forward_bfloat16_d64_r32_dense_f32_1100_nodrop_rows" in names
+  assert "side_forward_bfloat16_d64_r32_band_f32_0011_drop_rows" in names
+  # Float32 inputs: streams in the inputs' dtype are the float32 kernels.
+  both = build_kernels.default_variants(["float32"], [64], [32],
+                                        stream_dtypes=("f32", "low"))
+  assert len(both) == 16
 
 
 def test_finds_tensorflows_ffi_headers_without_importing_it():
@@ -30,6 +113,12 @@ def test_finds_tensorflows_ffi_headers_without_importing_it():
       os.path.join(include, "xla", "ffi", "api", "ffi.h"))
 
 
+def test_bad_flag_values_are_one_line(capsys, tmp_path):
+  assert build_kernels.main([f"--output_dir={tmp_path}", "--sides=sparse",
+                             "--no_library", "--no_cubins"]) == 2
+  assert "--sides ['sparse']" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(any(__import__("importlib").util.find_spec(m) is None
                         for m in ("triton",)), reason="needs Triton")
@@ -37,18 +126,20 @@ def test_cubins_compile_for_hopper_without_a_gpu(tmp_path):
   result = subprocess.run(
       [sys.executable, "-m", "tools.build_kernels", f"--output_dir={tmp_path}",
        "--no_library", "--dtypes=float16", "--head_sizes=16",
-       "--relative_vocab_sizes=5", "--arch=90"],
+       "--relative_vocab_sizes=5", "--streams=1111", "--stream_dtypes=low",
+       "--dropout=rows", "--arch=90", "--jobs=2"],
       cwd=REPO, capture_output=True, text=True, timeout=600)
   assert result.returncode == 0, result.stderr[-3000:]
   folder = tmp_path / "cubins"
   names = sorted(p.stem for p in folder.glob("*.cubin"))
-  assert names == ["long_side_forward_float16_d16_noids",
-                   "long_side_forward_float16_d16_r8"]
+  assert names == ["side_forward_float16_d16_r8_band_low_1111_drop_rows",
+                   "side_forward_float16_d16_r8_dense_low_1111_drop_rows"]
   for name in names:
     function, shared, warps, block_m = (folder / f"{name}.meta").read_text(
     ).split()
-    assert function == "long_side_forward"
+    assert function == "side_forward"
     assert int(shared) > 0 and int(warps) == 4 and int(block_m) == 64
     assert (folder / f"{name}.cubin").read_bytes()[:4] == b"\x7fELF"
   manifest = json.loads((folder / "manifest.json").read_text())
   assert manifest["arch"] == 90 and len(manifest["kernels"]) == 2
+  assert {k["band"] for k in manifest["kernels"]} == {True, False}

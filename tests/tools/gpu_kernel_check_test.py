@@ -4,6 +4,7 @@ registered into jaxlib from the FFI library, pass the check."""
 import json
 
 from etc_realformer.kernels import ffi_library
+from tools import build_kernels
 from tools import gpu_kernel_check
 
 
@@ -13,11 +14,40 @@ def test_host_handlers_pass_the_check(tmp_path):
   assert gpu_kernel_check.main([f"--library={library}", "--device=cpu",
                                 "--no_timing", f"--output_jsonl={out}"]) == 0
   records = [json.loads(line) for line in out.read_text().splitlines()]
-  assert len(records) == 6  # 3 dtypes, with and without relative ids
+  # 3 dtypes; each side with streams and dropout, the long side bare.
+  assert len(records) == 9
+  assert {r["kernel"] for r in records} == {
+      "side_forward[long,streams,dropout]",
+      "side_forward[global,streams,dropout]", "side_forward[long]"}
   assert all(r["ok"] and r["finite"] and r["masked_rows_zero"]
              for r in records)
-  assert max(r["ctx_relative_error"] for r in records
-             if r["dtype"] == "float32") < 1e-5
+  float32 = [r for r in records if r["dtype"] == "float32"]
+  assert max(r["ctx_relative_error"] for r in float32) < 1e-5
+  assert max(r["new_relative_error"] for r in records) < 1e-5
+  # The GPU runs need no cubin beyond the default build's.
+  default = {v.name for v in build_kernels.default_variants(
+      list(build_kernels.DTYPES), [64], [32, 0])}
+  assert {r["variant"] for r in records} <= default
+  assert ("side_forward_bfloat16_d64_r32_dense_f32_1111_drop_rows" in
+          {r["variant"] for r in records})
+
+
+def test_streams_in_the_inputs_dtype_pass_the_check():
+  # (--low_streams: a build with --stream_dtypes=low.)
+  library = ffi_library.load_into_tensorflow()
+  reference = gpu_kernel_check._reference_module()  # pylint: disable=protected-access
+  import jax  # pylint: disable=g-import-not-at-top
+  from tools import xla_runner  # pylint: disable=g-import-not-at-top
+  xla_runner.register_ffi_library(library, "cpu")
+  case = reference.GlobalSideCase(batch=1, num_heads=2, global_len=20,
+                                  long_len=30, size_per_head=16, num_ids=5,
+                                  **gpu_kernel_check.STREAMS)
+  record = gpu_kernel_check.check(reference, jax.devices("cpu")[0],
+                                  "bfloat16", case, low_streams=True)
+  assert record["ok"] and record["low_streams"]
+  assert 1e-4 < record["new_relative_error"] < 1e-2  # rounded to bfloat16
+  assert record["variant"] == (
+      "side_forward_bfloat16_d16_r8_dense_low_1111_drop_rows")
 
 
 def test_floor_figures_count_every_input_once():
@@ -25,15 +55,34 @@ def test_floor_figures_count_every_input_once():
   case = reference.LongSideCase(batch=1, num_heads=1, num_blocks=2,
                                 block_len=4, global_len=3, size_per_head=16,
                                 num_ids=5)
-  traffic = gpu_kernel_check.long_side_traffic(case, dtype_bytes=2)
+  traffic = gpu_kernel_check.side_traffic(case, dtype_bytes=2)
   lp, b, g, d = 8, 4, 3, 16
   qkv = 2 * d * (lp + 2 * (lp + 2 * b) + 2 * g)  # q, band k/v, global k/v
   masks = 4 * lp * (5 + 1) + lp * (16 + g)  # per_id, valid; int8 codes
   written = 2 * d * lp + 4 * lp
   assert traffic["bytes"] == qkv + masks + written
   assert traffic["flops"] == 4 * lp * (3 * b + g) * d
+  # The global side with both streams read and written (float32) and
+  # dropout (the seeds): no per_id without ids.
+  case = reference.GlobalSideCase(batch=1, num_heads=1, global_len=4,
+                                  long_len=6, size_per_head=16,
+                                  has_ids=False, **gpu_kernel_check.STREAMS)
+  traffic = gpu_kernel_check.side_traffic(case, dtype_bytes=2)
+  n, k2 = 4, 6
+  qkv = 2 * d * (n + 2 * n + 2 * k2)
+  masks = 4 * n + n * (n + k2)
+  streams = 4 * n * (n + k2)
+  assert traffic["bytes"] == (qkv + masks + streams + 16 +
+                              2 * d * n + 4 * n + streams)
+  assert traffic["flops"] == 4 * n * (n + k2) * d
 
 
-def test_a_missing_library_is_one_line(capsys, tmp_path):
+def test_a_missing_library_or_an_unknown_dtype_is_one_line(capsys,
+                                                           tmp_path):
   assert gpu_kernel_check.main([f"--library={tmp_path}/none.so"]) == 2
   assert "no such file" in capsys.readouterr().err
+  library = tmp_path / "lib.so"
+  library.write_text("")
+  assert gpu_kernel_check.main([f"--library={library}",
+                                "--dtypes=float64"]) == 2
+  assert "--dtypes float64" in capsys.readouterr().err

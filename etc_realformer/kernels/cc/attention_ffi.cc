@@ -1,7 +1,8 @@
 // XLA FFI handlers of the fused global-local attention kernels.
 //
-// One typed-FFI custom call per kernel ("etc_long_side_forward", ...), with
-// two implementations:
+// One typed-FFI custom call per kernel ("etc_side_forward": either query
+// side of the attention core, `reference.side_forward`), with two
+// implementations:
 //   Host  plain C++ loops of the same math, so TensorFlow on the CPU runs
 //         the whole custom-call path under jit_compile (the tests), and
 //   CUDA  a launch of the Triton kernel's ahead-of-time compiled cubin on
@@ -19,6 +20,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -106,158 +108,322 @@ struct Element {
   }
 };
 
-// -------------------------------------------------------- long side: shapes
-struct LongSideShape {
-  int64_t batch, heads, padded_len, size_per_head, global_len, num_ids,
-      block_len, band_stride;
+// ------------------------------------------------------------- side: shapes
+constexpr char kCall[] = "etc_side_forward";
+// The code of a masked score without a relative term (`reference.NO_ID`).
+constexpr int8_t kNoId = -128;
+
+// The call's attributes (see the bindings).
+struct SideOptions {
+  bool band, has_ids, read[2], emit[2], by_rows;
+  int64_t block_len, keep_threshold;
+  float scale[2], gain;
+
+  bool dropout() const { return keep_threshold > 0; }
 };
 
-// Every operand's shape and type against q's, before any kernel reads one:
-// the CUDA kernels index raw pointers, so a mismatch must never reach them.
-ffi::Error CheckLongSide(const ffi::AnyBuffer& q, const ffi::AnyBuffer& k_band,
-                         const ffi::AnyBuffer& v_band,
-                         const ffi::AnyBuffer& k_global,
-                         const ffi::AnyBuffer& v_global,
-                         const ffi::Buffer<ffi::F32>& per_id,
-                         const ffi::Buffer<ffi::S8>& codes_band,
-                         const ffi::Buffer<ffi::S8>& codes_global,
-                         const ffi::Buffer<ffi::F32>& valid,
-                         const ffi::AnyBuffer& ctx,
-                         const ffi::Buffer<ffi::F32>& lse, int64_t block_len,
-                         LongSideShape* shape) {
+struct SideShape {
+  int64_t batch, heads, rows, size_per_head;
+  int64_t key_rows[2];  // rows of k1 (band: N + 2b) and of k2
+  int64_t width[2];     // score columns per query: 3b or K1, and K2
+  int64_t num_ids, codes1_stride;
+  // The running sums' element type (float32 where none is read or written).
+  ffi::DataType stream_type;
+};
+
+template <typename Dims>
+std::string Format(const Dims& dims) {
+  std::string out = "[";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += dims[i] < 0 ? std::string("?") : std::to_string(dims[i]);
+  }
+  return out + "]";
+}
+
+template <typename Dims>
+bool SameDims(const Dims& dims, const std::vector<int64_t>& want) {
+  if (dims.size() != want.size()) return false;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (dims[i] != want[i]) return false;
+  }
+  return true;
+}
+
+// A buffer's dimension, or -1 where it has no such axis (a rank mismatch
+// is then reported by the shape it fails).
+template <typename Buffer>
+int64_t Dim(const Buffer& buffer, size_t axis) {
+  auto dims = buffer.dimensions();
+  return axis < dims.size() ? dims[axis] : -1;
+}
+
+ffi::Error Invalid(const std::string& message) {
+  return ffi::Error::InvalidArgument(std::string(kCall) + ": " + message);
+}
+
+// Every operand's shape and type against q's and the attributes, before
+// any kernel reads one: the CUDA kernel indexes raw pointers, so a
+// mismatch must never reach it.
+ffi::Error CheckSide(const ffi::AnyBuffer& q, const ffi::AnyBuffer& k1,
+                     const ffi::AnyBuffer& v1, const ffi::AnyBuffer& k2,
+                     const ffi::AnyBuffer& v2,
+                     const ffi::Buffer<ffi::F32>& per_id,
+                     const ffi::Buffer<ffi::S8>& codes1,
+                     const ffi::Buffer<ffi::S8>& codes2,
+                     const ffi::Buffer<ffi::F32>& valid,
+                     const ffi::AnyBuffer& prev1, const ffi::AnyBuffer& prev2,
+                     const ffi::AnyBuffer& seeds, const ffi::AnyBuffer& ctx,
+                     const ffi::Buffer<ffi::F32>& lse,
+                     const ffi::AnyBuffer& new1, const ffi::AnyBuffer& new2,
+                     const SideOptions& o, SideShape* shape) {
   auto qd = q.dimensions();
-  auto kd = k_band.dimensions();
-  auto gd = k_global.dimensions();
-  auto pd = per_id.dimensions();
-  auto cb = codes_band.dimensions();
-  auto cg = codes_global.dimensions();
-  auto vd = valid.dimensions();
-  auto ld = lse.dimensions();
-  if (qd.size() != 4 || kd.size() != 4 || gd.size() != 4 || pd.size() != 4 ||
-      cb.size() != 3 || cg.size() != 3 || vd.size() != 2 || ld.size() != 3) {
-    return ffi::Error::InvalidArgument(
-        "etc_long_side_forward: q, keys, values, per_id must be rank 4, "
-        "the codes and lse rank 3, valid rank 2");
+  if (qd.size() != 4) {
+    return Invalid("q has shape " + Format(qd) + ", not [B, H, N, D]");
   }
-  auto same = [](auto a, auto b) {
-    if (a.size() != b.size()) return false;
-    for (size_t i = 0; i < a.size(); ++i) {
-      if (a[i] != b[i]) return false;
+  const int64_t bsz = qd[0], h = qd[1], n = qd[2], d = qd[3];
+  const int64_t b = o.block_len;
+  if (o.band ? b <= 0 || n % b != 0 : b != 1) {
+    return Invalid("block_len " + std::to_string(b) + " with " +
+                   std::to_string(n) + " queries: the band needs a length "
+                   "that divides N, the dense layout 1");
+  }
+  if (o.keep_threshold < 0 || o.keep_threshold > 65536) {
+    return Invalid("keep_threshold " + std::to_string(o.keep_threshold) +
+                   " is not in [0, 65536]");
+  }
+  const int64_t k1_rows = o.band ? n + 2 * b : Dim(k1, 2);
+  const int64_t k2_rows = Dim(k2, 2);
+  const int64_t width1 = o.band ? 3 * b : k1_rows;
+  const int64_t stride1 = o.band ? Dim(codes1, 2) : k1_rows;
+  const int64_t num_ids = Dim(per_id, 2);
+  *shape = {bsz, h, n, d, {k1_rows, k2_rows}, {width1, k2_rows}, num_ids,
+            stride1, ffi::DataType::F32};
+
+  const char* layout = o.band ? "band" : "dense";
+  std::string problem;
+  auto expect = [&](const char* name, const auto& buffer,
+                    const std::vector<int64_t>& want) {
+    if (problem.empty() && !SameDims(buffer.dimensions(), want)) {
+      problem = std::string(name) + " has shape " +
+                Format(buffer.dimensions()) + "; the " + layout +
+                " layout needs " + Format(want);
     }
-    return true;
   };
-  *shape = {qd[0], qd[1], qd[2], qd[3], gd[2], pd[2], block_len,
-            block_len > 0 ? cb[2] : 0};
-  if (block_len <= 0 || qd[2] % block_len != 0 ||
-      !same(v_band.dimensions(), kd) || !same(v_global.dimensions(), gd) ||
-      !same(ctx.dimensions(), qd) || kd[0] != qd[0] || kd[1] != qd[1] ||
-      gd[0] != qd[0] || gd[1] != qd[1] || cb[0] != qd[0] ||
-      cb[1] != qd[2] || cb[2] < 3 * block_len || cg[0] != qd[0] ||
-      cg[1] != qd[2] || cg[2] != gd[2] ||
-      kd[2] != qd[2] + 2 * block_len || kd[3] != qd[3] ||
-      gd[3] != qd[3] || pd[0] != qd[0] || pd[1] != qd[2] || pd[3] != qd[1] ||
-      vd[0] != qd[0] || vd[1] != qd[2] || ld[0] != qd[0] || ld[1] != qd[1] ||
-      ld[2] != qd[2]) {
-    return ffi::Error::InvalidArgument(
-        "etc_long_side_forward: shapes do not fit the long-side layout");
+  expect("k1", k1, {bsz, h, k1_rows, d});
+  expect("v1", v1, {bsz, h, k1_rows, d});
+  expect("k2", k2, {bsz, h, k2_rows, d});
+  expect("v2", v2, {bsz, h, k2_rows, d});
+  expect("per_id", per_id, {bsz, n, num_ids, h});
+  expect("codes1", codes1, {bsz, n, stride1});
+  expect("codes2", codes2, {bsz, n, k2_rows});
+  expect("valid", valid, {bsz, n});
+  expect("ctx", ctx, {bsz, h, n, d});
+  expect("lse", lse, {bsz, h, n});
+  const ffi::AnyBuffer* prev[2] = {&prev1, &prev2};
+  const ffi::AnyBuffer* next[2] = {&new1, &new2};
+  const char* prev_names[2] = {"prev1", "prev2"};
+  const char* new_names[2] = {"new1", "new2"};
+  for (int p = 0; p < 2; ++p) {
+    const std::vector<int64_t> stream = {bsz, h, n, shape->width[p]};
+    if (o.read[p]) expect(prev_names[p], *prev[p], stream);
+    if (o.emit[p]) expect(new_names[p], *next[p], stream);
   }
-  // The kernels index in int32.
-  const int64_t band_cells = codes_band.element_count();
-  const int64_t global_cells = qd[0] * qd[2] * gd[2];
-  if (k_band.element_count() >= (int64_t{1} << 31) ||
-      per_id.element_count() >= (int64_t{1} << 31) ||
-      band_cells >= (int64_t{1} << 31) || global_cells >= (int64_t{1} << 31)) {
-    return ffi::Error::InvalidArgument(
-        "etc_long_side_forward: an operand of 2^31 elements or more");
+  if (o.dropout()) expect("seeds", seeds, {4});
+  if (!problem.empty()) return Invalid(problem);
+  if (o.band && (stride1 < 3 * b || stride1 % 16 != 0)) {
+    return Invalid("codes1's rows hold " + std::to_string(stride1) +
+                   " codes: the band needs 3b = " + std::to_string(3 * b) +
+                   " or more, a multiple of 16 (the kernel's vector loads)");
   }
+  if (o.has_ids && num_ids < 1) {
+    return Invalid("has_ids with an empty per_id table");
+  }
+  if (shape->width[0] + shape->width[1] == 0) {
+    return Invalid("a side without keys");
+  }
+
   const auto t = q.element_type();
-  if (!Element{t}.Supported() || k_band.element_type() != t ||
-      v_band.element_type() != t || k_global.element_type() != t ||
-      v_global.element_type() != t || ctx.element_type() != t) {
-    return ffi::Error::InvalidArgument(
-        "etc_long_side_forward: q, keys, values and the context must share "
-        "one of float32, bfloat16, float16");
+  if (!Element{t}.Supported() || k1.element_type() != t ||
+      v1.element_type() != t || k2.element_type() != t ||
+      v2.element_type() != t || ctx.element_type() != t) {
+    return Invalid("q, keys, values and the context must share one of "
+                   "float32, bfloat16, float16");
   }
+  if (o.dropout() && seeds.element_type() != ffi::DataType::S32) {
+    return Invalid("the dropout seeds must be int32");
+  }
+  // One element type for every stream read or written: a cubin has one.
+  bool any_stream = false;
+  for (int p = 0; p < 2; ++p) {
+    for (const ffi::AnyBuffer* s : {o.read[p] ? prev[p] : nullptr,
+                                    o.emit[p] ? next[p] : nullptr}) {
+      if (s == nullptr) continue;
+      const ffi::DataType st = s->element_type();
+      if ((st != ffi::DataType::F32 && st != t) ||
+          (any_stream && st != shape->stream_type)) {
+        return Invalid("the running sums read and written must all be "
+                       "float32 or all the inputs' type");
+      }
+      any_stream = true;
+      shape->stream_type = st;
+    }
+  }
+
+  // The kernel indexes in int32.
+  std::vector<const ffi::AnyBuffer*> big = {&q, &k1, &k2, &ctx};
+  for (int p = 0; p < 2; ++p) {
+    if (o.read[p]) big.push_back(prev[p]);
+    if (o.emit[p]) big.push_back(next[p]);
+  }
+  bool too_big = per_id.element_count() >= (size_t{1} << 31) ||
+                 codes1.element_count() >= (size_t{1} << 31) ||
+                 codes2.element_count() >= (size_t{1} << 31);
+  for (const ffi::AnyBuffer* x : big) {
+    too_big |= x->element_count() >= (size_t{1} << 31);
+  }
+  if (too_big) return Invalid("an operand of 2^31 elements or more");
   return ffi::Error::Success();
 }
 
-// ------------------------------------------------------- long side: on host
+// ------------------------------------------------------------ hash dropout
+// `dropout._mix32` (C. Wellons' lowbias32).
+uint32_t Mix32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x21F0AAADu;
+  x ^= x >> 15;
+  x *= 0xD35A2D97u;
+  x ^= x >> 15;
+  return x;
+}
+
+// ---------------------------------------------------------- side: on host
 // Two passes per query row (scores, then the context), float32 throughout;
 // the probabilities are rounded to the inputs' type before the context
 // product, as the kernels and the XLA path do.
-ffi::Error LongSideForwardHost(
-    ffi::AnyBuffer q, ffi::AnyBuffer k_band, ffi::AnyBuffer v_band,
-    ffi::AnyBuffer k_global, ffi::AnyBuffer v_global,
-    ffi::Buffer<ffi::F32> per_id, ffi::Buffer<ffi::S8> codes_band,
-    ffi::Buffer<ffi::S8> codes_global, ffi::Buffer<ffi::F32> valid,
-    int64_t block_len, bool has_ids, ffi::Result<ffi::AnyBuffer> ctx,
-    ffi::Result<ffi::Buffer<ffi::F32>> lse) {
-  LongSideShape s;
-  if (auto e = CheckLongSide(q, k_band, v_band, k_global, v_global, per_id,
-                             codes_band, codes_global, valid, *ctx, *lse,
-                             block_len, &s);
+ffi::Error SideForwardHost(
+    ffi::AnyBuffer q, ffi::AnyBuffer k1, ffi::AnyBuffer v1, ffi::AnyBuffer k2,
+    ffi::AnyBuffer v2, ffi::Buffer<ffi::F32> per_id,
+    ffi::Buffer<ffi::S8> codes1, ffi::Buffer<ffi::S8> codes2,
+    ffi::Buffer<ffi::F32> valid, ffi::AnyBuffer prev1, ffi::AnyBuffer prev2,
+    ffi::AnyBuffer seeds, bool band, int64_t block_len, bool has_ids,
+    bool read_prev1, bool read_prev2, bool emit1, bool emit2, float scale1,
+    float scale2, int64_t keep_threshold, float gain, bool by_rows,
+    ffi::Result<ffi::AnyBuffer> ctx, ffi::Result<ffi::Buffer<ffi::F32>> lse,
+    ffi::Result<ffi::AnyBuffer> new1, ffi::Result<ffi::AnyBuffer> new2) {
+  const SideOptions o{band,       has_ids,        {read_prev1, read_prev2},
+                      {emit1, emit2}, by_rows,    block_len,
+                      keep_threshold, {scale1, scale2}, gain};
+  SideShape s;
+  if (auto e = CheckSide(q, k1, v1, k2, v2, per_id, codes1, codes2, valid,
+                         prev1, prev2, seeds, *ctx, *lse, *new1, *new2, o,
+                         &s);
       !e.success()) {
     return e;
   }
-  Element el{q.element_type()};
-  const std::vector<float> qv = el.Read(q), kb = el.Read(k_band),
-                           vb = el.Read(v_band), kg = el.Read(k_global),
-                           vg = el.Read(v_global);
-  const int64_t b = s.block_len, d = s.size_per_head, lp = s.padded_len,
-                g = s.global_len, band = 3 * b;
-  const int64_t band_rows = lp + 2 * b;
+  const Element el{q.element_type()};
+  const std::vector<float> qv = el.Read(q);
+  const std::vector<float> keys[2] = {el.Read(k1), el.Read(k2)};
+  const std::vector<float> values[2] = {el.Read(v1), el.Read(v2)};
+  const ffi::AnyBuffer* prev_in[2] = {&prev1, &prev2};
+  ffi::AnyBuffer* new_out[2] = {&*new1, &*new2};
+  std::vector<float> prev[2], next[2];
+  for (int p = 0; p < 2; ++p) {
+    if (o.read[p]) prev[p] = Element{prev_in[p]->element_type()}.Read(
+        *prev_in[p]);
+    if (o.emit[p]) next[p].assign(s.batch * s.heads * s.rows * s.width[p], 0);
+  }
+  uint32_t key[4] = {0, 0, 0, 0};  // the folded seeds, as uint32
+  if (o.dropout()) std::memcpy(key, seeds.untyped_data(), sizeof(key));
+  const int8_t* codes[2] = {codes1.typed_data(), codes2.typed_data()};
+  const int64_t code_stride[2] = {s.codes1_stride, s.width[1]};
+  const int64_t bsz = s.batch, heads = s.heads, n = s.rows,
+                d = s.size_per_head, c1 = s.width[0];
+  const int64_t row_block = o.band ? o.block_len : 1;
   std::vector<float> out(qv.size(), 0.0f);
+  std::vector<float> logits(s.width[0] + s.width[1]);
   float* lse_out = lse->typed_data();
-  std::vector<float> logits(band + g);
-  for (int64_t bi = 0; bi < s.batch; ++bi) {
-    for (int64_t h = 0; h < s.heads; ++h) {
-      const int64_t bh = bi * s.heads + h;
-      for (int64_t i = 0; i < lp; ++i) {
-        const int64_t row = bi * lp + i;  // per-row tensors [B, Lp, ...]
-        const float* qi = &qv[(bh * lp + i) * d];
-        const int64_t first = (i / b) * b, j = i - first;
-        for (int64_t c = 0; c < band + g; ++c) {
-          const bool is_band = c < band;
-          const float* key = is_band
-              ? &kb[(bh * band_rows + first + c) * d]
-              : &kg[(bh * g + (c - band)) * d];
-          float dot = 0.0f;
-          for (int64_t x = 0; x < d; ++x) dot += qi[x] * key[x];
-          // -1: masked (the score - 10000), else the relative id.
-          const int8_t code = is_band
-              ? codes_band.typed_data()[row * s.band_stride + c]
-              : codes_global.typed_data()[row * g + (c - band)];
-          float logit = dot - 10000.0f;
-          if (code >= 0) {
-            logit = dot;
-            if (has_ids) {
-              logit += per_id.typed_data()[(row * s.num_ids + code) * s.heads +
-                                           h];
+  for (int64_t bi = 0; bi < bsz; ++bi) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t bh = bi * heads + h;
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t row = bi * n + i;  // per-row tensors [B, N, ...]
+        const int64_t head_row = bh * n + i;  // [B, H, N, ...]
+        const float* qi = &qv[head_row * d];
+        const int64_t first = o.band ? (i / o.block_len) * o.block_len : 0;
+        // The key (and value) row of each pattern's column c.
+        auto key_row = [&](int p, int64_t c) {
+          return (bh * s.key_rows[p] + (p == 0 ? first + c : c)) * d;
+        };
+        for (int p = 0; p < 2; ++p) {
+          for (int64_t c = 0; c < s.width[p]; ++c) {
+            const float* k = &keys[p][key_row(p, c)];
+            float score = 0.0f;
+            for (int64_t x = 0; x < d; ++x) score += qi[x] * k[x];
+            const int8_t code = codes[p][row * code_stride[p] + c];
+            if (o.has_ids && code != kNoId) {
+              const int64_t id = code >= 0 ? code : -1 - code;
+              if (id >= s.num_ids) {
+                return Invalid("relative id " + std::to_string(id) +
+                               " of a table of " +
+                               std::to_string(s.num_ids));
+              }
+              score += per_id.typed_data()[(row * s.num_ids + id) * heads + h];
             }
+            const int64_t cell = head_row * s.width[p] + c;
+            if (o.read[p]) score += prev[p][cell];
+            if (o.emit[p]) next[p][cell] = score;
+            // RealFormer's running mean; 1 on a pattern without a stream.
+            float logit = score * o.scale[p];
+            if (code < 0) logit -= 10000.0f;
+            logits[p * c1 + c] = logit;
           }
-          logits[c] = logit;
         }
-        float peak = logits[0];
+        float peak = -INFINITY;
         for (float l : logits) peak = std::max(peak, l);
         float total = 0.0f;
         for (float& l : logits) {
           l = std::exp(l - peak);
           total += l;
         }
-        lse_out[bh * lp + i] = peak + std::log(total);
-        const float scale = valid.typed_data()[row] / total;
-        float* o = &out[(bh * lp + i) * d];
-        for (int64_t c = 0; c < band + g; ++c) {
-          const float p = el.Round(logits[c] * scale);
-          const float* value = c < band
-              ? &vb[(bh * band_rows + first + c) * d]
-              : &vg[(bh * g + (c - band)) * d];
-          for (int64_t x = 0; x < d; ++x) o[x] += p * value[x];
+        lse_out[head_row] = peak + std::log(total);
+        float scale = valid.typed_data()[row] / total;
+        if (o.dropout()) scale *= gain;
+        // The dropout index's row part (`reference.dropout_index`), in
+        // uint32 as the kernel wraps it.
+        const uint32_t index_row = o.by_rows
+            ? static_cast<uint32_t>(
+                  (((i / row_block) * bsz + bi) * heads + h) * row_block +
+                  i % row_block)
+            : static_cast<uint32_t>(head_row);
+        float* o_row = &out[head_row * d];
+        for (int p = 0; p < 2; ++p) {
+          const uint32_t width = static_cast<uint32_t>(s.width[p]);
+          for (int64_t c = 0; c < s.width[p]; ++c) {
+            float prob = logits[p * c1 + c] * scale;
+            if (o.dropout()) {
+              const uint32_t index = index_row * width +
+                                     static_cast<uint32_t>(c) + key[2 * p];
+              const uint32_t bits = Mix32(Mix32(index) ^ key[2 * p + 1]);
+              if ((bits >> 16) < static_cast<uint32_t>(o.keep_threshold)) {
+                prob = 0.0f;
+              }
+            }
+            prob = el.Round(prob);
+            const float* v = &values[p][key_row(p, c)];
+            for (int64_t x = 0; x < d; ++x) o_row[x] += prob * v[x];
+          }
         }
       }
     }
   }
   el.Write(out, ctx->untyped_data());
+  for (int p = 0; p < 2; ++p) {
+    if (o.emit[p]) {
+      Element{new_out[p]->element_type()}.Write(next[p],
+                                                new_out[p]->untyped_data());
+    }
+  }
   return ffi::Error::Success();
 }
 
@@ -408,51 +574,88 @@ const char* TypeName(ffi::DataType t) {
   }
 }
 
-// ------------------------------------------------------- long side: on CUDA
-ffi::Error LongSideForwardCuda(
-    CUstream stream, ffi::AnyBuffer q, ffi::AnyBuffer k_band,
-    ffi::AnyBuffer v_band, ffi::AnyBuffer k_global, ffi::AnyBuffer v_global,
-    ffi::Buffer<ffi::F32> per_id, ffi::Buffer<ffi::S8> codes_band,
-    ffi::Buffer<ffi::S8> codes_global, ffi::Buffer<ffi::F32> valid,
-    int64_t block_len, bool has_ids, ffi::Result<ffi::AnyBuffer> ctx,
-    ffi::Result<ffi::Buffer<ffi::F32>> lse) {
-  LongSideShape s;
-  if (auto e = CheckLongSide(q, k_band, v_band, k_global, v_global, per_id,
-                             codes_band, codes_global, valid, *ctx, *lse,
-                             block_len, &s);
+// ---------------------------------------------------------- side: on CUDA
+// The cubin's name; `tools/build_kernels.py` (`variant_name`) writes the
+// same: side_forward_<dtype>_d<D>_<r<R>|noids>_<band|dense>_<f32|low>_
+// <READ1><READ2><WRITE1><WRITE2>_<drop|nodrop>_<rows|whole>.
+std::string VariantName(ffi::DataType t, const SideShape& s,
+                        const SideOptions& o) {
+  int64_t ids_padded = 1;  // num_ids rounded up to a power of two
+  while (ids_padded < s.num_ids) ids_padded *= 2;
+  const bool streams = o.read[0] || o.read[1] || o.emit[0] || o.emit[1];
+  const bool low = streams && s.stream_type != ffi::DataType::F32;
+  std::string flags;
+  for (bool f : {o.read[0], o.read[1], o.emit[0], o.emit[1]}) {
+    flags += f ? '1' : '0';
+  }
+  return std::string("side_forward_") + TypeName(t) + "_d" +
+         std::to_string(s.size_per_head) +
+         (o.has_ids ? "_r" + std::to_string(ids_padded)
+                    : std::string("_noids")) +
+         (o.band ? "_band" : "_dense") + (low ? "_low_" : "_f32_") + flags +
+         (o.dropout() ? "_drop" : "_nodrop") +
+         // The layout of the dropout index matters only with dropout.
+         (!o.dropout() || o.by_rows ? "_rows" : "_whole");
+}
+
+ffi::Error SideForwardCuda(
+    CUstream stream, ffi::AnyBuffer q, ffi::AnyBuffer k1, ffi::AnyBuffer v1,
+    ffi::AnyBuffer k2, ffi::AnyBuffer v2, ffi::Buffer<ffi::F32> per_id,
+    ffi::Buffer<ffi::S8> codes1, ffi::Buffer<ffi::S8> codes2,
+    ffi::Buffer<ffi::F32> valid, ffi::AnyBuffer prev1, ffi::AnyBuffer prev2,
+    ffi::AnyBuffer seeds, bool band, int64_t block_len, bool has_ids,
+    bool read_prev1, bool read_prev2, bool emit1, bool emit2, float scale1,
+    float scale2, int64_t keep_threshold, float gain, bool by_rows,
+    ffi::Result<ffi::AnyBuffer> ctx, ffi::Result<ffi::Buffer<ffi::F32>> lse,
+    ffi::Result<ffi::AnyBuffer> new1, ffi::Result<ffi::AnyBuffer> new2) {
+  const SideOptions o{band,       has_ids,        {read_prev1, read_prev2},
+                      {emit1, emit2}, by_rows,    block_len,
+                      keep_threshold, {scale1, scale2}, gain};
+  SideShape s;
+  if (auto e = CheckSide(q, k1, v1, k2, v2, per_id, codes1, codes2, valid,
+                         prev1, prev2, seeds, *ctx, *lse, *new1, *new2, o,
+                         &s);
       !e.success()) {
     return e;
   }
-  int64_t ids_padded = 1;  // num_ids rounded up to a power of two
-  while (ids_padded < s.num_ids) ids_padded *= 2;
-  const std::string variant = std::string("long_side_forward_") +
-      TypeName(q.element_type()) + "_d" + std::to_string(s.size_per_head) +
-      (has_ids ? "_r" + std::to_string(ids_padded) : std::string("_noids"));
+  if (s.rows == 0 || s.batch * s.heads == 0) {
+    return ffi::Error::Success();  // nothing to compute (an empty grid)
+  }
+  const std::string variant = VariantName(q.element_type(), s, o);
   CubinKernel kernel;
   if (auto e = LoadKernel(variant, &kernel); !e.success()) return e;
-  void* ptrs[11] = {q.untyped_data(), k_band.untyped_data(),
-                    v_band.untyped_data(), k_global.untyped_data(),
-                    v_global.untyped_data(), per_id.untyped_data(),
-                    codes_band.untyped_data(), codes_global.untyped_data(),
-                    valid.untyped_data(), ctx->untyped_data(),
-                    lse->untyped_data()};
-  int32_t ints[6] = {static_cast<int32_t>(s.heads),
-                     static_cast<int32_t>(s.padded_len),
-                     static_cast<int32_t>(s.global_len),
+  // The unread streams and seeds are placeholders the kernel never reads,
+  // the unwritten results buffers it never writes.
+  void* ptrs[16] = {q.untyped_data(),      k1.untyped_data(),
+                    v1.untyped_data(),     k2.untyped_data(),
+                    v2.untyped_data(),     per_id.untyped_data(),
+                    codes1.untyped_data(), codes2.untyped_data(),
+                    valid.untyped_data(),  prev1.untyped_data(),
+                    prev2.untyped_data(),  seeds.untyped_data(),
+                    ctx->untyped_data(),   lse->untyped_data(),
+                    new1->untyped_data(),  new2->untyped_data()};
+  int32_t ints[9] = {static_cast<int32_t>(s.batch),
+                     static_cast<int32_t>(s.heads),
+                     static_cast<int32_t>(s.rows),
+                     static_cast<int32_t>(s.key_rows[0]),
+                     static_cast<int32_t>(s.key_rows[1]),
                      static_cast<int32_t>(s.num_ids),
-                     static_cast<int32_t>(s.block_len),
-                     static_cast<int32_t>(s.band_stride)};
+                     static_cast<int32_t>(o.block_len),
+                     static_cast<int32_t>(s.codes1_stride),
+                     static_cast<int32_t>(o.keep_threshold)};
+  float floats[3] = {o.gain, o.scale[0], o.scale[1]};
   // Triton's launch convention: the non-constexpr arguments in order, then
-  // its global and profile scratch pointers (null: the kernels use none).
+  // its global and profile scratch pointers (null: the kernel uses none).
   void* scratch[2] = {nullptr, nullptr};
-  void* params[20];
+  void* params[32];
   int n = 0;
   for (void*& p : ptrs) params[n++] = &p;
   for (int32_t& v : ints) params[n++] = &v;
+  for (float& v : floats) params[n++] = &v;
   params[n++] = &scratch[0];
   params[n++] = &scratch[1];
   const unsigned grid_x = static_cast<unsigned>(
-      (s.padded_len + kernel.block_m - 1) / kernel.block_m);
+      (s.rows + kernel.block_m - 1) / kernel.block_m);
   CudaDriver& cu = CudaDriver::Get();
   if (CUresult r = cu.LaunchKernel(
           kernel.function, grid_x, static_cast<unsigned>(s.batch * s.heads),
@@ -466,26 +669,41 @@ ffi::Error LongSideForwardCuda(
 }  // namespace
 
 // ----------------------------------------------------------------- bindings
-#define ETC_LONG_SIDE_FORWARD_BINDING(BINDER) \
+#define ETC_SIDE_FORWARD_BINDING(BINDER)             \
   BINDER.Arg<ffi::AnyBuffer>()       /* q */          \
-      .Arg<ffi::AnyBuffer>()         /* k_band */     \
-      .Arg<ffi::AnyBuffer>()         /* v_band */     \
-      .Arg<ffi::AnyBuffer>()         /* k_global */   \
-      .Arg<ffi::AnyBuffer>()         /* v_global */   \
+      .Arg<ffi::AnyBuffer>()         /* k1 */         \
+      .Arg<ffi::AnyBuffer>()         /* v1 */         \
+      .Arg<ffi::AnyBuffer>()         /* k2 */         \
+      .Arg<ffi::AnyBuffer>()         /* v2 */         \
       .Arg<ffi::Buffer<ffi::F32>>()  /* per_id */     \
-      .Arg<ffi::Buffer<ffi::S8>>()   /* codes_band */ \
-      .Arg<ffi::Buffer<ffi::S8>>()   /* codes_global */ \
+      .Arg<ffi::Buffer<ffi::S8>>()   /* codes1 */     \
+      .Arg<ffi::Buffer<ffi::S8>>()   /* codes2 */     \
       .Arg<ffi::Buffer<ffi::F32>>()  /* valid */      \
+      .Arg<ffi::AnyBuffer>()         /* prev1 */      \
+      .Arg<ffi::AnyBuffer>()         /* prev2 */      \
+      .Arg<ffi::AnyBuffer>()         /* seeds */      \
+      .Attr<bool>("band")                             \
       .Attr<int64_t>("block_len")                     \
       .Attr<bool>("has_ids")                          \
+      .Attr<bool>("read_prev1")                       \
+      .Attr<bool>("read_prev2")                       \
+      .Attr<bool>("emit1")                            \
+      .Attr<bool>("emit2")                            \
+      .Attr<float>("scale1")                          \
+      .Attr<float>("scale2")                          \
+      .Attr<int64_t>("keep_threshold")                \
+      .Attr<float>("gain")                            \
+      .Attr<bool>("by_rows")                          \
       .Ret<ffi::AnyBuffer>()         /* ctx */        \
-      .Ret<ffi::Buffer<ffi::F32>>()  /* lse */
+      .Ret<ffi::Buffer<ffi::F32>>()  /* lse */        \
+      .Ret<ffi::AnyBuffer>()         /* new1 */       \
+      .Ret<ffi::AnyBuffer>()         /* new2 */
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(EtcLongSideForwardHost, LongSideForwardHost,
-                              ETC_LONG_SIDE_FORWARD_BINDING(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(EtcSideForwardHost, SideForwardHost,
+                              ETC_SIDE_FORWARD_BINDING(ffi::Ffi::Bind()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
-    EtcLongSideForwardCuda, LongSideForwardCuda,
-    ETC_LONG_SIDE_FORWARD_BINDING(
+    EtcSideForwardCuda, SideForwardCuda,
+    ETC_SIDE_FORWARD_BINDING(
         ffi::Ffi::Bind().Ctx<ffi::PlatformStream<CUstream>>()));
 
 // Registers every handler into the XLA runtime behind `api`; returns 0, or
@@ -498,8 +716,8 @@ extern "C" int EtcRegisterFfiHandlers(const XLA_FFI_Api* api) {
     XLA_FFI_Handler* handler;
   };
   const Entry entries[] = {
-      {"etc_long_side_forward", "Host", EtcLongSideForwardHost},
-      {"etc_long_side_forward", "CUDA", EtcLongSideForwardCuda},
+      {"etc_side_forward", "Host", EtcSideForwardHost},
+      {"etc_side_forward", "CUDA", EtcSideForwardCuda},
   };
   for (const Entry& e : entries) {
     if (XLA_FFI_Error* error =

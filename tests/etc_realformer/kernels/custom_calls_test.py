@@ -1,6 +1,8 @@
-"""Typed-FFI custom calls from TensorFlow: the StableHLO text, and the long
-side's host handler called directly under jit_compile against the NumPy
-reference."""
+"""Typed-FFI custom calls from TensorFlow: the StableHLO text, and the
+side's host handler (`etc_side_forward`) called directly under jit_compile
+against the NumPy reference."""
+
+from typing import Dict, Optional
 
 import numpy as np
 import pytest
@@ -8,7 +10,6 @@ import tensorflow as tf
 
 from etc_realformer.kernels import custom_calls
 from etc_realformer.kernels import ffi_library
-from etc_realformer.kernels import fused_attention
 from etc_realformer.kernels import reference as ref
 
 
@@ -40,45 +41,136 @@ def test_module_text_is_one_typed_ffi_call():
     custom_calls.stablehlo_module("t", [], ["tensor<f32>"], {"name": "x"})
 
 
-_OPERANDS = ("q", "k_band", "v_band", "k_global", "v_global", "per_id",
-             "codes_band", "codes_global", "valid")
+SIDE_FORWARD = "etc_side_forward"
+_INPUTS = ("q", "k1", "v1", "k2", "v2")
+_RANKED = ("codes1", "codes2", "valid")
 
 
-def _long_side_call(case: ref.LongSideCase, pieces):
-  """The long side's custom call on `pieces`, under jit_compile: (ctx, lse)
-  <f32>[B, H, Lp, D], [B, H, Lp]."""
+def _side_call(case: ref.SideCase, pieces: Dict[str, np.ndarray],
+               dtype: tf.DType = tf.float32,
+               stream_dtype: tf.DType = tf.float32):
+  """The side's custom call on `pieces` under jit_compile, with the
+  placeholders the graph passes for what is not read: (ctx, lse, new1,
+  new2) as NumPy arrays in float32 (new_p None where not emitted)."""
   ffi_library.load_into_tensorflow()
-  shape = [case.batch, case.num_heads, case.padded_len]
+  n, d = case.rows, case.size_per_head
+  shape = [case.batch, case.num_heads, n]
+  placeholder = np.zeros([1], np.float32)
+  args = [tf.constant(pieces[name], dtype) for name in _INPUTS]
+  args.append(tf.constant(pieces["per_id"] if case.has_ids else np.zeros(
+      [case.batch, n, 1, case.num_heads], np.float32)))
+  args += [tf.constant(pieces[name]) for name in _RANKED]
+  for index in range(2):
+    name = f"prev{index + 1}"
+    args.append(tf.constant(pieces[name], stream_dtype)
+                if case.reads_prev[index] else tf.constant(placeholder))
+  args.append(tf.constant(pieces["seeds"] if case.dropout_rate > 0
+                          else placeholder))
+  results = [(shape + [d], dtype), (shape, tf.float32)]
+  for width, emitted in zip(case.widths, case.writes_new):
+    results.append((shape + [width], stream_dtype) if emitted
+                   else ([1], tf.float32))
+  scale1, scale2 = case.scales
+  attributes = {
+      "band": case.band, "block_len": case.block_len if case.band else 1,
+      "has_ids": case.has_ids, "read_prev1": case.reads_prev[0],
+      "read_prev2": case.reads_prev[1], "emit1": case.writes_new[0],
+      "emit2": case.writes_new[1], "scale1": float(scale1),
+      "scale2": float(scale2),
+      "keep_threshold": ref.keep_threshold(case.dropout_rate),
+      "gain": float(ref.keep_gain(case.dropout_rate)),
+      "by_rows": case.by_rows}
 
   @tf.function(jit_compile=True)
-  def call(*args):
-    return custom_calls.custom_call(
-        fused_attention.LONG_SIDE_FORWARD, args,
-        [(shape + [case.size_per_head], tf.float32), (shape, tf.float32)],
-        {"block_len": case.block_len, "has_ids": case.has_ids})
+  def call(*inputs):
+    return custom_calls.custom_call(SIDE_FORWARD, inputs, results, attributes)
 
-  return call(*[tf.constant(pieces[n]) for n in _OPERANDS])
+  out = [tf.cast(x, tf.float32).numpy() for x in call(*args)]
+  return out[0], out[1], tuple(
+      x if emitted else None for x, emitted in zip(out[2:], case.writes_new))
 
 
-@pytest.mark.parametrize("has_ids", [True, False])
-def test_long_side_handler_matches_the_reference(has_ids):
-  case = ref.LongSideCase(batch=1, num_heads=2, num_blocks=3, block_len=4,
+def _rounded(pieces: Dict[str, np.ndarray], dtype: tf.DType,
+             stream_dtype: tf.DType) -> Dict[str, np.ndarray]:
+  """The pieces as the handler reads them (inputs and streams rounded)."""
+  out = dict(pieces)
+  for name in _INPUTS + ("prev1", "prev2"):
+    if name in out:
+      cast = stream_dtype if name.startswith("prev") else dtype
+      out[name] = tf.cast(tf.cast(out[name], cast), tf.float32).numpy()
+  return out
+
+
+def _check(case: ref.SideCase, dtype: tf.DType = tf.float32,
+           stream_dtype: tf.DType = tf.float32, ctx_tolerance: float = 1e-5,
+           new_tolerance: float = 1e-6, lse_tolerance: float = 1e-6,
+           masked_rows: int = 2, pieces: Optional[Dict] = None):
+  pieces = pieces or ref.side_pieces(case, seed=2, masked_rows=masked_rows)
+  ctx, lse, new = _side_call(case, pieces, dtype, stream_dtype)
+  want = ref.side_forward(_rounded(pieces, dtype, stream_dtype), case)
+  assert ref.relative_error(ctx, want.ctx) < ctx_tolerance
+  live = np.broadcast_to(pieces["valid"][:, None] > 0, lse.shape)
+  assert ref.relative_error(lse, want.lse, live) < lse_tolerance
+  assert (ctx[0, :, -masked_rows:] == 0).all()  # fully masked rows
+  for got, expected in zip(new, want.new):
+    assert (got is None) == (expected is None)
+    if got is not None:
+      assert ref.relative_error(got, expected) < new_tolerance
+  return want
+
+
+@pytest.mark.parametrize("streams_and_dropout", [False, True])
+def test_long_side_with_ids_matches_the_reference(streams_and_dropout):
+  # With streams: the first layer (emit only) and the band's dropout index
+  # in row blocks of b queries.
+  options = dict(carried=(True, True), has_prev=False, dropout_rate=0.1,
+                 by_rows=True) if streams_and_dropout else {}
+  case = ref.LongSideCase(batch=2, num_heads=2, num_blocks=3, block_len=4,
                           global_len=5, size_per_head=16, num_ids=6,
-                          has_ids=has_ids)
-  p = ref.long_side_pieces(case, seed=2, masked_rows=2)
-  want_ctx, want_lse = ref.long_side_reference(p, case.block_len, has_ids)
-  ctx, lse = _long_side_call(case, p)
-  assert ref.relative_error(ctx.numpy(), want_ctx) < 1e-6
-  live = p["valid"][:, None, :].repeat(2, axis=1) > 0
-  assert ref.relative_error(lse.numpy(), want_lse, live) < 1e-6
-  assert (ctx.numpy()[0, :, -2:] == 0).all()  # fully masked rows
+                          **options)
+  want = _check(case)
+  if streams_and_dropout:
+    assert case.reads_prev == (False, False)
+    assert case.writes_new == (True, True)
+    assert not want.dropped[0].all() and not want.dropped[1].all()
 
 
-def test_long_side_handler_rejects_values_that_do_not_fit_the_keys():
-  # The CUDA kernels index raw pointers: the handler checks every operand.
+def test_global_side_with_streams_and_dropout_matches_the_reference():
+  case = ref.GlobalSideCase(batch=2, num_heads=2, global_len=6, long_len=20,
+                            size_per_head=16, num_ids=6,
+                            carried=(True, True), has_prev=True, emit=True,
+                            running_mean=True, num_summed=3,
+                            dropout_rate=0.1, by_rows=True)
+  assert case.scales == (1 / 3, 1 / 3)
+  want = _check(case)
+  # Dropout acted: some kept probability differs from its undropped one.
+  assert any((d != p).any() for d, p in zip(want.dropped, want.probs))
+
+
+def test_dense_long_side_without_ids_in_bfloat16_matches_the_reference():
+  # The full path's long side (dense l2l + l2g), one stream carried, the
+  # streams in the compute dtype, the dropout index row-major.
+  case = ref.SideCase(batch=1, num_heads=2, band=False, num_rows=12,
+                      first_len=12, second_len=4, size_per_head=16,
+                      num_ids=5, has_ids=False, carried=(True, False),
+                      has_prev=True, emit=True, dropout_rate=0.1,
+                      by_rows=False)
+  _check(case, tf.bfloat16, tf.bfloat16, ctx_tolerance=2e-2,
+         new_tolerance=1e-2, lse_tolerance=1e-5)
+
+
+@pytest.mark.parametrize("broken,message", [
+    ("v1", "v1 has shape"), ("prev2", "prev2 has shape"),
+    ("codes1", "codes1's rows")])
+def test_side_handler_rejects_operands_that_do_not_fit(broken, message):
+  # The CUDA kernel indexes raw pointers: the handler checks every operand.
   case = ref.LongSideCase(batch=1, num_heads=2, num_blocks=2, block_len=4,
-                          global_len=3, size_per_head=16, num_ids=3)
-  p = ref.long_side_pieces(case, seed=1)
-  p["v_band"] = p["v_band"][:, :, :-1]  # one row short
-  with pytest.raises(tf.errors.OpError, match="do not fit"):
-    _long_side_call(case, p)
+                          global_len=3, size_per_head=16, num_ids=3,
+                          carried=(False, True), has_prev=True)
+  p = ref.side_pieces(case, seed=1)
+  if broken == "codes1":  # rows not padded to 16 bytes
+    p["codes1"] = np.ascontiguousarray(p["codes1"][..., :3 * case.block_len])
+  else:
+    p[broken] = np.ascontiguousarray(p[broken][:, :, :-1])  # a row short
+  with pytest.raises(tf.errors.OpError, match=message):
+    _side_call(case, p)

@@ -1,12 +1,14 @@
 """Building and loading the FFI handlers' library: a missing or failing
 compiler is one clear error and leaves no library; loading registers once
-and names the library it loaded."""
+and names the library it loaded; it exports the handlers jaxlib registers."""
 
+import ctypes
 import os
 
 import pytest
 
 from etc_realformer.kernels import ffi_library
+from tools import xla_runner
 
 
 def test_missing_compiler_says_what_to_install(tmp_path):
@@ -29,6 +31,16 @@ def test_load_registers_once_and_returns_the_library():
   assert os.path.basename(first) == ffi_library.LIBRARY_NAME
   assert os.path.exists(first)
   assert ffi_library.load_into_tensorflow() == first
+
+
+def test_library_exports_every_handler_that_jaxlib_registers():
+  # tools/xla_runner.py registers these symbols into jaxlib by name.
+  assert list(xla_runner.FFI_TARGETS) == ["etc_side_forward"]
+  library = ctypes.CDLL(ffi_library.load_into_tensorflow())
+  for host, cuda in xla_runner.FFI_TARGETS.values():
+    assert getattr(library, host) and getattr(library, cuda)
+  with pytest.raises(AttributeError):  # the long-side call it replaced
+    getattr(library, "EtcLongSideForwardHost")
 
 
 def test_cache_folder_is_named_by_source_and_tensorflow(tmp_path,

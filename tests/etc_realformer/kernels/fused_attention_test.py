@@ -2,17 +2,23 @@
 the CPU: the host FFI handlers under jit_compile give the XLA path's
 outputs and gradients, and the exported HLO carries the custom calls."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from encoder_testing import assert_same_training
+from encoder_testing import copy_weights
 from encoder_testing import loss_and_grads
 from encoder_testing import probes
 from encoder_testing import random_features
+from encoder_testing import randomize_relative_bias
 from encoder_testing import tiny_config
+from encoder_testing import tiny_model
 from encoder_testing import twin_models
 from etc_realformer.kernels import fused_attention
+from etc_realformer.layers import dropout as dropout_lib
 import fused_attention_testing as fat
 
 # A sparse long side with several blocks and global keys; D = 16 (the
@@ -37,6 +43,35 @@ def test_fused_matches_xla_path(twins):
   assert_same_training(want, got)
 
 
+def test_fused_residual_attention_with_dropout_matches_xla_path(
+    monkeypatch):
+  # Two layers (the second reads the first's streams) with RealFormer on
+  # every pattern, the running mean, and hash dropout in training: the
+  # kernels draw the XLA path's masks and carry its sums. The call's seed
+  # is fixed: a traced random op's seed depends on the graph built before
+  # it, which the two options make differently.
+  monkeypatch.setattr(dropout_lib, "new_call_seed",
+                      lambda: tf.constant([3, 7], tf.int32))
+  config = tiny_config(**dict(CONFIG, num_hidden_layers=2),
+                       residual_attention=True, residual_running_mean=True,
+                       attention_probs_dropout_prob=0.2)
+  xla_model = tiny_model(config, dropout_rng="hash")
+  randomize_relative_bias(xla_model)
+  fused_model = copy_weights(xla_model, tiny_model(
+      config, dropout_rng="hash", attention_kernel="fused"))
+  feats = {k: tf.constant(v) for k, v in random_features(
+      config, batch=2, long_len=21, global_len=5, seed=6).items()}
+  probe = probes(config, 2, 21, 5)
+  want, got = (loss_and_grads(m, feats, probe, training=True,
+                              jit_compile=True)
+               for m in (xla_model, fused_model))
+  assert_same_training(want, got)
+  # Dropout really was on: an inference pass gives another loss.
+  eval_loss = loss_and_grads(fused_model, feats, probe, training=False,
+                             jit_compile=True)[1]
+  assert abs(eval_loss - got[1]) > 1e-3
+
+
 def test_fused_without_relative_ids(twins):
   xla_model, fused_model = twins
   feats = {k: tf.constant(v) for k, v in random_features(
@@ -57,8 +92,9 @@ def test_exported_hlo_has_the_custom_call(twins):
                    jit_compile=True)
   hlo = fn.experimental_get_compiler_ir(feats)(stage="hlo")
   calls = [line for line in hlo.splitlines()
-           if 'custom_call_target="etc_long_side_forward"' in line]
-  assert len(calls) == fused_model.config.num_hidden_layers
+           if 'custom_call_target="etc_side_forward"' in line]
+  # Both query sides of every layer.
+  assert len(calls) == 2 * fused_model.config.num_hidden_layers
   assert all("API_VERSION_TYPED_FFI" in line for line in calls)
 
 
@@ -76,16 +112,20 @@ def test_covers_only_what_the_kernels_compute(twins):
   base = core.SideSpec(patterns=("l2l", "l2g"), band=True, block_len=5)
   x = _pieces()
   assert fused_attention.covers(base, x)
-  assert not fused_attention.covers(base._replace(band=False), x)
-  assert not fused_attention.covers(base._replace(return_probs=True), x)
-  assert not fused_attention.covers(
+  assert fused_attention.covers(
       base._replace(streams=core.StreamSpec(carried=("l2g",))), x)
-  assert not fused_attention.covers(
-      base._replace(dropout=core.ProbsDropout(rate=0.1, training=True)), x)
+  assert fused_attention.covers(base._replace(dropout=core.ProbsDropout(
+      rate=0.1, training=True, rng="hash")), x)
+  assert not fused_attention.covers(base._replace(return_probs=True), x)
+  philox = base._replace(dropout=core.ProbsDropout(rate=0.1, training=True))
+  assert "dropout_rng" in fused_attention.uncovered_reason(philox, x)
   assert fused_attention.covers(
       base._replace(dropout=core.ProbsDropout(rate=0.1, training=False)), x)
-  assert "streams" in fused_attention.uncovered_reason(
-      base._replace(streams=core.StreamSpec(carried=("l2l",))), x)
+  recomputed = dataclasses.replace(x, sources=(x.scores,))
+  assert "recomputed" in fused_attention.uncovered_reason(base, recomputed)
+  odd_head = dataclasses.replace(x, scores=dataclasses.replace(
+      x.scores, q=tf.zeros([1, 2, 3, 5, 24])))
+  assert "head size" in fused_attention.uncovered_reason(base, odd_head)
 
 
 def _pieces():
