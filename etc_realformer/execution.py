@@ -87,10 +87,13 @@ class ExecutionConfig:
       one changes which elements a seed drops (never the eval outputs).
     attention_kernel: 'xla': the attention core as TensorFlow ops (what XLA
       fuses as it can). 'fused': under XLA (jit_compile), each query side
-      the fused kernels cover runs as one custom call that keeps scores,
-      masks and softmax statistics on chip (`etc_realformer.kernels`:
-      Triton kernels on CUDA, C++ on the host; built with g++ at first
-      use); other sides, and every call outside XLA, as 'xla'.
+      the fused kernels cover runs as custom calls, forward and backward,
+      that keep scores, masks, softmax statistics and dropout decisions
+      on chip (`etc_realformer.kernels`: Triton kernels on CUDA, C++ on
+      the host; built with g++ at first use). Dropout in training is
+      fused with dropout_rng='hash'; other sides (returned probabilities,
+      recomputed streams, Philox dropout in training), and every call
+      outside XLA, run as 'xla'.
   """
   att_implementation: str = "auto"
   recompute_attention: bool = False

@@ -4,22 +4,32 @@ r"""Builds the fused attention kernels: the FFI library and the CUDA cubins.
         [--arch=90] [--head_sizes=64] [--relative_vocab_sizes=32,0] \
         [--dtypes=float32,bfloat16,float16] [--sides=band,dense] \
         [--streams=0000,0011,1111,1100] [--stream_dtypes=f32] \
-        [--dropout=off,rows] [--ffi_include=DIR] [--no_cubins]
+        [--dropout=off,rows] [--passes=fwd,bwd] [--line_info] \
+        [--ffi_include=DIR] [--no_cubins]
 
 writes
 
     DIR/libetc_attention_ffi.so     the XLA FFI handlers (host and CUDA)
     DIR/cubins/<variant>.cubin      Triton's ahead-of-time compiled kernels
-    DIR/cubins/<variant>.meta       "<function> <shared bytes> <warps> <BM>"
+    DIR/cubins/<variant>.meta       "<function> <shared bytes> <warps> <tile>"
     DIR/cubins/manifest.json        the variants, the target and Triton's version
 
-One cubin of the side kernel (`triton_attention.side_forward`) per input
-dtype, head size, relative term (with or without ids), first pattern (band
-or dense), stream flags and dtype, and dropout: the names the CUDA handler
-looks up (`variant_name`, `etc_realformer/kernels/cc/attention_ffi.cc`).
-By default what a 12-layer model runs with the benchmark's relative
-vocabulary, and without ids: both sides, the streams of its first, middle
-and last layers and none (float32 sums), dropout on (rows first) and off.
+One cubin of each side kernel (`triton_attention`: the forward pass
+`side_forward`; the backward pass `side_backward_queries` and, per pattern,
+`side_backward_keys`) per input dtype, head size, relative term (with or
+without ids), first pattern (band or dense), stream flags and dtype, and
+dropout: the names the CUDA handlers look up (`variant_name`,
+`etc_realformer/kernels/cc/attention_ffi.cc`). The metadata's tile is the
+one along the launch grid's first axis (query rows, BM; keys for the keys
+kernel, BN). By default what a 12-layer model trains and runs with, with
+the benchmark's relative vocabulary and without ids: both passes, both
+sides, the streams of its first, middle and last layers and none (float32
+sums), dropout on (rows first) and off (`--passes=fwd`: inference only):
+for one dtype 128 cubins, some 15 MiB (without source lines:
+`--line_info` keeps them, at some 3x the size). The backward's queries
+kernel unrolls its per-id sums over R, the longest compiles (R = 32: some
+20 s each), which the build starts first.
+
 Triton compiles for a GPU target without a GPU (`triton.compile(
 ASTSource(...), target=GPUTarget("cuda", arch, 32))`), so this runs on any
 machine with Triton, in `--jobs` processes; the library needs a C++17
@@ -43,15 +53,21 @@ import os
 import pathlib
 import sys
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 KERNELS_DIR = ROOT / "etc_realformer" / "kernels"
 DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
-# The side kernel's arguments in order (`triton_attention.side_forward`):
-# pointers with their element type ("T": the inputs' dtype, "S": the
-# running sums'), ints, floats; then its constexprs, not passed at launch.
+FORWARD = "side_forward"
+QUERIES = "side_backward_queries"
+KEYS = "side_backward_keys"
+# The kernels of each pass (`--passes`).
+PASSES = {"fwd": (FORWARD,), "bwd": (QUERIES, KEYS)}
+
+# The side kernels' arguments in order (`triton_attention`): pointers with
+# their element type ("T": the inputs' dtype, "S": the running sums'),
+# ints, floats; then the constexprs, not passed at launch.
 SIDE_POINTERS = (
     ("q", "T"), ("k1", "T"), ("v1", "T"), ("k2", "T"), ("v2", "T"),
     ("per_id", "fp32"), ("codes1", "i8"), ("codes2", "i8"),
@@ -63,6 +79,44 @@ SIDE_INTS = ("batch_size", "num_heads", "num_rows", "first_len",
 SIDE_FLOATS = ("gain", "scale1", "scale2")
 SIDE_CONSTEXPRS = ("D", "BM", "BN", "R", "BAND", "HAS_IDS", "READ1", "READ2",
                    "WRITE1", "WRITE2", "DROPOUT", "BY_ROWS", "IEEE")
+QUERIES_POINTERS = SIDE_POINTERS[:14] + (
+    ("dctx", "T"), ("dnew1", "S"), ("dnew2", "S"), ("dq", "T"),
+    ("dper_id", "fp32"), ("dprev1", "S"), ("dprev2", "S"), ("delta", "fp32"))
+KEYS_POINTERS = (
+    ("q", "T"), ("k", "T"), ("v", "T"), ("per_id", "fp32"), ("codes", "i8"),
+    ("valid", "fp32"), ("prev", "S"), ("seeds", "i32"), ("lse", "fp32"),
+    ("delta", "fp32"), ("dctx", "T"), ("dnew", "S"), ("dk", "T"),
+    ("dv", "T"))
+KEYS_INTS = ("batch_size", "num_heads", "num_rows", "key_rows", "num_ids",
+             "block_len", "codes_stride", "keep_threshold")
+KEYS_CONSTEXPRS = ("D", "BM", "BN", "R", "BAND", "HAS_IDS", "READ", "WRITE",
+                   "DROPOUT", "BY_ROWS", "IEEE", "PATTERN", "BAND_SIDE")
+
+
+@dataclasses.dataclass(frozen=True)
+class Signature:
+  """A kernel's launch arguments (pointers, ints, floats), its constexprs,
+  and the int that strides the band's codes (16-byte rows)."""
+  pointers: Tuple[Tuple[str, str], ...]
+  ints: Tuple[str, ...]
+  floats: Tuple[str, ...]
+  constexprs: Tuple[str, ...]
+  codes_stride: str
+
+  @property
+  def arg_names(self) -> List[str]:
+    return ([n for n, _ in self.pointers] + list(self.ints) +
+            list(self.floats) + list(self.constexprs))
+
+
+SIGNATURES = {
+    FORWARD: Signature(SIDE_POINTERS, SIDE_INTS, SIDE_FLOATS,
+                       SIDE_CONSTEXPRS, "codes1_stride"),
+    QUERIES: Signature(QUERIES_POINTERS, SIDE_INTS, SIDE_FLOATS,
+                       SIDE_CONSTEXPRS, "codes1_stride"),
+    KEYS: Signature(KEYS_POINTERS, KEYS_INTS, ("gain", "scale"),
+                    KEYS_CONSTEXPRS, "codes_stride"),
+}
 
 # What the 12-layer benchmark runs, per side: no stream, the first layer
 # (emit only), the middle layers (read and emit), the last (read only);
@@ -74,18 +128,22 @@ DROPOUT_LAYOUTS = ("off", "rows", "whole")
 
 @dataclasses.dataclass(frozen=True)
 class Variant:
-  """One cubin: the kernel's constexprs for one input dtype.
+  """One cubin: a kernel's constexprs for one input dtype.
 
   Attributes:
     dtype: the inputs' dtype (`DTYPES`).
     head_size: D.
     ids_padded: the relative vocabulary rounded up to a power of two; 0:
       no relative ids.
-    band: the first pattern is the l2l band, else dense.
-    streams: READ1, READ2, WRITE1, WRITE2 as "0"/"1" digits.
+    band: the side's first pattern is the l2l band, else dense.
+    streams: READ1, READ2, WRITE1, WRITE2 as "0"/"1" digits; the keys
+      kernel: its pattern's READ, WRITE.
     low_streams: the running sums are in the inputs' dtype, not float32.
     dropout: the probabilities' hash dropout.
     by_rows: its index rows first (matters only with dropout).
+    kernel: `FORWARD`, `QUERIES` or `KEYS`.
+    pattern: the keys kernel's pattern (1: the first, 2: the second); 0
+      for the others.
   """
   dtype: str
   head_size: int
@@ -95,10 +153,24 @@ class Variant:
   low_streams: bool = False
   dropout: bool = False
   by_rows: bool = True
+  kernel: str = FORWARD
+  pattern: int = 0
 
   @property
-  def flags(self) -> Tuple[bool, bool, bool, bool]:
+  def flags(self) -> Tuple[bool, ...]:
     return tuple(c == "1" for c in self.streams)
+
+  @property
+  def tile(self) -> str:
+    """The tile along the launch grid's first axis (the .meta's fourth
+    field): key rows for the keys kernel, else query rows."""
+    return "block_n" if self.kernel == KEYS else "block_m"
+
+  @property
+  def cost(self) -> int:
+    """A rough order of compile times (the build starts the slowest
+    first): the queries kernel unrolls its per-id sums over R."""
+    return 1 + (self.ids_padded if self.kernel == QUERIES else 0)
 
   @property
   def stream_type(self) -> str:
@@ -114,31 +186,47 @@ class Variant:
   def name(self) -> str:
     return variant_name(self.dtype, self.head_size, self.ids_padded,
                         self.band, self.streams, self.low_streams,
-                        self.dropout, self.by_rows)
+                        self.dropout, self.by_rows, self.kernel,
+                        self.pattern)
 
 
 def variant_name(dtype: str, head_size: int, ids_padded: int, band: bool,
                  streams: str = "0000", low_streams: bool = False,
-                 dropout: bool = False, by_rows: bool = True) -> str:
-  """The cubin's name, as the CUDA handler builds it from the call
-  (`attention_ffi.cc`, `VariantName`):
+                 dropout: bool = False, by_rows: bool = True,
+                 kernel: str = FORWARD, pattern: int = 0) -> str:
+  """The cubin's name, as the CUDA handlers build it from the call
+  (`attention_ffi.cc`, `VariantName`). The forward's and the backward's
+  queries kernel (`kernel` side_forward, side_backward_queries):
 
-    side_forward_<dtype>_d<D>_<r<R>|noids>_<band|dense>_<f32|low>_
+    <kernel>_<dtype>_d<D>_<r<R>|noids>_<band|dense>_<f32|low>_
     <READ1><READ2><WRITE1><WRITE2>_<drop|nodrop>_<rows|whole>
 
+  and the backward's keys kernel of one pattern (`pattern` 1 or 2):
+
+    side_backward_keys_<dtype>_d<D>_<r<R>|noids>_<band|dense>_p<1|2>_
+    <f32|low>_<READ><WRITE>_<drop|nodrop>_<rows|whole>
+
   dtype float32, bfloat16 or float16; R the relative vocabulary rounded up
-  to a power of two (`ids_padded`; 0: no relative ids, "noids"); the four
-  stream flags as 0/1 digits (`streams`); "low" only when some stream is
-  read or written, in the inputs' dtype, and that dtype is not float32,
-  else "f32" (one name per distinct kernel); "rows" whenever dropout is
-  off (the index layout matters only with dropout).
+  to a power of two (`ids_padded`; 0: no relative ids, "noids"); band or
+  dense the side's first pattern; the stream flags as 0/1 digits
+  (`streams`: four, or the keys kernel's pattern's two); "low" only when
+  one of those streams is read or written, in the inputs' dtype, and that
+  dtype is not float32, else "f32" (one name per distinct kernel); "rows"
+  whenever dropout is off (the index layout matters only with dropout).
   """
-  if len(streams) != 4 or set(streams) - {"0", "1"}:
-    raise ValueError(f"streams {streams!r}: four 0/1 digits")
+  keys = kernel == KEYS
+  if kernel not in SIGNATURES:
+    raise ValueError(f"kernel {kernel!r}: one of {list(SIGNATURES)}")
+  if keys != (pattern in (1, 2)) or (not keys and pattern):
+    raise ValueError(f"pattern {pattern}: 1 or 2 for {KEYS}, else 0")
+  digits = 2 if keys else 4
+  if len(streams) != digits or set(streams) - {"0", "1"}:
+    raise ValueError(f"streams {streams!r}: {digits} 0/1 digits")
   low = low_streams and "1" in streams and dtype != "float32"
-  return (f"side_forward_{dtype}_d{head_size}_"
+  return (f"{kernel}_{dtype}_d{head_size}_"
           f"{f'r{ids_padded}' if ids_padded else 'noids'}_"
-          f"{'band' if band else 'dense'}_{'low' if low else 'f32'}_"
+          f"{'band' if band else 'dense'}_"
+          f"{f'p{pattern}_' if keys else ''}{'low' if low else 'f32'}_"
           f"{streams}_{'drop' if dropout else 'nodrop'}_"
           f"{'rows' if by_rows or not dropout else 'whole'}")
 
@@ -148,16 +236,30 @@ def default_variants(dtypes: Sequence[str], head_sizes: Sequence[int],
                      sides: Sequence[str] = SIDES,
                      streams: Sequence[str] = DEFAULT_STREAMS,
                      stream_dtypes: Sequence[str] = ("f32",),
-                     dropout: Sequence[str] = ("off", "rows")
+                     dropout: Sequence[str] = ("off", "rows"),
+                     passes: Sequence[str] = tuple(PASSES)
                      ) -> List[Variant]:
-  """Every combination, one per distinct name (in order)."""
+  """Every combination, one per distinct name (in order: the forward's,
+  the backward's queries kernels, its keys kernels)."""
+  kernels = [k for p in passes for k in PASSES[p]]
   out: Dict[str, Variant] = {}
-  for dtype, d, ids, side, flags, low, drop in itertools.product(
-      dtypes, head_sizes, ids_padded, sides, streams, stream_dtypes,
-      dropout):
-    v = Variant(dtype, d, ids, side == "band", flags, low == "low",
-                drop != "off", drop != "whole")
-    out.setdefault(v.name, v)
+  for kernel in (FORWARD, QUERIES, KEYS):
+    if kernel not in kernels:
+      continue
+    for dtype, d, ids, side, flags, low, drop in itertools.product(
+        dtypes, head_sizes, ids_padded, sides, streams, stream_dtypes,
+        dropout):
+      common = dict(dtype=dtype, head_size=d, ids_padded=ids,
+                    band=side == "band", low_streams=low == "low",
+                    dropout=drop != "off", by_rows=drop != "whole",
+                    kernel=kernel)
+      if kernel == KEYS:  # one per pattern: its READ and WRITE flags
+        found = [Variant(streams=flags[p] + flags[p + 2], pattern=p + 1,
+                         **common) for p in range(2)]
+      else:
+        found = [Variant(streams=flags, **common)]
+      for v in found:
+        out.setdefault(v.name, v)
   return list(out.values())
 
 
@@ -168,43 +270,56 @@ def _load(name: str, path: pathlib.Path):
   return module
 
 
+def constexprs(variant: Variant, tiles: Dict[str, int]) -> Dict[str, Any]:
+  """The kernel's constexprs for one variant."""
+  common = {"D": variant.head_size, "BM": tiles["block_m"],
+            "BN": tiles["block_n"], "R": max(variant.ids_padded, 1),
+            "HAS_IDS": bool(variant.ids_padded), "DROPOUT": variant.dropout,
+            "BY_ROWS": variant.by_rows or not variant.dropout,
+            "IEEE": variant.dtype == "float32"}
+  if variant.kernel == KEYS:
+    read, write = variant.flags
+    # BAND: this pattern is the band (the band side's first).
+    values = dict(common, BAND=variant.band and variant.pattern == 1,
+                  READ=read, WRITE=write, PATTERN=variant.pattern - 1,
+                  BAND_SIDE=variant.band)
+  else:
+    read1, read2, write1, write2 = variant.flags
+    values = dict(common, BAND=variant.band, READ1=read1, READ2=read2,
+                  WRITE1=write1, WRITE2=write2)
+  return {name: values[name]
+          for name in SIGNATURES[variant.kernel].constexprs}
+
+
 def kernel_source(triton_attention, variant: Variant, tiles: Dict[str, int]):
-  """Triton's `ASTSource` of one variant of `side_forward`."""
+  """Triton's `ASTSource` of one variant of its kernel."""
   import triton  # pylint: disable=g-import-not-at-top
   from triton.compiler import ASTSource  # pylint: disable=g-import-not-at-top
-  fn = triton_attention.side_forward
+  fn = getattr(triton_attention, variant.kernel)
   if not isinstance(fn, triton.runtime.JITFunction):  # interpreted
     fn = triton.runtime.JITFunction(fn.fn)
-  expected = ([n for n, _ in SIDE_POINTERS] + list(SIDE_INTS) +
-              list(SIDE_FLOATS) + list(SIDE_CONSTEXPRS))
-  if list(fn.arg_names) != expected:
-    raise RuntimeError(f"side_forward takes {fn.arg_names}; the handlers "
-                       f"launch {expected}")
+  kernel = SIGNATURES[variant.kernel]
+  if list(fn.arg_names) != kernel.arg_names:
+    raise RuntimeError(f"{variant.kernel} takes {fn.arg_names}; the "
+                       f"handlers launch {kernel.arg_names}")
   element = {"T": DTYPES[variant.dtype], "S": variant.stream_type}
   signature: Dict[str, str] = {}
-  for name, kind in SIDE_POINTERS:
+  for name, kind in kernel.pointers:
     signature[name] = "*" + element.get(kind, kind)
-  for name in SIDE_INTS:
+  for name in kernel.ints:
     signature[name] = "i32"
-  for name in SIDE_FLOATS:
+  for name in kernel.floats:
     signature[name] = "fp32"
-  read1, read2, write1, write2 = variant.flags
-  constexprs = {"D": variant.head_size, "BM": tiles["block_m"],
-                "BN": tiles["block_n"], "R": max(variant.ids_padded, 1),
-                "BAND": variant.band, "HAS_IDS": bool(variant.ids_padded),
-                "READ1": read1, "READ2": read2, "WRITE1": write1,
-                "WRITE2": write2, "DROPOUT": variant.dropout,
-                "BY_ROWS": variant.by_rows or not variant.dropout,
-                "IEEE": variant.dtype == "float32"}
-  for name in constexprs:
+  values = constexprs(variant, tiles)
+  for name in values:
     signature[name] = "constexpr"
   # XLA's buffers are aligned (64 bytes and more): 16-byte vector loads.
   attrs = {(i,): [["tt.divisibility", 16]]
-           for i in range(len(SIDE_POINTERS))}
-  if variant.band:  # the band codes' rows are padded to 16 bytes
-    attrs[(len(SIDE_POINTERS) + SIDE_INTS.index("codes1_stride"),)] = [
-        ["tt.divisibility", 16]]
-  return ASTSource(fn=fn, signature=signature, constexprs=constexprs,
+           for i in range(len(kernel.pointers))}
+  if values["BAND"]:  # the band codes' rows are padded to 16 bytes
+    attrs[(len(kernel.pointers) + kernel.ints.index(kernel.codes_stride),)
+         ] = [["tt.divisibility", 16]]
+  return ASTSource(fn=fn, signature=signature, constexprs=values,
                    attrs=attrs)
 
 
@@ -246,23 +361,27 @@ def write_cubins(output_dir: str, variants: Sequence[Variant], arch: int,
   import triton  # pylint: disable=g-import-not-at-top
   folder = os.path.join(output_dir, "cubins")
   os.makedirs(folder, exist_ok=True)
+  # The slowest first: the last workers to finish then hold short ones.
+  order = sorted(variants, key=lambda v: -v.cost)
   if jobs > 1 and len(variants) > 1:
     # Fresh interpreters: Triton's compiler holds no state worth forking.
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(
         min(jobs, len(variants)), mp_context=context) as pool:
-      results = list(pool.map(compile_variant, variants,
-                              [arch] * len(variants), [tiles] * len(variants)))
+      results = list(pool.map(compile_variant, order,
+                              [arch] * len(order), [tiles] * len(order)))
   else:
-    results = [compile_variant(v, arch, tiles) for v in variants]
+    results = [compile_variant(v, arch, tiles) for v in order]
+  by_name = {v.name: r for v, r in zip(order, results)}
   entries = []
-  for variant, result in zip(variants, results):
+  for variant in variants:
     name = variant.name
+    result = by_name[name]
     with open(os.path.join(folder, name + ".cubin"), "wb") as f:
       f.write(result.pop("cubin"))
     with open(os.path.join(folder, name + ".meta"), "w") as f:
       f.write(f"{result['function']} {result['shared']} "
-              f"{result['num_warps']} {tiles['block_m']}\n")
+              f"{result['num_warps']} {tiles[variant.tile]}\n")
     entries.append({**result, **dataclasses.asdict(variant)})
   with open(os.path.join(folder, "manifest.json"), "w") as f:
     json.dump({"arch": arch, "triton": triton.__version__, "tiles": tiles,
@@ -316,6 +435,9 @@ def main(argv: Optional[List[str]] = None) -> int:
   parser.add_argument("--dropout", default="off,rows",
                       help="comma list of dropout variants: off, rows (the "
                       "index rows first), whole (row-major)")
+  parser.add_argument("--passes", default=",".join(PASSES),
+                      help="comma list of passes: fwd (side_forward), bwd "
+                      "(side_backward_queries, side_backward_keys)")
   parser.add_argument("--block_m", type=int, default=None,
                       help="query rows per tile (default: the kernel's)")
   parser.add_argument("--block_n", type=int, default=None,
@@ -324,6 +446,9 @@ def main(argv: Optional[List[str]] = None) -> int:
   parser.add_argument("--num_stages", type=int, default=None)
   parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                       help="compiler processes")
+  parser.add_argument("--line_info", action="store_true",
+                      help="keep the kernels' source lines in the cubins "
+                      "(a profiler's source view; some 3x the size)")
   parser.add_argument("--ffi_include", default=None,
                       help="folder holding xla/ffi/api/ffi.h")
   parser.add_argument("--no_cubins", action="store_true",
@@ -333,9 +458,10 @@ def main(argv: Optional[List[str]] = None) -> int:
   args = parser.parse_args(argv)
   dtypes, sides = _list(args.dtypes), _list(args.sides)
   streams, stream_dtypes = _list(args.streams), _list(args.stream_dtypes)
-  dropout = _list(args.dropout)
+  dropout, passes = _list(args.dropout), _list(args.passes)
   for flag, values, allowed in (
       ("dtypes", dtypes, DTYPES), ("sides", sides, SIDES),
+      ("passes", passes, PASSES),
       ("stream_dtypes", stream_dtypes, ("f32", "low")),
       ("dropout", dropout, DROPOUT_LAYOUTS),
       ("streams", streams, ["".join(f) for f in itertools.product(
@@ -360,6 +486,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"library: {path}")
   if not args.no_cubins:
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    if not args.line_info:
+      # Source lines triple a cubin's size; the GPU runs carry the build.
+      os.environ["TRITON_DISABLE_LINE_INFO"] = "1"
     triton_attention = _load("triton_attention",
                              KERNELS_DIR / "triton_attention.py")
     tiles = {"block_m": args.block_m or triton_attention.BLOCK_M,
@@ -371,13 +500,16 @@ def main(argv: Optional[List[str]] = None) -> int:
                          else 0 for v in _list(args.relative_vocab_sizes)},
                         reverse=True)
     variants = default_variants(dtypes, head_sizes, ids_padded, sides,
-                                streams, stream_dtypes, dropout)
+                                streams, stream_dtypes, dropout, passes)
     start = time.perf_counter()
     for entry in write_cubins(args.output_dir, variants, args.arch, tiles,
                               args.jobs):
       print(f"cubin: {entry['variant']} shared={entry['shared']} "
             f"registers={entry['registers']} spills={entry['spills']}")
-    print(f"{len(variants)} cubins in {time.perf_counter() - start:.0f} s")
+    size = sum(p.stat().st_size for p in pathlib.Path(
+        args.output_dir, "cubins").glob("*.cubin"))
+    print(f"{len(variants)} cubins in {time.perf_counter() - start:.0f} s "
+          f"({size / 2**20:.1f} MiB in the folder)")
   return 0
 
 

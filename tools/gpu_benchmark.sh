@@ -15,11 +15,14 @@
 #   # that jaxlib's FFI headers (the carried build if that fails), the
 #   # kernels are checked against the NumPy reference and timed alone
 #   # (tools.gpu_kernel_check), and every module runs with the handlers
-#   python -m tools.build_kernels --output_dir=gpu_kernels
-#   KERNELS_DIR=gpu_kernels bash tools/gpu_benchmark.sh gpu_modules
+#   python -m tools.build_kernels --output_dir=gpu_kernels --dtypes=bfloat16
+#   KERNELS_DIR=gpu_kernels CHECK_DTYPES=bfloat16 bash tools/gpu_benchmark.sh gpu_modules
+#   (docs/kernels.md, "On a GPU": the modules to export, with and without
+#   the fused kernels)
 #
 # Environment: DEVICE (the jax platform, default gpu), MODULE_TIMEOUT_S
-# (seconds per module, default 300), PEER_SHAPES (L:G:batch,... for the
+# (seconds per module, default 300), CHECK_DTYPES (the input dtypes the
+# kernel check covers: the ones the cubins were built for), PEER_SHAPES (L:G:batch,... for the
 # peers), PEER_PASSES (fwd_bwd, fwd or both; default fwd_bwd), KERNELS_DIR
 # (the fused kernels' build, above), PROFILE_MODULES (names of module folders under DIR to run once
 # more, last, with `xla_runner --profile`: device time per kernel).
@@ -56,7 +59,7 @@ if [ -n "${KERNELS_DIR:-}" ]; then
   check_timing=(); [ "${DEVICE:-gpu}" = cpu ] && check_timing=(--no_timing)
   timeout "${MODULE_TIMEOUT_S:-300}" python -m tools.gpu_kernel_check \
       --library="$built/libetc_attention_ffi.so" --device="${DEVICE:-gpu}" \
-      "${check_timing[@]}" \
+      --dtypes="${CHECK_DTYPES:-float32,bfloat16,float16}" "${check_timing[@]}" \
       --output_jsonl="$out/kernels.jsonl" \
       || echo "gpu_kernel_check failed (see $out/kernels.jsonl)" >&2
 fi

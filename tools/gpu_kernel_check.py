@@ -2,7 +2,7 @@ r"""Checks and times the fused kernels' FFI handlers through jaxlib alone.
 
     python -m tools.gpu_kernel_check --library=DIR/libetc_attention_ffi.so \
         [--device=gpu] [--dtypes=float32,bfloat16,float16] [--low_streams] \
-        [--output_jsonl=FILE]
+        [--passes=fwd,bwd] [--output_jsonl=FILE]
 
 For each input dtype, the custom call `etc_side_forward` on random pieces
 (`etc_realformer/kernels/reference.py`: several query tiles, a block length
@@ -13,20 +13,26 @@ streams carried, read and emitted (running mean) and the hash dropout
 (rate 0.1), and the long side without any of them nor relative ids. Per
 case the relative error of the context, of the row statistic (valid rows)
 and of the new running sums, and whether any value is not finite or a
-fully masked row is not zero. Then the call alone at the benchmark's shape
-(12 heads, D = 64, batch 4, bfloat16, relative vocabulary 32; long side:
-L = 4096 padded to blocks of r + 1 = 85, G = 256; global side: G = 256
-queries over 256 global and 4096 long keys), with the streams and dropout
-and without: its time, and the bytes it must move and the products it must
-compute over that time. One JSON record per line (printed, and appended to
+fully masked row is not zero. Then, per case, the gradient's call
+`etc_side_backward` on the forward call's outputs, with random incoming
+gradients of the context and the emitted sums, against `side_backward`:
+the relative error of every gradient (q, the keys and values of both
+patterns, the per-id relative scores, the previous sums read). Then the
+calls at the benchmark's shape (12 heads, D = 64, batch 4, bfloat16,
+relative vocabulary 32; long side: L = 4096 padded to blocks of r + 1 =
+85, G = 256; global side: G = 256 queries over 256 global and 4096 long
+keys), with the streams and dropout and without: the forward alone, the
+backward alone and the two in one program (a training step's), each with
+its time, and the bytes it must move and the products it must compute
+over that time. One JSON record per line (printed, and appended to
 `--output_jsonl`; `tools/gpu_summary.py` tabulates them).
 
 The cubins it needs are the default build's (`tools/build_kernels.py`;
 float32 streams, or the inputs' dtype with `--low_streams` and a build with
-`--stream_dtypes=low`). On the CPU (`--device=cpu`) it runs the host
-handlers: the same check on any machine. Neither TensorFlow nor the
-package is imported (the GPU machine has only jax): the reference module
-is loaded by path.
+`--stream_dtypes=low`; `--passes=fwd` for a build of the forward alone).
+On the CPU (`--device=cpu`) it runs the host handlers: the same check on
+any machine. Neither TensorFlow nor the package is imported (the GPU
+machine has only jax): the reference module is loaded by path.
 """
 
 import argparse
@@ -47,12 +53,19 @@ from tools import xla_runner
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TARGET = "etc_side_forward"
+BACKWARD_TARGET = "etc_side_backward"
 # Relative errors allowed: the context per input dtype (float32 products
 # in IEEE float32), the row statistic, the new running sums (float32, or
 # rounded to the inputs' dtype).
 TOLERANCE = {"float32": 1e-5, "bfloat16": 2e-2, "float16": 3e-3}
 LSE_TOLERANCE = 1e-5
 STREAM_TOLERANCE = {"float32": 1e-5, "bfloat16": 1e-2, "float16": 2e-3}
+# Every gradient's, per input dtype (the interpreter tests'): the score
+# gradients are rounded to it for the products, and delta reads the
+# context as the forward wrote it.
+GRAD_TOLERANCE = {"float32": 1e-5, "bfloat16": 3e-2, "float16": 5e-3}
+GRADIENTS = ("q", "k1", "v1", "k2", "v2", "per_id", "prev1", "prev2")
+PASSES = ("fwd", "bwd")
 INPUTS = ("q", "k1", "v1", "k2", "v2")
 STREAMS = dict(carried=(True, True), has_prev=True, emit=True,
                running_mean=True, num_summed=3, dropout_rate=0.1,
@@ -72,25 +85,38 @@ def _side_name(case) -> str:
   return "long" if case.band else "global"
 
 
-def _label(case) -> str:
-  """The record's kernel: side_forward[<side>(,streams)(,dropout)]."""
+def _label(case, kernel: str = "side_forward") -> str:
+  """The record's kernel: <kernel>[<side>(,streams)(,dropout)]; kernel
+  side_forward, side_backward or side_forward_backward."""
   parts = [_side_name(case)]
   if any(case.carried):
     parts.append("streams")
   if case.dropout_rate > 0:
     parts.append("dropout")
-  return f"side_forward[{','.join(parts)}]"
+  return f"{kernel}[{','.join(parts)}]"
 
 
-def variant(case, dtype_name: str, low_streams: bool) -> str:
-  """The cubin the CUDA handler launches for `case`."""
+def variant(case, dtype_name: str, low_streams: bool,
+            kernel: str = build_kernels.FORWARD, pattern: int = 0) -> str:
+  """The cubin the CUDA handlers launch for `case`: the forward's, the
+  backward's queries kernel, or its keys kernel of `pattern` (1, 2)."""
   ids = case.num_ids if case.has_ids else 0
-  streams = "".join("1" if f else "0"
-                    for f in case.reads_prev + case.writes_new)
+  flags = case.reads_prev + case.writes_new
+  if pattern:
+    flags = (flags[pattern - 1], flags[pattern + 1])
   return build_kernels.variant_name(
       dtype_name, case.size_per_head,
-      1 << max(ids - 1, 0).bit_length() if ids else 0, case.band, streams,
-      low_streams, case.dropout_rate > 0, case.by_rows)
+      1 << max(ids - 1, 0).bit_length() if ids else 0, case.band,
+      "".join("1" if f else "0" for f in flags), low_streams,
+      case.dropout_rate > 0, case.by_rows, kernel, pattern)
+
+
+def backward_variants(case, dtype_name: str, low_streams: bool
+                      ) -> List[str]:
+  """The backward's three cubins: queries, then each pattern's keys."""
+  return ([variant(case, dtype_name, low_streams, build_kernels.QUERIES)] +
+          [variant(case, dtype_name, low_streams, build_kernels.KEYS, p)
+           for p in (1, 2)])
 
 
 def attributes(reference, case) -> Dict[str, Any]:
@@ -139,6 +165,58 @@ def side_call(reference, case, dtype, stream_dtype):
   call = jax.ffi.ffi_call(TARGET, tuple(results))
   attrs = attributes(reference, case)
   return jax.jit(lambda *args: call(*args, **attrs))
+
+
+def backward_call(reference, case, dtype, stream_dtype):
+  """A jitted `etc_side_backward(*operands, ctx, lse, dctx, dnew1, dnew2)
+  -> (dq, dk1, dv1, dk2, dv2, dper_id, dprev1, dprev2, delta)`."""
+  import jax  # pylint: disable=g-import-not-at-top
+  shape = (case.batch, case.num_heads, case.rows)
+  d = case.size_per_head
+  k1_rows = case.rows + 2 * case.block_len if case.band else case.first_len
+  results = [jax.ShapeDtypeStruct(shape + (d,), dtype)]
+  for rows in (k1_rows, k1_rows, case.second_len, case.second_len):
+    results.append(jax.ShapeDtypeStruct(shape[:2] + (rows, d), dtype))
+  results.append(jax.ShapeDtypeStruct(
+      (case.batch, case.rows, case.num_ids if case.has_ids else 1,
+       case.num_heads), np.float32))
+  for width, read in zip(case.widths, case.reads_prev):
+    results.append(jax.ShapeDtypeStruct(shape + (width,), stream_dtype)
+                   if read else jax.ShapeDtypeStruct((1,), np.float32))
+  results.append(jax.ShapeDtypeStruct(shape, np.float32))  # delta
+  call = jax.ffi.ffi_call(BACKWARD_TARGET, tuple(results))
+  attrs = attributes(reference, case)
+  return jax.jit(lambda *args: call(*args, **attrs))
+
+
+def incoming(case, dtype, stream_dtype, seed: int) -> List[Any]:
+  """Random gradients of the context and of the emitted sums, in their
+  types (f32[1] placeholders where a sum is not emitted)."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(seed)
+  shape = (case.batch, case.num_heads, case.rows)
+  out = [jnp.asarray(rng.standard_normal(
+      shape + (case.size_per_head,), np.float32), dtype)]
+  for width, emitted in zip(case.widths, case.writes_new):
+    out.append(jnp.asarray(rng.standard_normal(
+        shape + (width,), np.float32), stream_dtype) if emitted
+               else np.zeros([1], np.float32))
+  return out
+
+
+def training_call(reference, case, dtype, stream_dtype):
+  """A jitted forward and backward in one program (a training step's):
+  `(*operands, dctx, dnew1, dnew2) -> the gradients`."""
+  import jax  # pylint: disable=g-import-not-at-top
+  forward = side_call(reference, case, dtype, stream_dtype)
+  backward = backward_call(reference, case, dtype, stream_dtype)
+
+  def step(*args):
+    operands, grads_in = args[:12], args[12:]
+    ctx, lse = forward(*operands)[:2]
+    return backward(*operands, ctx, lse, *grads_in)
+
+  return jax.jit(step)
 
 
 def check_cases(reference) -> List[Any]:
@@ -204,6 +282,73 @@ def check(reference, device, dtype_name: str, case,
                  ctx_error < TOLERANCE[dtype_name])}
 
 
+def check_backward(reference, device, dtype_name: str, case,
+                   low_streams: bool = False) -> Dict[str, Any]:
+  """The gradient's call on the forward call's outputs against the
+  reference's gradients, on one random problem."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  dtype = jnp.dtype(dtype_name)
+  stream_dtype = dtype if low_streams else jnp.dtype(np.float32)
+  pieces = reference.side_pieces(case, seed=7)
+  args = [jax.device_put(x, device)
+          for x in operands(case, pieces, dtype, stream_dtype)]
+  grads_in = [jax.device_put(x, device)
+              for x in incoming(case, dtype, stream_dtype, seed=11)]
+  fwd = side_call(reference, case, dtype, stream_dtype)(*args)
+  out = backward_call(reference, case, dtype, stream_dtype)(
+      *args, fwd[0], fwd[1], *grads_in)
+  got = {name: np.asarray(x, np.float32) for name, x in zip(GRADIENTS, out)}
+  # The reference reads what the handlers read: the rounded inputs and
+  # streams, and the incoming gradients in their types.
+  rounded = dict(pieces)
+  for i, name in enumerate(INPUTS):
+    rounded[name] = np.asarray(args[i], np.float32)
+  for index in range(2):
+    if case.reads_prev[index]:
+      rounded[f"prev{index + 1}"] = np.asarray(args[9 + index], np.float32)
+  want_fwd = reference.side_forward(rounded, case)
+  dnew = tuple(np.asarray(g, np.float32) if emitted else None
+               for g, emitted in zip(grads_in[1:], case.writes_new))
+  want = reference.side_backward(rounded, case, want_fwd,
+                                 np.asarray(grads_in[0], np.float32), dnew)
+  errors = {}
+  for name in GRADIENTS:
+    if name.startswith("prev"):
+      expected = want.prev[int(name[-1]) - 1]
+    else:
+      expected = getattr(want, name)
+    if expected is None or (name == "per_id" and not case.has_ids):
+      continue
+    errors[name] = reference.relative_error(got[name], expected)
+  finite = all(bool(np.isfinite(got[name]).all()) for name in errors)
+  # Without ids the placeholder's gradient is zeros.
+  ids_zero = case.has_ids or not got["per_id"].any()
+  ctx = np.asarray(fwd[0], np.float32)
+  ctx_error = reference.relative_error(ctx, want_fwd.ctx)
+  valid_rows = np.broadcast_to(pieces["valid"][:, None] > 0,
+                               want_fwd.lse.shape)
+  lse_error = reference.relative_error(np.asarray(fwd[1]), want_fwd.lse,
+                                       valid_rows)
+  grad_error = max(errors.values())
+  return {"record_type": "kernel_check",
+          "kernel": _label(case, "side_backward"),
+          "dtype": dtype_name, "has_ids": case.has_ids,
+          "side": _side_name(case), "streams": any(case.carried),
+          "low_streams": low_streams and dtype_name != "float32",
+          "dropout_rate": case.dropout_rate, "by_rows": case.by_rows,
+          "variant": backward_variants(case, dtype_name, low_streams)[0],
+          "variants": backward_variants(case, dtype_name, low_streams),
+          "device": str(device),
+          # The forward's outputs the gradient reads.
+          "ctx_relative_error": ctx_error, "lse_relative_error": lse_error,
+          "grad_relative_errors": errors, "grad_relative_error": grad_error,
+          "finite": finite, "per_id_zero_without_ids": ids_zero,
+          "ok": (finite and ids_zero and ctx_error < TOLERANCE[dtype_name]
+                 and lse_error < LSE_TOLERANCE and
+                 grad_error < GRAD_TOLERANCE[dtype_name])}
+
+
 def side_traffic(case, dtype_bytes: int, stream_bytes: int = 4
                  ) -> Dict[str, float]:
   """The fewest bytes one side's forward moves (each input read once,
@@ -230,6 +375,39 @@ def side_traffic(case, dtype_bytes: int, stream_bytes: int = 4
   return {"bytes": float(read + written), "flops": float(flops)}
 
 
+def side_backward_traffic(case, dtype_bytes: int, stream_bytes: int = 4
+                          ) -> Dict[str, float]:
+  """The same floor figures of the gradient's call: the forward's inputs,
+  its context and row statistic, and the incoming gradients (of the
+  context, of the emitted sums) read once; every gradient (q, the keys and
+  values, the per-id scores with ids, the previous sums read) and each
+  row's delta written once. FLOPs: the five products over every score
+  (q.k recomputed, dctx.v, ds.k, ds.q, p.dctx; the kernels recompute the
+  first two in each of their passes)."""
+  bsz, h, n, d = case.batch, case.num_heads, case.rows, case.size_per_head
+  c1, c2 = case.widths
+  k1_rows = n + 2 * case.block_len if case.band else case.first_len
+  codes1 = (_reference_module().band_stride(case.block_len) if case.band
+            else c1)
+  per_head = bsz * h * d * dtype_bytes
+  cells = bsz * h * n
+  per_id = 4 * bsz * n * (case.num_ids * h if case.has_ids else 0)
+  read = (per_head * (n + 2 * k1_rows + 2 * c2) + per_id + 4 * bsz * n +
+          bsz * n * (codes1 + c2) +
+          sum(stream_bytes * cells * c
+              for c, r in zip(case.widths, case.reads_prev) if r) +
+          (16 if case.dropout_rate > 0 else 0) +
+          2 * per_head * n + 4 * cells +  # ctx, dctx; lse
+          sum(stream_bytes * cells * c
+              for c, w in zip(case.widths, case.writes_new) if w))
+  written = (per_head * (n + 2 * k1_rows + 2 * c2) + per_id +
+             sum(stream_bytes * cells * c
+                 for c, r in zip(case.widths, case.reads_prev) if r) +
+             4 * cells)  # delta
+  flops = 10 * cells * (c1 + c2) * d
+  return {"bytes": float(read + written), "flops": float(flops)}
+
+
 def benchmark_case(reference, side: str, streams_and_dropout: bool,
                    batch: int = 4, long_len: int = 4096,
                    local_radius: int = 84, global_len: int = 256,
@@ -246,13 +424,20 @@ def benchmark_case(reference, side: str, streams_and_dropout: bool,
                                   **sizes)
 
 
+TIMED = {"fwd": "side_forward", "bwd": "side_backward",
+         "fwd_bwd": "side_forward_backward"}
+
+
 def time_side(reference, device, repeats: int, warmup: int, side: str,
               streams_and_dropout: bool, batch: int = 4,
               long_len: int = 4096, local_radius: int = 84,
               global_len: int = 256, dtype_name: str = "bfloat16",
-              has_ids: bool = True, low_streams: bool = False
-              ) -> Dict[str, Any]:
-  """The call alone at the benchmark's shape, with its floor figures."""
+              has_ids: bool = True, low_streams: bool = False,
+              passes: Tuple[str, ...] = ("fwd",)) -> List[Dict[str, Any]]:
+  """The calls at the benchmark's shape, with their floor figures: per
+  pass in `passes` (fwd: the forward alone; bwd: the backward alone, on
+  the forward's outputs; fwd_bwd: both in one program, the floor figures
+  summed), one record."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   case = benchmark_case(reference, side, streams_and_dropout, batch,
@@ -263,22 +448,54 @@ def time_side(reference, device, repeats: int, warmup: int, side: str,
   args = [jax.device_put(x, device)
           for x in operands(case, pieces, dtype, stream_dtype)]
   del pieces
-  fn = side_call(reference, case, dtype, stream_dtype)
+  forward = side_call(reference, case, dtype, stream_dtype)
+  calls = {"fwd": lambda: forward(*args)}
+  traffic = {"fwd": side_traffic(case, dtype.itemsize,
+                                 stream_dtype.itemsize)}
+  if set(passes) - {"fwd"}:
+    grads_in = [jax.device_put(x, device)
+                for x in incoming(case, dtype, stream_dtype, seed=5)]
+    ctx, lse = forward(*args)[:2]
+    backward = backward_call(reference, case, dtype, stream_dtype)
+    training = training_call(reference, case, dtype, stream_dtype)
+    calls["bwd"] = lambda: backward(*args, ctx, lse, *grads_in)
+    calls["fwd_bwd"] = lambda: training(*args, *grads_in)
+    traffic["bwd"] = side_backward_traffic(case, dtype.itemsize,
+                                           stream_dtype.itemsize)
+    traffic["fwd_bwd"] = {k: traffic["fwd"][k] + traffic["bwd"][k]
+                          for k in ("bytes", "flops")}
+  records = []
+  for name in passes:
+    timed = timing.time_calls(
+        lambda fn=calls[name]: jax.block_until_ready(fn()), warmup, repeats)
+    records.append(_timing_record(
+        case, device, dtype_name, low_streams, side, streams_and_dropout,
+        dict(batch=batch, long_len=long_len, global_len=global_len),
+        name, traffic[name], timed))
+  return records
 
-  def call():
-    jax.block_until_ready(fn(*args))
 
-  timed = timing.time_calls(call, warmup, repeats)
-  traffic = side_traffic(case, dtype.itemsize, stream_dtype.itemsize)
+def _timing_record(case, device, dtype_name: str, low_streams: bool,
+                   side: str, streams_and_dropout: bool,
+                   shape: Dict[str, int], pass_name: str,
+                   traffic: Dict[str, float], timed: Dict[str, Any]
+                   ) -> Dict[str, Any]:
+  """A timing record (`tools/gpu_summary.py` reads its fields); shape:
+  the benchmark's batch, long_len and global_len."""
   median = timed["median_s"]
-  return {"record_type": "kernel_timing", "kernel": _label(case),
-          "dtype": dtype_name, "has_ids": has_ids, "side": side,
+  cubins = []
+  if pass_name != "bwd":
+    cubins.append(variant(case, dtype_name, low_streams))
+  if pass_name != "fwd":
+    cubins += backward_variants(case, dtype_name, low_streams)
+  return {"record_type": "kernel_timing",
+          "kernel": _label(case, TIMED[pass_name]), "pass": pass_name,
+          "dtype": dtype_name, "has_ids": case.has_ids, "side": side,
           "streams": streams_and_dropout,
           "dropout_rate": case.dropout_rate,
-          "variant": variant(case, dtype_name, low_streams),
-          "device": str(device), "batch": batch, "long_len": long_len,
-          "padded_len": case.rows if case.band else long_len,
-          "global_len": global_len,
+          "variant": cubins[0], "variants": cubins,
+          "device": str(device), **shape,
+          "padded_len": case.rows if case.band else shape["long_len"],
           "block_len": case.block_len if case.band else 1,
           "num_rows": case.rows, "num_heads": case.num_heads,
           "size_per_head": case.size_per_head, **timed,
@@ -324,11 +541,20 @@ def main(argv: Optional[List[str]] = None) -> int:
   parser.add_argument("--dtypes", default=",".join(TOLERANCE),
                       help="comma list of the checked input dtypes (a "
                       "build of fewer dtypes carries fewer cubins)")
+  parser.add_argument("--passes", default=",".join(PASSES),
+                      help="comma list of the checked and timed passes: "
+                      "fwd (etc_side_forward), bwd (etc_side_backward: "
+                      "also timed with the forward, as in training)")
   parser.add_argument("--output_jsonl", default=None)
   args = parser.parse_args(argv)
   dtypes = [d for d in args.dtypes.split(",") if d]
   if not dtypes or set(dtypes) - set(TOLERANCE):
     print(f"error: --dtypes {args.dtypes}: a list of {list(TOLERANCE)}",
+          file=sys.stderr)
+    return 2
+  passes = [p for p in args.passes.split(",") if p]
+  if not passes or set(passes) - set(PASSES):
+    print(f"error: --passes {args.passes}: a list of {list(PASSES)}",
           file=sys.stderr)
     return 2
   if not os.path.exists(args.library):
@@ -339,18 +565,24 @@ def main(argv: Optional[List[str]] = None) -> int:
   device = jax.devices(args.device)[0] if args.device else jax.devices()[0]
   reference = _reference_module()
   ok = True
+  checks = ([check] if "fwd" in passes else []) + (
+      [check_backward] if "bwd" in passes else [])
   for dtype in ([] if args.no_check else dtypes):
     for case in check_cases(reference):
-      start = time.perf_counter()
-      record = check(reference, device, dtype, case, args.low_streams)
-      record["wall_s"] = time.perf_counter() - start
-      timing.emit(record, args.output_jsonl)
-      ok &= record["ok"]
+      for check_pass in checks:
+        start = time.perf_counter()
+        record = check_pass(reference, device, dtype, case,
+                            args.low_streams)
+        record["wall_s"] = time.perf_counter() - start
+        timing.emit(record, args.output_jsonl)
+        ok &= record["ok"]
+  timed = tuple(passes) + (("fwd_bwd",) if "bwd" in passes else ())
   for side, on in ([] if args.no_timing else _timed_sides()):
-    record = time_side(reference, device, args.repeats, args.warmup, side,
-                       on, low_streams=args.low_streams)
-    record["cubins"] = _cubin_manifest(args.library)
-    timing.emit(record, args.output_jsonl)
+    for record in time_side(reference, device, args.repeats, args.warmup,
+                            side, on, low_streams=args.low_streams,
+                            passes=timed):
+      record["cubins"] = _cubin_manifest(args.library)
+      timing.emit(record, args.output_jsonl)
   return 0 if ok else 1
 
 

@@ -20,9 +20,12 @@ def rows(path: str) -> List[dict]:
 def line(record: dict) -> str:
   kind = record.get("record_type")
   if kind == "kernel_check":
+    grad = record.get("grad_relative_error")
+    grads = "" if grad is None else f" grad_err={grad:.2e}"
     return (f"check  {record['kernel']} {record['dtype']:9s} ids="
             f"{record['has_ids']!s:5s} ctx_err={record['ctx_relative_error']:.2e}"
-            f" lse_err={record['lse_relative_error']:.2e} ok={record['ok']}")
+            f" lse_err={record['lse_relative_error']:.2e}{grads} "
+            f"ok={record['ok']}")
   if kind == "kernel_timing":
     tiles = (record.get("cubins") or {}).get("tiles") or {}
     tag = ",".join(f"{k}={v}" for k, v in tiles.items())

@@ -73,6 +73,7 @@ def _jax_modules():
 # `EtcRegisterFfiHandlers`): target -> (host handler, CUDA handler) symbols.
 FFI_TARGETS = {
     "etc_side_forward": ("EtcSideForwardHost", "EtcSideForwardCuda"),
+    "etc_side_backward": ("EtcSideBackwardHost", "EtcSideBackwardCuda"),
 }
 
 

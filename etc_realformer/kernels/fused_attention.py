@@ -20,12 +20,14 @@ first such fallback is logged with its reason. The kernels keep the
 probabilities in float32 on chip, so `softmax_dtype` does not change a
 fused side.
 
-The gradient of a fused side is, for now, that of the same side recomputed
-by `attention_core.attend_side` from the custom call's inputs: exact, at
-the XLA path's cost.
+The gradient is a second custom call, `etc_side_backward`: the kernels
+`side_backward_queries` and `side_backward_keys` recompute the
+probabilities from the forward's row statistics (lse) and write the
+gradients of q, the keys, the values, the per-id relative scores and the
+previous running sums, never a score-sized tensor besides those sums'.
 """
 
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
 from absl import logging
 import tensorflow as tf
@@ -37,12 +39,12 @@ from etc_realformer.layers import attention_core as core
 from etc_realformer.layers import blocking
 from etc_realformer.layers import dropout as dropout_lib
 from etc_realformer.layers.attention_pieces import PatternPair
-from etc_realformer.layers.attention_pieces import ScoreInputs
 from etc_realformer.layers.attention_pieces import SideInputs
 from etc_realformer.layers.attention_pieces import SideMasks
 from etc_realformer.layers.attention_pieces import SideOutputs
 
 SIDE_FORWARD = "etc_side_forward"
+SIDE_BACKWARD = "etc_side_backward"
 MAX_IDS = 127  # relative ids travel as int8 codes (-1 - id when masked)
 _DTYPES = (tf.float32, tf.bfloat16, tf.float16)
 
@@ -169,10 +171,21 @@ def fused_side(spec: core.SideSpec, x: SideInputs[tf.Tensor]
     emitted = [o for o, e in zip(outs[2:], emits) if e]
 
     def grad(*upstream):
-      with tf.GradientTape() as tape:
-        tape.watch(args)
-        want = _reference(spec, x, has_ids, reads, *args)
-      return tape.gradient(want, args, output_gradients=list(upstream))
+      it = iter(upstream[1:])
+      dnew = [tf.cast(next(it), stream_dtype) if e else placeholder
+              for e in emits]
+      grads = custom_calls.custom_call(
+          SIDE_BACKWARD, forward_args + [ctx, lse,
+                                         tf.cast(upstream[0], q.dtype)] + dnew,
+          [(a.shape.as_list(), a.dtype) for a in args[:6]] +
+          [(p.shape.as_list(), stream_dtype) if r else ([1], tf.float32)
+           for p, r in zip(prev, reads)] +
+          [([batch, heads, num_rows], tf.float32)],  # delta (scratch)
+          attributes)
+      out = list(grads[:6])
+      if not has_ids:
+        out[5] = None  # the placeholder
+      return out + [g for g, r in zip(grads[6:8], reads) if r]
 
     return [ctx] + emitted, grad
 
@@ -214,27 +227,6 @@ def attention_codes(spec: core.SideSpec, masks: SideMasks[tf.Tensor],
                     constant_values=reference.NO_ID)
     out.append(code)
   return out[0], out[1]
-
-
-def _reference(spec: core.SideSpec, x: SideInputs[tf.Tensor], has_ids: bool,
-               reads: Tuple[bool, bool], q: tf.Tensor, k1: tf.Tensor,
-               v1: tf.Tensor, k2: tf.Tensor, v2: tf.Tensor, per_id: tf.Tensor,
-               *prev: tf.Tensor) -> List[tf.Tensor]:
-  """The fused call's differentiable outputs (the context and the emitted
-  sums, in rows) by `attention_core.attend_side` (the backward pass
-  differentiates it)."""
-  it = iter(prev)
-  sums = PatternPair(*(_blocks(spec, next(it), 2) if r else None
-                       for r in reads))
-  pieces = SideInputs(
-      scores=ScoreInputs(_blocks(spec, q, 2),
-                         PatternPair(_blocks(spec, k1, 2), k2),
-                         _blocks(spec, per_id, 1) if has_ids else None),
-      values=PatternPair(_blocks(spec, v1, 2), v2),
-      masks=x.masks, sums=sums, seed=x.seed)
-  out = core.attend_side(spec, 0, blocking.dim(pieces.scores.q, 2), pieces)
-  return [_rows(spec, out.ctx, 2)] + [_rows(spec, s, 2) for s in out.sums
-                                      if s is not None]
 
 
 def attend_side(spec: core.SideSpec, x: SideInputs[tf.Tensor]

@@ -2,6 +2,7 @@
 compiled ahead of time without a GPU (in a child process: Triton cannot
 load where TensorFlow is)."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -33,18 +34,47 @@ def test_variant_names_are_the_handlers():
     name("float32", 64, 32, True, "11")
 
 
+def test_backward_variant_names():
+  name = build_kernels.variant_name
+  # The queries kernel: the forward's name after its kernel's.
+  assert name("bfloat16", 64, 32, True, "1111", False, True, True,
+              "side_backward_queries") == (
+                  "side_backward_queries_bfloat16_d64_r32_band_f32_1111_"
+                  "drop_rows")
+  # The keys kernel: the side, the pattern and that pattern's two flags
+  # ("low" only where they touch a stream).
+  assert name("float16", 64, 0, True, "10", True, True, False,
+              "side_backward_keys", 2) == (
+                  "side_backward_keys_float16_d64_noids_band_p2_low_10_"
+                  "drop_whole")
+  assert name("float16", 64, 8, False, "00", True, False, False,
+              "side_backward_keys", 1) == (
+                  "side_backward_keys_float16_d64_r8_dense_p1_f32_00_"
+                  "nodrop_rows")
+  with pytest.raises(ValueError, match="2 0/1 digits"):
+    name("float32", 64, 32, True, "1111", kernel="side_backward_keys",
+         pattern=1)
+  with pytest.raises(ValueError, match="pattern 0"):
+    name("float32", 64, 32, True, "11", kernel="side_backward_keys")
+  with pytest.raises(ValueError, match="pattern 1"):
+    name("float32", 64, 32, True, "1111", pattern=1)
+  with pytest.raises(ValueError, match="kernel 'side_backward'"):
+    name("float32", 64, 32, True, kernel="side_backward")
+
+
 # The C++ side of the names: a program that includes the handlers' source
 # (one translation unit, so `VariantName` is visible) and prints the name
-# of each call read from stdin.
+# of each kernel (and, for the keys kernel, pattern) of a call read from
+# stdin.
 _NAMES_PROGRAM = r"""
 #include "attention_ffi.cc"
 #include <iostream>
 int main() {
-  std::string dtype;
+  std::string dtype, kernel;
   int64_t d, ids;
-  int has_ids, band, r1, r2, e1, e2, low, drop, by_rows;
-  while (std::cin >> dtype >> d >> ids >> has_ids >> band >> r1 >> r2 >>
-         e1 >> e2 >> low >> drop >> by_rows) {
+  int has_ids, band, r1, r2, e1, e2, low, drop, by_rows, pattern;
+  while (std::cin >> kernel >> pattern >> dtype >> d >> ids >> has_ids >>
+         band >> r1 >> r2 >> e1 >> e2 >> low >> drop >> by_rows) {
     const ffi::DataType t = dtype == "float32" ? ffi::DataType::F32
         : dtype == "bfloat16" ? ffi::DataType::BF16 : ffi::DataType::F16;
     SideShape s{};
@@ -55,7 +85,7 @@ int main() {
     o.band = band; o.has_ids = has_ids; o.by_rows = by_rows;
     o.read[0] = r1; o.read[1] = r2; o.emit[0] = e1; o.emit[1] = e2;
     o.keep_threshold = drop ? 6554 : 0;
-    std::cout << VariantName(t, s, o) << std::endl;
+    std::cout << VariantName(t, s, o, kernel.c_str(), pattern) << std::endl;
   }
 }
 """
@@ -78,32 +108,89 @@ def test_the_handler_builds_the_same_names(tmp_path):
       ("float32", 64, 1, True, "1100", True, False, False),
       ("bfloat16", 64, 0, False, "0000", True, False, True),
       ("float16", 128, 100, True, "1000", True, True, True)]
-  lines = []
+  # Each call's cubins: the forward's, the backward's queries kernel, and
+  # its keys kernel per pattern (the C++ side reads the call's four flags,
+  # the name holds the pattern's two).
+  kernels = [("side_forward", 0), ("side_backward_queries", 0),
+             ("side_backward_keys", 1), ("side_backward_keys", 2)]
+  lines, want = [], []
   for dtype, d, ids, band, streams, low, drop, by_rows in calls:
-    fields = [dtype, d, ids or 1, int(bool(ids)), int(band),
-              *streams, int(low), int(drop), int(by_rows)]
-    lines.append(" ".join(map(str, fields)))
+    for kernel, pattern in kernels:
+      fields = [kernel, pattern, dtype, d, ids or 1, int(bool(ids)),
+                int(band), *streams, int(low), int(drop), int(by_rows)]
+      lines.append(" ".join(map(str, fields)))
+      flags = (streams[pattern - 1] + streams[pattern + 1] if pattern
+               else streams)
+      want.append(build_kernels.variant_name(
+          dtype, d, 1 << max(ids - 1, 0).bit_length() if ids else 0, band,
+          flags, low, drop, by_rows, kernel, pattern))
   done = subprocess.run([str(program)], input="\n".join(lines) + "\n",
                         capture_output=True, text=True, check=True)
-  want = [build_kernels.variant_name(
-      dtype, d, 1 << max(ids - 1, 0).bit_length() if ids else 0, band,
-      streams, low, drop, by_rows)
-          for dtype, d, ids, band, streams, low, drop, by_rows in calls]
   assert done.stdout.split() == want
-  assert want[1] == "side_forward_float16_d16_r8_dense_low_0011_drop_whole"
-  assert want[4] == "side_forward_float16_d128_r128_band_low_1000_drop_rows"
+  assert want[4] == "side_forward_float16_d16_r8_dense_low_0011_drop_whole"
+  assert want[16] == "side_forward_float16_d128_r128_band_low_1000_drop_rows"
+  assert want[5] == (
+      "side_backward_queries_float16_d16_r8_dense_low_0011_drop_whole")
+  assert want[6] == (
+      "side_backward_keys_float16_d16_r8_dense_p1_low_01_drop_whole")
+  assert want[18] == (
+      "side_backward_keys_float16_d128_r128_band_p1_low_10_drop_rows")
+  # Pattern 2 of "1000" touches no stream: float32 pointers, "f32".
+  assert want[19] == (
+      "side_backward_keys_float16_d128_r128_band_p2_f32_00_drop_rows")
 
 
 def test_default_variants_are_a_12_layer_models():
-  variants = build_kernels.default_variants(["bfloat16"], [64], [32])
-  names = [v.name for v in variants]
+  forward = build_kernels.default_variants(["bfloat16"], [64], [32],
+                                           passes=("fwd",))
+  names = [v.name for v in forward]
   assert len(names) == len(set(names)) == 2 * 4 * 2  # sides, streams, drop
   assert "side_forward_bfloat16_d64_r32_dense_f32_1100_nodrop_rows" in names
   assert "side_forward_bfloat16_d64_r32_band_f32_0011_drop_rows" in names
   # Float32 inputs: streams in the inputs' dtype are the float32 kernels.
   both = build_kernels.default_variants(["float32"], [64], [32],
-                                        stream_dtypes=("f32", "low"))
+                                        stream_dtypes=("f32", "low"),
+                                        passes=("fwd",))
   assert len(both) == 16
+  # Training's by default: the backward's queries kernel per forward
+  # variant, and its keys kernels per side, pattern, the pattern's flags
+  # (00, 01, 11, 10 of the four stream sets) and dropout.
+  variants = build_kernels.default_variants(["bfloat16"], [64], [32])
+  assert [v.name for v in variants[:16]] == names
+  kernels = [v.kernel for v in variants]
+  assert kernels.count("side_backward_queries") == 16
+  assert kernels.count("side_backward_keys") == 2 * 2 * 4 * 2
+  assert len(variants) == len({v.name for v in variants}) == 64
+  names = {v.name for v in variants}
+  assert ("side_backward_queries_bfloat16_d64_r32_band_f32_1111_drop_rows"
+          in names)
+  assert ("side_backward_keys_bfloat16_d64_r32_band_p2_f32_01_nodrop_rows"
+          in names)
+  keys = [v for v in variants if v.name == (
+      "side_backward_keys_bfloat16_d64_r32_band_p2_f32_01_nodrop_rows")][0]
+  assert keys.pattern == 2 and keys.flags == (False, True)
+  # The slow ones (per-id sums unrolled over R) compile first.
+  assert max(variants, key=lambda v: v.cost).kernel == "side_backward_queries"
+
+
+def test_keys_kernel_constexprs_name_its_pattern():
+  tiles = {"block_m": 64, "block_n": 32}
+  second = build_kernels.Variant("float32", 64, 32, True, "10",
+                                 dropout=True, kernel="side_backward_keys",
+                                 pattern=2)
+  assert build_kernels.constexprs(second, tiles) == {
+      "D": 64, "BM": 64, "BN": 32, "R": 32, "BAND": False, "HAS_IDS": True,
+      "READ": True, "WRITE": False, "DROPOUT": True, "BY_ROWS": True,
+      "IEEE": True, "PATTERN": 1, "BAND_SIDE": True}
+  first = dataclasses.replace(second, pattern=1)
+  assert build_kernels.constexprs(first, tiles)["BAND"]
+  assert build_kernels.constexprs(first, tiles)["PATTERN"] == 0
+  assert second.tile == "block_n" and first.tile == "block_n"
+  queries = dataclasses.replace(second, streams="1100", pattern=0,
+                                kernel="side_backward_queries")
+  assert queries.tile == "block_m"
+  assert list(build_kernels.constexprs(queries, tiles)) == list(
+      build_kernels.SIDE_CONSTEXPRS)
 
 
 def test_finds_tensorflows_ffi_headers_without_importing_it():
@@ -117,6 +204,9 @@ def test_bad_flag_values_are_one_line(capsys, tmp_path):
   assert build_kernels.main([f"--output_dir={tmp_path}", "--sides=sparse",
                              "--no_library", "--no_cubins"]) == 2
   assert "--sides ['sparse']" in capsys.readouterr().err
+  assert build_kernels.main([f"--output_dir={tmp_path}", "--passes=grad",
+                             "--no_library", "--no_cubins"]) == 2
+  assert "--passes ['grad']" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -127,7 +217,7 @@ def test_cubins_compile_for_hopper_without_a_gpu(tmp_path):
       [sys.executable, "-m", "tools.build_kernels", f"--output_dir={tmp_path}",
        "--no_library", "--dtypes=float16", "--head_sizes=16",
        "--relative_vocab_sizes=5", "--streams=1111", "--stream_dtypes=low",
-       "--dropout=rows", "--arch=90", "--jobs=2"],
+       "--dropout=rows", "--passes=fwd", "--arch=90", "--jobs=2"],
       cwd=REPO, capture_output=True, text=True, timeout=600)
   assert result.returncode == 0, result.stderr[-3000:]
   folder = tmp_path / "cubins"
@@ -143,3 +233,36 @@ def test_cubins_compile_for_hopper_without_a_gpu(tmp_path):
   manifest = json.loads((folder / "manifest.json").read_text())
   assert manifest["arch"] == 90 and len(manifest["kernels"]) == 2
   assert {k["band"] for k in manifest["kernels"]} == {True, False}
+
+
+@pytest.mark.skipif(any(__import__("importlib").util.find_spec(m) is None
+                        for m in ("triton",)), reason="needs Triton")
+def test_backward_cubins_compile_for_hopper_without_a_gpu(tmp_path):
+  # The band side's three kernels, a small R (the queries kernel unrolls
+  # its per-id sums over R); a key tile other than the query tile, which
+  # the keys kernel's metadata holds.
+  result = subprocess.run(
+      [sys.executable, "-m", "tools.build_kernels", f"--output_dir={tmp_path}",
+       "--no_library", "--passes=bwd", "--dtypes=bfloat16",
+       "--head_sizes=16", "--relative_vocab_sizes=8", "--sides=band",
+       "--streams=0011", "--dropout=rows", "--block_n=32", "--arch=90",
+       "--jobs=2"],
+      cwd=REPO, capture_output=True, text=True, timeout=600)
+  assert result.returncode == 0, result.stderr[-3000:]
+  folder = tmp_path / "cubins"
+  tiles = {}
+  for path in folder.glob("*.meta"):
+    function, shared, warps, tile = path.read_text().split()
+    assert path.stem.startswith(function)
+    assert int(shared) > 0 and int(warps) == 4
+    tiles[path.stem] = int(tile)
+    assert (folder / f"{path.stem}.cubin").read_bytes()[:4] == b"\x7fELF"
+  assert tiles == {
+      "side_backward_queries_bfloat16_d16_r8_band_f32_0011_drop_rows": 64,
+      "side_backward_keys_bfloat16_d16_r8_band_p1_f32_01_drop_rows": 32,
+      "side_backward_keys_bfloat16_d16_r8_band_p2_f32_01_drop_rows": 32}
+  manifest = json.loads((folder / "manifest.json").read_text())
+  assert manifest["tiles"]["block_n"] == 32
+  assert {(k["kernel"], k["pattern"]) for k in manifest["kernels"]} == {
+      ("side_backward_queries", 0), ("side_backward_keys", 1),
+      ("side_backward_keys", 2)}

@@ -6,6 +6,7 @@ import json
 from etc_realformer.kernels import ffi_library
 from tools import build_kernels
 from tools import gpu_kernel_check
+from tools import gpu_summary
 
 
 def test_host_handlers_pass_the_check(tmp_path):
@@ -14,22 +15,42 @@ def test_host_handlers_pass_the_check(tmp_path):
   assert gpu_kernel_check.main([f"--library={library}", "--device=cpu",
                                 "--no_timing", f"--output_jsonl={out}"]) == 0
   records = [json.loads(line) for line in out.read_text().splitlines()]
-  # 3 dtypes; each side with streams and dropout, the long side bare.
-  assert len(records) == 9
-  assert {r["kernel"] for r in records} == {
+  # 3 dtypes; each side with streams and dropout, the long side bare; the
+  # forward, then the gradient on its outputs.
+  assert len(records) == 18
+  forward = [r for r in records if r["kernel"].startswith("side_forward")]
+  backward = [r for r in records if r["kernel"].startswith("side_backward")]
+  assert {r["kernel"] for r in forward} == {
       "side_forward[long,streams,dropout]",
       "side_forward[global,streams,dropout]", "side_forward[long]"}
-  assert all(r["ok"] and r["finite"] and r["masked_rows_zero"]
-             for r in records)
-  float32 = [r for r in records if r["dtype"] == "float32"]
+  assert {r["kernel"] for r in backward} == {
+      "side_backward[long,streams,dropout]",
+      "side_backward[global,streams,dropout]", "side_backward[long]"}
+  assert all(r["ok"] and r["finite"] for r in records)
+  assert all(r["masked_rows_zero"] for r in forward)
+  float32 = [r for r in forward if r["dtype"] == "float32"]
   assert max(r["ctx_relative_error"] for r in float32) < 1e-5
-  assert max(r["new_relative_error"] for r in records) < 1e-5
+  assert max(r["new_relative_error"] for r in forward) < 1e-5
+  # Every gradient, the read sums' too; none without ids is zeros.
+  streams = [r for r in backward if r["streams"]]
+  assert all(set(r["grad_relative_errors"]) == set(
+      gpu_kernel_check.GRADIENTS) for r in streams)
+  bare = [r for r in backward if not r["has_ids"]]
+  assert bare and all(r["per_id_zero_without_ids"] for r in bare)
+  assert all("per_id" not in r["grad_relative_errors"] for r in bare)
+  assert max(r["grad_relative_error"] for r in backward
+             if r["dtype"] == "float32") < 1e-5
   # The GPU runs need no cubin beyond the default build's.
   default = {v.name for v in build_kernels.default_variants(
       list(build_kernels.DTYPES), [64], [32, 0])}
-  assert {r["variant"] for r in records} <= default
-  assert ("side_forward_bfloat16_d64_r32_dense_f32_1111_drop_rows" in
-          {r["variant"] for r in records})
+  used = {r["variant"] for r in forward}
+  for r in backward:
+    used.update(r["variants"])
+  assert used <= default
+  assert ("side_forward_bfloat16_d64_r32_dense_f32_1111_drop_rows" in used)
+  assert ("side_backward_keys_bfloat16_d64_r32_band_p2_f32_11_drop_rows" in
+          used)
+  assert all("ok=True" in gpu_summary.line(r) for r in records)
 
 
 def test_streams_in_the_inputs_dtype_pass_the_check():
@@ -48,6 +69,32 @@ def test_streams_in_the_inputs_dtype_pass_the_check():
   assert 1e-4 < record["new_relative_error"] < 1e-2  # rounded to bfloat16
   assert record["variant"] == (
       "side_forward_bfloat16_d16_r8_dense_low_1111_drop_rows")
+
+
+def test_timing_records_of_both_passes_on_small_shapes():
+  # The benchmark's records (forward, backward, the two in one program)
+  # on shapes the host handlers run in moments.
+  library = ffi_library.load_into_tensorflow()
+  reference = gpu_kernel_check._reference_module()  # pylint: disable=protected-access
+  import jax  # pylint: disable=g-import-not-at-top
+  from tools import xla_runner  # pylint: disable=g-import-not-at-top
+  xla_runner.register_ffi_library(library, "cpu")
+  records = gpu_kernel_check.time_side(
+      reference, jax.devices("cpu")[0], repeats=1, warmup=1, side="long",
+      streams_and_dropout=True, batch=1, long_len=30, local_radius=4,
+      global_len=6, passes=("fwd", "bwd", "fwd_bwd"))
+  assert [r["kernel"] for r in records] == [
+      "side_forward[long,streams,dropout]",
+      "side_backward[long,streams,dropout]",
+      "side_forward_backward[long,streams,dropout]"]
+  fwd, bwd, both = records
+  assert both["floor_bytes"] == fwd["floor_bytes"] + bwd["floor_bytes"]
+  assert both["flops"] == fwd["flops"] + bwd["flops"] == 3.5 * fwd["flops"]
+  assert bwd["variant"].startswith("side_backward_queries_")
+  assert len(both["variants"]) == 4
+  for record in records:
+    assert record["median_s"] > 0
+    assert "ms" in gpu_summary.line(record)
 
 
 def test_floor_figures_count_every_input_once():
@@ -75,6 +122,14 @@ def test_floor_figures_count_every_input_once():
   assert traffic["bytes"] == (qkv + masks + streams + 16 +
                               2 * d * n + 4 * n + streams)
   assert traffic["flops"] == 4 * n * (n + k2) * d
+  # Its gradient: the same inputs, ctx, lse, dctx and the emitted sums'
+  # gradients read; the inputs' gradients, the read sums' and delta
+  # written.
+  traffic = gpu_kernel_check.side_backward_traffic(case, dtype_bytes=2)
+  read = qkv + masks + streams + 16 + 2 * (2 * d * n) + 4 * n + streams
+  written = qkv + streams + 4 * n
+  assert traffic["bytes"] == read + written
+  assert traffic["flops"] == 10 * n * (n + k2) * d
 
 
 def test_a_missing_library_or_an_unknown_dtype_is_one_line(capsys,

@@ -10,6 +10,9 @@ def test_one_line_per_record(tmp_path, capsys):
       {"record_type": "kernel_check", "kernel": "long_side_forward",
        "dtype": "bfloat16", "has_ids": True, "ctx_relative_error": 2e-3,
        "lse_relative_error": 1e-7, "ok": True},
+      {"record_type": "kernel_check", "kernel": "side_backward[long]",
+       "dtype": "float32", "has_ids": True, "ctx_relative_error": 4e-7,
+       "lse_relative_error": 1e-7, "grad_relative_error": 3e-7, "ok": True},
       {"record_type": "kernel_timing", "kernel": "long_side_forward",
        "dtype": "bfloat16", "batch": 4, "long_len": 4096, "global_len": 256,
        "median_s": 0.001, "achieved_gb_per_s": 193.0,
@@ -28,9 +31,11 @@ def test_one_line_per_record(tmp_path, capsys):
   path.write_text("".join(json.dumps(r) + "\n" for r in records))
   assert gpu_summary.main([str(path), str(tmp_path / "missing.jsonl")]) == 0
   lines = capsys.readouterr().out.splitlines()
-  assert len(lines) == 5
+  assert len(lines) == 6
   assert "ok=True" in lines[0] and "2.00e-03" in lines[0]
-  assert "block_m=64" in lines[1] and "1.000 ms" in lines[1]
-  assert lines[2].startswith("module a-fused: 29.50 ms")
-  assert "15.40 ms" in lines[3]
-  assert "OOM" in lines[4]
+  assert "grad_err" not in lines[0]
+  assert "grad_err=3.00e-07" in lines[1]
+  assert "block_m=64" in lines[2] and "1.000 ms" in lines[2]
+  assert lines[3].startswith("module a-fused: 29.50 ms")
+  assert "15.40 ms" in lines[4]
+  assert "OOM" in lines[5]

@@ -1,8 +1,8 @@
 """Typed-FFI custom calls from TensorFlow: the StableHLO text, and the
-side's host handler (`etc_side_forward`) called directly under jit_compile
-against the NumPy reference."""
+side's host handlers (`etc_side_forward`, and `etc_side_backward` on its
+outputs) called directly under jit_compile against the NumPy reference."""
 
-from typing import Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import pytest
@@ -46,19 +46,15 @@ _INPUTS = ("q", "k1", "v1", "k2", "v2")
 _RANKED = ("codes1", "codes2", "valid")
 
 
-def _side_call(case: ref.SideCase, pieces: Dict[str, np.ndarray],
-               dtype: tf.DType = tf.float32,
-               stream_dtype: tf.DType = tf.float32):
-  """The side's custom call on `pieces` under jit_compile, with the
-  placeholders the graph passes for what is not read: (ctx, lse, new1,
-  new2) as NumPy arrays in float32 (new_p None where not emitted)."""
-  ffi_library.load_into_tensorflow()
-  n, d = case.rows, case.size_per_head
-  shape = [case.batch, case.num_heads, n]
+def _operands(case: ref.SideCase, pieces: Dict[str, np.ndarray],
+              dtype: tf.DType, stream_dtype: tf.DType) -> List[tf.Tensor]:
+  """The side's operands in order, with the placeholders the graph passes
+  for what is not read (per_id without ids: [B, N, 1, H]; streams not read
+  and seeds without dropout: f32[1])."""
   placeholder = np.zeros([1], np.float32)
   args = [tf.constant(pieces[name], dtype) for name in _INPUTS]
   args.append(tf.constant(pieces["per_id"] if case.has_ids else np.zeros(
-      [case.batch, n, 1, case.num_heads], np.float32)))
+      [case.batch, case.rows, 1, case.num_heads], np.float32)))
   args += [tf.constant(pieces[name]) for name in _RANKED]
   for index in range(2):
     name = f"prev{index + 1}"
@@ -66,12 +62,24 @@ def _side_call(case: ref.SideCase, pieces: Dict[str, np.ndarray],
                 if case.reads_prev[index] else tf.constant(placeholder))
   args.append(tf.constant(pieces["seeds"] if case.dropout_rate > 0
                           else placeholder))
-  results = [(shape + [d], dtype), (shape, tf.float32)]
+  return args
+
+
+def _forward_results(case: ref.SideCase, dtype: tf.DType,
+                     stream_dtype: tf.DType):
+  """(shape, dtype) of ctx, lse, new1, new2 (f32[1] where not emitted)."""
+  shape = [case.batch, case.num_heads, case.rows]
+  results = [(shape + [case.size_per_head], dtype), (shape, tf.float32)]
   for width, emitted in zip(case.widths, case.writes_new):
     results.append((shape + [width], stream_dtype) if emitted
                    else ([1], tf.float32))
+  return results
+
+
+def _attributes(case: ref.SideCase):
+  """The calls' attributes (both passes take the same)."""
   scale1, scale2 = case.scales
-  attributes = {
+  return {
       "band": case.band, "block_len": case.block_len if case.band else 1,
       "has_ids": case.has_ids, "read_prev1": case.reads_prev[0],
       "read_prev2": case.reads_prev[1], "emit1": case.writes_new[0],
@@ -80,6 +88,18 @@ def _side_call(case: ref.SideCase, pieces: Dict[str, np.ndarray],
       "keep_threshold": ref.keep_threshold(case.dropout_rate),
       "gain": float(ref.keep_gain(case.dropout_rate)),
       "by_rows": case.by_rows}
+
+
+def _side_call(case: ref.SideCase, pieces: Dict[str, np.ndarray],
+               dtype: tf.DType = tf.float32,
+               stream_dtype: tf.DType = tf.float32):
+  """The side's custom call on `pieces` under jit_compile: (ctx, lse,
+  new1, new2) as NumPy arrays in float32 (new_p None where not
+  emitted)."""
+  ffi_library.load_into_tensorflow()
+  args = _operands(case, pieces, dtype, stream_dtype)
+  results = _forward_results(case, dtype, stream_dtype)
+  attributes = _attributes(case)
 
   @tf.function(jit_compile=True)
   def call(*inputs):
@@ -174,3 +194,142 @@ def test_side_handler_rejects_operands_that_do_not_fit(broken, message):
     p[broken] = np.ascontiguousarray(p[broken][:, :, :-1])  # a row short
   with pytest.raises(tf.errors.OpError, match=message):
     _side_call(case, p)
+
+
+# ------------------------------------------------------------ backward pass
+SIDE_BACKWARD = "etc_side_backward"
+GRADIENTS = ("q", "k1", "v1", "k2", "v2", "per_id")
+
+
+def _incoming(case: ref.SideCase, seed: int = 5
+              ) -> Tuple[np.ndarray, Tuple[Optional[np.ndarray], ...]]:
+  """Random gradients of the context and of the emitted sums."""
+  rng = np.random.default_rng(seed)
+  shape = (case.batch, case.num_heads, case.rows)
+  dctx = rng.normal(size=shape + (case.size_per_head,)).astype(np.float32)
+  dnew = tuple(rng.normal(size=shape + (width,)).astype(np.float32)
+               if emitted else None
+               for width, emitted in zip(case.widths, case.writes_new))
+  return dctx, dnew
+
+
+def _backward_call(case: ref.SideCase, pieces: Dict[str, np.ndarray],
+                   dctx: np.ndarray, dnew: Tuple[Optional[np.ndarray], ...],
+                   dtype: tf.DType = tf.float32,
+                   stream_dtype: tf.DType = tf.float32) -> Dict[str, Any]:
+  """The forward call, then the backward call on its ctx and lse (as the
+  graph's gradient runs them), under jit_compile: the gradients by name
+  as float32 NumPy arrays (prev1, prev2: None where not read), and the
+  scratch delta."""
+  ffi_library.load_into_tensorflow()
+  args = _operands(case, pieces, dtype, stream_dtype)
+  grads_in = [tf.constant(dctx, dtype)] + [
+      tf.constant(g, stream_dtype) if g is not None
+      else tf.zeros([1], tf.float32) for g in dnew]
+  forward = _forward_results(case, dtype, stream_dtype)
+  backward = [(a.shape.as_list(), a.dtype) for a in args[:6]]
+  for index in range(2):
+    prev = args[9 + index]
+    backward.append((prev.shape.as_list(), prev.dtype))
+  backward.append(([case.batch, case.num_heads, case.rows], tf.float32))
+  attributes = _attributes(case)
+
+  @tf.function(jit_compile=True)
+  def call(operands, incoming):
+    ctx, lse, _, _ = custom_calls.custom_call(SIDE_FORWARD, operands,
+                                              forward, attributes)
+    return custom_calls.custom_call(
+        SIDE_BACKWARD, list(operands) + [ctx, lse] + list(incoming),
+        backward, attributes)
+
+  out = [tf.cast(x, tf.float32).numpy() for x in call(args, grads_in)]
+  grads: Dict[str, Any] = dict(zip(GRADIENTS, out[:6]))
+  for index in range(2):
+    grads[f"prev{index + 1}"] = (out[6 + index] if case.reads_prev[index]
+                                 else None)
+  grads["delta"] = out[8]
+  return grads
+
+
+def _check_backward(case: ref.SideCase, dtype: tf.DType = tf.float32,
+                    stream_dtype: tf.DType = tf.float32,
+                    tolerance: float = 1e-5, stream_tolerance: float = 1e-5):
+  pieces = ref.side_pieces(case, seed=4, masked_rows=2)
+  dctx, dnew = _incoming(case)
+  got = _backward_call(case, pieces, dctx, dnew, dtype, stream_dtype)
+  # The reference reads what the handlers read: the rounded inputs and
+  # streams, and the incoming gradients in their types.
+  rounded = _rounded(pieces, dtype, stream_dtype)
+  dctx = tf.cast(tf.cast(dctx, dtype), tf.float32).numpy()
+  dnew = tuple(None if g is None else
+               tf.cast(tf.cast(g, stream_dtype), tf.float32).numpy()
+               for g in dnew)
+  fwd = ref.side_forward(rounded, case)
+  want = ref.side_backward(rounded, case, fwd, dctx, dnew)
+  for name in GRADIENTS[:5]:
+    assert np.isfinite(got[name]).all(), name
+    assert ref.relative_error(got[name], getattr(want, name)) < tolerance, (
+        name)
+  if case.has_ids:
+    assert ref.relative_error(got["per_id"], want.per_id) < tolerance
+  else:  # the placeholder's gradient
+    assert got["per_id"].shape == (case.batch, case.rows, 1, case.num_heads)
+    assert not got["per_id"].any()
+  for index, prev in enumerate(want.prev):
+    name = f"prev{index + 1}"
+    assert (got[name] is None) == (prev is None)
+    if prev is not None:
+      assert ref.relative_error(got[name], prev) < stream_tolerance, name
+  # delta = dctx . ctx per row, the context as the forward wrote it.
+  assert ref.relative_error(got["delta"], (dctx * fwd.ctx).sum(-1)) < (
+      max(tolerance, 1e-5))
+  return want
+
+
+def test_long_side_backward_with_streams_and_dropout_matches_the_reference():
+  # A middle layer: both streams read and emitted, the running mean, the
+  # band's dropout index in row blocks of b queries.
+  case = ref.LongSideCase(batch=2, num_heads=2, num_blocks=3, block_len=4,
+                          global_len=5, size_per_head=16, num_ids=6,
+                          carried=(True, True), has_prev=True, emit=True,
+                          running_mean=True, num_summed=3, dropout_rate=0.1,
+                          by_rows=True)
+  want = _check_backward(case)
+  assert want.prev[0] is not None and want.prev[1] is not None
+  assert np.abs(want.per_id).max() > 0
+
+
+def test_global_side_backward_with_streams_matches_the_reference():
+  # The last layer of a model that carries g2l alone: its sum read, none
+  # emitted; the dropout index row-major over the whole tensor.
+  case = ref.GlobalSideCase(batch=2, num_heads=2, global_len=6, long_len=20,
+                            size_per_head=16, num_ids=6,
+                            carried=(False, True), has_prev=True, emit=False,
+                            dropout_rate=0.2, by_rows=False)
+  want = _check_backward(case)
+  assert want.prev[0] is None and want.prev[1] is not None
+
+
+def test_dense_backward_without_ids_in_bfloat16_matches_the_reference():
+  # The full path's long side, one stream carried in the compute dtype.
+  case = ref.SideCase(batch=1, num_heads=2, band=False, num_rows=12,
+                      first_len=12, second_len=4, size_per_head=16,
+                      num_ids=5, has_ids=False, carried=(True, False),
+                      has_prev=True, emit=True, dropout_rate=0.1,
+                      by_rows=False)
+  _check_backward(case, tf.bfloat16, tf.bfloat16, tolerance=1e-2,
+                  stream_tolerance=1e-2)
+
+
+def test_backward_handler_rejects_an_incoming_gradient_that_does_not_fit():
+  case = ref.LongSideCase(batch=1, num_heads=2, num_blocks=2, block_len=4,
+                          global_len=3, size_per_head=16, num_ids=3,
+                          carried=(True, False), has_prev=True, emit=True)
+  pieces = ref.side_pieces(case, seed=1)
+  dctx, dnew = _incoming(case)
+  # The band's gradient with the dense layout's width (K1 = N + 2b).
+  short = np.zeros(dnew[0].shape[:3] + (case.rows + 2 * case.block_len,),
+                   np.float32)
+  with pytest.raises(tf.errors.OpError,
+                     match="etc_side_backward: dnew1 has shape"):
+    _backward_call(case, pieces, dctx, (short, None))

@@ -35,7 +35,8 @@ def test_load_registers_once_and_returns_the_library():
 
 def test_library_exports_every_handler_that_jaxlib_registers():
   # tools/xla_runner.py registers these symbols into jaxlib by name.
-  assert list(xla_runner.FFI_TARGETS) == ["etc_side_forward"]
+  assert list(xla_runner.FFI_TARGETS) == ["etc_side_forward",
+                                          "etc_side_backward"]
   library = ctypes.CDLL(ffi_library.load_into_tensorflow())
   for host, cuda in xla_runner.FFI_TARGETS.values():
     assert getattr(library, host) and getattr(library, cuda)

@@ -98,6 +98,30 @@ def test_exported_hlo_has_the_custom_call(twins):
   assert all("API_VERSION_TYPED_FFI" in line for line in calls)
 
 
+def test_exported_training_step_has_the_backward_calls(twins):
+  xla_model, fused_model = twins
+  feats = {k: tf.constant(v) for k, v in random_features(
+      fused_model.config, batch=1, long_len=16, global_len=4).items()}
+
+  def step(f, model):
+    with tf.GradientTape() as tape:
+      long_out, global_out = model(f, att_implementation="sparse")
+      loss = tf.reduce_sum(long_out) + tf.reduce_sum(global_out)
+    return tape.gradient(loss, model.trainable_variables)
+
+  def targets(model):
+    fn = tf.function(lambda f: step(f, model), jit_compile=True)
+    hlo = fn.experimental_get_compiler_ir(feats)(stage="hlo")
+    return [line.split('custom_call_target="')[1].split('"')[0]
+            for line in hlo.splitlines() if "custom_call_target=" in line]
+
+  layers = fused_model.config.num_hidden_layers
+  calls = targets(fused_model)
+  assert calls.count("etc_side_forward") == 2 * layers
+  assert calls.count("etc_side_backward") == 2 * layers
+  assert not any(c.startswith("etc_side") for c in targets(xla_model))
+
+
 def test_outside_xla_the_fused_option_changes_nothing(twins):
   xla_model, fused_model = twins
   feats = random_features(xla_model.config, batch=1, long_len=16,
