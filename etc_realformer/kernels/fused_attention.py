@@ -71,13 +71,21 @@ def uncovered_reason(spec: core.SideSpec, x: SideInputs[tf.Tensor]
   size = q.shape[-1]
   if size < 16 or size & (size - 1):
     return f"head size {size} (a power of two from 16)"
-  if any(s.dtype not in (tf.float32, q.dtype) for s in x.sums
-         if s is not None):
-    return "running sums in a dtype other than float32 or the inputs'"
+  stream_dtype = _stream_dtype(spec, q.dtype)
+  if any(s.dtype != stream_dtype for s in x.sums if s is not None):
+    # A kernel reads and writes the sums in one dtype.
+    return (f"running sums read in another dtype than the "
+            f"{stream_dtype.name} they are written in")
   per_id = x.scores.per_id
   if per_id is not None and per_id.shape[-2] > MAX_IDS:
     return f"{per_id.shape[-2]} relative ids (int8 codes: at most {MAX_IDS})"
   return None
+
+
+def _stream_dtype(spec: core.SideSpec, dtype: tf.DType) -> tf.DType:
+  """The running sums' dtype: the inputs' with `StreamSpec.low_precision`,
+  else float32 (`attention_core`'s rule)."""
+  return dtype if spec.streams.low_precision else tf.float32
 
 
 def covers(spec: core.SideSpec, x: SideInputs[tf.Tensor]) -> bool:
@@ -120,7 +128,7 @@ def fused_side(spec: core.SideSpec, x: SideInputs[tf.Tensor]
   carried = spec.is_carried
   reads = tuple(c and s is not None for c, s in zip(carried, x.sums))
   emits = tuple(c and spec.streams.emit for c in carried)
-  stream_dtype = (q.dtype if spec.streams.low_precision else tf.float32)
+  stream_dtype = _stream_dtype(spec, q.dtype)
   mean = (1.0 / spec.streams.num_summed if spec.streams.running_mean and
           spec.streams.num_summed > 1 else 1.0)
   drop = spec.dropout

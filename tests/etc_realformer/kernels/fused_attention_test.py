@@ -18,7 +18,12 @@ from encoder_testing import tiny_config
 from encoder_testing import tiny_model
 from encoder_testing import twin_models
 from etc_realformer.kernels import fused_attention
+from etc_realformer.layers import attention_core as core
 from etc_realformer.layers import dropout as dropout_lib
+from etc_realformer.layers.attention_pieces import PatternPair
+from etc_realformer.layers.attention_pieces import ScoreInputs
+from etc_realformer.layers.attention_pieces import SideInputs
+from etc_realformer.layers.attention_pieces import SideMasks
 import fused_attention_testing as fat
 
 # A sparse long side with several blocks and global keys; D = 16 (the
@@ -132,7 +137,6 @@ def test_outside_xla_the_fused_option_changes_nothing(twins):
 
 def test_covers_only_what_the_kernels_compute(twins):
   del twins
-  from etc_realformer.layers import attention_core as core  # pylint: disable=g-import-not-at-top
   base = core.SideSpec(patterns=("l2l", "l2g"), band=True, block_len=5)
   x = _pieces()
   assert fused_attention.covers(base, x)
@@ -147,13 +151,19 @@ def test_covers_only_what_the_kernels_compute(twins):
       base._replace(dropout=core.ProbsDropout(rate=0.1, training=False)), x)
   recomputed = dataclasses.replace(x, sources=(x.scores,))
   assert "recomputed" in fused_attention.uncovered_reason(base, recomputed)
+  carried = base._replace(streams=core.StreamSpec(carried=("l2l", "l2g")))
+  summed = dataclasses.replace(x, sums=PatternPair(
+      tf.zeros([1, 2, 3, 5, 15]), tf.zeros([1, 2, 3, 5, 4])))
+  assert fused_attention.covers(carried, summed)
+  low = dataclasses.replace(x, sums=PatternPair(
+      tf.zeros([1, 2, 3, 5, 15], tf.bfloat16), None))
+  assert "dtype" in fused_attention.uncovered_reason(carried, low)
   odd_head = dataclasses.replace(x, scores=dataclasses.replace(
       x.scores, q=tf.zeros([1, 2, 3, 5, 24])))
   assert "head size" in fused_attention.uncovered_reason(base, odd_head)
 
 
 def _pieces():
-  from etc_realformer.layers.attention_pieces import PatternPair, ScoreInputs, SideInputs, SideMasks  # pylint: disable=g-import-not-at-top,line-too-long
   q = tf.zeros([1, 2, 3, 5, 16])
   return SideInputs(
       scores=ScoreInputs(q, PatternPair(tf.zeros([1, 2, 5, 5, 16]),
@@ -165,8 +175,8 @@ def _pieces():
 
 
 def test_jaxlib_runs_the_exported_custom_calls(twins, tmp_path):
-  # The GPU harness's route on the CPU: the fused step's XLA module,
-  # exported from TensorFlow, compiled and run by jaxlib with the same
+  # The GPU harness's route on the CPU: the fused training step's XLA
+  # module, exported from TensorFlow, compiled and run by jaxlib with the same
   # library's host handlers registered there, gives TensorFlow's value.
   from etc_realformer.kernels import ffi_library  # pylint: disable=g-import-not-at-top
   from tools import xla_export  # pylint: disable=g-import-not-at-top
@@ -178,8 +188,13 @@ def test_jaxlib_runs_the_exported_custom_calls(twins, tmp_path):
 
   @tf.function(jit_compile=True)
   def step(f):
-    long_out, _ = fused_model(f, att_implementation="sparse")
-    return tf.reduce_sum(long_out * probe)
+    # A training step's value: the forward and the backward calls.
+    with tf.GradientTape() as tape:
+      long_out, _ = fused_model(f, att_implementation="sparse")
+      loss = tf.reduce_sum(long_out * probe)
+    grads = tape.gradient(loss, fused_model.trainable_variables)
+    return loss + tf.add_n([tf.reduce_sum(tf.square(g)) for g in grads
+                            if g is not None])
 
   directory = str(tmp_path / "fused")
   xla_export.write_module(tf, step, feats, fused_model.variables,
