@@ -6,10 +6,8 @@ from typing import Dict, Tuple
 import numpy as np
 
 # pylint: disable=unused-import
-from etc_realformer.kernels.reference import GlobalSideCase
 from etc_realformer.kernels.reference import keep_gain
 from etc_realformer.kernels.reference import keep_threshold
-from etc_realformer.kernels.reference import LongSideCase
 from etc_realformer.kernels.reference import NEG
 from etc_realformer.kernels.reference import NO_ID
 from etc_realformer.kernels.reference import relative_error

@@ -224,12 +224,12 @@ def check_cases(reference) -> List[Any]:
   and dropout, then the long side with neither nor relative ids."""
   sizes = dict(batch=2, num_heads=2, size_per_head=64, num_ids=32)
   return [
-      reference.LongSideCase(num_blocks=3, block_len=85, global_len=100,
-                             **sizes, **STREAMS),
-      reference.GlobalSideCase(global_len=200, long_len=300, **sizes,
-                               **STREAMS),
-      reference.LongSideCase(num_blocks=3, block_len=85, global_len=100,
-                             has_ids=False, **sizes)]
+      reference.SideCase.long_side(num_blocks=3, block_len=85, global_len=100,
+                                   **sizes, **STREAMS),
+      reference.SideCase.global_side(global_len=200, long_len=300, **sizes,
+                                     **STREAMS),
+      reference.SideCase.long_side(num_blocks=3, block_len=85, global_len=100,
+                                   has_ids=False, **sizes)]
 
 
 def check(reference, device, dtype_name: str, case,
@@ -417,11 +417,11 @@ def benchmark_case(reference, side: str, streams_and_dropout: bool,
                has_ids=has_ids, **(STREAMS if streams_and_dropout else {}))
   if side == "long":
     b = local_radius + 1
-    return reference.LongSideCase(num_blocks=-(-long_len // b),
-                                  block_len=b, global_len=global_len,
-                                  **sizes)
-  return reference.GlobalSideCase(global_len=global_len, long_len=long_len,
-                                  **sizes)
+    return reference.SideCase.long_side(num_blocks=-(-long_len // b),
+                                        block_len=b, global_len=global_len,
+                                        **sizes)
+  return reference.SideCase.global_side(
+      global_len=global_len, long_len=long_len, **sizes)
 
 
 TIMED = {"fwd": "side_forward", "bwd": "side_backward",

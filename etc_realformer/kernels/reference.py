@@ -104,17 +104,17 @@ class SideCase:
                                      self.num_summed > 1) else 1.0
     return tuple(mean if c else 1.0 for c in self.carried)
 
+  @classmethod
+  def long_side(cls, global_len: int = 80, **kwargs) -> "SideCase":
+    """The long side on the sparse path (band + G global keys)."""
+    return cls(band=True, second_len=global_len, **kwargs)
 
-def LongSideCase(global_len: int = 80, **kwargs) -> SideCase:  # pylint: disable=invalid-name
-  """The long side on the sparse path (band + G global keys)."""
-  return SideCase(band=True, second_len=global_len, **kwargs)
-
-
-def GlobalSideCase(global_len: int = 24, long_len: int = 90,  # pylint: disable=invalid-name
-                   **kwargs) -> SideCase:
-  """The global side: G queries over G global keys and L long keys."""
-  return SideCase(band=False, num_rows=global_len, first_len=global_len,
-                  second_len=long_len, **kwargs)
+  @classmethod
+  def global_side(cls, global_len: int = 24, long_len: int = 90,
+                  **kwargs) -> "SideCase":
+    """The global side: G queries over G global keys and L long keys."""
+    return cls(band=False, num_rows=global_len, first_len=global_len,
+               second_len=long_len, **kwargs)
 
 
 def band_stride(block_len: int) -> int:

@@ -60,9 +60,9 @@ def test_streams_in_the_inputs_dtype_pass_the_check():
   import jax  # pylint: disable=g-import-not-at-top
   from tools import xla_runner  # pylint: disable=g-import-not-at-top
   xla_runner.register_ffi_library(library, "cpu")
-  case = reference.GlobalSideCase(batch=1, num_heads=2, global_len=20,
-                                  long_len=30, size_per_head=16, num_ids=5,
-                                  **gpu_kernel_check.STREAMS)
+  case = reference.SideCase.global_side(
+      batch=1, num_heads=2, global_len=20, long_len=30, size_per_head=16,
+      num_ids=5, **gpu_kernel_check.STREAMS)
   record = gpu_kernel_check.check(reference, jax.devices("cpu")[0],
                                   "bfloat16", case, low_streams=True)
   assert record["ok"] and record["low_streams"]
@@ -99,9 +99,9 @@ def test_timing_records_of_both_passes_on_small_shapes():
 
 def test_floor_figures_count_every_input_once():
   reference = gpu_kernel_check._reference_module()  # pylint: disable=protected-access
-  case = reference.LongSideCase(batch=1, num_heads=1, num_blocks=2,
-                                block_len=4, global_len=3, size_per_head=16,
-                                num_ids=5)
+  case = reference.SideCase.long_side(
+      batch=1, num_heads=1, num_blocks=2, block_len=4, global_len=3,
+      size_per_head=16, num_ids=5)
   traffic = gpu_kernel_check.side_traffic(case, dtype_bytes=2)
   lp, b, g, d = 8, 4, 3, 16
   qkv = 2 * d * (lp + 2 * (lp + 2 * b) + 2 * g)  # q, band k/v, global k/v
@@ -111,9 +111,9 @@ def test_floor_figures_count_every_input_once():
   assert traffic["flops"] == 4 * lp * (3 * b + g) * d
   # The global side with both streams read and written (float32) and
   # dropout (the seeds): no per_id without ids.
-  case = reference.GlobalSideCase(batch=1, num_heads=1, global_len=4,
-                                  long_len=6, size_per_head=16,
-                                  has_ids=False, **gpu_kernel_check.STREAMS)
+  case = reference.SideCase.global_side(
+      batch=1, num_heads=1, global_len=4, long_len=6, size_per_head=16,
+      has_ids=False, **gpu_kernel_check.STREAMS)
   traffic = gpu_kernel_check.side_traffic(case, dtype_bytes=2)
   n, k2 = 4, 6
   qkv = 2 * d * (n + 2 * n + 2 * k2)

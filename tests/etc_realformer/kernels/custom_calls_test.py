@@ -145,9 +145,9 @@ def test_long_side_with_ids_matches_the_reference(streams_and_dropout):
   # in row blocks of b queries.
   options = dict(carried=(True, True), has_prev=False, dropout_rate=0.1,
                  by_rows=True) if streams_and_dropout else {}
-  case = ref.LongSideCase(batch=2, num_heads=2, num_blocks=3, block_len=4,
-                          global_len=5, size_per_head=16, num_ids=6,
-                          **options)
+  case = ref.SideCase.long_side(batch=2, num_heads=2, num_blocks=3, block_len=4,
+                                global_len=5, size_per_head=16, num_ids=6,
+                                **options)
   want = _check(case)
   if streams_and_dropout:
     assert case.reads_prev == (False, False)
@@ -156,11 +156,10 @@ def test_long_side_with_ids_matches_the_reference(streams_and_dropout):
 
 
 def test_global_side_with_streams_and_dropout_matches_the_reference():
-  case = ref.GlobalSideCase(batch=2, num_heads=2, global_len=6, long_len=20,
-                            size_per_head=16, num_ids=6,
-                            carried=(True, True), has_prev=True, emit=True,
-                            running_mean=True, num_summed=3,
-                            dropout_rate=0.1, by_rows=True)
+  case = ref.SideCase.global_side(
+      batch=2, num_heads=2, global_len=6, long_len=20, size_per_head=16,
+      num_ids=6, carried=(True, True), has_prev=True, emit=True,
+      running_mean=True, num_summed=3, dropout_rate=0.1, by_rows=True)
   assert case.scales == (1 / 3, 1 / 3)
   want = _check(case)
   # Dropout acted: some kept probability differs from its undropped one.
@@ -184,9 +183,9 @@ def test_dense_long_side_without_ids_in_bfloat16_matches_the_reference():
     ("codes1", "codes1's rows")])
 def test_side_handler_rejects_operands_that_do_not_fit(broken, message):
   # The CUDA kernel indexes raw pointers: the handler checks every operand.
-  case = ref.LongSideCase(batch=1, num_heads=2, num_blocks=2, block_len=4,
-                          global_len=3, size_per_head=16, num_ids=3,
-                          carried=(False, True), has_prev=True)
+  case = ref.SideCase.long_side(batch=1, num_heads=2, num_blocks=2, block_len=4,
+                                global_len=3, size_per_head=16, num_ids=3,
+                                carried=(False, True), has_prev=True)
   p = ref.side_pieces(case, seed=1)
   if broken == "codes1":  # rows not padded to 16 bytes
     p["codes1"] = np.ascontiguousarray(p["codes1"][..., :3 * case.block_len])
@@ -289,11 +288,11 @@ def _check_backward(case: ref.SideCase, dtype: tf.DType = tf.float32,
 def test_long_side_backward_with_streams_and_dropout_matches_the_reference():
   # A middle layer: both streams read and emitted, the running mean, the
   # band's dropout index in row blocks of b queries.
-  case = ref.LongSideCase(batch=2, num_heads=2, num_blocks=3, block_len=4,
-                          global_len=5, size_per_head=16, num_ids=6,
-                          carried=(True, True), has_prev=True, emit=True,
-                          running_mean=True, num_summed=3, dropout_rate=0.1,
-                          by_rows=True)
+  case = ref.SideCase.long_side(
+      batch=2, num_heads=2, num_blocks=3, block_len=4, global_len=5,
+      size_per_head=16, num_ids=6, carried=(True, True), has_prev=True,
+      emit=True, running_mean=True, num_summed=3, dropout_rate=0.1,
+      by_rows=True)
   want = _check_backward(case)
   assert want.prev[0] is not None and want.prev[1] is not None
   assert np.abs(want.per_id).max() > 0
@@ -302,10 +301,10 @@ def test_long_side_backward_with_streams_and_dropout_matches_the_reference():
 def test_global_side_backward_with_streams_matches_the_reference():
   # The last layer of a model that carries g2l alone: its sum read, none
   # emitted; the dropout index row-major over the whole tensor.
-  case = ref.GlobalSideCase(batch=2, num_heads=2, global_len=6, long_len=20,
-                            size_per_head=16, num_ids=6,
-                            carried=(False, True), has_prev=True, emit=False,
-                            dropout_rate=0.2, by_rows=False)
+  case = ref.SideCase.global_side(
+      batch=2, num_heads=2, global_len=6, long_len=20, size_per_head=16,
+      num_ids=6, carried=(False, True), has_prev=True, emit=False,
+      dropout_rate=0.2, by_rows=False)
   want = _check_backward(case)
   assert want.prev[0] is None and want.prev[1] is not None
 
@@ -322,9 +321,9 @@ def test_dense_backward_without_ids_in_bfloat16_matches_the_reference():
 
 
 def test_backward_handler_rejects_an_incoming_gradient_that_does_not_fit():
-  case = ref.LongSideCase(batch=1, num_heads=2, num_blocks=2, block_len=4,
-                          global_len=3, size_per_head=16, num_ids=3,
-                          carried=(True, False), has_prev=True, emit=True)
+  case = ref.SideCase.long_side(batch=1, num_heads=2, num_blocks=2, block_len=4,
+                                global_len=3, size_per_head=16, num_ids=3,
+                                carried=(True, False), has_prev=True, emit=True)
   pieces = ref.side_pieces(case, seed=1)
   dctx, dnew = _incoming(case)
   # The band's gradient with the dense layout's width (K1 = N + 2b).

@@ -10,15 +10,16 @@ import fused_attention_testing as fat
 
 STREAMS = dict(carried=(True, True), running_mean=True)
 CASES = {
-    "long": fat.LongSideCase(),
-    "long_streams_dropout": fat.LongSideCase(dropout_rate=0.1, **STREAMS),
-    "long_first_layer_l2g": fat.LongSideCase(
+    "long": fat.SideCase.long_side(),
+    "long_streams_dropout": fat.SideCase.long_side(dropout_rate=0.1, **STREAMS),
+    "long_first_layer_l2g": fat.SideCase.long_side(
         carried=(False, True), has_prev=False, dropout_rate=0.3),
-    "long_last_layer_no_ids": fat.LongSideCase(
+    "long_last_layer_no_ids": fat.SideCase.long_side(
         has_ids=False, block_len=5, num_blocks=4, global_len=7,
         carried=(True, True), emit=False),
-    "global_streams_dropout": fat.GlobalSideCase(dropout_rate=0.1, **STREAMS),
-    "global_whole_tensor_dropout": fat.GlobalSideCase(
+    "global_streams_dropout": fat.SideCase.global_side(dropout_rate=0.1,
+                                                       **STREAMS),
+    "global_whole_tensor_dropout": fat.SideCase.global_side(
         has_ids=False, carried=(True, False), dropout_rate=0.2,
         by_rows=False, running_mean=True),
 }
@@ -65,8 +66,8 @@ def test_band_stride_rounds_three_blocks_up_to_16_bytes():
 
 @pytest.mark.parametrize("has_ids", [True, False])
 def test_codes_hold_masks_and_window_ids(has_ids):
-  case = ref.LongSideCase(batch=1, num_heads=1, num_blocks=3, block_len=4,
-                          global_len=5, num_ids=6, has_ids=has_ids)
+  case = ref.SideCase.long_side(batch=1, num_heads=1, num_blocks=3, block_len=4,
+                                global_len=5, num_ids=6, has_ids=has_ids)
   p = ref.side_pieces(case, seed=1, masked_rows=1)
   band, glob = p["codes1"], p["codes2"]
   b, lp = case.block_len, case.padded_len
@@ -93,8 +94,8 @@ def test_codes_hold_masks_and_window_ids(has_ids):
 
 
 def _one_head_case():
-  case = ref.LongSideCase(batch=1, num_heads=1, num_blocks=2, block_len=2,
-                          global_len=1, size_per_head=3, num_ids=2)
+  case = ref.SideCase.long_side(batch=1, num_heads=1, num_blocks=2, block_len=2,
+                                global_len=1, size_per_head=3, num_ids=2)
   p = ref.side_pieces(case, seed=3, masked_rows=1)
   return case, p
 
@@ -144,8 +145,8 @@ def test_reference_is_uniform_over_equal_scores():
 
 
 def test_dropout_keeps_at_its_rate_and_index_is_rows_first():
-  case = ref.LongSideCase(batch=2, num_heads=3, num_blocks=4, block_len=8,
-                          dropout_rate=0.25)
+  case = ref.SideCase.long_side(batch=2, num_heads=3, num_blocks=4, block_len=8,
+                                dropout_rate=0.25)
   seeds = np.array([5, -7, 123456, 99], np.int32)
   keep = ref.keep_mask(case, seeds, 0, case.widths[0])
   assert abs(keep.mean() - 0.75) < 0.02

@@ -14,7 +14,8 @@ import triton_testing
 # (`triton_testing`).
 pytestmark = pytest.mark.skipif(
     any(importlib.util.find_spec(m) is None for m in ("torch", "triton")),
-    reason="the kernels' tests need torch and Triton (requirements-kernels.txt)")
+    reason="the kernels' tests need torch and Triton "
+    "(requirements-kernels.txt)")
 
 # Tolerances relative to the context's scale: float32 as the project's
 # references; bfloat16 and float16 inputs (the reference reads the same
@@ -80,27 +81,28 @@ STREAMS = dict(carried=(True, True), running_mean=True, dropout_rate=0.1)
 # Triton's import cost seconds); the tests read their results.
 CASES = {
     # name: (case, dtype, stream dtype, (block_m, block_n))
-    "long_float32": (fat.LongSideCase(), "float32", "float32", (64, 64)),
-    "long_bfloat16": (fat.LongSideCase(), "bfloat16", "float32", (64, 64)),
-    "long_float16": (fat.LongSideCase(), "float16", "float32", (64, 64)),
+    "long_float32": (fat.SideCase.long_side(), "float32", "float32", (64, 64)),
+    "long_bfloat16": (fat.SideCase.long_side(), "bfloat16", "float32",
+                      (64, 64)),
+    "long_float16": (fat.SideCase.long_side(), "float16", "float32", (64, 64)),
     # RealFormer on both patterns (read, emitted, running mean), dropout.
-    "long_streams": (fat.LongSideCase(**STREAMS), "float32", "float32",
+    "long_streams": (fat.SideCase.long_side(**STREAMS), "float32", "float32",
                      (64, 64)),
     # Many short blocks: a tile spans several bands. The first layer of
     # l2g-only streams (emitted, none read).
-    "long_short_blocks": (fat.LongSideCase(
+    "long_short_blocks": (fat.SideCase.long_side(
         num_blocks=9, block_len=5, global_len=37, carried=(False, True),
         has_prev=False, dropout_rate=0.3), "float32", "float32", (16, 16)),
     # A block length that divides no tile; no relative term; the last
     # layer (streams read, none emitted).
-    "long_odd_blocks": (fat.LongSideCase(
+    "long_odd_blocks": (fat.SideCase.long_side(
         num_blocks=9, block_len=9, global_len=37, has_ids=False,
         carried=(True, True), emit=False), "float32", "float32", (32, 16)),
     # The global side: G queries over G global and L long keys.
-    "global_streams": (fat.GlobalSideCase(**STREAMS), "float32", "float32",
-                       (16, 32)),
+    "global_streams": (fat.SideCase.global_side(**STREAMS), "float32",
+                       "float32", (16, 32)),
     # Streams kept in the compute dtype, dropout over the whole tensor.
-    "global_bfloat16": (fat.GlobalSideCase(
+    "global_bfloat16": (fat.SideCase.global_side(
         has_ids=False, carried=(True, False), dropout_rate=0.2,
         by_rows=False), "bfloat16", "bfloat16", (16, 32)),
 }
