@@ -1,5 +1,6 @@
 """Prints the GPU harness's JSON lines as one short table (the end of a
-device run's output): kernel checks, kernel timings, modules, peers.
+device run's output): kernel checks, kernel timings, modules, peers, and
+each fused module's value against its twin's on the XLA path.
 
     python -m tools.gpu_summary OUT/kernels.jsonl OUT/xla_runs.jsonl ...
 """
@@ -50,10 +51,31 @@ def line(record: dict) -> str:
   return json.dumps(record)[:200]
 
 
+def fused_agreement(records: List[dict]) -> List[str]:
+  """Per module exported with `attention_kernel='fused'` and its twin
+  without (same spec, weights drawn alike): how far their values differ,
+  the fused kernels' correctness on the card inside the whole step."""
+  values = {}
+  for record in records:
+    if record.get("record_type") == "xla_run":
+      name = os.path.basename(os.path.normpath(record["module_dir"]))
+      values[name] = record["value"]
+  out = []
+  for name, value in sorted(values.items()):
+    twin = name.replace("-fused", "", 1)
+    if twin != name and twin in values:
+      scale = max(abs(values[twin]), 1e-30)
+      out.append(f"fused  {name}: value {value:.6g} against {values[twin]:.6g}"
+                 f" ({abs(value - values[twin]) / scale:.1e} relative)")
+  return out
+
+
 def main(argv: List[str]) -> int:
-  for path in argv:
-    for record in rows(path):
-      print(line(record))
+  records = [record for path in argv for record in rows(path)]
+  for record in records:
+    print(line(record))
+  for text in fused_agreement(records):
+    print(text)
   return 0
 
 

@@ -39,3 +39,19 @@ def test_one_line_per_record(tmp_path, capsys):
   assert lines[3].startswith("module a-fused: 29.50 ms")
   assert "15.40 ms" in lines[4]
   assert "OOM" in lines[5]
+
+
+def test_fused_modules_against_their_twins(tmp_path, capsys):
+  records = [
+      {"record_type": "xla_run", "module_dir": f"mods/{name}/",
+       "median_s": 0.02, "min_s": 0.02, "value": value}
+      for name, value in (("a-res-G=256-L4096-fwd", 2.0),
+                          ("a-res-fused-G=256-L4096-fwd", 2.0002),
+                          ("b-fused-L512-fwd", 1.0))]
+  path = tmp_path / "runs.jsonl"
+  path.write_text("".join(json.dumps(r) + "\n" for r in records))
+  gpu_summary.main([str(path)])
+  lines = capsys.readouterr().out.splitlines()
+  assert len(lines) == 4  # three modules; one of them has a twin
+  assert lines[3].startswith("fused  a-res-fused-G=256-L4096-fwd")
+  assert "1.0e-04 relative" in lines[3]
