@@ -202,3 +202,71 @@ def test_jaxlib_runs_the_exported_custom_calls(twins, tmp_path):
   xla_runner.register_ffi_library(ffi_library.load_into_tensorflow(), "cpu")
   record = xla_runner.run(directory, repeats=1, warmup=1, platform="cpu")
   assert record["relative_difference"] < 1e-5, record
+
+
+@pytest.mark.parametrize("policy,stream_dtype", [
+    ("mixed_bfloat16", "compute"), ("mixed_float16", "float32")])
+def test_fused_mixed_precision_close_to_xla_path(monkeypatch, policy,
+                                                 stream_dtype):
+  # bfloat16 / float16 inputs, RealFormer sums in float32 or in the compute
+  # dtype, hash dropout in training: the kernels' products round as the
+  # XLA path's, their softmax stays float32; outputs and gradients agree
+  # well within the compute dtype's precision (measured: outputs 3e-4 in
+  # bfloat16, 6e-5 in float16).
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(dropout_lib, "new_call_seed",
+                      lambda: tf.constant([5, 9], tf.int32))
+  config = tiny_config(**CONFIG, residual_attention=True,
+                       attention_probs_dropout_prob=0.1)
+  reference = tiny_model(config)
+  randomize_relative_bias(reference)
+  tf_keras.mixed_precision.set_global_policy(policy)
+  try:
+    models = [copy_weights(reference, tiny_model(
+        config, dropout_rng="hash", stream_dtype=stream_dtype,
+        attention_kernel=kernel)) for kernel in ("xla", "fused")]
+  finally:
+    tf_keras.mixed_precision.set_global_policy("float32")
+  feats = {k: tf.constant(v) for k, v in random_features(
+      config, batch=2, long_len=21, global_len=5, seed=3).items()}
+  probe = probes(config, 2, 21, 5)
+
+  def step(model):
+    with tf.GradientTape() as tape:
+      outs = model(feats, training=True, att_implementation="sparse")
+      loss = sum(tf.reduce_sum(tf.cast(o, tf.float32) * p)
+                 for o, p in zip(outs, probe))
+    grads = tape.gradient(loss, model.trainable_variables)
+    return [tf.cast(o, tf.float32) for o in outs], grads
+
+  (outs_a, grads_a), (outs_b, grads_b) = (
+      tf.function(lambda m=m: step(m), jit_compile=True)() for m in models)
+  tolerance = 3e-3 if policy == "mixed_bfloat16" else 5e-4
+  for a, b in zip(outs_a, outs_b):
+    assert np.isfinite(b.numpy()).all()
+    assert fat.relative_error(b.numpy(), a.numpy()) < tolerance
+  assert [a is None for a in grads_a] == [b is None for b in grads_b]
+  pairs = [(tf.convert_to_tensor(a).numpy().astype(np.float64),
+            tf.convert_to_tensor(b).numpy().astype(np.float64))
+           for a, b in zip(grads_a, grads_b) if a is not None]
+  # Each gradient against its own scale, or the largest one's where its
+  # exact value is zero (a key bias: softmax ignores a shift of all its
+  # logits) and both hold rounding noise.
+  floor = 1e-2 * max(np.linalg.norm(a) for a, _ in pairs)
+  for a, b in pairs:
+    assert np.isfinite(b).all()
+    error = np.linalg.norm(b - a) / max(np.linalg.norm(a), floor)
+    assert error < 2 * tolerance
+
+
+def test_fused_full_path_long_side_matches_xla_path(twins):
+  # On the full path the long side's l2l is dense [L, L]: the kernels'
+  # dense first pattern.
+  xla_model, fused_model = twins
+  feats = {k: tf.constant(v) for k, v in random_features(
+      xla_model.config, batch=2, long_len=13, global_len=4, seed=7).items()}
+  probe = probes(xla_model.config, 2, 13, 4)
+  want, got = (loss_and_grads(m, feats, probe, training=False, impl="full",
+                              jit_compile=True)
+               for m in (xla_model, fused_model))
+  assert_same_training(want, got)
