@@ -238,9 +238,9 @@ def _backward(case, pieces, grads_in, dtype, stream_dtype, block_m, block_n):
   return launches
 
 
-BACKWARD_CASES = ("long_float32", "long_bfloat16", "long_streams",
-                  "long_short_blocks", "long_odd_blocks", "global_streams",
-                  "global_bfloat16")
+BACKWARD_CASES = ("long_float32", "long_bfloat16", "long_float16",
+                  "long_streams", "long_short_blocks", "long_odd_blocks",
+                  "global_streams", "global_bfloat16")
 GRAD_TOLERANCE = {"float32": 1e-5, "bfloat16": 3e-2, "float16": 5e-3}
 
 
