@@ -349,11 +349,12 @@ def check_backward(reference, device, dtype_name: str, case,
                  grad_error < GRAD_TOLERANCE[dtype_name])}
 
 
-def side_traffic(case, dtype_bytes: int, stream_bytes: int = 4
-                 ) -> Dict[str, float]:
-  """The fewest bytes one side's forward moves (each input read once,
-  each output written once) and its products' FLOPs (q.k and p.v over
-  every score of the side: 3b band columns on the band)."""
+def _forward_operands(case, dtype_bytes: int, stream_bytes: int
+                      ) -> Dict[str, float]:
+  """Bytes of the forward call's operands and of its per-score pieces:
+  inputs (q, keys, values, per_id with ids, valid, the codes, the seeds),
+  the running sums read (prev) and written (new), per_head (one [N, D]
+  tensor of all heads) and cells (B * H * N)."""
   bsz, h, n, d = case.batch, case.num_heads, case.rows, case.size_per_head
   c1, c2 = case.widths
   k1_rows = n + 2 * case.block_len if case.band else case.first_len
@@ -361,17 +362,28 @@ def side_traffic(case, dtype_bytes: int, stream_bytes: int = 4
             else c1)
   per_head = bsz * h * d * dtype_bytes
   cells = bsz * h * n
+  per_id = 4 * bsz * n * (case.num_ids * h if case.has_ids else 0)
   # per_id (with ids) and valid in float32, one int8 code per score.
-  read = (per_head * (n + 2 * k1_rows + 2 * c2) +
-          4 * bsz * n * (case.num_ids * h if case.has_ids else 0) +
-          4 * bsz * n + bsz * n * (codes1 + c2) +
-          sum(stream_bytes * cells * c
-              for c, r in zip(case.widths, case.reads_prev) if r) +
-          (16 if case.dropout_rate > 0 else 0))
-  written = (per_head * n + 4 * cells +
-             sum(stream_bytes * cells * c
-                 for c, w in zip(case.widths, case.writes_new) if w))
-  flops = 4 * cells * (c1 + c2) * d
+  inputs = (per_head * (n + 2 * k1_rows + 2 * c2) + per_id + 4 * bsz * n +
+            bsz * n * (codes1 + c2) + (16 if case.dropout_rate > 0 else 0))
+  sums = {kind: sum(stream_bytes * cells * c
+                    for c, f in zip(case.widths, flags) if f)
+          for kind, flags in (("prev", case.reads_prev),
+                              ("new", case.writes_new))}
+  return {"inputs": inputs, "prev": sums["prev"], "new": sums["new"],
+          "per_head": per_head, "cells": cells, "per_id": per_id,
+          "keys_and_values": per_head * (2 * k1_rows + 2 * c2)}
+
+
+def side_traffic(case, dtype_bytes: int, stream_bytes: int = 4
+                 ) -> Dict[str, float]:
+  """The fewest bytes one side's forward moves (each input read once,
+  each output written once) and its products' FLOPs (q.k and p.v over
+  every score of the side: 3b band columns on the band)."""
+  o = _forward_operands(case, dtype_bytes, stream_bytes)
+  read = o["inputs"] + o["prev"]
+  written = o["per_head"] * case.rows + 4 * o["cells"] + o["new"]
+  flops = 4 * o["cells"] * sum(case.widths) * case.size_per_head
   return {"bytes": float(read + written), "flops": float(flops)}
 
 
@@ -384,27 +396,14 @@ def side_backward_traffic(case, dtype_bytes: int, stream_bytes: int = 4
   row's delta written once. FLOPs: the five products over every score
   (q.k recomputed, dctx.v, ds.k, ds.q, p.dctx; the kernels recompute the
   first two in each of their passes)."""
-  bsz, h, n, d = case.batch, case.num_heads, case.rows, case.size_per_head
-  c1, c2 = case.widths
-  k1_rows = n + 2 * case.block_len if case.band else case.first_len
-  codes1 = (_reference_module().band_stride(case.block_len) if case.band
-            else c1)
-  per_head = bsz * h * d * dtype_bytes
-  cells = bsz * h * n
-  per_id = 4 * bsz * n * (case.num_ids * h if case.has_ids else 0)
-  read = (per_head * (n + 2 * k1_rows + 2 * c2) + per_id + 4 * bsz * n +
-          bsz * n * (codes1 + c2) +
-          sum(stream_bytes * cells * c
-              for c, r in zip(case.widths, case.reads_prev) if r) +
-          (16 if case.dropout_rate > 0 else 0) +
-          2 * per_head * n + 4 * cells +  # ctx, dctx; lse
-          sum(stream_bytes * cells * c
-              for c, w in zip(case.widths, case.writes_new) if w))
-  written = (per_head * (n + 2 * k1_rows + 2 * c2) + per_id +
-             sum(stream_bytes * cells * c
-                 for c, r in zip(case.widths, case.reads_prev) if r) +
-             4 * cells)  # delta
-  flops = 10 * cells * (c1 + c2) * d
+  o = _forward_operands(case, dtype_bytes, stream_bytes)
+  n, cells = case.rows, o["cells"]
+  read = (o["inputs"] + o["prev"] +
+          2 * o["per_head"] * n + 4 * cells +  # ctx, dctx; lse
+          o["new"])  # the emitted sums' gradients
+  written = (o["per_head"] * n + o["keys_and_values"] + o["per_id"] +
+             o["prev"] + 4 * cells)  # dq, dk, dv, dper_id, dprev; delta
+  flops = 10 * cells * sum(case.widths) * case.size_per_head
   return {"bytes": float(read + written), "flops": float(flops)}
 
 

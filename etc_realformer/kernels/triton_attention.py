@@ -148,6 +148,28 @@ def _row_index(rows, batch, head, batch_size, num_heads, num_rows, block_len,
 
 
 @triton.jit
+def _first_keys(rows, first_row, BM: tl.constexpr, num_rows, first_len,
+                block_len, BAND: tl.constexpr):
+  """The first pattern's keys for a tile of query rows: (width: score
+  columns per query, each row's first key row, the key rows to visit
+  [start, stop)). Band: the padded key rows of every band the tile
+  touches, column = key row - the row's first (blocks k-1, k, k+1 of
+  query block k); dense: every key, column = key."""
+  if BAND:
+    width = 3 * block_len
+    row_start = (rows // block_len) * block_len
+    last_row = tl.minimum(first_row + BM, num_rows) - 1
+    start = (first_row // block_len) * block_len
+    stop = (last_row // block_len) * block_len + width
+  else:
+    width = first_len
+    row_start = rows * 0
+    start = 0
+    stop = first_len
+  return width, row_start, start, stop
+
+
+@triton.jit
 def _logits(s, code, cell, per_id, flat_rows, num_ids, num_heads, head,
             prev, new, stream_offsets, scale, HAS_IDS: tl.constexpr,
             READ: tl.constexpr, WRITE: tl.constexpr):
@@ -230,17 +252,8 @@ def side_forward(q, k1, v1, k2, v2, per_id, codes1, codes2, valid, prev1,
   keep = tl.full([BM, BN], True, tl.int1)
 
   # The first pattern.
-  if BAND:
-    width1 = 3 * block_len
-    band_start = (rows // block_len) * block_len  # first padded key row
-    last_row = tl.minimum(pid_m * BM + BM, num_rows) - 1
-    start1 = ((pid_m * BM) // block_len) * block_len
-    stop1 = (last_row // block_len) * block_len + width1
-  else:
-    width1 = first_len
-    band_start = rows * 0
-    start1 = 0
-    stop1 = first_len
+  width1, band_start, start1, stop1 = _first_keys(
+      rows, pid_m * BM, BM, num_rows, first_len, block_len, BAND)
   for n0 in range(start1, stop1, BN):
     keys = n0 + tl.arange(0, BN)
     key_ok = keys < stop1
@@ -390,17 +403,8 @@ def side_backward_queries(
   table = tl.zeros([BM, R], tl.float32)
   keep = tl.full([BM, BN], True, tl.int1)
 
-  if BAND:
-    width1 = 3 * block_len
-    band_start = (rows // block_len) * block_len
-    last_row = tl.minimum(pid_m * BM + BM, num_rows) - 1
-    start1 = ((pid_m * BM) // block_len) * block_len
-    stop1 = (last_row // block_len) * block_len + width1
-  else:
-    width1 = first_len
-    band_start = rows * 0
-    start1 = 0
-    stop1 = first_len
+  width1, band_start, start1, stop1 = _first_keys(
+      rows, pid_m * BM, BM, num_rows, first_len, block_len, BAND)
   for n0 in range(start1, stop1, BN):
     keys = n0 + tl.arange(0, BN)
     key_ok = keys < stop1
