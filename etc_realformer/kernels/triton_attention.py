@@ -251,49 +251,37 @@ def side_forward(q, k1, v1, k2, v2, per_id, codes1, codes2, valid, prev1,
   acc = tl.zeros([BM, D], tl.float32)
   keep = tl.full([BM, BN], True, tl.int1)
 
-  # The first pattern.
-  width1, band_start, start1, stop1 = _first_keys(
-      rows, pid_m * BM, BM, num_rows, first_len, block_len, BAND)
-  for n0 in range(start1, stop1, BN):
-    keys = n0 + tl.arange(0, BN)
-    key_ok = keys < stop1
-    c = keys[None, :] - band_start[:, None]  # the score's column
-    cell = (c >= 0) & (c < width1) & row_ok[:, None] & key_ok[None, :]
-    kt = tl.load(k1 + (bh * first_len + keys)[:, None] * D + d[None, :],
-                 mask=key_ok[:, None], other=0.0)
-    s = _scores(qt, kt, IEEE)
-    code = tl.load(codes1 + flat_rows[:, None] * codes1_stride + c,
-                   mask=cell, other=NO_ID).to(tl.int32)
-    s = _logits(s, code, cell, per_id, flat_rows, num_ids, num_heads, head,
-                prev1, new1, head_rows[:, None] * width1 + c, scale1,
-                HAS_IDS, READ1, WRITE1)
-    if DROPOUT:
-      keep = _keep(row_index, c, width1, seeds, 0, keep_threshold)
-    vt = tl.load(v1 + (bh * first_len + keys)[:, None] * D + d[None, :],
-                 mask=key_ok[:, None], other=0.0)
-    m_i, l_i, acc = _online_softmax(s, vt, keep, m_i, l_i, acc, IEEE,
-                                    DROPOUT)
-
-  # The second pattern: every key.
-  for n0 in range(0, second_len, BN):
-    keys = n0 + tl.arange(0, BN)
-    key_ok = keys < second_len
-    cell = row_ok[:, None] & key_ok[None, :]
-    kt = tl.load(k2 + (bh * second_len + keys)[:, None] * D + d[None, :],
-                 mask=key_ok[:, None], other=0.0)
-    s = _scores(qt, kt, IEEE)
-    code = tl.load(codes2 + flat_rows[:, None] * second_len + keys[None, :],
-                   mask=cell, other=NO_ID).to(tl.int32)
-    s = _logits(s, code, cell, per_id, flat_rows, num_ids, num_heads, head,
-                prev2, new2, head_rows[:, None] * second_len + keys[None, :],
-                scale2, HAS_IDS, READ2, WRITE2)
-    if DROPOUT:
-      keep = _keep(row_index, keys[None, :], second_len, seeds, 1,
-                   keep_threshold)
-    vt = tl.load(v2 + (bh * second_len + keys)[:, None] * D + d[None, :],
-                 mask=key_ok[:, None], other=0.0)
-    m_i, l_i, acc = _online_softmax(s, vt, keep, m_i, l_i, acc, IEEE,
-                                    DROPOUT)
+  # Both patterns, one after the other (unrolled: each has its pointers).
+  for p in tl.static_range(2):
+    if p == 0:
+      k, v, codes, prev, new = k1, v1, codes1, prev1, new1
+      codes_stride, scale, read, write = codes1_stride, scale1, READ1, WRITE1
+      width, row_start, start, stop = _first_keys(
+          rows, pid_m * BM, BM, num_rows, first_len, block_len, BAND)
+      key_rows = first_len
+    else:
+      k, v, codes, prev, new = k2, v2, codes2, prev2, new2
+      codes_stride, scale, read, write = second_len, scale2, READ2, WRITE2
+      width, row_start, start, stop = second_len, rows * 0, 0, second_len
+      key_rows = second_len
+    for n0 in range(start, stop, BN):
+      keys = n0 + tl.arange(0, BN)
+      key_ok = keys < stop
+      c = keys[None, :] - row_start[:, None]  # the score's column
+      cell = (c >= 0) & (c < width) & row_ok[:, None] & key_ok[None, :]
+      key_d = (bh * key_rows + keys)[:, None] * D + d[None, :]
+      s = _scores(qt, tl.load(k + key_d, mask=key_ok[:, None], other=0.0),
+                  IEEE)
+      code = tl.load(codes + flat_rows[:, None] * codes_stride + c,
+                     mask=cell, other=NO_ID).to(tl.int32)
+      s = _logits(s, code, cell, per_id, flat_rows, num_ids, num_heads,
+                  head, prev, new, head_rows[:, None] * width + c, scale,
+                  HAS_IDS, read, write)
+      if DROPOUT:
+        keep = _keep(row_index, c, width, seeds, p, keep_threshold)
+      vt = tl.load(v + key_d, mask=key_ok[:, None], other=0.0)
+      m_i, l_i, acc = _online_softmax(s, vt, keep, m_i, l_i, acc, IEEE,
+                                      DROPOUT)
 
   row_valid = tl.load(valid + flat_rows, mask=row_ok, other=0.0)
   l_i = tl.where(row_ok, l_i, 1.0)  # rows past N (not stored) summed 0
@@ -403,53 +391,40 @@ def side_backward_queries(
   table = tl.zeros([BM, R], tl.float32)
   keep = tl.full([BM, BN], True, tl.int1)
 
-  width1, band_start, start1, stop1 = _first_keys(
-      rows, pid_m * BM, BM, num_rows, first_len, block_len, BAND)
-  for n0 in range(start1, stop1, BN):
-    keys = n0 + tl.arange(0, BN)
-    key_ok = keys < stop1
-    c = keys[None, :] - band_start[:, None]
-    cell = (c >= 0) & (c < width1) & row_ok[:, None] & key_ok[None, :]
-    key_d = (bh * first_len + keys)[:, None] * D + d[None, :]
-    kt = tl.load(k1 + key_d, mask=key_ok[:, None], other=0.0)
-    vt = tl.load(v1 + key_d, mask=key_ok[:, None], other=0.0)
-    code = tl.load(codes1 + flat_rows[:, None] * codes1_stride + c,
-                   mask=cell, other=NO_ID).to(tl.int32)
-    if DROPOUT:
-      keep = _keep(row_index, c, width1, seeds, 0, keep_threshold)
-    offsets = head_rows[:, None] * width1 + c
-    _, ds = _tile_grads(qt, kt, vt, do, code, cell, per_id, flat_rows,
-                        num_ids, num_heads, head, prev1, dnew1, offsets,
-                        scale1, lse_rows, valid_rows, delta_rows, keep, gain,
-                        HAS_IDS, READ1, WRITE1, DROPOUT, IEEE)
-    if READ1:
-      tl.store(dprev1 + offsets, ds.to(dprev1.dtype.element_ty), mask=cell)
-    dq_acc += _context(ds, kt, IEEE)
-    if HAS_IDS:
-      table = _id_sums(table, ds, code, cell, R)
-
-  for n0 in range(0, second_len, BN):
-    keys = n0 + tl.arange(0, BN)
-    key_ok = keys < second_len
-    cell = row_ok[:, None] & key_ok[None, :]
-    key_d = (bh * second_len + keys)[:, None] * D + d[None, :]
-    kt = tl.load(k2 + key_d, mask=key_ok[:, None], other=0.0)
-    vt = tl.load(v2 + key_d, mask=key_ok[:, None], other=0.0)
-    code = tl.load(codes2 + flat_rows[:, None] * second_len + keys[None, :],
-                   mask=cell, other=NO_ID).to(tl.int32)
-    if DROPOUT:
-      keep = _keep(row_index, keys[None, :], second_len, seeds, 1,
-                   keep_threshold)
-    offsets = head_rows[:, None] * second_len + keys[None, :]
-    _, ds = _tile_grads(qt, kt, vt, do, code, cell, per_id, flat_rows,
-                        num_ids, num_heads, head, prev2, dnew2, offsets,
-                        scale2, lse_rows, valid_rows, delta_rows, keep, gain,
-                        HAS_IDS, READ2, WRITE2, DROPOUT, IEEE)
-    if READ2:
-      tl.store(dprev2 + offsets, ds.to(dprev2.dtype.element_ty), mask=cell)
-    dq_acc += _context(ds, kt, IEEE)
-    if HAS_IDS:
-      table = _id_sums(table, ds, code, cell, R)
+  for p in tl.static_range(2):  # as in `side_forward`
+    if p == 0:
+      k, v, codes, prev, dnew, dprev = k1, v1, codes1, prev1, dnew1, dprev1
+      codes_stride, scale, read, write = codes1_stride, scale1, READ1, WRITE1
+      width, row_start, start, stop = _first_keys(
+          rows, pid_m * BM, BM, num_rows, first_len, block_len, BAND)
+      key_rows = first_len
+    else:
+      k, v, codes, prev, dnew, dprev = k2, v2, codes2, prev2, dnew2, dprev2
+      codes_stride, scale, read, write = second_len, scale2, READ2, WRITE2
+      width, row_start, start, stop = second_len, rows * 0, 0, second_len
+      key_rows = second_len
+    for n0 in range(start, stop, BN):
+      keys = n0 + tl.arange(0, BN)
+      key_ok = keys < stop
+      c = keys[None, :] - row_start[:, None]
+      cell = (c >= 0) & (c < width) & row_ok[:, None] & key_ok[None, :]
+      key_d = (bh * key_rows + keys)[:, None] * D + d[None, :]
+      kt = tl.load(k + key_d, mask=key_ok[:, None], other=0.0)
+      vt = tl.load(v + key_d, mask=key_ok[:, None], other=0.0)
+      code = tl.load(codes + flat_rows[:, None] * codes_stride + c,
+                     mask=cell, other=NO_ID).to(tl.int32)
+      if DROPOUT:
+        keep = _keep(row_index, c, width, seeds, p, keep_threshold)
+      offsets = head_rows[:, None] * width + c
+      _, ds = _tile_grads(qt, kt, vt, do, code, cell, per_id, flat_rows,
+                          num_ids, num_heads, head, prev, dnew, offsets,
+                          scale, lse_rows, valid_rows, delta_rows, keep,
+                          gain, HAS_IDS, read, write, DROPOUT, IEEE)
+      if read:
+        tl.store(dprev + offsets, ds.to(dprev.dtype.element_ty), mask=cell)
+      dq_acc += _context(ds, kt, IEEE)
+      if HAS_IDS:
+        table = _id_sums(table, ds, code, cell, R)
 
   tl.store(dq + row_d, dq_acc.to(dq.dtype.element_ty), mask=row_ok[:, None])
   if HAS_IDS:
