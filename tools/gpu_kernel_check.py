@@ -136,6 +136,18 @@ def attributes(reference, case) -> Dict[str, Any]:
           "by_rows": bool(case.by_rows)}
 
 
+def _as_read(case, pieces: Dict[str, np.ndarray], args) -> Dict[str, Any]:
+  """The pieces as the handlers read them: the inputs and the previous
+  sums rounded to the operands' dtypes (`args`, in `operands` order)."""
+  rounded = dict(pieces)
+  for i, name in enumerate(INPUTS):
+    rounded[name] = np.asarray(args[i], np.float32)
+  for index in range(2):
+    if case.reads_prev[index]:
+      rounded[f"prev{index + 1}"] = np.asarray(args[9 + index], np.float32)
+  return rounded
+
+
 def operands(case, pieces, dtype, stream_dtype) -> List[Any]:
   """The call's operands in order, with the placeholders the graph passes
   for what the call does not read (per_id without ids: [B, N, 1, H];
@@ -242,13 +254,7 @@ def check(reference, device, dtype_name: str, case,
   pieces = reference.side_pieces(case, seed=7)
   args = [jax.device_put(x, device)
           for x in operands(case, pieces, dtype, stream_dtype)]
-  # The reference reads the inputs and streams as the kernel does (rounded).
-  rounded = dict(pieces)
-  for i, name in enumerate(INPUTS):
-    rounded[name] = np.asarray(args[i], np.float32)
-  for index in range(2):
-    if case.reads_prev[index]:
-      rounded[f"prev{index + 1}"] = np.asarray(args[9 + index], np.float32)
+  rounded = _as_read(case, pieces, args)
   out = side_call(reference, case, dtype, stream_dtype)(*args)
   ctx, lse = np.asarray(out[0], np.float32), np.asarray(out[1])
   new = [np.asarray(x, np.float32) for x in out[2:]]
@@ -301,12 +307,7 @@ def check_backward(reference, device, dtype_name: str, case,
   got = {name: np.asarray(x, np.float32) for name, x in zip(GRADIENTS, out)}
   # The reference reads what the handlers read: the rounded inputs and
   # streams, and the incoming gradients in their types.
-  rounded = dict(pieces)
-  for i, name in enumerate(INPUTS):
-    rounded[name] = np.asarray(args[i], np.float32)
-  for index in range(2):
-    if case.reads_prev[index]:
-      rounded[f"prev{index + 1}"] = np.asarray(args[9 + index], np.float32)
+  rounded = _as_read(case, pieces, args)
   want_fwd = reference.side_forward(rounded, case)
   dnew = tuple(np.asarray(g, np.float32) if emitted else None
                for g, emitted in zip(grads_in[1:], case.writes_new))
