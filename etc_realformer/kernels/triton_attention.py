@@ -340,11 +340,15 @@ def _id_sums(table, ds, code, cell, R: tl.constexpr):
   A row's scores share ids (clipped distances), so the sums are a per-row
   segmented reduction: one masked row sum per id, in registers (atomics on
   the few hot ids of a row would serialize, and make the sums depend on
-  the order)."""
+  the order). Only the ids the tile holds are summed: a tile of global
+  keys holds a few (ETC's l2g and g2l ids say little more than "same
+  sentence"), a band tile about its width's distances."""
   rel_id = tl.where(code < 0, -1 - code, code)
   has = cell & (code != NO_ID)
+  first = tl.min(tl.where(has, rel_id, R))
+  last = tl.max(tl.where(has, rel_id, -1))
   r = tl.arange(0, R)
-  for index in tl.static_range(R):
+  for index in range(first, last + 1):
     col = tl.sum(tl.where(has & (rel_id == index), ds, 0.0), 1)
     table = tl.where(r[None, :] == index, table + col[:, None], table)
   return table
