@@ -354,10 +354,11 @@ def compile_variant(variant: Variant, arch: int, tiles: Dict[str, int]
 
 
 def write_cubins(output_dir: str, variants: Sequence[Variant], arch: int,
-                 tiles: Dict[str, int], jobs: int = 1
+                 tiles: Dict[str, Dict[str, int]], jobs: int = 1
                  ) -> List[Dict[str, object]]:
-  """Compiles every variant into `output_dir/cubins` (`jobs` processes);
-  returns the manifest's entries."""
+  """Compiles every variant into `output_dir/cubins` (`jobs` processes)
+  with its kernel's tiles (`tiles[kernel]`: block_m, block_n, num_warps,
+  num_stages); returns the manifest's entries."""
   import triton  # pylint: disable=g-import-not-at-top
   folder = os.path.join(output_dir, "cubins")
   os.makedirs(folder, exist_ok=True)
@@ -369,9 +370,10 @@ def write_cubins(output_dir: str, variants: Sequence[Variant], arch: int,
     with concurrent.futures.ProcessPoolExecutor(
         min(jobs, len(variants)), mp_context=context) as pool:
       results = list(pool.map(compile_variant, order,
-                              [arch] * len(order), [tiles] * len(order)))
+                              [arch] * len(order),
+                              [tiles[v.kernel] for v in order]))
   else:
-    results = [compile_variant(v, arch, tiles) for v in order]
+    results = [compile_variant(v, arch, tiles[v.kernel]) for v in order]
   by_name = {v.name: r for v, r in zip(order, results)}
   entries = []
   for variant in variants:
@@ -379,9 +381,10 @@ def write_cubins(output_dir: str, variants: Sequence[Variant], arch: int,
     result = by_name[name]
     with open(os.path.join(folder, name + ".cubin"), "wb") as f:
       f.write(result.pop("cubin"))
+    tile = tiles[variant.kernel][variant.tile]
     with open(os.path.join(folder, name + ".meta"), "w") as f:
       f.write(f"{result['function']} {result['shared']} "
-              f"{result['num_warps']} {tiles[variant.tile]}\n")
+              f"{result['num_warps']} {tile}\n")
     entries.append({**result, **dataclasses.asdict(variant)})
   with open(os.path.join(folder, "manifest.json"), "w") as f:
     json.dump({"arch": arch, "triton": triton.__version__, "tiles": tiles,
@@ -491,10 +494,12 @@ def main(argv: Optional[List[str]] = None) -> int:
       os.environ["TRITON_DISABLE_LINE_INFO"] = "1"
     triton_attention = _load("triton_attention",
                              KERNELS_DIR / "triton_attention.py")
-    tiles = {"block_m": args.block_m or triton_attention.BLOCK_M,
-             "block_n": args.block_n or triton_attention.BLOCK_N,
-             "num_warps": args.num_warps or triton_attention.NUM_WARPS,
-             "num_stages": args.num_stages or triton_attention.NUM_STAGES}
+    overrides = {name: value for name, value in (
+        ("block_m", args.block_m), ("block_n", args.block_n),
+        ("num_warps", args.num_warps), ("num_stages", args.num_stages))
+                 if value}
+    tiles = {kernel: dict(shape, **overrides)
+             for kernel, shape in triton_attention.TILES.items()}
     head_sizes = [int(v) for v in _list(args.head_sizes)]
     ids_padded = sorted({1 << max(int(v) - 1, 0).bit_length() if int(v)
                          else 0 for v in _list(args.relative_vocab_sizes)},

@@ -29,7 +29,11 @@ def line(record: dict) -> str:
             f"ok={record['ok']}")
   if kind == "kernel_timing":
     tiles = (record.get("cubins") or {}).get("tiles") or {}
-    tag = ",".join(f"{k}={v}" for k, v in tiles.items())
+    # Per kernel (a label "side_forward[long,...]" names its kernel first).
+    kernel = record["kernel"].split("[")[0]
+    tiles = tiles.get(kernel, tiles)
+    tag = ",".join(f"{k}={v}" for k, v in tiles.items()
+                   if not isinstance(v, dict))
     return (f"kernel [{tag}] {record['kernel']} {record['dtype']} "
             f"ids={record.get('has_ids', True)} B={record['batch']} "
             f"L={record['long_len']} G={record['global_len']}: "

@@ -60,14 +60,24 @@ import os
 import triton
 import triton.language as tl
 
-# Query rows and key columns per tile. D must be a power of two >= 16
-# (`tl.dot`); b (the block length) is free: tiles are laid over absolute
-# rows, so a tile of BLOCK_M queries reads the key rows of every band it
-# touches, not one query block padded to a power of two.
-BLOCK_M = 64
-BLOCK_N = 64
-NUM_WARPS = 4
-NUM_STAGES = 2
+# Per kernel: query rows (block_m) and keys (block_n) per tile, warps and
+# pipeline stages (`tools/build_kernels.py` compiles with them; its flags
+# override them). D must be a power of two >= 16 (`tl.dot`); b (the block
+# length) is free: tiles are laid over absolute rows, so a tile of block_m
+# queries reads the key rows of every band it touches, not one query block
+# padded to a power of two. Chosen so that no kernel spills registers at
+# D = 64 on sm_90 with streams and dropout (`cuobjdump -res-usage` of the
+# bfloat16 cubins: 191, 233 and 216 registers, no stack), where 64 x 64
+# tiles of 4 warps spilled 216 (forward) to 416 (backward queries) bytes
+# per thread; closest to the 32 x 64 of 4 warps that timed best (within
+# noise) for the long side's first forward kernel (docs/kernels.md).
+TILES = {
+    "side_forward": dict(block_m=32, block_n=64, num_warps=4, num_stages=2),
+    "side_backward_queries": dict(block_m=32, block_n=32, num_warps=4,
+                                  num_stages=2),
+    "side_backward_keys": dict(block_m=32, block_n=64, num_warps=4,
+                               num_stages=2),
+}
 # The code of a masked score without a relative term.
 NO_ID = tl.constexpr(-128)
 
@@ -291,12 +301,6 @@ def side_forward(q, k1, v1, k2, v2, per_id, codes1, codes2, valid, prev1,
   tl.store(ctx + head_rows[:, None] * D + d[None, :],
            out.to(ctx.dtype.element_ty), mask=row_ok[:, None])
   tl.store(lse + head_rows, m_i + tl.log(l_i), mask=row_ok)
-
-
-def side_grid(batch: int, num_heads: int, num_rows: int,
-              block_m: int = BLOCK_M):
-  """The launch grid of `side_forward`."""
-  return (triton.cdiv(num_rows, block_m), batch * num_heads, 1)
 
 
 # ------------------------------------------------------------ backward pass
