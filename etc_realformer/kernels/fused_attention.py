@@ -13,7 +13,9 @@ softmax statistics and dropout decisions on chip:
             with the hash generator (`ExecutionConfig.dropout_rng='hash'`:
             the kernel draws the XLA path's masks)
   not yet   probabilities returned (analysis), recomputed streams
-            (`recompute_residual_streams`), Philox dropout in training
+            (`recompute_residual_streams`), Philox dropout in training,
+            relative ids on one pattern of a side only (never from ETC's
+            features)
 
 A side that is not covered runs on `attention_core.attend_side`, and the
 first such fallback is logged with its reason. The kernels keep the
@@ -77,6 +79,11 @@ def uncovered_reason(spec: core.SideSpec, x: SideInputs[tf.Tensor]
     return (f"running sums read in another dtype than the "
             f"{stream_dtype.name} they are written in")
   per_id = x.scores.per_id
+  if per_id is not None and (x.masks.ids.first is None) != (
+      x.masks.ids.second is None):
+    # A code is an id, or masked: it cannot say "unmasked, no relative
+    # term" (ETC's features give every pattern ids, or none).
+    return "relative ids on one pattern of the side only"
   if per_id is not None and per_id.shape[-2] > MAX_IDS:
     return f"{per_id.shape[-2]} relative ids (int8 codes: at most {MAX_IDS})"
   return None

@@ -270,3 +270,21 @@ def test_fused_full_path_long_side_matches_xla_path(twins):
                               jit_compile=True)
                for m in (xla_model, fused_model))
   assert_same_training(want, got)
+
+
+@pytest.mark.parametrize("pattern_with_ids", [0, 1])
+def test_relative_ids_on_one_pattern_fall_back(pattern_with_ids):
+  # The codes cannot say "unmasked, no relative term": such a side runs on
+  # the XLA path (ETC's features give every pattern ids, or none).
+  case = fat.SideCase.long_side(batch=1, num_heads=2, num_blocks=3,
+                                block_len=4, global_len=5, num_ids=6)
+  spec, x = fat.core_side(case, fat.side_pieces(case, seed=3))
+  assert fused_attention.covers(spec, x)
+  ids = [None, None]
+  ids[pattern_with_ids] = x.masks.ids[pattern_with_ids]
+  x = dataclasses.replace(x, masks=dataclasses.replace(
+      x.masks, ids=PatternPair(*ids)))
+  assert "one pattern" in fused_attention.uncovered_reason(spec, x)
+  want = core.attend_side(spec, 0, case.num_blocks, x)
+  got = fused_attention.attend_side(spec, x)
+  np.testing.assert_array_equal(got.ctx.numpy(), want.ctx.numpy())
