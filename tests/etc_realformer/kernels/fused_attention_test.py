@@ -48,8 +48,9 @@ def test_fused_matches_xla_path(twins):
   assert_same_training(want, got)
 
 
+@pytest.mark.parametrize("impl", ["sparse", "full"])
 def test_fused_residual_attention_with_dropout_matches_xla_path(
-    monkeypatch):
+    monkeypatch, impl):
   # Two layers (the second reads the first's streams) with RealFormer on
   # every pattern, the running mean, and hash dropout in training: the
   # kernels draw the XLA path's masks and carry its sums. The call's seed
@@ -67,13 +68,13 @@ def test_fused_residual_attention_with_dropout_matches_xla_path(
   feats = {k: tf.constant(v) for k, v in random_features(
       config, batch=2, long_len=21, global_len=5, seed=6).items()}
   probe = probes(config, 2, 21, 5)
-  want, got = (loss_and_grads(m, feats, probe, training=True,
+  want, got = (loss_and_grads(m, feats, probe, training=True, impl=impl,
                               jit_compile=True)
                for m in (xla_model, fused_model))
   assert_same_training(want, got)
   # Dropout really was on: an inference pass gives another loss.
   eval_loss = loss_and_grads(fused_model, feats, probe, training=False,
-                             jit_compile=True)[1]
+                             impl=impl, jit_compile=True)[1]
   assert abs(eval_loss - got[1]) > 1e-3
 
 
