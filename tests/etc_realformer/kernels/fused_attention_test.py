@@ -48,19 +48,22 @@ def test_fused_matches_xla_path(twins):
   assert_same_training(want, got)
 
 
-@pytest.mark.parametrize("impl", ["sparse", "full"])
+@pytest.mark.parametrize("impl,period", [("sparse", 0), ("full", 0),
+                                         ("sparse", 1)])
 def test_fused_residual_attention_with_dropout_matches_xla_path(
-    monkeypatch, impl):
+    monkeypatch, impl, period):
   # Two layers (the second reads the first's streams) with RealFormer on
   # every pattern, the running mean, and hash dropout in training: the
   # kernels draw the XLA path's masks and carry its sums. The call's seed
   # is fixed: a traced random op's seed depends on the graph built before
-  # it, which the two options make differently.
+  # it, which the two options make differently. With period 1, every layer
+  # is recomputed in the backward pass (gradient checkpointing).
   monkeypatch.setattr(dropout_lib, "new_call_seed",
                       lambda: tf.constant([3, 7], tf.int32))
   config = tiny_config(**dict(CONFIG, num_hidden_layers=2),
                        residual_attention=True, residual_running_mean=True,
-                       attention_probs_dropout_prob=0.2)
+                       attention_probs_dropout_prob=0.2,
+                       grad_checkpointing_period=period)
   xla_model = tiny_model(config, dropout_rng="hash")
   randomize_relative_bias(xla_model)
   fused_model = copy_weights(xla_model, tiny_model(
