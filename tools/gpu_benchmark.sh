@@ -22,7 +22,8 @@
 #
 # Environment: DEVICE (the jax platform, default gpu), MODULE_TIMEOUT_S
 # (seconds per module, default 300), CHECK_DTYPES (the input dtypes the
-# kernel check covers: the ones the cubins were built for), PEER_SHAPES (L:G:batch,... for the
+# kernel check covers: the ones the cubins were built for), TILE_DIRS
+# (builds of other tile shapes to time, with KERNELS_DIR), PEER_SHAPES (L:G:batch,... for the
 # peers), PEER_PASSES (fwd_bwd, fwd or both; default fwd_bwd), KERNELS_DIR
 # (the fused kernels' build, above), PROFILE_MODULES (names of module folders under DIR to run once
 # more, last, with `xla_runner --profile`: device time per kernel).
@@ -62,6 +63,15 @@ if [ -n "${KERNELS_DIR:-}" ]; then
       --dtypes="${CHECK_DTYPES:-float32,bfloat16,float16}" "${check_timing[@]}" \
       --output_jsonl="$out/kernels.jsonl" \
       || echo "gpu_kernel_check failed (see $out/kernels.jsonl)" >&2
+  # Tile sweep: each folder a build of other tile shapes (cubins only),
+  # timed alone with the same library (docs/kernels.md, "Tiles").
+  for tiles in ${TILE_DIRS:-}; do
+    ETC_KERNELS_CUBIN_DIR="$tiles/cubins" timeout "${MODULE_TIMEOUT_S:-300}" \
+        python -m tools.gpu_kernel_check --library="$built/libetc_attention_ffi.so" \
+        --device="${DEVICE:-gpu}" --dtypes=bfloat16 --no_check \
+        --output_jsonl="$out/tiles.jsonl" \
+        || echo "tile sweep failed on $tiles" >&2
+  done
 fi
 # A module that does not compile or fit in time is skipped, not the sweep.
 for module in "$dir"/*/; do
