@@ -118,7 +118,8 @@ def _blocks(spec: core.SideSpec, t: Optional[tf.Tensor], axis: int
 
 def fused_side(spec: core.SideSpec, x: SideInputs[tf.Tensor]
                ) -> SideOutputs[tf.Tensor]:
-  """`attention_core.attend_side` of a whole side, as one custom call.
+  """`attention_core.attend_side` of a whole side, as custom calls: the
+  forward, and the backward in its gradient.
 
   Args:
     spec: the side (`covers(spec, x)`).

@@ -292,3 +292,24 @@ def test_relative_ids_on_one_pattern_fall_back(pattern_with_ids):
   want = core.attend_side(spec, 0, case.num_blocks, x)
   got = fused_attention.attend_side(spec, x)
   np.testing.assert_array_equal(got.ctx.numpy(), want.ctx.numpy())
+
+
+def test_fused_side_gradient_when_nothing_reads_its_new_sums():
+  # Nothing reads the emitted sums: TensorFlow hands the gradient zeros
+  # for them, and the kernels' gradient is the context's alone.
+  case = fat.SideCase.global_side(batch=1, num_heads=2, global_len=6,
+                                  long_len=20, carried=(True, True))
+  spec, x = fat.core_side(case, fat.side_pieces(case, seed=4))
+  q = x.scores.q
+
+  def loss_grad(attend):
+    with tf.GradientTape() as tape:
+      tape.watch(q)
+      out = attend(spec, x)
+      loss = tf.reduce_sum(out.ctx * out.ctx)
+    return tape.gradient(loss, q)
+
+  want = loss_grad(lambda s, y: core.attend_side(s, 0, case.rows, y))
+  got = tf.function(lambda: loss_grad(fused_attention.fused_side),
+                    jit_compile=True)()
+  assert fat.relative_error(got.numpy(), want.numpy()) < 1e-5
