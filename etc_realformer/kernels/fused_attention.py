@@ -8,12 +8,14 @@ softmax statistics and dropout decisions on chip:
 
   covered   either side (long: the l2l band or, on the full path, dense
             l2l, + l2g; global: g2g + g2l); RealFormer streams on any
-            subset of the patterns (summed form, float32 or the compute
-            dtype, running mean); dropout of the probabilities in training
-            with the hash generator (`ExecutionConfig.dropout_rng='hash'`:
-            the kernel draws the XLA path's masks)
-  not yet   probabilities returned (analysis), recomputed streams
-            (`recompute_residual_streams`), Philox dropout in training,
+            subset of the patterns (summed: float32 or the compute dtype,
+            running mean; or recomputed, `recompute_residual_streams`:
+            the sums rebuilt by the XLA path's rule where they are read,
+            in the forward pass and again in the backward pass); dropout
+            of the probabilities in training with the hash generator
+            (`ExecutionConfig.dropout_rng='hash'`: the kernel draws the
+            XLA path's masks)
+  not yet   probabilities returned (analysis), Philox dropout in training,
             relative ids on one pattern of a side only (never from ETC's
             features)
 
@@ -29,10 +31,12 @@ gradients of q, the keys, the values, the per-id relative scores and the
 previous running sums, never a score-sized tensor besides those sums'.
 """
 
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 from absl import logging
 import tensorflow as tf
+# XLA's optimization barrier (see `layers/chunking.py` for why this module).
+from tensorflow.compiler.tf2xla.python import xla as tf2xla
 
 from etc_realformer.kernels import custom_calls
 from etc_realformer.kernels import ffi_library
@@ -41,6 +45,7 @@ from etc_realformer.layers import attention_core as core
 from etc_realformer.layers import blocking
 from etc_realformer.layers import dropout as dropout_lib
 from etc_realformer.layers.attention_pieces import PatternPair
+from etc_realformer.layers.attention_pieces import ScoreInputs
 from etc_realformer.layers.attention_pieces import SideInputs
 from etc_realformer.layers.attention_pieces import SideMasks
 from etc_realformer.layers.attention_pieces import SideOutputs
@@ -56,8 +61,6 @@ def uncovered_reason(spec: core.SideSpec, x: SideInputs[tf.Tensor]
   """Why the fused kernels do not compute this side (None: they do)."""
   if spec.return_probs:
     return "probabilities are returned"
-  if x.sources:
-    return "recomputed RealFormer streams (recompute_residual_streams)"
   d = spec.dropout
   if (d.training and d.rate > 0.0 and
       d.rng != dropout_lib.HASH):
@@ -121,6 +124,13 @@ def fused_side(spec: core.SideSpec, x: SideInputs[tf.Tensor]
   """`attention_core.attend_side` of a whole side, as custom calls: the
   forward, and the backward in its gradient.
 
+  With recomputed streams (`x.sources`) the earlier layers' running sums
+  are rebuilt (`rebuilt_sums`) and read by the kernels, in the forward
+  pass and again in the backward pass (behind an optimization barrier, so
+  XLA cannot keep the forward's): one layer's sums exist at a time, and
+  their gradient (the kernels' dprev) reaches the earlier layers' queries,
+  keys and per-id scores through the products that rebuilt them.
+
   Args:
     spec: the side (`covers(spec, x)`).
     x: its pieces in the core's layouts (`attention_pieces.SideInputs`).
@@ -130,86 +140,206 @@ def fused_side(spec: core.SideSpec, x: SideInputs[tf.Tensor]
     `spec.streams.emit` (no probabilities).
   """
   ffi_library.load_into_tensorflow()
-  q = _rows(spec, x.scores.q, 2)
-  batch, heads, num_rows, size = q.shape.as_list()
-  has_ids = x.scores.per_id is not None and x.masks.ids.first is not None
-  carried = spec.is_carried
-  reads = tuple(c and s is not None for c, s in zip(carried, x.sums))
-  emits = tuple(c and spec.streams.emit for c in carried)
-  stream_dtype = _stream_dtype(spec, q.dtype)
-  mean = (1.0 / spec.streams.num_summed if spec.streams.running_mean and
-          spec.streams.num_summed > 1 else 1.0)
-  drop = spec.dropout
-  dropout = drop.training and drop.rate > 0.0
+  call = _SideCall(spec, x)
+  own = call.inputs()
+  size = blocking.dim(x.scores.q, 2)
 
-  codes1, codes2 = attention_codes(spec, x.masks, has_ids)
-  widths = (codes1.shape[-1] if not spec.band else 3 * spec.block_len,
-            codes2.shape[-1])
-  if dropout:
-    seeds = tf.concat([dropout_lib.fold_seed(x.seed, drop.first_site + i)
-                       for i in range(2)], 0)
-  else:
-    seeds = tf.zeros([4], tf.int32)
-  placeholder = tf.zeros([1], tf.float32)
-  constants = (codes1, codes2, tf.reshape(x.masks.valid, [batch, num_rows]))
-  if has_ids:
-    per_id = _rows(spec, x.scores.per_id, 1)  # [B, N, R, H]
-  else:  # A shaped placeholder: the handler reads none of it.
-    per_id = tf.zeros([batch, num_rows, 1, heads], tf.float32)
-  prev = [_rows(spec, s, 2) if r else None for s, r in zip(x.sums, reads)]
-  inputs = [q, _rows(spec, x.scores.keys.first, 2),
-            _rows(spec, x.values.first, 2), x.scores.keys.second,
-            x.values.second, per_id] + [p for p in prev if p is not None]
-  results = [([batch, heads, num_rows, size], q.dtype),
-             ([batch, heads, num_rows], tf.float32)]
-  for emit, width in zip(emits, widths):
-    results.append(([batch, heads, num_rows, width], stream_dtype) if emit
-                   else ([1], tf.float32))
-  attributes = {
-      "band": spec.band, "block_len": spec.block_len if spec.band else 1,
-      "has_ids": has_ids, "read_prev1": reads[0], "read_prev2": reads[1],
-      "emit1": emits[0], "emit2": emits[1],
-      "scale1": mean if carried[0] else 1.0,
-      "scale2": mean if carried[1] else 1.0,
-      "keep_threshold": (dropout_lib.keep_threshold(drop.rate) if dropout
-                         else 0),
-      "gain": dropout_lib.keep_gain(drop.rate, dropout),
-      "by_rows": drop.by_rows}
+  if x.sources:
+    flat_sources = tf.nest.flatten(x.sources)
+
+    def previous(flat: Sequence[tf.Tensor]) -> list:
+      sums = rebuilt_sums(spec, tf.nest.pack_sequence_as(x.sources,
+                                                         list(flat)),
+                          x.masks, size)
+      return [_rows(spec, s, 2) if r else None
+              for s, r in zip(sums, call.reads)]
+
+    @tf.custom_gradient
+    def fused_recomputed(*args):
+      n = len(own)
+      # The sums are rebuilt once this layer's queries exist, not earlier
+      # (a scheduler could otherwise build every layer's at the start).
+      barred = tf2xla.optimization_barrier(*args[n:], args[0])
+      ctx, lse, _ = call.forward(args[:n], previous(barred[:-1]))
+
+      def grad(dctx):
+        # The barrier makes the rebuilt sums a new expression that waits
+        # for the context's gradient (as `chunking`'s recomputation).
+        barred = tf2xla.optimization_barrier(*args[n:], dctx)
+        sources, dctx = list(barred[:-1]), barred[-1]
+        with tf.GradientTape() as tape:
+          tape.watch(sources)
+          prev = previous(sources)
+        grads, dprev = call.backward(args[:n], prev, ctx, lse, dctx, [])
+        targets = [p for p in prev if p is not None]
+        dsources = tape.gradient(
+            targets, sources,
+            output_gradients=[d for d, p in zip(dprev, prev)
+                              if p is not None],
+            unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        return grads + list(dsources)
+
+      return ctx, grad
+
+    return SideOutputs(ctx=_blocks(spec, fused_recomputed(*own,
+                                                          *flat_sources), 2))
+
+  prev = [_rows(spec, s, 2) if r else None
+          for s, r in zip(x.sums, call.reads)]
 
   @tf.custom_gradient
   def fused(*args):
-    it = iter(args[6:])
-    prev_args = [next(it) if r else placeholder for r in reads]
-    forward_args = (list(args[:6]) + list(constants) + prev_args + [seeds])
-    outs = custom_calls.custom_call(SIDE_FORWARD, forward_args, results,
-                                    attributes)
-    ctx, lse = outs[:2]
-    emitted = [o for o, e in zip(outs[2:], emits) if e]
+    n = len(own)
+    it = iter(args[n:])
+    prev_args = [next(it) if r else None for r in call.reads]
+    ctx, lse, emitted = call.forward(args[:n], prev_args)
 
     def grad(*upstream):
       it = iter(upstream[1:])
-      dnew = [tf.cast(next(it), stream_dtype) if e else placeholder
-              for e in emits]
-      grads = custom_calls.custom_call(
-          SIDE_BACKWARD, forward_args + [ctx, lse,
-                                         tf.cast(upstream[0], q.dtype)] + dnew,
-          [(a.shape.as_list(), a.dtype) for a in args[:6]] +
-          [(p.shape.as_list(), stream_dtype) if r else ([1], tf.float32)
-           for p, r in zip(prev, reads)] +
-          [([batch, heads, num_rows], tf.float32)],  # delta (scratch)
-          attributes)
-      out = list(grads[:6])
-      if not has_ids:
-        out[5] = None  # the placeholder
-      return out + [g for g, r in zip(grads[6:8], reads) if r]
+      dnew = [next(it) if e else None for e in call.emits]
+      grads, dprev = call.backward(args[:n], prev_args, ctx, lse,
+                                   upstream[0], dnew)
+      return grads + [d for d in dprev if d is not None]
 
     return [ctx] + emitted, grad
 
-  outs = fused(*inputs)
+  outs = fused(*own, *(p for p in prev if p is not None))
   it = iter(outs[1:])
   sums = PatternPair(*(_blocks(spec, next(it), 2) if e else None
-                       for e in emits))
+                       for e in call.emits))
   return SideOutputs(ctx=_blocks(spec, outs[0], 2), sums=sums)
+
+
+def rebuilt_sums(spec: core.SideSpec,
+                 sources: Sequence[ScoreInputs[tf.Tensor]],
+                 masks: SideMasks[tf.Tensor], size: blocking.Dim
+                 ) -> PatternPair[tf.Tensor]:
+  """The earlier layers' running sums of the carried patterns, rebuilt from
+  their score inputs as ONE product per pattern: the layers' queries and
+  keys concatenated along the head size (sum_j q_j.k_j = [q_0 | q_1 | ..]
+  . [k_0 | k_1 | ..]) and their per-id scores summed. Each pattern's sum
+  is then one score-sized tensor, never one per earlier layer (XLA
+  schedules independent products side by side, and would keep them all),
+  and its gradient reaches every layer through two products. Rounded once
+  in the compute dtype, where `attention_core.previous_sums` rounds each
+  layer's scores (docs/design.md, "The fused kernels").
+
+  Returns:
+    Per pattern, <float32> in the side's score layout (None: not carried).
+  """
+  carried = spec.is_carried
+  per_ids = [s.per_id for s in sources if s.per_id is not None]
+  joined = ScoreInputs(
+      q=tf.concat([s.q for s in sources], -1),
+      keys=PatternPair(*(tf.concat([s.keys[i] for s in sources], -1)
+                         if c else None for i, c in enumerate(carried))),
+      per_id=tf.add_n(per_ids) if per_ids else None)
+  return core.side_scores(spec, joined, masks.ids, size, carried)
+
+
+class _SideCall:
+  """One side's custom calls: their operands, results and attributes, and
+  the two calls (`forward`, `backward`) on its differentiated inputs."""
+
+  def __init__(self, spec: core.SideSpec, x: SideInputs[tf.Tensor]):
+    self.spec, self.x = spec, x
+    q = _rows(spec, x.scores.q, 2)
+    self.q = q
+    batch, heads, num_rows, size = q.shape.as_list()
+    self.shape = (batch, heads, num_rows, size)
+    self.has_ids = x.scores.per_id is not None and x.masks.ids.first is not None
+    carried = spec.is_carried
+    if x.sources:
+      # The rebuilt sums (float32) are read; nothing is emitted: the next
+      # layer rebuilds its own.
+      self.reads = carried
+      self.emits = (False, False)
+      self.stream_dtype = tf.float32
+    else:
+      self.reads = tuple(c and s is not None for c, s in zip(carried, x.sums))
+      self.emits = tuple(c and spec.streams.emit for c in carried)
+      self.stream_dtype = _stream_dtype(spec, q.dtype)
+    mean = (1.0 / spec.streams.num_summed if spec.streams.running_mean and
+            spec.streams.num_summed > 1 else 1.0)
+    drop = spec.dropout
+    dropout = drop.training and drop.rate > 0.0
+
+    codes1, codes2 = attention_codes(spec, x.masks, self.has_ids)
+    self.widths = (codes1.shape[-1] if not spec.band else 3 * spec.block_len,
+                   codes2.shape[-1])
+    if dropout:
+      self.seeds = tf.concat([dropout_lib.fold_seed(x.seed,
+                                                    drop.first_site + i)
+                              for i in range(2)], 0)
+    else:
+      self.seeds = tf.zeros([4], tf.int32)
+    self.placeholder = tf.zeros([1], tf.float32)
+    self.constants = [codes1, codes2,
+                      tf.reshape(x.masks.valid, [batch, num_rows])]
+    self.attributes = {
+        "band": spec.band, "block_len": spec.block_len if spec.band else 1,
+        "has_ids": self.has_ids, "read_prev1": self.reads[0],
+        "read_prev2": self.reads[1], "emit1": self.emits[0],
+        "emit2": self.emits[1],
+        "scale1": mean if carried[0] else 1.0,
+        "scale2": mean if carried[1] else 1.0,
+        "keep_threshold": (dropout_lib.keep_threshold(drop.rate) if dropout
+                           else 0),
+        "gain": dropout_lib.keep_gain(drop.rate, dropout),
+        "by_rows": drop.by_rows}
+
+  def inputs(self) -> list:
+    """The differentiated operands: q, first keys and values, second keys
+    and values, per-id scores (a shaped placeholder without ids: the
+    handlers read none of it)."""
+    spec, x = self.spec, self.x
+    batch, heads, num_rows, _ = self.shape
+    if self.has_ids:
+      per_id = _rows(spec, x.scores.per_id, 1)  # [B, N, R, H]
+    else:
+      per_id = tf.zeros([batch, num_rows, 1, heads], tf.float32)
+    return [self.q, _rows(spec, x.scores.keys.first, 2),
+            _rows(spec, x.values.first, 2), x.scores.keys.second,
+            x.values.second, per_id]
+
+  def _operands(self, own, prev) -> list:
+    return (list(own) + self.constants +
+            [p if p is not None else self.placeholder for p in prev] +
+            [self.seeds])
+
+  def forward(self, own, prev):
+    """(ctx, lse, the emitted new sums)."""
+    batch, heads, num_rows, size = self.shape
+    results = [([batch, heads, num_rows, size], self.q.dtype),
+               ([batch, heads, num_rows], tf.float32)]
+    for emit, width in zip(self.emits, self.widths):
+      results.append(([batch, heads, num_rows, width], self.stream_dtype)
+                     if emit else ([1], tf.float32))
+    outs = custom_calls.custom_call(SIDE_FORWARD, self._operands(own, prev),
+                                    results, self.attributes)
+    return outs[0], outs[1], [o for o, e in zip(outs[2:], self.emits) if e]
+
+  def backward(self, own, prev, ctx, lse, dctx, dnew):
+    """(the gradients of `own`, per pattern the read sums' gradient or
+    None); `dnew`: per pattern the emitted sum's gradient or None."""
+    batch, heads, num_rows, _ = self.shape
+    dnew = [tf.cast(d, self.stream_dtype) if d is not None
+            else self.placeholder
+            for d in (list(dnew) + [None, None])[:2]]
+    grads = custom_calls.custom_call(
+        SIDE_BACKWARD,
+        self._operands(own, prev) + [ctx, lse, tf.cast(dctx, self.q.dtype)]
+        + dnew,
+        [(a.shape.as_list(), a.dtype) for a in own] +
+        [(p.shape.as_list(), self.stream_dtype) if p is not None
+         else ([1], tf.float32) for p in prev] +
+        [([batch, heads, num_rows], tf.float32)],  # delta (scratch)
+        self.attributes)
+    out = list(grads[:6])
+    if not self.has_ids:
+      out[5] = None  # the placeholder
+    dprev = [g if p is not None else None for g, p in zip(grads[6:8], prev)]
+    return out, dprev
 
 
 def attention_codes(spec: core.SideSpec, masks: SideMasks[tf.Tensor],
@@ -245,15 +375,22 @@ def attention_codes(spec: core.SideSpec, masks: SideMasks[tf.Tensor],
   return out[0], out[1]
 
 
-def attend_side(spec: core.SideSpec, x: SideInputs[tf.Tensor]
-                ) -> SideOutputs[tf.Tensor]:
-  """The whole side: fused where `covers`, else `attention_core` (the
-  first such fallback is logged with its reason, so a user of the option
-  sees where it does not act)."""
+def covers_or_log(spec: core.SideSpec, x: SideInputs[tf.Tensor]) -> bool:
+  """`covers`, logging the first side that is not covered with its reason
+  (so a user of the option sees where it does not act)."""
   reason = uncovered_reason(spec, x)
   if reason is None:
-    return fused_side(spec, x)
+    return True
   logging.log_first_n(logging.INFO,
                       "attention_kernel='fused': the %s side runs on the "
                       "XLA path: %s", 1, "/".join(spec.patterns), reason)
+  return False
+
+
+def attend_side(spec: core.SideSpec, x: SideInputs[tf.Tensor]
+                ) -> SideOutputs[tf.Tensor]:
+  """The whole side: fused where `covers`, else `attention_core` whole
+  (logged, `covers_or_log`)."""
+  if covers_or_log(spec, x):
+    return fused_side(spec, x)
   return core.attend_side(spec, 0, blocking.dim(x.scores.q, 2), x)

@@ -97,8 +97,10 @@ class AttentionPlan(NamedTuple):
     num_chunks: 0 = whole; n >= 1 = `chunked_recompute` in n chunks of
       queries per side (1 = recomputed whole in the backward pass).
     stream_sources: carry the residual streams as the layers' score inputs.
-    fused: run the sides the fused kernels cover as custom calls
-      (`ExecutionConfig.attention_kernel = 'fused'`, whole, under XLA).
+    fused: run the sides the fused kernels cover as custom calls, whole
+      (`ExecutionConfig.attention_kernel = 'fused'`, under XLA, unless
+      `recompute_attention` asks for the XLA path's recomputation); the
+      others as `num_chunks` says.
   """
   num_chunks: int
   stream_sources: bool
@@ -145,8 +147,11 @@ def plan_attention(execution: ExecutionConfig, sparse: bool, long_len: Any,
     # Recomputed streams only save memory where the sums are rebuilt chunk
     # by chunk in the backward pass too.
     num_chunks = max(num_chunks, 1)
+  # The kernels keep nothing score-sized for the backward pass, and rebuild
+  # recomputed streams there themselves; a side they do not cover runs as
+  # `num_chunks` says.
   fused = (execution.attention_kernel == "fused" and in_xla and
-           not num_chunks)
+           not (execution.recompute_attention and training))
   return AttentionPlan(num_chunks, sources, fused)
 
 
@@ -482,19 +487,29 @@ def attend_sides(specs: Sequence[core.SideSpec],
                  fused: bool = False) -> List[SideOutputs[tf.Tensor]]:
   """Runs the core on each side: whole, or (`num_chunks` >= 1) under
   `chunked_recompute` in that many chunks of rows per side (1: recomputed
-  whole in the backward pass); with `fused` (whole sides only), the sides
-  the fused kernels cover as custom calls; see `plan_attention`."""
-  if fused and not num_chunks:
-    return [fused_attention.attend_side(spec, x)
-            for spec, x in zip(specs, inputs)]
+  whole in the backward pass); with `fused`, the sides the fused kernels
+  cover as custom calls (whole); see `plan_attention`."""
+  outputs = [None] * len(specs)
+  rest = list(range(len(specs)))
+  if fused:
+    rest = [i for i in rest
+            if not fused_attention.covers_or_log(specs[i], inputs[i])]
+    for i in set(range(len(specs))) - set(rest):
+      outputs[i] = fused_attention.fused_side(specs[i], inputs[i])
   if not num_chunks:
-    return [core.attend_side(spec, 0, blocking.dim(x.scores.q, 2), x)
-            for spec, x in zip(specs, inputs)]
-  return chunked_recompute([
-      ChunkedPart(functools.partial(core.attend_side, spec),
-                  chunk_cuts(spec.band, x), _chunks(x.scores.q, num_chunks),
-                  out_axes=2)
-      for spec, x in zip(specs, inputs)])
+    for i in rest:
+      outputs[i] = core.attend_side(specs[i], 0,
+                                    blocking.dim(inputs[i].scores.q, 2),
+                                    inputs[i])
+  elif rest:
+    outputs_rest = chunked_recompute([
+        ChunkedPart(functools.partial(core.attend_side, specs[i]),
+                    chunk_cuts(specs[i].band, inputs[i]),
+                    _chunks(inputs[i].scores.q, num_chunks), out_axes=2)
+        for i in rest])
+    for i, out in zip(rest, outputs_rest):
+      outputs[i] = out
+  return outputs
 
 
 def _chunks(queries: tf.Tensor, num_chunks: int):

@@ -2,6 +2,8 @@
 recompute), recomputed, and residual streams carried as their sources, all
 computing the same function, gradients and dropout masks."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -54,6 +56,21 @@ def test_plan_skips_chunking_under_xla():
   streams = ExecutionConfig(recompute_residual_streams=True)
   assert _plan(execution=streams, in_xla=True) == (
       attention.AttentionPlan(1, True))
+
+
+def test_plan_fuses_under_xla_unless_attention_is_recomputed():
+  fused = ExecutionConfig(attention_kernel="fused")
+  assert _plan(execution=fused, in_xla=True) == (
+      attention.AttentionPlan(0, False, True))
+  assert not _plan(execution=fused).fused  # outside XLA
+  # The kernels rebuild recomputed streams themselves; the sides they do
+  # not cover keep the XLA path's recomputation (one chunk).
+  streams = dataclasses.replace(fused, recompute_residual_streams=True)
+  assert _plan(execution=streams, in_xla=True) == (
+      attention.AttentionPlan(1, True, True))
+  recompute = dataclasses.replace(fused, recompute_attention=True)
+  assert not _plan(execution=recompute, in_xla=True).fused
+  assert _plan(execution=recompute, in_xla=True, training=False).fused
 
 
 def test_plan_recomputes_when_asked():
