@@ -14,6 +14,7 @@ from etc_realformer.kernels.reference import relative_error
 from etc_realformer.kernels.reference import side_backward
 from etc_realformer.kernels.reference import side_forward
 from etc_realformer.kernels.reference import side_pieces
+from etc_realformer.kernels.reference import source_sums
 from etc_realformer.kernels.reference import SideCase
 
 FIRST_SITE = 34  # a layer's first attention-probability dropout site

@@ -23,10 +23,11 @@ dropout: the names the CUDA handlers look up (`variant_name`,
 one along the launch grid's first axis (query rows, BM; keys for the keys
 kernel, BN). By default what a 12-layer model trains and runs with, with
 the benchmark's relative vocabulary and without ids: both passes, both
-sides, the streams of its first, middle and last layers and none (float32
-sums), dropout on (rows first) and off (`--passes=fwd`: inference only):
-for one dtype 128 cubins, some 15 MiB (without source lines:
-`--line_info` keeps them, at some 3x the size). The backward's queries
+sides, the streams of its first, middle and last layers, recomputed
+streams and none (float32 sums), dropout on (rows first) and off
+(`--passes=fwd`: inference only): for one dtype 160 cubins, 6.5 MiB
+(without source lines: `--line_info` keeps them, at some 3x the size).
+The backward's queries
 kernel unrolls its per-id sums over R, the longest compiles (R = 32: some
 20 s each), which the build starts first.
 
@@ -71,26 +72,29 @@ PASSES = {"fwd": (FORWARD,), "bwd": (QUERIES, KEYS)}
 SIDE_POINTERS = (
     ("q", "T"), ("k1", "T"), ("v1", "T"), ("k2", "T"), ("v2", "T"),
     ("per_id", "fp32"), ("codes1", "i8"), ("codes2", "i8"),
-    ("valid", "fp32"), ("prev1", "S"), ("prev2", "S"), ("seeds", "i32"),
-    ("ctx", "T"), ("lse", "fp32"), ("new1", "S"), ("new2", "S"))
+    ("valid", "fp32"), ("prev1", "S"), ("prev2", "S"), ("src_q", "T"),
+    ("src_k1", "T"), ("src_k2", "T"), ("seeds", "i32"), ("ctx", "T"),
+    ("lse", "fp32"), ("new1", "S"), ("new2", "S"))
 SIDE_INTS = ("batch_size", "num_heads", "num_rows", "first_len",
              "second_len", "num_ids", "block_len", "codes1_stride",
-             "keep_threshold")
+             "num_sources", "keep_threshold")
 SIDE_FLOATS = ("gain", "scale1", "scale2")
 SIDE_CONSTEXPRS = ("D", "BM", "BN", "R", "BAND", "HAS_IDS", "READ1", "READ2",
-                   "WRITE1", "WRITE2", "DROPOUT", "BY_ROWS", "IEEE")
-QUERIES_POINTERS = SIDE_POINTERS[:14] + (
+                   "WRITE1", "WRITE2", "SOURCES", "DROPOUT", "BY_ROWS",
+                   "IEEE")
+QUERIES_POINTERS = SIDE_POINTERS[:17] + (
     ("dctx", "T"), ("dnew1", "S"), ("dnew2", "S"), ("dq", "T"),
     ("dper_id", "fp32"), ("dprev1", "S"), ("dprev2", "S"), ("delta", "fp32"))
 KEYS_POINTERS = (
     ("q", "T"), ("k", "T"), ("v", "T"), ("per_id", "fp32"), ("codes", "i8"),
-    ("valid", "fp32"), ("prev", "S"), ("seeds", "i32"), ("lse", "fp32"),
-    ("delta", "fp32"), ("dctx", "T"), ("dnew", "S"), ("dk", "T"),
-    ("dv", "T"))
+    ("valid", "fp32"), ("prev", "S"), ("src_q", "T"), ("src_k", "T"),
+    ("seeds", "i32"), ("lse", "fp32"), ("delta", "fp32"), ("dctx", "T"),
+    ("dnew", "S"), ("dk", "T"), ("dv", "T"))
 KEYS_INTS = ("batch_size", "num_heads", "num_rows", "key_rows", "num_ids",
-             "block_len", "codes_stride", "keep_threshold")
+             "block_len", "codes_stride", "num_sources", "keep_threshold")
 KEYS_CONSTEXPRS = ("D", "BM", "BN", "R", "BAND", "HAS_IDS", "READ", "WRITE",
-                   "DROPOUT", "BY_ROWS", "IEEE", "PATTERN", "BAND_SIDE")
+                   "SOURCES", "DROPOUT", "BY_ROWS", "IEEE", "PATTERN",
+                   "BAND_SIDE")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,9 +123,16 @@ SIGNATURES = {
 }
 
 # What the 12-layer benchmark runs, per side: no stream, the first layer
-# (emit only), the middle layers (read and emit), the last (read only);
-# flags READ1 READ2 WRITE1 WRITE2.
-DEFAULT_STREAMS = ("0000", "0011", "1111", "1100")
+# (emit only), the middle layers (read and emit), the last (read only),
+# and with recomputed streams the layers after the first (read from the
+# sources); flags READ1 READ2 WRITE1 WRITE2, a READ digit "s" when the
+# previous sum is made from the earlier layers' queries and keys.
+DEFAULT_STREAMS = ("0000", "0011", "1111", "1100", "ss00")
+# Every valid --streams value: 0/1 flags, or READ digits "s" (recomputed
+# streams: read from the sources, nothing written).
+STREAM_FLAGS = tuple(
+    ["".join(f) for f in itertools.product("01", repeat=4)] +
+    [r1 + r2 + "00" for r1 in "0s" for r2 in "0s" if "s" in r1 + r2])
 SIDES = ("band", "dense")
 DROPOUT_LAYOUTS = ("off", "rows", "whole")
 
@@ -136,8 +147,9 @@ class Variant:
     ids_padded: the relative vocabulary rounded up to a power of two; 0:
       no relative ids.
     band: the side's first pattern is the l2l band, else dense.
-    streams: READ1, READ2, WRITE1, WRITE2 as "0"/"1" digits; the keys
-      kernel: its pattern's READ, WRITE.
+    streams: READ1, READ2, WRITE1, WRITE2 as "0"/"1" digits ("s": read
+      from the sources, recomputed streams); the keys kernel: its
+      pattern's READ, WRITE.
     low_streams: the running sums are in the inputs' dtype, not float32.
     dropout: the probabilities' hash dropout.
     by_rows: its index rows first (matters only with dropout).
@@ -158,7 +170,12 @@ class Variant:
 
   @property
   def flags(self) -> Tuple[bool, ...]:
-    return tuple(c == "1" for c in self.streams)
+    return tuple(c != "0" for c in self.streams)
+
+  @property
+  def sources(self) -> bool:
+    """The previous sums are made from the sources (SOURCES)."""
+    return "s" in self.streams
 
   @property
   def tile(self) -> str:
@@ -213,6 +230,8 @@ def variant_name(dtype: str, head_size: int, ids_padded: int, band: bool,
   one of those streams is read or written, in the inputs' dtype, and that
   dtype is not float32, else "f32" (one name per distinct kernel); "rows"
   whenever dropout is off (the index layout matters only with dropout).
+  A READ digit "s" reads the previous sum from the sources (recomputed
+  streams: the earlier layers' queries and keys), never beside a "1".
   """
   keys = kernel == KEYS
   if kernel not in SIGNATURES:
@@ -220,8 +239,11 @@ def variant_name(dtype: str, head_size: int, ids_padded: int, band: bool,
   if keys != (pattern in (1, 2)) or (not keys and pattern):
     raise ValueError(f"pattern {pattern}: 1 or 2 for {KEYS}, else 0")
   digits = 2 if keys else 4
-  if len(streams) != digits or set(streams) - {"0", "1"}:
-    raise ValueError(f"streams {streams!r}: {digits} 0/1 digits")
+  reads = digits // 2
+  if (len(streams) != digits or set(streams) - {"0", "1", "s"} or
+      "s" in streams[reads:] or ("s" in streams and "1" in streams)):
+    raise ValueError(f"streams {streams!r}: {digits} 0/1 digits, or \"s\" "
+                     f"for the READ ones alone")
   low = low_streams and "1" in streams and dtype != "float32"
   return (f"{kernel}_{dtype}_d{head_size}_"
           f"{f'r{ids_padded}' if ids_padded else 'noids'}_"
@@ -272,7 +294,8 @@ def _load(name: str, path: pathlib.Path):
 
 def constexprs(variant: Variant, tiles: Dict[str, int]) -> Dict[str, Any]:
   """The kernel's constexprs for one variant."""
-  common = {"D": variant.head_size, "BM": tiles["block_m"],
+  common = {"D": variant.head_size, "SOURCES": variant.sources,
+            "BM": tiles["block_m"],
             "BN": tiles["block_n"], "R": max(variant.ids_padded, 1),
             "HAS_IDS": bool(variant.ids_padded), "DROPOUT": variant.dropout,
             "BY_ROWS": variant.by_rows or not variant.dropout,
@@ -431,7 +454,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                       "long side)")
   parser.add_argument("--streams", default=",".join(DEFAULT_STREAMS),
                       help="comma list of stream flags READ1 READ2 WRITE1 "
-                      "WRITE2 as 0/1 digits (default: a 12-layer model's)")
+                      "WRITE2 as 0/1 digits, READ digits \"s\" for sums made "
+                      "from the sources (default: a 12-layer model's)")
   parser.add_argument("--stream_dtypes", default="f32",
                       help="comma list of the running sums' dtypes: f32, "
                       "low (the inputs' dtype)")
@@ -467,8 +491,7 @@ def main(argv: Optional[List[str]] = None) -> int:
       ("passes", passes, PASSES),
       ("stream_dtypes", stream_dtypes, ("f32", "low")),
       ("dropout", dropout, DROPOUT_LAYOUTS),
-      ("streams", streams, ["".join(f) for f in itertools.product(
-          "01", repeat=4)])):
+      ("streams", streams, STREAM_FLAGS)):
     bad = [v for v in values if v not in allowed]
     if bad or not values:
       print(f"build_kernels: --{flag} {bad}: not one of {list(allowed)}",

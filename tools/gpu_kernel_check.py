@@ -10,7 +10,9 @@ that divides no tile, hard masks, fully masked rows) against the float64
 NumPy reference `side_forward`: the long side (band + global keys) and the
 global side (dense global + long keys), each with both patterns' RealFormer
 streams carried, read and emitted (running mean) and the hash dropout
-(rate 0.1), and the long side without any of them nor relative ids. Per
+(rate 0.1), the long side with recomputed streams (the previous sums made
+from three earlier layers' queries and keys), and the long side without
+any of them nor relative ids. Per
 case the relative error of the context, of the row statistic (valid rows)
 and of the new running sums, and whether any value is not finite or a
 fully masked row is not zero. Then, per case, the gradient's call
@@ -21,7 +23,8 @@ patterns, the per-id relative scores, the previous sums read). Then the
 calls at the benchmark's shape (12 heads, D = 64, batch 4, bfloat16,
 relative vocabulary 32; long side: L = 4096 padded to blocks of r + 1 =
 85, G = 256; global side: G = 256 queries over 256 global and 4096 long
-keys), with the streams and dropout and without: the forward alone, the
+keys), with the streams and dropout (summed, and recomputed from the 11
+earlier layers of the twelfth) and without: the forward alone, the
 backward alone and the two in one program (a training step's), each with
 its time, and the bytes it must move and the products it must compute
 over that time. One JSON record per line (printed, and appended to
@@ -70,6 +73,16 @@ INPUTS = ("q", "k1", "v1", "k2", "v2")
 STREAMS = dict(carried=(True, True), has_prev=True, emit=True,
                running_mean=True, num_summed=3, dropout_rate=0.1,
                by_rows=True)
+SOURCES = ("src_q", "src_k1", "src_k2")
+# The operands before the incoming gradients (`operands`).
+NUM_OPERANDS = 15
+
+
+def recomputed(streams: Dict[str, Any], num_sources: int) -> Dict[str, Any]:
+  """`streams` of a layer with recomputed streams: the sums of
+  `num_sources` earlier layers read, none emitted."""
+  return dict(streams, emit=False, num_sources=num_sources,
+              num_summed=num_sources + 1)
 
 
 @functools.lru_cache(maxsize=None)
@@ -90,7 +103,8 @@ def _label(case, kernel: str = "side_forward") -> str:
   side_forward, side_backward or side_forward_backward."""
   parts = [_side_name(case)]
   if any(case.carried):
-    parts.append("streams")
+    parts.append(f"sources={case.num_sources}" if case.num_sources
+                 else "streams")
   if case.dropout_rate > 0:
     parts.append("dropout")
   return f"{kernel}[{','.join(parts)}]"
@@ -104,10 +118,13 @@ def variant(case, dtype_name: str, low_streams: bool,
   flags = case.reads_prev + case.writes_new
   if pattern:
     flags = (flags[pattern - 1], flags[pattern + 1])
+  read = "s" if case.num_sources else "1"
+  digits = [read if f else "0" for f in flags[:len(flags) // 2]] + [
+      "1" if f else "0" for f in flags[len(flags) // 2:]]
   return build_kernels.variant_name(
       dtype_name, case.size_per_head,
       1 << max(ids - 1, 0).bit_length() if ids else 0, case.band,
-      "".join("1" if f else "0" for f in flags), low_streams,
+      "".join(digits), low_streams,
       case.dropout_rate > 0, case.by_rows, kernel, pattern)
 
 
@@ -133,7 +150,8 @@ def attributes(reference, case) -> Dict[str, Any]:
           "keep_threshold": np.int64(reference.keep_threshold(
               case.dropout_rate)),
           "gain": np.float32(reference.keep_gain(case.dropout_rate)),
-          "by_rows": bool(case.by_rows)}
+          "by_rows": bool(case.by_rows),
+          "sources": np.int64(case.num_sources)}
 
 
 def _as_read(case, pieces: Dict[str, np.ndarray], args) -> Dict[str, Any]:
@@ -142,6 +160,11 @@ def _as_read(case, pieces: Dict[str, np.ndarray], args) -> Dict[str, Any]:
   rounded = dict(pieces)
   for i, name in enumerate(INPUTS):
     rounded[name] = np.asarray(args[i], np.float32)
+  if case.num_sources:  # the sums the reference reads, of the rounded
+    for i, name in enumerate(SOURCES):
+      rounded[name] = np.asarray(args[11 + i], np.float32)
+    rounded.update(_reference_module().source_sums(rounded, case))
+    return rounded
   for index in range(2):
     if case.reads_prev[index]:
       rounded[f"prev{index + 1}"] = np.asarray(args[9 + index], np.float32)
@@ -151,7 +174,8 @@ def _as_read(case, pieces: Dict[str, np.ndarray], args) -> Dict[str, Any]:
 def operands(case, pieces, dtype, stream_dtype) -> List[Any]:
   """The call's operands in order, with the placeholders the graph passes
   for what the call does not read (per_id without ids: [B, N, 1, H];
-  streams not read and seeds without dropout: f32[1])."""
+  streams not read (with sources: none), the sources without them, and
+  seeds without dropout: f32[1])."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   placeholder = np.zeros([1], np.float32)
   out = [jnp.asarray(pieces[n], dtype) for n in INPUTS]
@@ -160,7 +184,11 @@ def operands(case, pieces, dtype, stream_dtype) -> List[Any]:
   out += [pieces["codes1"], pieces["codes2"], pieces["valid"]]
   for index in range(2):
     out.append(jnp.asarray(pieces[f"prev{index + 1}"], stream_dtype)
-               if case.reads_prev[index] else placeholder)
+               if case.reads_prev[index] and not case.num_sources
+               else placeholder)
+  for name, read in zip(SOURCES, (True,) + tuple(case.reads_prev)):
+    out.append(jnp.asarray(pieces[name], dtype)
+               if case.num_sources and read else placeholder)
   out.append(pieces["seeds"] if case.dropout_rate > 0 else placeholder)
   return out
 
@@ -192,8 +220,10 @@ def backward_call(reference, case, dtype, stream_dtype):
   results.append(jax.ShapeDtypeStruct(
       (case.batch, case.rows, case.num_ids if case.has_ids else 1,
        case.num_heads), np.float32))
+  # The read sums' gradients (float32 for the sums the sources make).
+  sums_dtype = np.float32 if case.num_sources else stream_dtype
   for width, read in zip(case.widths, case.reads_prev):
-    results.append(jax.ShapeDtypeStruct(shape + (width,), stream_dtype)
+    results.append(jax.ShapeDtypeStruct(shape + (width,), sums_dtype)
                    if read else jax.ShapeDtypeStruct((1,), np.float32))
   results.append(jax.ShapeDtypeStruct(shape, np.float32))  # delta
   call = jax.ffi.ffi_call(BACKWARD_TARGET, tuple(results))
@@ -224,7 +254,7 @@ def training_call(reference, case, dtype, stream_dtype):
   backward = backward_call(reference, case, dtype, stream_dtype)
 
   def step(*args):
-    operands, grads_in = args[:12], args[12:]
+    operands, grads_in = args[:NUM_OPERANDS], args[NUM_OPERANDS:]
     ctx, lse = forward(*operands)[:2]
     return backward(*operands, ctx, lse, *grads_in)
 
@@ -240,6 +270,8 @@ def check_cases(reference) -> List[Any]:
                                    **sizes, **STREAMS),
       reference.SideCase.global_side(global_len=200, long_len=300, **sizes,
                                      **STREAMS),
+      reference.SideCase.long_side(num_blocks=3, block_len=85, global_len=100,
+                                   **sizes, **recomputed(STREAMS, 3)),
       reference.SideCase.long_side(num_blocks=3, block_len=85, global_len=100,
                                    has_ids=False, **sizes)]
 
@@ -276,6 +308,7 @@ def check(reference, device, dtype_name: str, case,
   return {"record_type": "kernel_check", "kernel": _label(case),
           "dtype": dtype_name, "has_ids": case.has_ids,
           "side": _side_name(case), "streams": any(case.carried),
+          "num_sources": case.num_sources,
           "low_streams": low_streams and dtype_name != "float32",
           "dropout_rate": case.dropout_rate, "by_rows": case.by_rows,
           "variant": variant(case, dtype_name, low_streams),
@@ -336,6 +369,7 @@ def check_backward(reference, device, dtype_name: str, case,
           "kernel": _label(case, "side_backward"),
           "dtype": dtype_name, "has_ids": case.has_ids,
           "side": _side_name(case), "streams": any(case.carried),
+          "num_sources": case.num_sources,
           "low_streams": low_streams and dtype_name != "float32",
           "dropout_rate": case.dropout_rate, "by_rows": case.by_rows,
           "variant": backward_variants(case, dtype_name, low_streams)[0],
@@ -371,7 +405,18 @@ def _forward_operands(case, dtype_bytes: int, stream_bytes: int
                     for c, f in zip(case.widths, flags) if f)
           for kind, flags in (("prev", case.reads_prev),
                               ("new", case.writes_new))}
-  return {"inputs": inputs, "prev": sums["prev"], "new": sums["new"],
+  # Recomputed streams: the sums are made from the sources (read once),
+  # one more product over the read patterns' scores, J heads deep.
+  j = case.num_sources
+  sources = (per_head * j * (n + sum(rows for rows, f in zip(
+      (k1_rows, c2), case.reads_prev) if f)) if j else 0)
+  source_flops = 2 * cells * j * d * sum(
+      c for c, f in zip(case.widths, case.reads_prev) if f)
+  # The read sums' gradient (float32 with sources), written by the backward.
+  dprev = sum((4 if j else stream_bytes) * cells * c
+              for c, f in zip(case.widths, case.reads_prev) if f)
+  return {"inputs": inputs + sources, "prev": 0 if j else sums["prev"],
+          "new": sums["new"], "dprev": dprev, "source_flops": source_flops,
           "per_head": per_head, "cells": cells, "per_id": per_id,
           "keys_and_values": per_head * (2 * k1_rows + 2 * c2)}
 
@@ -384,7 +429,8 @@ def side_traffic(case, dtype_bytes: int, stream_bytes: int = 4
   o = _forward_operands(case, dtype_bytes, stream_bytes)
   read = o["inputs"] + o["prev"]
   written = o["per_head"] * case.rows + 4 * o["cells"] + o["new"]
-  flops = 4 * o["cells"] * sum(case.widths) * case.size_per_head
+  flops = (4 * o["cells"] * sum(case.widths) * case.size_per_head +
+           o["source_flops"])
   return {"bytes": float(read + written), "flops": float(flops)}
 
 
@@ -403,18 +449,23 @@ def side_backward_traffic(case, dtype_bytes: int, stream_bytes: int = 4
           2 * o["per_head"] * n + 4 * cells +  # ctx, dctx; lse
           o["new"])  # the emitted sums' gradients
   written = (o["per_head"] * n + o["keys_and_values"] + o["per_id"] +
-             o["prev"] + 4 * cells)  # dq, dk, dv, dper_id, dprev; delta
-  flops = 10 * cells * sum(case.widths) * case.size_per_head
+             o["dprev"] + 4 * cells)  # dq, dk, dv, dper_id, dprev; delta
+  flops = (10 * cells * sum(case.widths) * case.size_per_head +
+           o["source_flops"])
   return {"bytes": float(read + written), "flops": float(flops)}
 
 
 def benchmark_case(reference, side: str, streams_and_dropout: bool,
                    batch: int = 4, long_len: int = 4096,
                    local_radius: int = 84, global_len: int = 256,
-                   has_ids: bool = True):
-  """The benchmark's shape of one side (12 heads, D = 64, vocabulary 32)."""
+                   has_ids: bool = True, num_sources: int = 0):
+  """The benchmark's shape of one side (12 heads, D = 64, vocabulary 32);
+  `num_sources` > 0: the streams recomputed from that many layers."""
+  streams = STREAMS
+  if num_sources:
+    streams = recomputed(STREAMS, num_sources)
   sizes = dict(batch=batch, num_heads=12, size_per_head=64, num_ids=32,
-               has_ids=has_ids, **(STREAMS if streams_and_dropout else {}))
+               has_ids=has_ids, **(streams if streams_and_dropout else {}))
   if side == "long":
     b = local_radius + 1
     return reference.SideCase.long_side(num_blocks=-(-long_len // b),
@@ -433,7 +484,8 @@ def time_side(reference, device, repeats: int, warmup: int, side: str,
               long_len: int = 4096, local_radius: int = 84,
               global_len: int = 256, dtype_name: str = "bfloat16",
               has_ids: bool = True, low_streams: bool = False,
-              passes: Tuple[str, ...] = ("fwd",)) -> List[Dict[str, Any]]:
+              passes: Tuple[str, ...] = ("fwd",), num_sources: int = 0
+              ) -> List[Dict[str, Any]]:
   """The calls at the benchmark's shape, with their floor figures: per
   pass in `passes` (fwd: the forward alone; bwd: the backward alone, on
   the forward's outputs; fwd_bwd: both in one program, the floor figures
@@ -441,7 +493,8 @@ def time_side(reference, device, repeats: int, warmup: int, side: str,
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   case = benchmark_case(reference, side, streams_and_dropout, batch,
-                        long_len, local_radius, global_len, has_ids)
+                        long_len, local_radius, global_len, has_ids,
+                        num_sources)
   dtype = jnp.dtype(dtype_name)
   stream_dtype = dtype if low_streams else jnp.dtype(np.float32)
   pieces = reference.side_pieces(case, seed=3)
@@ -491,7 +544,7 @@ def _timing_record(case, device, dtype_name: str, low_streams: bool,
   return {"record_type": "kernel_timing",
           "kernel": _label(case, TIMED[pass_name]), "pass": pass_name,
           "dtype": dtype_name, "has_ids": case.has_ids, "side": side,
-          "streams": streams_and_dropout,
+          "streams": streams_and_dropout, "num_sources": case.num_sources,
           "dropout_rate": case.dropout_rate,
           "variant": cubins[0], "variants": cubins,
           "device": str(device), **shape,
@@ -519,8 +572,11 @@ def _cubin_manifest(library: str) -> Dict[str, Any]:
           "kernels": manifest.get("kernels")}
 
 
-def _timed_sides() -> List[Tuple[str, bool]]:
-  return [(side, on) for side in ("long", "global") for on in (True, False)]
+def _timed_sides() -> List[Tuple[str, bool, int]]:
+  """(side, streams and dropout, sources): summed streams, streams
+  recomputed from the 11 layers before the twelfth, neither."""
+  return [(side, on, sources) for side in ("long", "global")
+          for on, sources in ((True, 0), (True, 11), (False, 0))]
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -577,10 +633,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         timing.emit(record, args.output_jsonl)
         ok &= record["ok"]
   timed = tuple(passes) + (("fwd_bwd",) if "bwd" in passes else ())
-  for side, on in ([] if args.no_timing else _timed_sides()):
+  for side, on, sources in ([] if args.no_timing else _timed_sides()):
     for record in time_side(reference, device, args.repeats, args.warmup,
                             side, on, low_streams=args.low_streams,
-                            passes=timed):
+                            passes=timed, num_sources=sources):
       record["cubins"] = _cubin_manifest(args.library)
       timing.emit(record, args.output_jsonl)
   return 0 if ok else 1

@@ -10,8 +10,8 @@ softmax statistics and dropout decisions on chip:
             l2l, + l2g; global: g2g + g2l); RealFormer streams on any
             subset of the patterns (summed: float32 or the compute dtype,
             running mean; or recomputed, `recompute_residual_streams`:
-            the sums rebuilt by the XLA path's rule where they are read,
-            in the forward pass and again in the backward pass); dropout
+            the sums made in the kernels from the earlier layers' queries
+            and keys, in each pass, see `fused_side`); dropout
             of the probabilities in training with the hash generator
             (`ExecutionConfig.dropout_rng='hash'`: the kernel draws the
             XLA path's masks)
@@ -124,12 +124,16 @@ def fused_side(spec: core.SideSpec, x: SideInputs[tf.Tensor]
   """`attention_core.attend_side` of a whole side, as custom calls: the
   forward, and the backward in its gradient.
 
-  With recomputed streams (`x.sources`) the earlier layers' running sums
-  are rebuilt (`rebuilt_sums`) and read by the kernels, in the forward
-  pass and again in the backward pass (behind an optimization barrier, so
-  XLA cannot keep the forward's): one layer's sums exist at a time, and
-  their gradient (the kernels' dprev) reaches the earlier layers' queries,
-  keys and per-id scores through the products that rebuilt them.
+  With recomputed streams (`x.sources`) no sum is read from memory: the
+  kernels make each tile's earlier-layer sum from the sources (`_Joined`:
+  the layers' queries and keys side by side along the head size), and the
+  backward's gradient of that sum (dprev) reaches the sources' queries
+  and keys through the products it stands for, and their per-id scores
+  as the kernels' per-id gradient. Where the per-id scores would differ
+  between the patterns (relative ids, one pattern carried), the sums are
+  rebuilt in the graph instead (`rebuilt_sums`) and read as summed ones.
+  Either way the sources pass an optimization barrier in each pass, so
+  XLA neither joins them early nor keeps the forward's joins.
 
   Args:
     spec: the side (`covers(spec, x)`).
@@ -140,50 +144,13 @@ def fused_side(spec: core.SideSpec, x: SideInputs[tf.Tensor]
     `spec.streams.emit` (no probabilities).
   """
   ffi_library.load_into_tensorflow()
+  if x.sources:
+    has_ids = x.scores.per_id is not None and x.masks.ids.first is not None
+    if has_ids and not all(spec.is_carried):
+      return _fused_side_rebuilt(spec, x)
+    return _fused_side_sources(spec, x)
   call = _SideCall(spec, x)
   own = call.inputs()
-  size = blocking.dim(x.scores.q, 2)
-
-  if x.sources:
-    flat_sources = tf.nest.flatten(x.sources)
-
-    def previous(flat: Sequence[tf.Tensor]) -> list:
-      sums = rebuilt_sums(spec, tf.nest.pack_sequence_as(x.sources,
-                                                         list(flat)),
-                          x.masks, size)
-      return [_rows(spec, s, 2) if r else None
-              for s, r in zip(sums, call.reads)]
-
-    @tf.custom_gradient
-    def fused_recomputed(*args):
-      n = len(own)
-      # The sums are rebuilt once this layer's queries exist, not earlier
-      # (a scheduler could otherwise build every layer's at the start).
-      barred = tf2xla.optimization_barrier(*args[n:], args[0])
-      ctx, lse, _ = call.forward(args[:n], previous(barred[:-1]))
-
-      def grad(dctx):
-        # The barrier makes the rebuilt sums a new expression that waits
-        # for the context's gradient (as `chunking`'s recomputation).
-        barred = tf2xla.optimization_barrier(*args[n:], dctx)
-        sources, dctx = list(barred[:-1]), barred[-1]
-        with tf.GradientTape() as tape:
-          tape.watch(sources)
-          prev = previous(sources)
-        grads, dprev = call.backward(args[:n], prev, ctx, lse, dctx, [])
-        targets = [p for p in prev if p is not None]
-        dsources = tape.gradient(
-            targets, sources,
-            output_gradients=[d for d, p in zip(dprev, prev)
-                              if p is not None],
-            unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        return grads + list(dsources)
-
-      return ctx, grad
-
-    return SideOutputs(ctx=_blocks(spec, fused_recomputed(*own,
-                                                          *flat_sources), 2))
-
   prev = [_rows(spec, s, 2) if r else None
           for s, r in zip(x.sums, call.reads)]
 
@@ -208,6 +175,131 @@ def fused_side(spec: core.SideSpec, x: SideInputs[tf.Tensor]
   sums = PatternPair(*(_blocks(spec, next(it), 2) if e else None
                        for e in call.emits))
   return SideOutputs(ctx=_blocks(spec, outs[0], 2), sums=sums)
+
+
+class _Joined:
+  """The sources of recomputed streams as the kernels read them: the
+  earlier layers' queries and keys concatenated along the head size
+  ([.., J * D]: sum_j q_j.k_j = [q_0 | q_1 | ..] . [k_0 | k_1 | ..]) and
+  their per-id scores summed (a pattern carried on every earlier layer
+  gets them all), in the core's layouts."""
+
+  def __init__(self, spec: core.SideSpec,
+               sources: Sequence[ScoreInputs[tf.Tensor]]):
+    self.spec = spec
+    carried = spec.is_carried
+    self.q = tf.concat([s.q for s in sources], -1)
+    self.keys = PatternPair(*(tf.concat([s.keys[i] for s in sources], -1)
+                              if c else None for i, c in enumerate(carried)))
+    per_ids = [s.per_id for s in sources if s.per_id is not None]
+    self.per_id = tf.add_n(per_ids) if per_ids else None
+
+  def operands(self) -> list:
+    """src_q, src_k1, src_k2 in the kernels' row layout (None: unread)."""
+    k1, k2 = self.keys  # the second pattern's keys are never blocked
+    return [_rows(self.spec, self.q, 2),
+            _rows(self.spec, k1, 2) if k1 is not None else None, k2]
+
+  def products(self, size: blocking.Dim) -> PatternPair[tf.Tensor]:
+    """The sums the kernels make (the carried patterns'), as the graph's
+    products: what their gradient flows through."""
+    return core.side_scores(self.spec, ScoreInputs(self.q, self.keys),
+                            PatternPair(), size, self.spec.is_carried)
+
+
+def _fused_side_sources(spec: core.SideSpec, x: SideInputs[tf.Tensor]
+                        ) -> SideOutputs[tf.Tensor]:
+  """`fused_side` with recomputed streams, the sums made in the kernels."""
+  call = _SideCall(spec, x, num_sources=len(x.sources))
+  own = call.inputs()
+  n = len(own)
+  size = blocking.dim(x.scores.q, 2)
+  flat_sources = tf.nest.flatten(x.sources)
+
+  def joined(flat) -> _Joined:
+    return _Joined(spec, tf.nest.pack_sequence_as(x.sources, list(flat)))
+
+  def with_sources(args, sources: _Joined) -> list:
+    out = list(args)
+    if sources.per_id is not None:  # the per-id scores of every layer
+      out[5] = out[5] + _rows(spec, sources.per_id, 1)
+    return out
+
+  @tf.custom_gradient
+  def fused(*args):
+    # The sources are joined once this layer's queries exist, not earlier
+    # (a scheduler could otherwise join every layer's at the start).
+    barred = tf2xla.optimization_barrier(*args[n:], args[0])
+    sources = joined(barred[:-1])
+    ctx, lse, _ = call.forward(with_sources(args[:n], sources), [None, None],
+                               sources.operands())
+
+    def grad(dctx):
+      # Joined again, after the context's gradient exists (the barrier):
+      # the forward's joins are not kept.
+      barred = tf2xla.optimization_barrier(*args[n:], dctx)
+      flat, dctx = list(barred[:-1]), barred[-1]
+      with tf.GradientTape() as tape:
+        tape.watch(flat)
+        sources = joined(flat)
+        products = sources.products(size)
+      grads, dprev = call.backward(with_sources(args[:n], sources),
+                                   [None, None], ctx, lse, dctx, [],
+                                   sources.operands())
+      targets = [p for p, r in zip(products, call.reads) if r]
+      upstream = [_blocks(spec, d, 2) for d, r in zip(dprev, call.reads)
+                  if r]
+      if sources.per_id is not None:
+        targets.append(sources.per_id)
+        upstream.append(_blocks(spec, grads[5], 1))
+      dsources = tape.gradient(
+          targets, flat, output_gradients=upstream,
+          unconnected_gradients=tf.UnconnectedGradients.ZERO)
+      return grads + list(dsources)
+
+    return ctx, grad
+
+  return SideOutputs(ctx=_blocks(spec, fused(*own, *flat_sources), 2))
+
+
+def _fused_side_rebuilt(spec: core.SideSpec, x: SideInputs[tf.Tensor]
+                        ) -> SideOutputs[tf.Tensor]:
+  """`fused_side` with recomputed streams rebuilt in the graph
+  (`rebuilt_sums`) and read by the kernels as summed ones."""
+  call = _SideCall(spec, x)
+  own = call.inputs()
+  n = len(own)
+  size = blocking.dim(x.scores.q, 2)
+  flat_sources = tf.nest.flatten(x.sources)
+
+  def previous(flat: Sequence[tf.Tensor]) -> list:
+    sums = rebuilt_sums(spec, tf.nest.pack_sequence_as(x.sources,
+                                                       list(flat)),
+                        x.masks, size)
+    return [_rows(spec, s, 2) if r else None
+            for s, r in zip(sums, call.reads)]
+
+  @tf.custom_gradient
+  def fused(*args):
+    barred = tf2xla.optimization_barrier(*args[n:], args[0])
+    ctx, lse, _ = call.forward(args[:n], previous(barred[:-1]))
+
+    def grad(dctx):
+      barred = tf2xla.optimization_barrier(*args[n:], dctx)
+      flat, dctx = list(barred[:-1]), barred[-1]
+      with tf.GradientTape() as tape:
+        tape.watch(flat)
+        prev = previous(flat)
+      grads, dprev = call.backward(args[:n], prev, ctx, lse, dctx, [])
+      dsources = tape.gradient(
+          [p for p in prev if p is not None], flat,
+          output_gradients=[d for d, p in zip(dprev, prev) if p is not None],
+          unconnected_gradients=tf.UnconnectedGradients.ZERO)
+      return grads + list(dsources)
+
+    return ctx, grad
+
+  return SideOutputs(ctx=_blocks(spec, fused(*own, *flat_sources), 2))
 
 
 def rebuilt_sums(spec: core.SideSpec,
@@ -241,8 +333,10 @@ class _SideCall:
   """One side's custom calls: their operands, results and attributes, and
   the two calls (`forward`, `backward`) on its differentiated inputs."""
 
-  def __init__(self, spec: core.SideSpec, x: SideInputs[tf.Tensor]):
+  def __init__(self, spec: core.SideSpec, x: SideInputs[tf.Tensor],
+               num_sources: int = 0):
     self.spec, self.x = spec, x
+    self.num_sources = num_sources
     q = _rows(spec, x.scores.q, 2)
     self.q = q
     batch, heads, num_rows, size = q.shape.as_list()
@@ -250,8 +344,9 @@ class _SideCall:
     self.has_ids = x.scores.per_id is not None and x.masks.ids.first is not None
     carried = spec.is_carried
     if x.sources:
-      # The rebuilt sums (float32) are read; nothing is emitted: the next
-      # layer rebuilds its own.
+      # The earlier layers' sums (float32, made in the kernels from the
+      # sources or rebuilt in the graph) are read; nothing is emitted: the
+      # next layer makes its own.
       self.reads = carried
       self.emits = (False, False)
       self.stream_dtype = tf.float32
@@ -286,7 +381,7 @@ class _SideCall:
         "keep_threshold": (dropout_lib.keep_threshold(drop.rate) if dropout
                            else 0),
         "gain": dropout_lib.keep_gain(drop.rate, dropout),
-        "by_rows": drop.by_rows}
+        "by_rows": drop.by_rows, "sources": num_sources}
 
   def inputs(self) -> list:
     """The differentiated operands: q, first keys and values, second keys
@@ -302,43 +397,49 @@ class _SideCall:
             _rows(spec, x.values.first, 2), x.scores.keys.second,
             x.values.second, per_id]
 
-  def _operands(self, own, prev) -> list:
+  def _operands(self, own, prev, sources) -> list:
+    sources = list(sources or []) + [None] * (3 - len(sources or []))
     return (list(own) + self.constants +
             [p if p is not None else self.placeholder for p in prev] +
+            [t if t is not None else self.placeholder for t in sources] +
             [self.seeds])
 
-  def forward(self, own, prev):
-    """(ctx, lse, the emitted new sums)."""
+  def forward(self, own, prev, sources=None):
+    """(ctx, lse, the emitted new sums); `sources`: src_q, src_k1, src_k2
+    (`_Joined.operands`) with `num_sources`."""
     batch, heads, num_rows, size = self.shape
     results = [([batch, heads, num_rows, size], self.q.dtype),
                ([batch, heads, num_rows], tf.float32)]
     for emit, width in zip(self.emits, self.widths):
       results.append(([batch, heads, num_rows, width], self.stream_dtype)
                      if emit else ([1], tf.float32))
-    outs = custom_calls.custom_call(SIDE_FORWARD, self._operands(own, prev),
+    outs = custom_calls.custom_call(SIDE_FORWARD,
+                                    self._operands(own, prev, sources),
                                     results, self.attributes)
     return outs[0], outs[1], [o for o, e in zip(outs[2:], self.emits) if e]
 
-  def backward(self, own, prev, ctx, lse, dctx, dnew):
+  def backward(self, own, prev, ctx, lse, dctx, dnew, sources=None):
     """(the gradients of `own`, per pattern the read sums' gradient or
-    None); `dnew`: per pattern the emitted sum's gradient or None."""
+    None); `dnew`: per pattern the emitted sum's gradient or None;
+    `sources` as `forward`'s."""
     batch, heads, num_rows, _ = self.shape
     dnew = [tf.cast(d, self.stream_dtype) if d is not None
             else self.placeholder
             for d in (list(dnew) + [None, None])[:2]]
     grads = custom_calls.custom_call(
         SIDE_BACKWARD,
-        self._operands(own, prev) + [ctx, lse, tf.cast(dctx, self.q.dtype)]
-        + dnew,
+        self._operands(own, prev, sources) +
+        [ctx, lse, tf.cast(dctx, self.q.dtype)] + dnew,
         [(a.shape.as_list(), a.dtype) for a in own] +
-        [(p.shape.as_list(), self.stream_dtype) if p is not None
-         else ([1], tf.float32) for p in prev] +
+        [([batch, heads, num_rows, width], self.stream_dtype) if r
+         else ([1], tf.float32) for r, width in zip(self.reads, self.widths)]
+        +
         [([batch, heads, num_rows], tf.float32)],  # delta (scratch)
         self.attributes)
     out = list(grads[:6])
     if not self.has_ids:
       out[5] = None  # the placeholder
-    dprev = [g if p is not None else None for g, p in zip(grads[6:8], prev)]
+    dprev = [g if r else None for g, r in zip(grads[6:8], self.reads)]
     return out, dprev
 
 

@@ -45,6 +45,9 @@ class SideCase:
     by_rows: the dropout index is laid out rows first
       (`dropout.row_keep_mask`, row blocks of `row_block` queries); else
       row-major over [B, H, N, K].
+    num_sources: > 0: recomputed streams; the previous sums read are
+      those of `num_sources` earlier layers' queries and keys
+      (`source_sums`), which the kernels get instead of the sums.
   """
   batch: int = 2
   num_heads: int = 2
@@ -64,6 +67,7 @@ class SideCase:
   running_mean: bool = False
   dropout_rate: float = 0.0
   by_rows: bool = True
+  num_sources: int = 0
 
   @property
   def rows(self) -> int:
@@ -181,16 +185,45 @@ def side_pieces(case: SideCase, seed: int = 0,
   p["add1"] = np.where(keep1, 0.0, NEG)
   p["add2"] = np.where(keep2, 0.0, NEG)
   p["valid"] = valid
-  for index, width in enumerate((c1, c2)):
-    if case.reads_prev[index]:
-      p[f"prev{index + 1}"] = 3.0 * rng.normal(size=shape + (n, width))
+  if case.num_sources:
+    j = case.num_sources * d
+    p["src_q"] = rng.normal(size=shape + (n, j)) / np.sqrt(d)
+    p["src_k1"] = rng.normal(size=shape + (k1_rows, j))
+    p["src_k2"] = rng.normal(size=shape + (case.second_len, j))
+  else:
+    for index, width in enumerate((c1, c2)):
+      if case.reads_prev[index]:
+        p[f"prev{index + 1}"] = 3.0 * rng.normal(size=shape + (n, width))
   out = {}
   for name, value in p.items():
     out[name] = (value.astype(np.int32) if value.dtype.kind == "i"
                  else value.astype(np.float32))
   out["codes1"], out["codes2"] = codes(out, case)
+  out.update(source_sums(out, case))
   if case.dropout_rate > 0:
     out["seeds"] = rng.integers(-2**31, 2**31 - 1, 4).astype(np.int32)
+  return out
+
+
+def source_sums(p: Dict[str, np.ndarray], case: SideCase
+                ) -> Dict[str, np.ndarray]:
+  """With recomputed streams (`case.num_sources`), the previous sums the
+  read patterns see: sum_j q_j.k_j of the sources `src_q`, `src_k1`,
+  `src_k2` ([.., J * D], layers side by side), as float32 `prev1`,
+  `prev2` (what the reference reads; the kernels make them per tile).
+  Call it again after rounding the sources."""
+  out = {}
+  if not case.num_sources:
+    return out
+  q = p["src_q"].astype(np.float64)
+  keys = (_gathered(case, p, "src_k1"),
+          p["src_k2"].astype(np.float64)[:, :, None])
+  for index in range(2):
+    if case.reads_prev[index]:
+      k = np.broadcast_to(keys[index], keys[index].shape[:2] + (case.rows,)
+                          + keys[index].shape[3:])
+      out[f"prev{index + 1}"] = np.einsum("bhnd,bhnkd->bhnk", q, k).astype(
+          np.float32)
   return out
 
 

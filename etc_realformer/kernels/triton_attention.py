@@ -48,6 +48,11 @@ sums', float32 or T):
   valid    <f32>[B, N]          1 where the query has a key, else 0
   prev1    <S>[B, H, N, C1]     the previous running sum (C1 = 3b or K1)
   prev2    <S>[B, H, N, K2]
+  src_q    <T>[B, H, N, J*D]    SOURCES (recomputed streams): the J earlier
+  src_k1   <T>[B, H, K1', J*D]  layers' queries and keys, concatenated along
+  src_k2   <T>[B, H, K2, J*D]   the head size; the previous sum of a read
+                                pattern is then sum_j q_j.k_j, made per
+                                tile (prev unread)
   seeds    <i32>[4]             the folded dropout seed of each pattern
   ctx      <T>[B, H, N, D]      the context (0 where not valid)
   lse      <f32>[B, H, N]       max + log(sum) of the row's exponentials
@@ -117,6 +122,25 @@ def _context(p, vt, IEEE: tl.constexpr):
 
 
 @triton.jit
+def _source_scores(src_q, src_k, head_rows, row_ok, key_rows, key_ok,
+                   num_sources, D: tl.constexpr, BM: tl.constexpr,
+                   BN: tl.constexpr, IEEE: tl.constexpr):
+  """sum_j q_j . k_j^T of a [BM, BN] tile over the J earlier layers
+  (recomputed streams): their queries and keys side by side along the
+  head size, [.., J * D], one [BM, D] and one [BN, D] slice per layer."""
+  d = tl.arange(0, D)
+  width = num_sources * D
+  s = tl.zeros([BM, BN], tl.float32)
+  for j in range(num_sources):
+    qj = tl.load(src_q + head_rows[:, None] * width + j * D + d[None, :],
+                 mask=row_ok[:, None], other=0.0)
+    kj = tl.load(src_k + key_rows[:, None] * width + j * D + d[None, :],
+                 mask=key_ok[:, None], other=0.0)
+    s += _scores(qj, kj, IEEE)
+  return s
+
+
+@triton.jit
 def _mix32(x):
   """`dropout._mix32` (lowbias32) on uint32 values."""
   x ^= x >> 16
@@ -182,18 +206,22 @@ def _first_keys(rows, first_row, BM: tl.constexpr, num_rows, first_len,
 @triton.jit
 def _logits(s, code, cell, per_id, flat_rows, num_ids, num_heads, head,
             prev, new, stream_offsets, scale, HAS_IDS: tl.constexpr,
-            READ: tl.constexpr, WRITE: tl.constexpr):
+            READ: tl.constexpr, WRITE: tl.constexpr,
+            SOURCES: tl.constexpr):
   """The logits of a [BM, BN] tile of scores q.k: + the relative score,
   RealFormer's rule (+ prev, new written, * scale), - 10000 where masked;
   -inf where the key is not the query's (`cell` false: outside its band,
-  or past the end)."""
+  or past the end). With SOURCES, s already holds the previous sum
+  (`_source_scores`) and prev is not read."""
   masked = code < 0
   if HAS_IDS:
     rel_id = tl.where(masked, -1 - code, code)
     s += tl.load(per_id + (flat_rows[:, None] * num_ids + rel_id) * num_heads
                  + head, mask=cell & (code != NO_ID), other=0.0)
   if READ:
-    s += tl.load(prev + stream_offsets, mask=cell, other=0.0).to(tl.float32)
+    if not SOURCES:
+      s += tl.load(prev + stream_offsets, mask=cell,
+                   other=0.0).to(tl.float32)
   if WRITE:
     tl.store(new + stream_offsets, s.to(new.dtype.element_ty), mask=cell)
   s = s * scale  # 1 unless the pattern's running mean divides it
@@ -219,23 +247,25 @@ def _online_softmax(s, vt, keep, m_i, l_i, acc, IEEE: tl.constexpr,
 
 @triton.jit
 def side_forward(q, k1, v1, k2, v2, per_id, codes1, codes2, valid, prev1,
-                 prev2, seeds, ctx, lse, new1, new2,
+                 prev2, src_q, src_k1, src_k2, seeds, ctx, lse, new1, new2,
                  batch_size, num_heads, num_rows, first_len, second_len,
-                 num_ids, block_len, codes1_stride, keep_threshold,
-                 gain, scale1, scale2,
+                 num_ids, block_len, codes1_stride, num_sources,
+                 keep_threshold, gain, scale1, scale2,
                  D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
                  R: tl.constexpr, BAND: tl.constexpr, HAS_IDS: tl.constexpr,
                  READ1: tl.constexpr, READ2: tl.constexpr,
                  WRITE1: tl.constexpr, WRITE2: tl.constexpr,
-                 DROPOUT: tl.constexpr, BY_ROWS: tl.constexpr,
-                 IEEE: tl.constexpr):
+                 SOURCES: tl.constexpr, DROPOUT: tl.constexpr,
+                 BY_ROWS: tl.constexpr, IEEE: tl.constexpr):
   """One program: BM query rows of one (batch, head); grid
   (cdiv(N, BM), B * H).
 
   first_len: the rows of k1 (band: N + 2b; dense: K1). R: num_ids rounded
   up to a power of two. READ/WRITE: the pattern's previous running sum is
   read / its new one written (a carried pattern; scale: 1, or 1 / layers
-  with the running mean). DROPOUT: keep_threshold and gain apply
+  with the running mean). SOURCES: a read pattern's previous sum is made
+  from the num_sources earlier layers' src_q and src_k (recomputed
+  streams). DROPOUT: keep_threshold and gain apply
   (`dropout.keep_threshold`, `keep_gain`); BY_ROWS: the dropout index is
   laid out rows first (row blocks of b queries on the band side), else
   row-major over [B, H, N, K].
@@ -264,13 +294,13 @@ def side_forward(q, k1, v1, k2, v2, per_id, codes1, codes2, valid, prev1,
   # Both patterns, one after the other (unrolled: each has its pointers).
   for p in tl.static_range(2):
     if p == 0:
-      k, v, codes, prev, new = k1, v1, codes1, prev1, new1
+      k, v, codes, prev, new, src_k = k1, v1, codes1, prev1, new1, src_k1
       codes_stride, scale, read, write = codes1_stride, scale1, READ1, WRITE1
       width, row_start, start, stop = _first_keys(
           rows, pid_m * BM, BM, num_rows, first_len, block_len, BAND)
       key_rows = first_len
     else:
-      k, v, codes, prev, new = k2, v2, codes2, prev2, new2
+      k, v, codes, prev, new, src_k = k2, v2, codes2, prev2, new2, src_k2
       codes_stride, scale, read, write = second_len, scale2, READ2, WRITE2
       width, row_start, start, stop = second_len, rows * 0, 0, second_len
       key_rows = second_len
@@ -282,11 +312,16 @@ def side_forward(q, k1, v1, k2, v2, per_id, codes1, codes2, valid, prev1,
       key_d = (bh * key_rows + keys)[:, None] * D + d[None, :]
       s = _scores(qt, tl.load(k + key_d, mask=key_ok[:, None], other=0.0),
                   IEEE)
+      if SOURCES:
+        if read:
+          s += _source_scores(src_q, src_k, head_rows, row_ok,
+                              bh * key_rows + keys, key_ok, num_sources, D,
+                              BM, BN, IEEE)
       code = tl.load(codes + flat_rows[:, None] * codes_stride + c,
                      mask=cell, other=NO_ID).to(tl.int32)
       s = _logits(s, code, cell, per_id, flat_rows, num_ids, num_heads,
                   head, prev, new, head_rows[:, None] * width + c, scale,
-                  HAS_IDS, read, write)
+                  HAS_IDS, read, write, SOURCES)
       if DROPOUT:
         keep = _keep(row_index, c, width, seeds, p, keep_threshold)
       vt = tl.load(v + key_d, mask=key_ok[:, None], other=0.0)
@@ -315,15 +350,17 @@ def side_forward(q, k1, v1, k2, v2, per_id, codes1, codes2, valid, prev1,
 
 
 @triton.jit
-def _tile_grads(qt, kt, vt, do, code, cell, per_id, flat_rows, num_ids,
+def _tile_grads(s, vt, do, code, cell, per_id, flat_rows, num_ids,
                 num_heads, head, prev, dnew, stream_offsets, scale, lse_rows,
                 valid_rows, delta_rows, keep, gain, HAS_IDS: tl.constexpr,
                 READ: tl.constexpr, WRITE: tl.constexpr,
-                DROPOUT: tl.constexpr, IEEE: tl.constexpr):
-  """A [BM, BN] tile's (dropped probabilities, score gradients), float32."""
-  s = _logits(_scores(qt, kt, IEEE), code, cell, per_id, flat_rows, num_ids,
-              num_heads, head, prev, prev, stream_offsets, scale, HAS_IDS,
-              READ, False)
+                SOURCES: tl.constexpr, DROPOUT: tl.constexpr,
+                IEEE: tl.constexpr):
+  """A [BM, BN] tile's (dropped probabilities, score gradients), float32,
+  from its scores s (q.k, + the sources' with SOURCES)."""
+  s = _logits(s, code, cell, per_id, flat_rows, num_ids, num_heads, head,
+              prev, prev, stream_offsets, scale, HAS_IDS, READ, False,
+              SOURCES)
   p = tl.exp(s - lse_rows[:, None]) * valid_rows[:, None]
   dp = _scores(do, vt, IEEE)
   if DROPOUT:
@@ -360,20 +397,24 @@ def _id_sums(table, ds, code, cell, R: tl.constexpr):
 
 @triton.jit
 def side_backward_queries(
-    q, k1, v1, k2, v2, per_id, codes1, codes2, valid, prev1, prev2, seeds,
-    ctx, lse, dctx, dnew1, dnew2, dq, dper_id, dprev1, dprev2, delta,
+    q, k1, v1, k2, v2, per_id, codes1, codes2, valid, prev1, prev2, src_q,
+    src_k1, src_k2, seeds, ctx, lse, dctx, dnew1, dnew2, dq, dper_id,
+    dprev1, dprev2, delta,
     batch_size, num_heads, num_rows, first_len, second_len, num_ids,
-    block_len, codes1_stride, keep_threshold, gain, scale1, scale2,
+    block_len, codes1_stride, num_sources, keep_threshold, gain, scale1,
+    scale2,
     D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, R: tl.constexpr,
     BAND: tl.constexpr, HAS_IDS: tl.constexpr, READ1: tl.constexpr,
     READ2: tl.constexpr, WRITE1: tl.constexpr, WRITE2: tl.constexpr,
-    DROPOUT: tl.constexpr, BY_ROWS: tl.constexpr, IEEE: tl.constexpr):
+    SOURCES: tl.constexpr, DROPOUT: tl.constexpr, BY_ROWS: tl.constexpr,
+    IEEE: tl.constexpr):
   """One program: BM query rows of one (batch, head), as `side_forward`.
 
   Reads the forward's inputs, its ctx and lse, and the gradients of ctx
   and of the emitted sums (dnew, WRITE); writes dq <T>[B, H, N, D],
   dper_id <f32>[B, N, R, H] (this head's column), the read sums' gradients
-  dprev (READ; their dtype) and delta <f32>[B, H, N] for
+  dprev (READ; their dtype; with SOURCES the gradient of the sources'
+  sum, which the graph turns into theirs) and delta <f32>[B, H, N] for
   `side_backward_keys`.
   """
   pid_m = tl.program_id(0)
@@ -403,12 +444,14 @@ def side_backward_queries(
     if p == 0:
       k, v, codes, prev, dnew, dprev = k1, v1, codes1, prev1, dnew1, dprev1
       codes_stride, scale, read, write = codes1_stride, scale1, READ1, WRITE1
+      src_k = src_k1
       width, row_start, start, stop = _first_keys(
           rows, pid_m * BM, BM, num_rows, first_len, block_len, BAND)
       key_rows = first_len
     else:
       k, v, codes, prev, dnew, dprev = k2, v2, codes2, prev2, dnew2, dprev2
       codes_stride, scale, read, write = second_len, scale2, READ2, WRITE2
+      src_k = src_k2
       width, row_start, start, stop = second_len, rows * 0, 0, second_len
       key_rows = second_len
     for n0 in range(start, stop, BN):
@@ -424,10 +467,17 @@ def side_backward_queries(
       if DROPOUT:
         keep = _keep(row_index, c, width, seeds, p, keep_threshold)
       offsets = head_rows[:, None] * width + c
-      _, ds = _tile_grads(qt, kt, vt, do, code, cell, per_id, flat_rows,
+      s = _scores(qt, kt, IEEE)
+      if SOURCES:
+        if read:
+          s += _source_scores(src_q, src_k, head_rows, row_ok,
+                              bh * key_rows + keys, key_ok, num_sources, D,
+                              BM, BN, IEEE)
+      _, ds = _tile_grads(s, vt, do, code, cell, per_id, flat_rows,
                           num_ids, num_heads, head, prev, dnew, offsets,
                           scale, lse_rows, valid_rows, delta_rows, keep,
-                          gain, HAS_IDS, read, write, DROPOUT, IEEE)
+                          gain, HAS_IDS, read, write, SOURCES, DROPOUT,
+                          IEEE)
       if read:
         tl.store(dprev + offsets, ds.to(dprev.dtype.element_ty), mask=cell)
       dq_acc += _context(ds, kt, IEEE)
@@ -444,20 +494,21 @@ def side_backward_queries(
 
 @triton.jit
 def side_backward_keys(
-    q, k, v, per_id, codes, valid, prev, seeds, lse, delta, dctx, dnew, dk,
-    dv, batch_size, num_heads, num_rows, key_rows, num_ids, block_len,
-    codes_stride, keep_threshold, gain, scale,
+    q, k, v, per_id, codes, valid, prev, src_q, src_k, seeds, lse, delta,
+    dctx, dnew, dk, dv, batch_size, num_heads, num_rows, key_rows, num_ids,
+    block_len, codes_stride, num_sources, keep_threshold, gain, scale,
     D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, R: tl.constexpr,
     BAND: tl.constexpr, HAS_IDS: tl.constexpr, READ: tl.constexpr,
-    WRITE: tl.constexpr, DROPOUT: tl.constexpr, BY_ROWS: tl.constexpr,
-    IEEE: tl.constexpr, PATTERN: tl.constexpr, BAND_SIDE: tl.constexpr):
+    WRITE: tl.constexpr, SOURCES: tl.constexpr, DROPOUT: tl.constexpr,
+    BY_ROWS: tl.constexpr, IEEE: tl.constexpr, PATTERN: tl.constexpr,
+    BAND_SIDE: tl.constexpr):
   """One program: BN keys (rows of k and v) of one pattern and (batch,
   head); grid (cdiv(key_rows, BN), B * H).
 
-  k, v, codes, prev, dnew, scale: the pattern's (PATTERN 0: the first,
-  1: the second, whose dropout seed it reads). BAND: this pattern is the
-  band (key_rows = N + 2b; the queries of the blocks that see these rows);
-  else dense (every query). BAND_SIDE: the side's first pattern is the
+  k, v, codes, prev, src_k, dnew, scale: the pattern's (PATTERN 0: the
+  first, 1: the second, whose dropout seed it reads). BAND: this pattern is
+  the band (key_rows = N + 2b; the queries of the blocks that see these
+  rows); else dense (every query). BAND_SIDE: the side's first pattern is the
   band (the dropout index's row blocks). Writes dk, dv <T>[B, H, K, D].
   """
   pid_n = tl.program_id(0)
@@ -506,11 +557,17 @@ def side_backward_keys(
       row_index = _row_index(rows, batch, head, batch_size, num_heads,
                              num_rows, block_len, BAND_SIDE, BY_ROWS)
       keep = _keep(row_index, c, width, seeds, PATTERN, keep_threshold)
-    dropped, ds = _tile_grads(qt, kt, vt, do, code, cell, per_id, flat_rows,
+    s = _scores(qt, kt, IEEE)
+    if SOURCES:
+      if READ:
+        s += _source_scores(src_q, src_k, head_rows, row_ok,
+                            bh * key_rows + keys, key_ok, num_sources, D,
+                            BM, BN, IEEE)
+    dropped, ds = _tile_grads(s, vt, do, code, cell, per_id, flat_rows,
                               num_ids, num_heads, head, prev, dnew,
                               head_rows[:, None] * width + c, scale,
                               lse_rows, valid_rows, delta_rows, keep, gain,
-                              HAS_IDS, READ, WRITE, DROPOUT, IEEE)
+                              HAS_IDS, READ, WRITE, SOURCES, DROPOUT, IEEE)
     dk_acc += _context(tl.trans(ds), qt, IEEE)
     dv_acc += _context(tl.trans(dropped), do, IEEE)
   tl.store(dk + key_d, dk_acc.to(dk.dtype.element_ty), mask=key_ok[:, None])

@@ -32,6 +32,13 @@ def test_variant_names_are_the_handlers():
       "side_forward_float32_d64_r32_dense_f32_1100_nodrop_rows")
   with pytest.raises(ValueError, match="0/1 digits"):
     name("float32", 64, 32, True, "11")
+  # Recomputed streams: "s" where a sum is read, made from the sources;
+  # never written, never beside a "1".
+  assert name("bfloat16", 64, 32, True, "ss00", False, True, True) == (
+      "side_forward_bfloat16_d64_r32_band_f32_ss00_drop_rows")
+  for bad in ("ss11", "s100", "00s0"):
+    with pytest.raises(ValueError, match="READ ones alone"):
+      name("float32", 64, 32, True, bad)
 
 
 def test_backward_variant_names():
@@ -72,9 +79,10 @@ _NAMES_PROGRAM = r"""
 int main() {
   std::string dtype, kernel;
   int64_t d, ids;
-  int has_ids, band, r1, r2, e1, e2, low, drop, by_rows, pattern;
+  std::string flags;  // READ1 READ2 WRITE1 WRITE2: 0, 1, or s (sources)
+  int has_ids, band, low, drop, by_rows, pattern;
   while (std::cin >> kernel >> pattern >> dtype >> d >> ids >> has_ids >>
-         band >> r1 >> r2 >> e1 >> e2 >> low >> drop >> by_rows) {
+         band >> flags >> low >> drop >> by_rows) {
     const ffi::DataType t = dtype == "float32" ? ffi::DataType::F32
         : dtype == "bfloat16" ? ffi::DataType::BF16 : ffi::DataType::F16;
     SideShape s{};
@@ -83,7 +91,9 @@ int main() {
     s.stream_type = low ? t : ffi::DataType::F32;
     SideOptions o{};
     o.band = band; o.has_ids = has_ids; o.by_rows = by_rows;
-    o.read[0] = r1; o.read[1] = r2; o.emit[0] = e1; o.emit[1] = e2;
+    o.read[0] = flags[0] != '0'; o.read[1] = flags[1] != '0';
+    o.emit[0] = flags[2] != '0'; o.emit[1] = flags[3] != '0';
+    o.sources = flags.find('s') != std::string::npos ? 3 : 0;
     o.keep_threshold = drop ? 6554 : 0;
     std::cout << VariantName(t, s, o, kernel.c_str(), pattern) << std::endl;
   }
@@ -107,7 +117,8 @@ def test_the_handler_builds_the_same_names(tmp_path):
       ("float16", 16, 5, False, "0011", True, True, False),
       ("float32", 64, 1, True, "1100", True, False, False),
       ("bfloat16", 64, 0, False, "0000", True, False, True),
-      ("float16", 128, 100, True, "1000", True, True, True)]
+      ("float16", 128, 100, True, "1000", True, True, True),
+      ("bfloat16", 64, 32, True, "ss00", False, True, True)]
   # Each call's cubins: the forward's, the backward's queries kernel, and
   # its keys kernel per pattern (the C++ side reads the call's four flags,
   # the name holds the pattern's two).
@@ -117,7 +128,7 @@ def test_the_handler_builds_the_same_names(tmp_path):
   for dtype, d, ids, band, streams, low, drop, by_rows in calls:
     for kernel, pattern in kernels:
       fields = [kernel, pattern, dtype, d, ids or 1, int(bool(ids)),
-                int(band), *streams, int(low), int(drop), int(by_rows)]
+                int(band), streams, int(low), int(drop), int(by_rows)]
       lines.append(" ".join(map(str, fields)))
       flags = (streams[pattern - 1] + streams[pattern + 1] if pattern
                else streams)
@@ -138,29 +149,33 @@ def test_the_handler_builds_the_same_names(tmp_path):
   # Pattern 2 of "1000" touches no stream: float32 pointers, "f32".
   assert want[19] == (
       "side_backward_keys_float16_d128_r128_band_p2_f32_00_drop_rows")
+  assert want[22] == (
+      "side_backward_keys_bfloat16_d64_r32_band_p1_f32_s0_drop_rows")
 
 
 def test_default_variants_are_a_12_layer_models():
   forward = build_kernels.default_variants(["bfloat16"], [64], [32],
                                            passes=("fwd",))
   names = [v.name for v in forward]
-  assert len(names) == len(set(names)) == 2 * 4 * 2  # sides, streams, drop
+  assert len(names) == len(set(names)) == 2 * 5 * 2  # sides, streams, drop
   assert "side_forward_bfloat16_d64_r32_dense_f32_1100_nodrop_rows" in names
   assert "side_forward_bfloat16_d64_r32_band_f32_0011_drop_rows" in names
+  # Recomputed streams: the sums made from the sources.
+  assert "side_forward_bfloat16_d64_r32_band_f32_ss00_drop_rows" in names
   # Float32 inputs: streams in the inputs' dtype are the float32 kernels.
   both = build_kernels.default_variants(["float32"], [64], [32],
                                         stream_dtypes=("f32", "low"),
                                         passes=("fwd",))
-  assert len(both) == 16
+  assert len(both) == 20
   # Training's by default: the backward's queries kernel per forward
   # variant, and its keys kernels per side, pattern, the pattern's flags
-  # (00, 01, 11, 10 of the four stream sets) and dropout.
+  # (00, 01, 11, 10, s0 of the five stream sets) and dropout.
   variants = build_kernels.default_variants(["bfloat16"], [64], [32])
-  assert [v.name for v in variants[:16]] == names
+  assert [v.name for v in variants[:20]] == names
   kernels = [v.kernel for v in variants]
-  assert kernels.count("side_backward_queries") == 16
-  assert kernels.count("side_backward_keys") == 2 * 2 * 4 * 2
-  assert len(variants) == len({v.name for v in variants}) == 64
+  assert kernels.count("side_backward_queries") == 20
+  assert kernels.count("side_backward_keys") == 2 * 2 * 5 * 2
+  assert len(variants) == len({v.name for v in variants}) == 80
   names = {v.name for v in variants}
   assert ("side_backward_queries_bfloat16_d64_r32_band_f32_1111_drop_rows"
           in names)
@@ -169,6 +184,11 @@ def test_default_variants_are_a_12_layer_models():
   keys = [v for v in variants if v.name == (
       "side_backward_keys_bfloat16_d64_r32_band_p2_f32_01_nodrop_rows")][0]
   assert keys.pattern == 2 and keys.flags == (False, True)
+  sourced = [v for v in variants if v.name == (
+      "side_backward_keys_bfloat16_d64_r32_band_p1_f32_s0_drop_rows")][0]
+  assert sourced.flags == (True, False) and sourced.sources
+  assert build_kernels.constexprs(sourced, {"block_m": 32, "block_n": 32})[
+      "SOURCES"]
   # The slow ones (per-id sums unrolled over R) compile first.
   assert max(variants, key=lambda v: v.cost).kernel == "side_backward_queries"
 
@@ -180,8 +200,8 @@ def test_keys_kernel_constexprs_name_its_pattern():
                                  pattern=2)
   assert build_kernels.constexprs(second, tiles) == {
       "D": 64, "BM": 64, "BN": 32, "R": 32, "BAND": False, "HAS_IDS": True,
-      "READ": True, "WRITE": False, "DROPOUT": True, "BY_ROWS": True,
-      "IEEE": True, "PATTERN": 1, "BAND_SIDE": True}
+      "READ": True, "WRITE": False, "SOURCES": False, "DROPOUT": True,
+      "BY_ROWS": True, "IEEE": True, "PATTERN": 1, "BAND_SIDE": True}
   first = dataclasses.replace(second, pattern=1)
   assert build_kernels.constexprs(first, tiles)["BAND"]
   assert build_kernels.constexprs(first, tiles)["PATTERN"] == 0

@@ -15,17 +15,20 @@ def test_host_handlers_pass_the_check(tmp_path):
   assert gpu_kernel_check.main([f"--library={library}", "--device=cpu",
                                 "--no_timing", f"--output_jsonl={out}"]) == 0
   records = [json.loads(line) for line in out.read_text().splitlines()]
-  # 3 dtypes; each side with streams and dropout, the long side bare; the
-  # forward, then the gradient on its outputs.
-  assert len(records) == 18
+  # 3 dtypes; each side with streams and dropout, the long side with
+  # recomputed streams, the long side bare; the forward, then the gradient
+  # on its outputs.
+  assert len(records) == 24
   forward = [r for r in records if r["kernel"].startswith("side_forward")]
   backward = [r for r in records if r["kernel"].startswith("side_backward")]
   assert {r["kernel"] for r in forward} == {
       "side_forward[long,streams,dropout]",
-      "side_forward[global,streams,dropout]", "side_forward[long]"}
+      "side_forward[global,streams,dropout]",
+      "side_forward[long,sources=3,dropout]", "side_forward[long]"}
   assert {r["kernel"] for r in backward} == {
       "side_backward[long,streams,dropout]",
-      "side_backward[global,streams,dropout]", "side_backward[long]"}
+      "side_backward[global,streams,dropout]",
+      "side_backward[long,sources=3,dropout]", "side_backward[long]"}
   assert all(r["ok"] and r["finite"] for r in records)
   assert all(r["masked_rows_zero"] for r in forward)
   float32 = [r for r in forward if r["dtype"] == "float32"]
@@ -49,6 +52,8 @@ def test_host_handlers_pass_the_check(tmp_path):
   assert used <= default
   assert ("side_forward_bfloat16_d64_r32_dense_f32_1111_drop_rows" in used)
   assert ("side_backward_keys_bfloat16_d64_r32_band_p2_f32_11_drop_rows" in
+          used)
+  assert ("side_backward_keys_bfloat16_d64_r32_band_p2_f32_s0_drop_rows" in
           used)
   assert all("ok=True" in gpu_summary.line(r) for r in records)
 

@@ -121,8 +121,14 @@ struct SideOptions {
   bool band, has_ids, read[2], emit[2], by_rows;
   int64_t block_len, keep_threshold;
   float scale[2], gain;
+  // > 0: recomputed streams; a read pattern's previous sum is made from
+  // this many earlier layers' queries and keys (src_q, src_k1, src_k2),
+  // and prev1/prev2 are placeholders.
+  int64_t sources;
 
   bool dropout() const { return keep_threshold > 0; }
+  // Whether pattern p's previous sum is read from prev_p.
+  bool reads_prev(int p) const { return read[p] && sources == 0; }
 };
 
 struct SideShape {
@@ -205,6 +211,8 @@ ffi::Error CheckSide(bool backward, const ffi::AnyBuffer& q,
                      const ffi::Buffer<ffi::S8>& codes2,
                      const ffi::Buffer<ffi::F32>& valid,
                      const ffi::AnyBuffer& prev1, const ffi::AnyBuffer& prev2,
+                     const ffi::AnyBuffer& src_q, const ffi::AnyBuffer& src_k1,
+                     const ffi::AnyBuffer& src_k2,
                      const ffi::AnyBuffer& seeds, const ffi::AnyBuffer& ctx,
                      const ffi::Buffer<ffi::F32>& lse,
                      const ffi::AnyBuffer& new1, const ffi::AnyBuffer& new2,
@@ -252,8 +260,20 @@ ffi::Error CheckSide(bool backward, const ffi::AnyBuffer& q,
                               backward ? "dnew2" : "new2"};
   for (int p = 0; p < 2; ++p) {
     const std::vector<int64_t> stream = {bsz, h, n, shape->width[p]};
-    if (o.read[p]) check.Expect(prev_names[p], *prev[p], stream);
+    if (o.reads_prev(p)) check.Expect(prev_names[p], *prev[p], stream);
     if (o.emit[p]) check.Expect(new_names[p], *next[p], stream);
+  }
+  const ffi::AnyBuffer* src_k[2] = {&src_k1, &src_k2};
+  if (o.sources > 0) {
+    const int64_t joined = o.sources * d;  // the layers side by side
+    check.Expect("src_q", src_q, {bsz, h, n, joined});
+    const char* src_names[2] = {"src_k1", "src_k2"};
+    const int64_t key_rows[2] = {k1_rows, k2_rows};
+    for (int p = 0; p < 2; ++p) {
+      if (o.read[p]) {
+        check.Expect(src_names[p], *src_k[p], {bsz, h, key_rows[p], joined});
+      }
+    }
   }
   if (o.dropout()) check.Expect("seeds", seeds, {4});
   if (!check.problem().empty()) return Invalid(call, check.problem());
@@ -269,12 +289,20 @@ ffi::Error CheckSide(bool backward, const ffi::AnyBuffer& q,
     return Invalid(call, "a side without keys");
   }
 
+  if (o.sources < 0 || (o.sources > 0 && (o.emit[0] || o.emit[1]))) {
+    return Invalid(call, "sources " + std::to_string(o.sources) + ": a "
+                   "count of earlier layers, with no sum emitted");
+  }
   const auto t = q.element_type();
   if (!Element{t}.Supported() || k1.element_type() != t ||
       v1.element_type() != t || k2.element_type() != t ||
-      v2.element_type() != t || ctx.element_type() != t) {
-    return Invalid(call, "q, keys, values and the context must share one "
-                   "of float32, bfloat16, float16");
+      v2.element_type() != t || ctx.element_type() != t ||
+      (o.sources > 0 &&
+       (src_q.element_type() != t ||
+        (o.read[0] && src_k1.element_type() != t) ||
+        (o.read[1] && src_k2.element_type() != t)))) {
+    return Invalid(call, "q, keys, values, the sources and the context "
+                   "must share one of float32, bfloat16, float16");
   }
   if (o.dropout() && seeds.element_type() != ffi::DataType::S32) {
     return Invalid(call, "the dropout seeds must be int32");
@@ -282,7 +310,7 @@ ffi::Error CheckSide(bool backward, const ffi::AnyBuffer& q,
   // One element type for every stream read or written: a cubin has one.
   bool any_stream = false;
   for (int p = 0; p < 2; ++p) {
-    for (const ffi::AnyBuffer* s : {o.read[p] ? prev[p] : nullptr,
+    for (const ffi::AnyBuffer* s : {o.reads_prev(p) ? prev[p] : nullptr,
                                     o.emit[p] ? next[p] : nullptr}) {
       if (s == nullptr) continue;
       const ffi::DataType st = s->element_type();
@@ -298,8 +326,10 @@ ffi::Error CheckSide(bool backward, const ffi::AnyBuffer& q,
 
   // The kernels index in int32.
   std::vector<const ffi::AnyBuffer*> big = {&q, &k1, &k2, &ctx};
+  if (o.sources > 0) big.push_back(&src_q);
   for (int p = 0; p < 2; ++p) {
-    if (o.read[p]) big.push_back(prev[p]);
+    if (o.reads_prev(p)) big.push_back(prev[p]);
+    if (o.sources > 0 && o.read[p]) big.push_back(src_k[p]);
     if (o.emit[p]) big.push_back(next[p]);
   }
   bool too_big = per_id.element_count() >= (size_t{1} << 31) ||
@@ -321,7 +351,9 @@ ffi::Error CheckSideBackward(
     const ffi::AnyBuffer& v2, const ffi::Buffer<ffi::F32>& per_id,
     const ffi::Buffer<ffi::S8>& codes1, const ffi::Buffer<ffi::S8>& codes2,
     const ffi::Buffer<ffi::F32>& valid, const ffi::AnyBuffer& prev1,
-    const ffi::AnyBuffer& prev2, const ffi::AnyBuffer& seeds,
+    const ffi::AnyBuffer& prev2, const ffi::AnyBuffer& src_q,
+    const ffi::AnyBuffer& src_k1, const ffi::AnyBuffer& src_k2,
+    const ffi::AnyBuffer& seeds,
     const ffi::AnyBuffer& ctx, const ffi::Buffer<ffi::F32>& lse,
     const ffi::AnyBuffer& dctx, const ffi::AnyBuffer& dnew1,
     const ffi::AnyBuffer& dnew2, const ffi::AnyBuffer& dq,
@@ -331,8 +363,8 @@ ffi::Error CheckSideBackward(
     const ffi::AnyBuffer& dprev2, const ffi::Buffer<ffi::F32>& delta,
     const SideOptions& o, SideShape* s) {
   if (auto e = CheckSide(true, q, k1, v1, k2, v2, per_id, codes1, codes2,
-                         valid, prev1, prev2, seeds, ctx, lse, dnew1, dnew2,
-                         o, s);
+                         valid, prev1, prev2, src_q, src_k1, src_k2, seeds,
+                         ctx, lse, dnew1, dnew2, o, s);
       !e.success()) {
     return e;
   }
@@ -344,8 +376,13 @@ ffi::Error CheckSideBackward(
   check.Expect("dk2", dk2, DimsOf(k2.dimensions()));
   check.Expect("dv2", dv2, DimsOf(v2.dimensions()));
   check.Expect("dper_id", dper_id, DimsOf(per_id.dimensions()));
-  if (o.read[0]) check.Expect("dprev1", dprev1, DimsOf(prev1.dimensions()));
-  if (o.read[1]) check.Expect("dprev2", dprev2, DimsOf(prev2.dimensions()));
+  // dprev_p: the read sum's gradient (with sources, of the sum they make).
+  if (o.read[0]) {
+    check.Expect("dprev1", dprev1, {s->batch, s->heads, s->rows, s->width[0]});
+  }
+  if (o.read[1]) {
+    check.Expect("dprev2", dprev2, {s->batch, s->heads, s->rows, s->width[1]});
+  }
   check.Expect("delta", delta, {s->batch, s->heads, s->rows});
   if (!check.problem().empty()) return Invalid(kBackward, check.problem());
   const auto t = q.element_type();
@@ -356,10 +393,14 @@ ffi::Error CheckSideBackward(
                      "type");
     }
   }
-  if ((o.read[0] && dprev1.element_type() != prev1.element_type()) ||
-      (o.read[1] && dprev2.element_type() != prev2.element_type())) {
+  // With sources the sums are made in float32, and so is their gradient.
+  const ffi::DataType sum_type[2] = {
+      o.sources > 0 ? ffi::DataType::F32 : prev1.element_type(),
+      o.sources > 0 ? ffi::DataType::F32 : prev2.element_type()};
+  if ((o.read[0] && dprev1.element_type() != sum_type[0]) ||
+      (o.read[1] && dprev2.element_type() != sum_type[1])) {
     return Invalid(kBackward, "a previous sum's gradient must be in the "
-                   "sum's type");
+                   "sum's type (float32 with sources)");
   }
   return ffi::Error::Success();
 }
@@ -386,8 +427,10 @@ class HostSide {
            const ffi::Buffer<ffi::S8>& codes1,
            const ffi::Buffer<ffi::S8>& codes2,
            const ffi::Buffer<ffi::F32>& valid, const ffi::AnyBuffer& prev1,
-           const ffi::AnyBuffer& prev2, const ffi::AnyBuffer& seeds,
-           const SideOptions& o, const SideShape& s)
+           const ffi::AnyBuffer& prev2, const ffi::AnyBuffer& src_q,
+           const ffi::AnyBuffer& src_k1, const ffi::AnyBuffer& src_k2,
+           const ffi::AnyBuffer& seeds, const SideOptions& o,
+           const SideShape& s)
       : o_(o), s_(s), el_{q.element_type()}, q_(el_.Read(q)),
         keys_{el_.Read(k1), el_.Read(k2)},
         values_{el_.Read(v1), el_.Read(v2)},
@@ -396,10 +439,13 @@ class HostSide {
         code_stride_{s.codes1_stride, s.width[1]},
         valid_(valid.typed_data()) {
     const ffi::AnyBuffer* prev[2] = {&prev1, &prev2};
+    const ffi::AnyBuffer* src_k[2] = {&src_k1, &src_k2};
     for (int p = 0; p < 2; ++p) {
-      if (o.read[p]) prev_[p] = Element{prev[p]->element_type()}.Read(
+      if (o.reads_prev(p)) prev_[p] = Element{prev[p]->element_type()}.Read(
           *prev[p]);
+      if (o.sources > 0 && o.read[p]) src_k_[p] = el_.Read(*src_k[p]);
     }
+    if (o.sources > 0) src_q_ = el_.Read(src_q);
     if (o.dropout()) std::memcpy(key_, seeds.untyped_data(), sizeof(key_));
   }
 
@@ -407,11 +453,14 @@ class HostSide {
   const float* Query(int64_t head_row) const {
     return &q_[head_row * s_.size_per_head];
   }
-  // The start of pattern p's key (and value) row of query i's column c.
-  int64_t KeyOffset(int p, int64_t bh, int64_t i, int64_t c) const {
+  // Pattern p's key (and value) row of query i's column c, in [B, H, K].
+  int64_t KeyRow(int p, int64_t bh, int64_t i, int64_t c) const {
     const int64_t first = o_.band ? (i / o_.block_len) * o_.block_len : 0;
-    return (bh * s_.key_rows[p] + (p == 0 ? first + c : c)) *
-           s_.size_per_head;
+    return bh * s_.key_rows[p] + (p == 0 ? first + c : c);
+  }
+  // The start of that row in the keys and values.
+  int64_t KeyOffset(int p, int64_t bh, int64_t i, int64_t c) const {
+    return KeyRow(p, bh, i, c) * s_.size_per_head;
   }
   const float* Key(int p, int64_t offset) const { return &keys_[p][offset]; }
   const float* Value(int p, int64_t offset) const {
@@ -447,7 +496,20 @@ class HostSide {
           }
           score += per_id_[(row * s_.num_ids + id) * s_.heads + h];
         }
-        if (o_.read[p]) score += prev_[p][head_row * s_.width[p] + c];
+        if (o_.reads_prev(p)) {
+          score += prev_[p][head_row * s_.width[p] + c];
+        } else if (o_.read[p]) {  // the sources' sum, layer after layer
+          const int64_t joined = o_.sources * d;
+          const float* sq = &src_q_[head_row * joined];
+          const float* sk = &src_k_[p][KeyRow(p, bh, i, c) * joined];
+          for (int64_t j = 0; j < o_.sources; ++j) {
+            float part = 0.0f;
+            for (int64_t x = j * d; x < (j + 1) * d; ++x) {
+              part += sq[x] * sk[x];
+            }
+            score += part;
+          }
+        }
         // RealFormer's running mean; 1 on a pattern without a stream.
         float logit = score * o_.scale[p];
         if (code < 0) logit -= 10000.0f;
@@ -481,7 +543,7 @@ class HostSide {
   const SideShape& s_;
   const Element el_;
   const std::vector<float> q_, keys_[2], values_[2];
-  std::vector<float> prev_[2];
+  std::vector<float> prev_[2], src_q_, src_k_[2];
   const float* per_id_;
   const int8_t* codes_[2];
   const int64_t code_stride_[2];
@@ -497,23 +559,24 @@ ffi::Error SideForwardHost(
     ffi::AnyBuffer v2, ffi::Buffer<ffi::F32> per_id,
     ffi::Buffer<ffi::S8> codes1, ffi::Buffer<ffi::S8> codes2,
     ffi::Buffer<ffi::F32> valid, ffi::AnyBuffer prev1, ffi::AnyBuffer prev2,
+    ffi::AnyBuffer src_q, ffi::AnyBuffer src_k1, ffi::AnyBuffer src_k2,
     ffi::AnyBuffer seeds, bool band, int64_t block_len, bool has_ids,
     bool read_prev1, bool read_prev2, bool emit1, bool emit2, float scale1,
     float scale2, int64_t keep_threshold, float gain, bool by_rows,
-    ffi::Result<ffi::AnyBuffer> ctx, ffi::Result<ffi::Buffer<ffi::F32>> lse,
+    int64_t sources, ffi::Result<ffi::AnyBuffer> ctx, ffi::Result<ffi::Buffer<ffi::F32>> lse,
     ffi::Result<ffi::AnyBuffer> new1, ffi::Result<ffi::AnyBuffer> new2) {
   const SideOptions o{band,       has_ids,        {read_prev1, read_prev2},
                       {emit1, emit2}, by_rows,    block_len,
-                      keep_threshold, {scale1, scale2}, gain};
+                      keep_threshold, {scale1, scale2}, gain, sources};
   SideShape s;
   if (auto e = CheckSide(false, q, k1, v1, k2, v2, per_id, codes1, codes2,
-                         valid, prev1, prev2, seeds, *ctx, *lse, *new1,
-                         *new2, o, &s);
+                         valid, prev1, prev2, src_q, src_k1, src_k2, seeds,
+                         *ctx, *lse, *new1, *new2, o, &s);
       !e.success()) {
     return e;
   }
   const HostSide side(q, k1, v1, k2, v2, per_id, codes1, codes2, valid,
-                      prev1, prev2, seeds, o, s);
+                      prev1, prev2, src_q, src_k1, src_k2, seeds, o, s);
   const Element& el = side.element();
   ffi::AnyBuffer* new_out[2] = {&*new1, &*new2};
   std::vector<float> next[2];
@@ -587,11 +650,12 @@ ffi::Error SideBackwardHost(
     ffi::AnyBuffer v2, ffi::Buffer<ffi::F32> per_id,
     ffi::Buffer<ffi::S8> codes1, ffi::Buffer<ffi::S8> codes2,
     ffi::Buffer<ffi::F32> valid, ffi::AnyBuffer prev1, ffi::AnyBuffer prev2,
+    ffi::AnyBuffer src_q, ffi::AnyBuffer src_k1, ffi::AnyBuffer src_k2,
     ffi::AnyBuffer seeds, ffi::AnyBuffer ctx, ffi::Buffer<ffi::F32> lse,
     ffi::AnyBuffer dctx, ffi::AnyBuffer dnew1, ffi::AnyBuffer dnew2,
     bool band, int64_t block_len, bool has_ids, bool read_prev1,
     bool read_prev2, bool emit1, bool emit2, float scale1, float scale2,
-    int64_t keep_threshold, float gain, bool by_rows,
+    int64_t keep_threshold, float gain, bool by_rows, int64_t sources,
     ffi::Result<ffi::AnyBuffer> dq, ffi::Result<ffi::AnyBuffer> dk1,
     ffi::Result<ffi::AnyBuffer> dv1, ffi::Result<ffi::AnyBuffer> dk2,
     ffi::Result<ffi::AnyBuffer> dv2,
@@ -600,17 +664,18 @@ ffi::Error SideBackwardHost(
     ffi::Result<ffi::Buffer<ffi::F32>> delta) {
   const SideOptions o{band,       has_ids,        {read_prev1, read_prev2},
                       {emit1, emit2}, by_rows,    block_len,
-                      keep_threshold, {scale1, scale2}, gain};
+                      keep_threshold, {scale1, scale2}, gain, sources};
   SideShape s;
   if (auto e = CheckSideBackward(q, k1, v1, k2, v2, per_id, codes1, codes2,
-                                 valid, prev1, prev2, seeds, ctx, lse, dctx,
-                                 dnew1, dnew2, *dq, *dk1, *dv1, *dk2, *dv2,
-                                 *dper_id, *dprev1, *dprev2, *delta, o, &s);
+                                 valid, prev1, prev2, src_q, src_k1, src_k2,
+                                 seeds, ctx, lse, dctx, dnew1, dnew2, *dq,
+                                 *dk1, *dv1, *dk2, *dv2, *dper_id, *dprev1,
+                                 *dprev2, *delta, o, &s);
       !e.success()) {
     return e;
   }
   const HostSide side(q, k1, v1, k2, v2, per_id, codes1, codes2, valid,
-                      prev1, prev2, seeds, o, s);
+                      prev1, prev2, src_q, src_k1, src_k2, seeds, o, s);
   const Element& el = side.element();
   const std::vector<float> out = el.Read(ctx), dout = el.Read(dctx);
   const ffi::AnyBuffer* dnew_in[2] = {&dnew1, &dnew2};
@@ -879,13 +944,17 @@ std::string VariantName(ffi::DataType t, const SideShape& s,
                         int pattern = 0) {
   int64_t ids_padded = 1;  // num_ids rounded up to a power of two
   while (ids_padded < s.num_ids) ids_padded *= 2;
-  std::vector<bool> used = {o.read[0], o.read[1], o.emit[0], o.emit[1]};
-  if (pattern > 0) used = {o.read[pattern - 1], o.emit[pattern - 1]};
+  // A read from the sources is "s" (recomputed streams).
+  const char read_flag = o.sources > 0 ? 's' : '1';
+  std::vector<char> used = {o.read[0] ? read_flag : '0',
+                            o.read[1] ? read_flag : '0',
+                            o.emit[0] ? '1' : '0', o.emit[1] ? '1' : '0'};
+  if (pattern > 0) used = {used[pattern - 1], used[pattern + 1]};
   bool streams = false;
   std::string flags;
-  for (bool f : used) {
-    flags += f ? '1' : '0';
-    streams |= f;
+  for (char f : used) {
+    flags += f;
+    streams |= f != '0';
   }
   const bool low = streams && s.stream_type != ffi::DataType::F32;
   return std::string(kernel) + "_" + TypeName(t) + "_d" +
@@ -936,18 +1005,19 @@ ffi::Error SideForwardCuda(
     ffi::AnyBuffer k2, ffi::AnyBuffer v2, ffi::Buffer<ffi::F32> per_id,
     ffi::Buffer<ffi::S8> codes1, ffi::Buffer<ffi::S8> codes2,
     ffi::Buffer<ffi::F32> valid, ffi::AnyBuffer prev1, ffi::AnyBuffer prev2,
+    ffi::AnyBuffer src_q, ffi::AnyBuffer src_k1, ffi::AnyBuffer src_k2,
     ffi::AnyBuffer seeds, bool band, int64_t block_len, bool has_ids,
     bool read_prev1, bool read_prev2, bool emit1, bool emit2, float scale1,
     float scale2, int64_t keep_threshold, float gain, bool by_rows,
-    ffi::Result<ffi::AnyBuffer> ctx, ffi::Result<ffi::Buffer<ffi::F32>> lse,
+    int64_t sources, ffi::Result<ffi::AnyBuffer> ctx, ffi::Result<ffi::Buffer<ffi::F32>> lse,
     ffi::Result<ffi::AnyBuffer> new1, ffi::Result<ffi::AnyBuffer> new2) {
   const SideOptions o{band,       has_ids,        {read_prev1, read_prev2},
                       {emit1, emit2}, by_rows,    block_len,
-                      keep_threshold, {scale1, scale2}, gain};
+                      keep_threshold, {scale1, scale2}, gain, sources};
   SideShape s;
   if (auto e = CheckSide(false, q, k1, v1, k2, v2, per_id, codes1, codes2,
-                         valid, prev1, prev2, seeds, *ctx, *lse, *new1,
-                         *new2, o, &s);
+                         valid, prev1, prev2, src_q, src_k1, src_k2, seeds,
+                         *ctx, *lse, *new1, *new2, o, &s);
       !e.success()) {
     return e;
   }
@@ -964,12 +1034,13 @@ ffi::Error SideForwardCuda(
       {q.untyped_data(), k1.untyped_data(), v1.untyped_data(),
        k2.untyped_data(), v2.untyped_data(), per_id.untyped_data(),
        codes1.untyped_data(), codes2.untyped_data(), valid.untyped_data(),
-       prev1.untyped_data(), prev2.untyped_data(), seeds.untyped_data(),
+       prev1.untyped_data(), prev2.untyped_data(), src_q.untyped_data(),
+       src_k1.untyped_data(), src_k2.untyped_data(), seeds.untyped_data(),
        ctx->untyped_data(), lse->untyped_data(), new1->untyped_data(),
        new2->untyped_data()},
       {I32(s.batch), I32(s.heads), I32(s.rows), I32(s.key_rows[0]),
        I32(s.key_rows[1]), I32(s.num_ids), I32(o.block_len),
-       I32(s.codes1_stride), I32(o.keep_threshold)},
+       I32(s.codes1_stride), I32(o.sources), I32(o.keep_threshold)},
       {o.gain, o.scale[0], o.scale[1]});
 }
 
@@ -981,11 +1052,12 @@ ffi::Error SideBackwardCuda(
     ffi::AnyBuffer k2, ffi::AnyBuffer v2, ffi::Buffer<ffi::F32> per_id,
     ffi::Buffer<ffi::S8> codes1, ffi::Buffer<ffi::S8> codes2,
     ffi::Buffer<ffi::F32> valid, ffi::AnyBuffer prev1, ffi::AnyBuffer prev2,
+    ffi::AnyBuffer src_q, ffi::AnyBuffer src_k1, ffi::AnyBuffer src_k2,
     ffi::AnyBuffer seeds, ffi::AnyBuffer ctx, ffi::Buffer<ffi::F32> lse,
     ffi::AnyBuffer dctx, ffi::AnyBuffer dnew1, ffi::AnyBuffer dnew2,
     bool band, int64_t block_len, bool has_ids, bool read_prev1,
     bool read_prev2, bool emit1, bool emit2, float scale1, float scale2,
-    int64_t keep_threshold, float gain, bool by_rows,
+    int64_t keep_threshold, float gain, bool by_rows, int64_t sources,
     ffi::Result<ffi::AnyBuffer> dq, ffi::Result<ffi::AnyBuffer> dk1,
     ffi::Result<ffi::AnyBuffer> dv1, ffi::Result<ffi::AnyBuffer> dk2,
     ffi::Result<ffi::AnyBuffer> dv2,
@@ -994,12 +1066,13 @@ ffi::Error SideBackwardCuda(
     ffi::Result<ffi::Buffer<ffi::F32>> delta) {
   const SideOptions o{band,       has_ids,        {read_prev1, read_prev2},
                       {emit1, emit2}, by_rows,    block_len,
-                      keep_threshold, {scale1, scale2}, gain};
+                      keep_threshold, {scale1, scale2}, gain, sources};
   SideShape s;
   if (auto e = CheckSideBackward(q, k1, v1, k2, v2, per_id, codes1, codes2,
-                                 valid, prev1, prev2, seeds, ctx, lse, dctx,
-                                 dnew1, dnew2, *dq, *dk1, *dv1, *dk2, *dv2,
-                                 *dper_id, *dprev1, *dprev2, *delta, o, &s);
+                                 valid, prev1, prev2, src_q, src_k1, src_k2,
+                                 seeds, ctx, lse, dctx, dnew1, dnew2, *dq,
+                                 *dk1, *dv1, *dk2, *dv2, *dper_id, *dprev1,
+                                 *dprev2, *delta, o, &s);
       !e.success()) {
     return e;
   }
@@ -1036,14 +1109,16 @@ ffi::Error SideBackwardCuda(
            k2.untyped_data(), v2.untyped_data(), per_id.untyped_data(),
            codes1.untyped_data(), codes2.untyped_data(),
            valid.untyped_data(), prev1.untyped_data(), prev2.untyped_data(),
-           seeds.untyped_data(), ctx.untyped_data(), lse.untyped_data(),
+           src_q.untyped_data(), src_k1.untyped_data(),
+           src_k2.untyped_data(), seeds.untyped_data(), ctx.untyped_data(),
+           lse.untyped_data(),
            dctx.untyped_data(), dnew1.untyped_data(), dnew2.untyped_data(),
            dq->untyped_data(), dper_id->untyped_data(),
            dprev1->untyped_data(), dprev2->untyped_data(),
            delta->untyped_data()},
           {I32(s.batch), I32(s.heads), I32(s.rows), I32(s.key_rows[0]),
            I32(s.key_rows[1]), I32(s.num_ids), I32(o.block_len),
-           I32(s.codes1_stride), I32(o.keep_threshold)},
+           I32(s.codes1_stride), I32(o.sources), I32(o.keep_threshold)},
           {o.gain, o.scale[0], o.scale[1]});
       !e.success()) {
     return e;
@@ -1052,6 +1127,7 @@ ffi::Error SideBackwardCuda(
   const ffi::AnyBuffer* v[2] = {&v1, &v2};
   const ffi::Buffer<ffi::S8>* codes[2] = {&codes1, &codes2};
   const ffi::AnyBuffer* prev[2] = {&prev1, &prev2};
+  const ffi::AnyBuffer* src_k[2] = {&src_k1, &src_k2};
   const ffi::AnyBuffer* dnew[2] = {&dnew1, &dnew2};
   ffi::AnyBuffer* dk[2] = {&*dk1, &*dk2};
   ffi::AnyBuffer* dv[2] = {&*dv1, &*dv2};
@@ -1062,13 +1138,14 @@ ffi::Error SideBackwardCuda(
             {q.untyped_data(), k[p]->untyped_data(), v[p]->untyped_data(),
              per_id.untyped_data(), codes[p]->untyped_data(),
              valid.untyped_data(), prev[p]->untyped_data(),
+             src_q.untyped_data(), src_k[p]->untyped_data(),
              seeds.untyped_data(), lse.untyped_data(),
              delta->untyped_data(), dctx.untyped_data(),
              dnew[p]->untyped_data(), dk[p]->untyped_data(),
              dv[p]->untyped_data()},
             {I32(s.batch), I32(s.heads), I32(s.rows), I32(s.key_rows[p]),
              I32(s.num_ids), I32(o.block_len), I32(code_stride[p]),
-             I32(o.keep_threshold)},
+             I32(o.sources), I32(o.keep_threshold)},
             {o.gain, o.scale[p]});
         !e.success()) {
       return e;
@@ -1094,6 +1171,9 @@ ffi::Error SideBackwardCuda(
       .Arg<ffi::Buffer<ffi::F32>>()  /* valid */      \
       .Arg<ffi::AnyBuffer>()         /* prev1 */      \
       .Arg<ffi::AnyBuffer>()         /* prev2 */      \
+      .Arg<ffi::AnyBuffer>()         /* src_q */      \
+      .Arg<ffi::AnyBuffer>()         /* src_k1 */     \
+      .Arg<ffi::AnyBuffer>()         /* src_k2 */     \
       .Arg<ffi::AnyBuffer>()         /* seeds */
 
 #define ETC_SIDE_ATTRIBUTES(BINDER)                   \
@@ -1108,7 +1188,8 @@ ffi::Error SideBackwardCuda(
       .Attr<float>("scale2")                          \
       .Attr<int64_t>("keep_threshold")                \
       .Attr<float>("gain")                            \
-      .Attr<bool>("by_rows")
+      .Attr<bool>("by_rows")                          \
+      .Attr<int64_t>("sources")
 
 #define ETC_SIDE_FORWARD_BINDING(BINDER)              \
   ETC_SIDE_ATTRIBUTES(ETC_SIDE_OPERANDS(BINDER))      \

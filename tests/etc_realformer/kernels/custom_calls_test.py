@@ -43,6 +43,7 @@ def test_module_text_is_one_typed_ffi_call():
 
 SIDE_FORWARD = "etc_side_forward"
 _INPUTS = ("q", "k1", "v1", "k2", "v2")
+_SOURCES = ("src_q", "src_k1", "src_k2")
 _RANKED = ("codes1", "codes2", "valid")
 
 
@@ -59,7 +60,11 @@ def _operands(case: ref.SideCase, pieces: Dict[str, np.ndarray],
   for index in range(2):
     name = f"prev{index + 1}"
     args.append(tf.constant(pieces[name], stream_dtype)
-                if case.reads_prev[index] else tf.constant(placeholder))
+                if case.reads_prev[index] and not case.num_sources
+                else tf.constant(placeholder))
+  for name, read in zip(_SOURCES, (True,) + tuple(case.reads_prev)):
+    args.append(tf.constant(pieces[name], dtype)
+                if case.num_sources and read else tf.constant(placeholder))
   args.append(tf.constant(pieces["seeds"] if case.dropout_rate > 0
                           else placeholder))
   return args
@@ -87,7 +92,7 @@ def _attributes(case: ref.SideCase):
       "scale2": float(scale2),
       "keep_threshold": ref.keep_threshold(case.dropout_rate),
       "gain": float(ref.keep_gain(case.dropout_rate)),
-      "by_rows": case.by_rows}
+      "by_rows": case.by_rows, "sources": case.num_sources}
 
 
 def _side_call(case: ref.SideCase, pieces: Dict[str, np.ndarray],
@@ -111,13 +116,15 @@ def _side_call(case: ref.SideCase, pieces: Dict[str, np.ndarray],
 
 
 def _rounded(pieces: Dict[str, np.ndarray], dtype: tf.DType,
-             stream_dtype: tf.DType) -> Dict[str, np.ndarray]:
+             stream_dtype: tf.DType, case: ref.SideCase
+             ) -> Dict[str, np.ndarray]:
   """The pieces as the handler reads them (inputs and streams rounded)."""
   out = dict(pieces)
-  for name in _INPUTS + ("prev1", "prev2"):
+  for name in _INPUTS + _SOURCES + ("prev1", "prev2"):
     if name in out:
       cast = stream_dtype if name.startswith("prev") else dtype
       out[name] = tf.cast(tf.cast(out[name], cast), tf.float32).numpy()
+  out.update(ref.source_sums(out, case))  # recomputed streams' sums
   return out
 
 
@@ -127,7 +134,7 @@ def _check(case: ref.SideCase, dtype: tf.DType = tf.float32,
            masked_rows: int = 2, pieces: Optional[Dict] = None):
   pieces = pieces or ref.side_pieces(case, seed=2, masked_rows=masked_rows)
   ctx, lse, new = _side_call(case, pieces, dtype, stream_dtype)
-  want = ref.side_forward(_rounded(pieces, dtype, stream_dtype), case)
+  want = ref.side_forward(_rounded(pieces, dtype, stream_dtype, case), case)
   assert ref.relative_error(ctx, want.ctx) < ctx_tolerance
   live = np.broadcast_to(pieces["valid"][:, None] > 0, lse.shape)
   assert ref.relative_error(lse, want.lse, live) < lse_tolerance
@@ -178,14 +185,26 @@ def test_dense_long_side_without_ids_in_bfloat16_matches_the_reference():
          new_tolerance=1e-2, lse_tolerance=1e-5)
 
 
+def test_long_side_with_sources_matches_the_reference():
+  # Recomputed streams: the previous sums made from three earlier layers'
+  # queries and keys, none emitted, the running mean, dropout.
+  case = ref.SideCase.long_side(
+      batch=2, num_heads=2, num_blocks=3, block_len=4, global_len=5,
+      size_per_head=16, num_ids=6, carried=(True, True), emit=False,
+      num_sources=3, running_mean=True, num_summed=4, dropout_rate=0.1)
+  _check(case)
+
+
 @pytest.mark.parametrize("broken,message", [
     ("v1", "v1 has shape"), ("prev2", "prev2 has shape"),
-    ("codes1", "codes1's rows")])
+    ("codes1", "codes1's rows"), ("src_k2", "src_k2 has shape")])
 def test_side_handler_rejects_operands_that_do_not_fit(broken, message):
   # The CUDA kernel indexes raw pointers: the handler checks every operand.
   case = ref.SideCase.long_side(batch=1, num_heads=2, num_blocks=2, block_len=4,
                                 global_len=3, size_per_head=16, num_ids=3,
-                                carried=(False, True), has_prev=True)
+                                carried=(False, True), has_prev=True,
+                                emit=not broken.startswith("src"),
+                                num_sources=2 * broken.startswith("src"))
   p = ref.side_pieces(case, seed=1)
   if broken == "codes1":  # rows not padded to 16 bytes
     p["codes1"] = np.ascontiguousarray(p["codes1"][..., :3 * case.block_len])
@@ -227,9 +246,12 @@ def _backward_call(case: ref.SideCase, pieces: Dict[str, np.ndarray],
       else tf.zeros([1], tf.float32) for g in dnew]
   forward = _forward_results(case, dtype, stream_dtype)
   backward = [(a.shape.as_list(), a.dtype) for a in args[:6]]
-  for index in range(2):
-    prev = args[9 + index]
-    backward.append((prev.shape.as_list(), prev.dtype))
+  for index, width in enumerate(case.widths):
+    # The read sums' gradients (float32 where the sources make the sums).
+    prev_dtype = tf.float32 if case.num_sources else stream_dtype
+    backward.append(([case.batch, case.num_heads, case.rows, width],
+                     prev_dtype) if case.reads_prev[index]
+                    else ([1], tf.float32))
   backward.append(([case.batch, case.num_heads, case.rows], tf.float32))
   attributes = _attributes(case)
 
@@ -258,7 +280,7 @@ def _check_backward(case: ref.SideCase, dtype: tf.DType = tf.float32,
   got = _backward_call(case, pieces, dctx, dnew, dtype, stream_dtype)
   # The reference reads what the handlers read: the rounded inputs and
   # streams, and the incoming gradients in their types.
-  rounded = _rounded(pieces, dtype, stream_dtype)
+  rounded = _rounded(pieces, dtype, stream_dtype, case)
   dctx = tf.cast(tf.cast(dctx, dtype), tf.float32).numpy()
   dnew = tuple(None if g is None else
                tf.cast(tf.cast(g, stream_dtype), tf.float32).numpy()
@@ -307,6 +329,18 @@ def test_global_side_backward_with_streams_matches_the_reference():
       dropout_rate=0.2, by_rows=False)
   want = _check_backward(case)
   assert want.prev[0] is None and want.prev[1] is not None
+
+
+def test_global_side_backward_with_sources_matches_the_reference():
+  # Recomputed streams on both patterns, bfloat16 inputs: dq, dk, dv of
+  # the layer's own inputs, and the gradient of the sums the sources made.
+  case = ref.SideCase.global_side(
+      batch=2, num_heads=2, global_len=6, long_len=20, size_per_head=16,
+      num_ids=6, carried=(True, True), emit=False, num_sources=2,
+      dropout_rate=0.1, by_rows=False)
+  want = _check_backward(case, tf.bfloat16, tolerance=2e-2,
+                         stream_tolerance=2e-2)
+  assert want.prev[0] is not None and want.prev[1] is not None
 
 
 def test_dense_backward_without_ids_in_bfloat16_matches_the_reference():

@@ -81,21 +81,25 @@ def test_fused_residual_attention_with_dropout_matches_xla_path(
   assert abs(eval_loss - got[1]) > 1e-3
 
 
-@pytest.mark.parametrize("impl,rng,layers", [
-    ("sparse", "hash", 3), ("full", "hash", 2), ("sparse", "philox", 2)])
+@pytest.mark.parametrize("impl,rng,layers,patterns", [
+    ("sparse", "hash", 3, None), ("full", "hash", 2, None),
+    ("sparse", "hash", 3, ("l2l", "g2l")), ("sparse", "philox", 2, None)])
 def test_fused_recomputed_streams_match_xla_path(monkeypatch, impl, rng,
-                                                 layers):
-  # Recomputed streams (with three layers the third rebuilds two layers'
-  # sums), RealFormer on every pattern, the running mean, dropout in
-  # training: with hash dropout the kernels read the rebuilt sums, and the
-  # earlier layers' queries, keys and per-id scores get their share of the
-  # gradient; with Philox dropout the sides fall back to the XLA path's
-  # recomputation.
+                                                 layers, patterns):
+  # Recomputed streams (with three layers the third makes two layers'
+  # sums), the running mean, dropout in training. RealFormer on every
+  # pattern: the kernels make the sums from the sources, and the earlier
+  # layers' queries, keys and per-id scores get their share of the
+  # gradient; on one pattern per side (the per-id scores differ between
+  # the patterns): the sums are rebuilt in the graph and read; with Philox
+  # dropout the sides fall back to the XLA path's recomputation.
   monkeypatch.setattr(dropout_lib, "new_call_seed",
                       lambda: tf.constant([2, 5], tf.int32))
   config = tiny_config(**dict(CONFIG, num_hidden_layers=layers),
                        residual_attention=True, residual_running_mean=True,
-                       attention_probs_dropout_prob=0.2)
+                       attention_probs_dropout_prob=0.2,
+                       **({"residual_patterns": patterns} if patterns
+                          else {}))
   xla_model = tiny_model(config, dropout_rng=rng,
                          recompute_residual_streams=True)
   randomize_relative_bias(xla_model)

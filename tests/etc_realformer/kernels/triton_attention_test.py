@@ -21,22 +21,35 @@ pytestmark = pytest.mark.skipif(
 # references; bfloat16 and float16 inputs (the reference reads the same
 # rounded inputs), with probabilities rounded for the context product.
 TOLERANCE = {"float32": 1e-5, "bfloat16": 2e-2, "float16": 3e-3}
-INPUTS = ("q", "k1", "v1", "k2", "v2")
+INPUTS = ("q", "k1", "v1", "k2", "v2", "src_q", "src_k1", "src_k2")
 POINTERS = ("q", "k1", "v1", "k2", "v2", "per_id", "codes1", "codes2",
-            "valid", "prev1", "prev2", "seeds")
+            "valid", "prev1", "prev2", "src_q", "src_k1", "src_k2", "seeds")
 _NP = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
 
 
-def _rounded(pieces, dtype, stream_dtype):
+def _rounded(pieces, dtype, stream_dtype, case=None):
   """The pieces with the kernel's inputs (and the streams kept in
-  `stream_dtype`) rounded to their dtypes (as float32)."""
+  `stream_dtype`) rounded to their dtypes (as float32); with recomputed
+  streams, the sums the reference reads made again from the rounded
+  sources."""
   out = dict(pieces)
   for name, value in pieces.items():
     kind = stream_dtype if name.startswith("prev") else (
         dtype if name in INPUTS else "float32")
     if kind != "float32":
       out[name] = value.astype(_NP[kind]).astype(np.float32)
+  if case is not None:
+    out.update(fat.source_sums(out, case))
   return out
+
+
+def _kernel_value(case, pieces, name):
+  """A launch's operand: the piece, or None where the kernel reads a
+  placeholder (the sums, with recomputed streams: the kernels make them
+  from the sources)."""
+  if case.num_sources and name.startswith("prev"):
+    return None
+  return pieces.get(name)
 
 
 def _forward(case, pieces, dtype, stream_dtype, block_m, block_n):
@@ -45,7 +58,7 @@ def _forward(case, pieces, dtype, stream_dtype, block_m, block_n):
   shape = (case.batch, case.num_heads, n)
   args, dtypes = [], {}
   for i, name in enumerate(POINTERS):
-    value = pieces.get(name)
+    value = _kernel_value(case, pieces, name)
     if value is None:  # a placeholder the kernel does not read
       value = np.zeros(4, np.int32 if name == "seeds" else np.float32)
     elif name in INPUTS or (name.startswith("prev") and
@@ -61,7 +74,7 @@ def _forward(case, pieces, dtype, stream_dtype, block_m, block_n):
   first_len = n + 2 * case.block_len if case.band else case.first_len
   ints = [case.batch, case.num_heads, n, first_len, case.second_len,
           case.num_ids, case.block_len, pieces["codes1"].shape[-1],
-          fat.keep_threshold(case.dropout_rate),
+          case.num_sources, fat.keep_threshold(case.dropout_rate),
           fat.keep_gain(case.dropout_rate), *case.scales]
   return triton_testing.Launch(
       "side_forward", (-(-n // block_m), case.batch * case.num_heads),
@@ -71,8 +84,8 @@ def _forward(case, pieces, dtype, stream_dtype, block_m, block_n):
            BAND=case.band, HAS_IDS=case.has_ids,
            READ1=case.reads_prev[0], READ2=case.reads_prev[1],
            WRITE1=case.writes_new[0], WRITE2=case.writes_new[1],
-           DROPOUT=case.dropout_rate > 0, BY_ROWS=case.by_rows,
-           IEEE=dtype == "float32"),
+           SOURCES=case.num_sources > 0, DROPOUT=case.dropout_rate > 0,
+           BY_ROWS=case.by_rows, IEEE=dtype == "float32"),
       outputs=outputs, dtypes=dtypes)
 
 
@@ -105,12 +118,23 @@ CASES = {
     "global_bfloat16": (fat.SideCase.global_side(
         has_ids=False, carried=(True, False), dropout_rate=0.2,
         by_rows=False), "bfloat16", "bfloat16", (16, 32)),
+    # Recomputed streams: the sums of three earlier layers made per tile
+    # from their queries and keys, the running mean, dropout.
+    "long_sources": (fat.SideCase.long_side(
+        num_blocks=4, block_len=10, global_len=37, carried=(True, True),
+        emit=False, num_sources=3, running_mean=True, num_summed=4,
+        dropout_rate=0.1), "float32", "float32", (16, 32)),
+    # ... on one pattern of the global side, bfloat16 inputs.
+    "global_sources": (fat.SideCase.global_side(
+        has_ids=False, carried=(False, True), emit=False, num_sources=2),
+        "bfloat16", "float32", (16, 32)),
 }
 
 
 @pytest.fixture(scope="module")
 def results():
-  pieces = {name: _rounded(fat.side_pieces(case, seed=i), dtype, streams)
+  pieces = {name: _rounded(fat.side_pieces(case, seed=i), dtype, streams,
+                           case)
             for i, (name, (case, dtype, streams, _)) in
             enumerate(CASES.items())}
   launches = [_forward(case, pieces[name], dtype, streams, *tiles)
@@ -169,7 +193,7 @@ def _backward(case, pieces, grads_in, dtype, stream_dtype, block_m, block_n):
   first_len = n + 2 * case.block_len if case.band else case.first_len
 
   def arg(name, kind=None):
-    value = grads_in.get(name, pieces.get(name))
+    value = grads_in.get(name, _kernel_value(case, pieces, name))
     if value is None:
       return np.zeros(4, np.int32 if name == "seeds" else np.float32), None
     return value, kind
@@ -179,6 +203,7 @@ def _backward(case, pieces, grads_in, dtype, stream_dtype, block_m, block_n):
 
   names = POINTERS + ("ctx", "lse", "dctx", "dnew1", "dnew2")
   kinds = {n: dtype for n in INPUTS + ("ctx", "dctx")}
+  sources = dict(SOURCES=case.num_sources > 0)
   kinds.update({n: stream_kind(n) for n in ("prev1", "prev2", "dnew1",
                                             "dnew2")})
   args, dtypes = [], {}
@@ -196,14 +221,14 @@ def _backward(case, pieces, grads_in, dtype, stream_dtype, block_m, block_n):
         else ((1,), "float32"))
   ints = [case.batch, case.num_heads, n, first_len, case.second_len,
           case.num_ids, case.block_len, pieces["codes1"].shape[-1],
-          fat.keep_threshold(case.dropout_rate),
+          case.num_sources, fat.keep_threshold(case.dropout_rate),
           fat.keep_gain(case.dropout_rate), *case.scales]
   queries = triton_testing.Launch(
       "side_backward_queries", (-(-n // block_m), case.batch * case.num_heads),
       args + ["dq", "dper_id", "dprev1", "dprev2", "delta"] + ints,
       dict(constexprs, BAND=case.band, READ1=case.reads_prev[0],
            READ2=case.reads_prev[1], WRITE1=case.writes_new[0],
-           WRITE2=case.writes_new[1]),
+           WRITE2=case.writes_new[1], **sources),
       outputs=outputs, dtypes=dtypes)
   delta = np.sum(grads_in["dctx"].astype(np.float64) *
                  grads_in["ctx"], -1).astype(np.float32)
@@ -212,8 +237,9 @@ def _backward(case, pieces, grads_in, dtype, stream_dtype, block_m, block_n):
     band = case.band and index == 0
     key_rows = (first_len, case.second_len)[index]
     names = ("q", f"k{index + 1}", f"v{index + 1}", "per_id",
-             f"codes{index + 1}", "valid", f"prev{index + 1}", "seeds",
-             "lse", "delta", "dctx", f"dnew{index + 1}")
+             f"codes{index + 1}", "valid", f"prev{index + 1}", "src_q",
+             f"src_k{index + 1}", "seeds", "lse", "delta", "dctx",
+             f"dnew{index + 1}")
     args, dtypes = [], {}
     for i, name in enumerate(names):
       value, kind = (delta, None) if name == "delta" else arg(
@@ -224,7 +250,7 @@ def _backward(case, pieces, grads_in, dtype, stream_dtype, block_m, block_n):
     k_shape = pieces[f"k{index + 1}"].shape
     ints = [case.batch, case.num_heads, n, key_rows, case.num_ids,
             case.block_len, pieces[f"codes{index + 1}"].shape[-1],
-            fat.keep_threshold(case.dropout_rate),
+            case.num_sources, fat.keep_threshold(case.dropout_rate),
             fat.keep_gain(case.dropout_rate), case.scales[index]]
     launches.append(triton_testing.Launch(
         "side_backward_keys",
@@ -232,7 +258,7 @@ def _backward(case, pieces, grads_in, dtype, stream_dtype, block_m, block_n):
         args + ["dk", "dv"] + ints,
         dict(constexprs, BAND=band, READ=case.reads_prev[index],
              WRITE=case.writes_new[index], PATTERN=index,
-             BAND_SIDE=case.band),
+             BAND_SIDE=case.band, **sources),
         outputs={"dk": (k_shape, dtype), "dv": (k_shape, dtype)},
         dtypes=dtypes))
   return launches
@@ -240,7 +266,8 @@ def _backward(case, pieces, grads_in, dtype, stream_dtype, block_m, block_n):
 
 BACKWARD_CASES = ("long_float32", "long_bfloat16", "long_float16",
                   "long_streams", "long_short_blocks", "long_odd_blocks",
-                  "global_streams", "global_bfloat16")
+                  "global_streams", "global_bfloat16", "long_sources",
+                  "global_sources")
 GRAD_TOLERANCE = {"float32": 1e-5, "bfloat16": 3e-2, "float16": 5e-3}
 
 
@@ -249,7 +276,7 @@ def backward_results():
   launches, inputs = [], {}
   for i, name in enumerate(BACKWARD_CASES):
     case, dtype, streams, tiles = CASES[name]
-    pieces = _rounded(fat.side_pieces(case, seed=i), dtype, streams)
+    pieces = _rounded(fat.side_pieces(case, seed=i), dtype, streams, case)
     grads_in = _backward_pieces(case, pieces, dtype, streams, seed=100 + i)
     inputs[name] = (pieces, grads_in)
     launches += _backward(case, pieces, grads_in, dtype, streams, *tiles)
@@ -275,6 +302,9 @@ def test_side_backward_matches_reference(backward_results, name):
     assert fat.relative_error(value, getattr(want, key)) < tolerance, key
   for index, prev in enumerate(want.prev):
     if prev is not None:
-      stream_tolerance = 1e-5 if stream_dtype == "float32" else 3e-2
+      # The sums' gradient holds the probabilities' error (the inputs'
+      # precision) and, in a low dtype, its own rounding.
+      stream_tolerance = (1e-5 if stream_dtype == dtype == "float32"
+                          else 3e-2)
       assert fat.relative_error(queries[f"dprev{index + 1}"],
                                 prev) < stream_tolerance
