@@ -147,8 +147,11 @@ def side_pieces(case: SideCase, seed: int = 0,
   forms (`ids1` window ids [B, N, 2b - 1] on the band or [B, N, K1],
   `ids2`, `add1` [B, N, C1], `add2`) are what the reference reads; the
   codes are the kernels'. Carried patterns get previous streams
-  (`prev1`, `prev2` [B, H, N, C]); with dropout, `seeds` <int32>[4] (two
-  folded seeds), as the graph makes them.
+  (`prev1`, `prev2` [B, H, N, C]), or with `num_sources` the sources
+  (`src_q`, `src_k1`, `src_k2`; the sums the reference reads are then
+  `source_sums`', made once the sources are rounded as the kernels read
+  them); with dropout, `seeds` <int32>[4] (two folded seeds), as the graph
+  makes them.
   """
   rng = np.random.default_rng(seed)
   n, d = case.rows, case.size_per_head
@@ -199,7 +202,6 @@ def side_pieces(case: SideCase, seed: int = 0,
     out[name] = (value.astype(np.int32) if value.dtype.kind == "i"
                  else value.astype(np.float32))
   out["codes1"], out["codes2"] = codes(out, case)
-  out.update(source_sums(out, case))
   if case.dropout_rate > 0:
     out["seeds"] = rng.integers(-2**31, 2**31 - 1, 4).astype(np.int32)
   return out
