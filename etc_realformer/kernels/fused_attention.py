@@ -177,6 +177,17 @@ def fused_side(spec: core.SideSpec, x: SideInputs[tf.Tensor]
   return SideOutputs(ctx=_blocks(spec, outs[0], 2), sums=sums)
 
 
+def _after(sources: Sequence[tf.Tensor], tensor: tf.Tensor
+           ) -> Tuple[list, tf.Tensor]:
+  """`sources` and `tensor` through one optimization barrier: what is made
+  of them waits for `tensor` (in the forward pass this layer's queries, so
+  no scheduler joins every layer's sources at the start; in the backward
+  the context's gradient), and is a new expression that XLA cannot merge
+  with, and keep from, the forward pass (as `chunking`'s recomputation)."""
+  barred = tf2xla.optimization_barrier(*sources, tensor)
+  return list(barred[:-1]), barred[-1]
+
+
 class _Joined:
   """The sources of recomputed streams as the kernels read them: the
   earlier layers' queries and keys concatenated along the head size
@@ -227,18 +238,12 @@ def _fused_side_sources(spec: core.SideSpec, x: SideInputs[tf.Tensor]
 
   @tf.custom_gradient
   def fused(*args):
-    # The sources are joined once this layer's queries exist, not earlier
-    # (a scheduler could otherwise join every layer's at the start).
-    barred = tf2xla.optimization_barrier(*args[n:], args[0])
-    sources = joined(barred[:-1])
+    sources = joined(_after(args[n:], args[0])[0])
     ctx, lse, _ = call.forward(with_sources(args[:n], sources), [None, None],
                                sources.operands())
 
     def grad(dctx):
-      # Joined again, after the context's gradient exists (the barrier):
-      # the forward's joins are not kept.
-      barred = tf2xla.optimization_barrier(*args[n:], dctx)
-      flat, dctx = list(barred[:-1]), barred[-1]
+      flat, dctx = _after(args[n:], dctx)  # joined anew, not kept
       with tf.GradientTape() as tape:
         tape.watch(flat)
         sources = joined(flat)
@@ -281,12 +286,11 @@ def _fused_side_rebuilt(spec: core.SideSpec, x: SideInputs[tf.Tensor]
 
   @tf.custom_gradient
   def fused(*args):
-    barred = tf2xla.optimization_barrier(*args[n:], args[0])
-    ctx, lse, _ = call.forward(args[:n], previous(barred[:-1]))
+    ctx, lse, _ = call.forward(args[:n],
+                               previous(_after(args[n:], args[0])[0]))
 
     def grad(dctx):
-      barred = tf2xla.optimization_barrier(*args[n:], dctx)
-      flat, dctx = list(barred[:-1]), barred[-1]
+      flat, dctx = _after(args[n:], dctx)  # rebuilt anew, not kept
       with tf.GradientTape() as tape:
         tape.watch(flat)
         prev = previous(flat)
@@ -319,14 +323,10 @@ def rebuilt_sums(spec: core.SideSpec,
   Returns:
     Per pattern, <float32> in the side's score layout (None: not carried).
   """
-  carried = spec.is_carried
-  per_ids = [s.per_id for s in sources if s.per_id is not None]
-  joined = ScoreInputs(
-      q=tf.concat([s.q for s in sources], -1),
-      keys=PatternPair(*(tf.concat([s.keys[i] for s in sources], -1)
-                         if c else None for i, c in enumerate(carried))),
-      per_id=tf.add_n(per_ids) if per_ids else None)
-  return core.side_scores(spec, joined, masks.ids, size, carried)
+  joined = _Joined(spec, sources)
+  return core.side_scores(spec,
+                          ScoreInputs(joined.q, joined.keys, joined.per_id),
+                          masks.ids, size, spec.is_carried)
 
 
 class _SideCall:

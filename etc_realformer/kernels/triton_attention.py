@@ -141,6 +141,21 @@ def _source_scores(src_q, src_k, head_rows, row_ok, key_rows, key_ok,
 
 
 @triton.jit
+def _tile_scores(qt, kt, src_q, src_k, head_rows, row_ok, key_rows, key_ok,
+                 num_sources, D: tl.constexpr, BM: tl.constexpr,
+                 BN: tl.constexpr, READ: tl.constexpr, SOURCES: tl.constexpr,
+                 IEEE: tl.constexpr):
+  """A [BM, BN] tile's q.k, + the sources' sum where the pattern reads
+  it from them (READ with SOURCES)."""
+  s = _scores(qt, kt, IEEE)
+  if SOURCES:
+    if READ:
+      s += _source_scores(src_q, src_k, head_rows, row_ok, key_rows, key_ok,
+                          num_sources, D, BM, BN, IEEE)
+  return s
+
+
+@triton.jit
 def _mix32(x):
   """`dropout._mix32` (lowbias32) on uint32 values."""
   x ^= x >> 16
@@ -310,13 +325,10 @@ def side_forward(q, k1, v1, k2, v2, per_id, codes1, codes2, valid, prev1,
       c = keys[None, :] - row_start[:, None]  # the score's column
       cell = (c >= 0) & (c < width) & row_ok[:, None] & key_ok[None, :]
       key_d = (bh * key_rows + keys)[:, None] * D + d[None, :]
-      s = _scores(qt, tl.load(k + key_d, mask=key_ok[:, None], other=0.0),
-                  IEEE)
-      if SOURCES:
-        if read:
-          s += _source_scores(src_q, src_k, head_rows, row_ok,
-                              bh * key_rows + keys, key_ok, num_sources, D,
-                              BM, BN, IEEE)
+      s = _tile_scores(qt, tl.load(k + key_d, mask=key_ok[:, None],
+                                   other=0.0),
+                       src_q, src_k, head_rows, row_ok, bh * key_rows + keys,
+                       key_ok, num_sources, D, BM, BN, read, SOURCES, IEEE)
       code = tl.load(codes + flat_rows[:, None] * codes_stride + c,
                      mask=cell, other=NO_ID).to(tl.int32)
       s = _logits(s, code, cell, per_id, flat_rows, num_ids, num_heads,
@@ -467,12 +479,9 @@ def side_backward_queries(
       if DROPOUT:
         keep = _keep(row_index, c, width, seeds, p, keep_threshold)
       offsets = head_rows[:, None] * width + c
-      s = _scores(qt, kt, IEEE)
-      if SOURCES:
-        if read:
-          s += _source_scores(src_q, src_k, head_rows, row_ok,
-                              bh * key_rows + keys, key_ok, num_sources, D,
-                              BM, BN, IEEE)
+      s = _tile_scores(qt, kt, src_q, src_k, head_rows, row_ok,
+                       bh * key_rows + keys, key_ok, num_sources, D, BM, BN,
+                       read, SOURCES, IEEE)
       _, ds = _tile_grads(s, vt, do, code, cell, per_id, flat_rows,
                           num_ids, num_heads, head, prev, dnew, offsets,
                           scale, lse_rows, valid_rows, delta_rows, keep,
@@ -557,12 +566,9 @@ def side_backward_keys(
       row_index = _row_index(rows, batch, head, batch_size, num_heads,
                              num_rows, block_len, BAND_SIDE, BY_ROWS)
       keep = _keep(row_index, c, width, seeds, PATTERN, keep_threshold)
-    s = _scores(qt, kt, IEEE)
-    if SOURCES:
-      if READ:
-        s += _source_scores(src_q, src_k, head_rows, row_ok,
-                            bh * key_rows + keys, key_ok, num_sources, D,
-                            BM, BN, IEEE)
+    s = _tile_scores(qt, kt, src_q, src_k, head_rows, row_ok,
+                     bh * key_rows + keys, key_ok, num_sources, D, BM, BN,
+                     READ, SOURCES, IEEE)
     dropped, ds = _tile_grads(s, vt, do, code, cell, per_id, flat_rows,
                               num_ids, num_heads, head, prev, dnew,
                               head_rows[:, None] * width + c, scale,

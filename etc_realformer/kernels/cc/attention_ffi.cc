@@ -563,7 +563,8 @@ ffi::Error SideForwardHost(
     ffi::AnyBuffer seeds, bool band, int64_t block_len, bool has_ids,
     bool read_prev1, bool read_prev2, bool emit1, bool emit2, float scale1,
     float scale2, int64_t keep_threshold, float gain, bool by_rows,
-    int64_t sources, ffi::Result<ffi::AnyBuffer> ctx, ffi::Result<ffi::Buffer<ffi::F32>> lse,
+    int64_t sources, ffi::Result<ffi::AnyBuffer> ctx,
+    ffi::Result<ffi::Buffer<ffi::F32>> lse,
     ffi::Result<ffi::AnyBuffer> new1, ffi::Result<ffi::AnyBuffer> new2) {
   const SideOptions o{band,       has_ids,        {read_prev1, read_prev2},
                       {emit1, emit2}, by_rows,    block_len,
@@ -1009,7 +1010,8 @@ ffi::Error SideForwardCuda(
     ffi::AnyBuffer seeds, bool band, int64_t block_len, bool has_ids,
     bool read_prev1, bool read_prev2, bool emit1, bool emit2, float scale1,
     float scale2, int64_t keep_threshold, float gain, bool by_rows,
-    int64_t sources, ffi::Result<ffi::AnyBuffer> ctx, ffi::Result<ffi::Buffer<ffi::F32>> lse,
+    int64_t sources, ffi::Result<ffi::AnyBuffer> ctx,
+    ffi::Result<ffi::Buffer<ffi::F32>> lse,
     ffi::Result<ffi::AnyBuffer> new1, ffi::Result<ffi::AnyBuffer> new2) {
   const SideOptions o{band,       has_ids,        {read_prev1, read_prev2},
                       {emit1, emit2}, by_rows,    block_len,

@@ -65,16 +65,8 @@ def test_fused_residual_attention_with_dropout_matches_xla_path(
                        attention_probs_dropout_prob=0.2,
                        grad_checkpointing_period=period)
   xla_model = tiny_model(config, dropout_rng="hash")
-  randomize_relative_bias(xla_model)
-  fused_model = copy_weights(xla_model, tiny_model(
-      config, dropout_rng="hash", attention_kernel="fused"))
-  feats = {k: tf.constant(v) for k, v in random_features(
-      config, batch=2, long_len=21, global_len=5, seed=6).items()}
-  probe = probes(config, 2, 21, 5)
-  want, got = (loss_and_grads(m, feats, probe, training=True, impl=impl,
-                              jit_compile=True)
-               for m in (xla_model, fused_model))
-  assert_same_training(want, got)
+  fused_model, feats, probe, got = _same_training(xla_model, impl, seed=6,
+                                                  dropout_rng="hash")
   # Dropout really was on: an inference pass gives another loss.
   eval_loss = loss_and_grads(fused_model, feats, probe, training=False,
                              impl=impl, jit_compile=True)[1]
@@ -102,17 +94,26 @@ def test_fused_recomputed_streams_match_xla_path(monkeypatch, impl, rng,
                           else {}))
   xla_model = tiny_model(config, dropout_rng=rng,
                          recompute_residual_streams=True)
+  _same_training(xla_model, impl, seed=8, dropout_rng=rng,
+                 recompute_residual_streams=True)
+
+
+def _same_training(xla_model, impl: str, seed: int, **execution):
+  """A training step (loss and every gradient, under jit_compile) of
+  `xla_model` (relative biases randomized) and of its fused twin, equal;
+  returns (the twin, the features, the probes, the twin's step)."""
+  config = xla_model.config
   randomize_relative_bias(xla_model)
   fused_model = copy_weights(xla_model, tiny_model(
-      config, dropout_rng=rng, recompute_residual_streams=True,
-      attention_kernel="fused"))
+      config, attention_kernel="fused", **execution))
   feats = {k: tf.constant(v) for k, v in random_features(
-      config, batch=2, long_len=21, global_len=5, seed=8).items()}
+      config, batch=2, long_len=21, global_len=5, seed=seed).items()}
   probe = probes(config, 2, 21, 5)
   want, got = (loss_and_grads(m, feats, probe, training=True, impl=impl,
                               jit_compile=True)
                for m in (xla_model, fused_model))
   assert_same_training(want, got)
+  return fused_model, feats, probe, got
 
 
 def test_recomputed_streams_training_step_hlo(twins):
