@@ -317,7 +317,7 @@ def rebuilt_sums(spec: core.SideSpec,
   is then one score-sized tensor, never one per earlier layer (XLA
   schedules independent products side by side, and would keep them all),
   and its gradient reaches every layer through two products. Rounded once
-  in the compute dtype, where `attention_core.previous_sums` rounds each
+  in the compute dtype, where the XLA path (`attention_core`) rounds each
   layer's scores (docs/design.md, "The fused kernels").
 
   Returns:
@@ -336,7 +336,6 @@ class _SideCall:
   def __init__(self, spec: core.SideSpec, x: SideInputs[tf.Tensor],
                num_sources: int = 0):
     self.spec, self.x = spec, x
-    self.num_sources = num_sources
     q = _rows(spec, x.scores.q, 2)
     self.q = q
     batch, heads, num_rows, size = q.shape.as_list()
@@ -486,12 +485,3 @@ def covers_or_log(spec: core.SideSpec, x: SideInputs[tf.Tensor]) -> bool:
                       "attention_kernel='fused': the %s side runs on the "
                       "XLA path: %s", 1, "/".join(spec.patterns), reason)
   return False
-
-
-def attend_side(spec: core.SideSpec, x: SideInputs[tf.Tensor]
-                ) -> SideOutputs[tf.Tensor]:
-  """The whole side: fused where `covers`, else `attention_core` whole
-  (logged, `covers_or_log`)."""
-  if covers_or_log(spec, x):
-    return fused_side(spec, x)
-  return core.attend_side(spec, 0, blocking.dim(x.scores.q, 2), x)

@@ -494,8 +494,9 @@ def attend_sides(specs: Sequence[core.SideSpec],
   if fused:
     rest = [i for i in rest
             if not fused_attention.covers_or_log(specs[i], inputs[i])]
-    for i in set(range(len(specs))) - set(rest):
-      outputs[i] = fused_attention.fused_side(specs[i], inputs[i])
+    for i in range(len(specs)):
+      if i not in rest:
+        outputs[i] = fused_attention.fused_side(specs[i], inputs[i])
   if not num_chunks:
     for i in rest:
       outputs[i] = core.attend_side(specs[i], 0,

@@ -283,7 +283,7 @@ def side_scores(spec: SideSpec, x: ScoreInputs[tf.Tensor],
   return PatternPair(*out)
 
 
-def previous_sums(spec: SideSpec, x: SideInputs[tf.Tensor],
+def _previous_sums(spec: SideSpec, x: SideInputs[tf.Tensor],
                    size: blocking.Dim) -> PatternPair[tf.Tensor]:
   """The earlier layers' running sums of the carried patterns: the stored
   ones, or recomputed from their score inputs in the order the stored ones
@@ -345,7 +345,7 @@ def _logits_and_sums(spec: SideSpec, x: SideInputs[tf.Tensor],
   """Per pattern, the softmax's masked logits and the new running sum (None
   unless carried and emitted)."""
   own = side_scores(spec, x.scores, x.masks.ids, size)
-  previous = previous_sums(spec, x, size)
+  previous = _previous_sums(spec, x, size)
   low_streams = spec.streams.low_precision and dtype != tf.float32
   logits, sums = [], []
   for index, carried in enumerate(spec.is_carried):

@@ -18,6 +18,7 @@ from encoder_testing import tiny_config
 from encoder_testing import tiny_model
 from encoder_testing import twin_models
 from etc_realformer.kernels import fused_attention
+from etc_realformer.layers import attention
 from etc_realformer.layers import attention_core as core
 from etc_realformer.layers import dropout as dropout_lib
 from etc_realformer.layers.attention_pieces import PatternPair
@@ -354,7 +355,7 @@ def test_relative_ids_on_one_pattern_fall_back(pattern_with_ids):
       x.masks, ids=PatternPair(*ids)))
   assert "one pattern" in fused_attention.uncovered_reason(spec, x)
   want = core.attend_side(spec, 0, case.num_blocks, x)
-  got = fused_attention.attend_side(spec, x)
+  got = attention.attend_sides([spec], [x], num_chunks=0, fused=True)[0]
   np.testing.assert_array_equal(got.ctx.numpy(), want.ctx.numpy())
 
 
