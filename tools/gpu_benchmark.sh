@@ -6,9 +6,9 @@
 #   python -m tools.benchmark --mode=xla_export --export_dir=gpu_modules \
 #       --num_layers=12 --dtypes=mixed_bfloat16 --passes=fwd,fwd_bwd \
 #       --lengths=4096 --global_len=256 --batch_size=4 --xla_weights=off
-#   # there: every module under DIR, then dense SDPA (and, with --all, the
-#   # sparse peers) at the same shapes; JSON lines under $OUT
-#   bash tools/gpu_benchmark.sh gpu_modules [--all]
+#   # there: every module under each DIR, then dense SDPA (and, with --all,
+#   # the sparse peers) at the same shapes; JSON lines under $OUT
+#   bash tools/gpu_benchmark.sh DIR [DIR ...] [--all]
 #
 #   # with the fused kernels (attention_kernel=fused modules): build them
 #   # here, carry gpu_kernels/ along; there the library is rebuilt against
@@ -20,73 +20,138 @@
 #   (docs/kernels.md, "On a GPU": the modules to export, with and without
 #   the fused kernels)
 #
+# The steps run in the order of what they are worth, so that a run cut
+# short (RUN_BUDGET_S, or the caller's own limit: every step appends its
+# records as it ends) keeps the most: the library; the kernels' check
+# against the reference; dense SDPA; the modules, DIR by DIR in the order
+# given, each DIR's modules by name; the kernels timed alone; the tile
+# sweep; the profiles; last, the summary (tools.gpu_summary: the records
+# as a table, the fused modules against their XLA twins, the goals).
+# Each step's seconds and exit status go to $OUT/steps.jsonl, and a step
+# the budget leaves no time for is recorded as skipped.
+#
 # Environment: DEVICE (the jax platform, default gpu), MODULE_TIMEOUT_S
-# (seconds per module, default 300), CHECK_DTYPES (the input dtypes the
-# kernel check covers: the ones the cubins were built for), TILE_DIRS
-# (builds of other tile shapes to time, with KERNELS_DIR), PEER_SHAPES (L:G:batch,... for the
-# peers), PEER_PASSES (fwd_bwd, fwd or both; default fwd_bwd), KERNELS_DIR
-# (the fused kernels' build, above), PROFILE_MODULES (names of module folders under DIR to run once
-# more, last, with `xla_runner --profile`: device time per kernel).
+# (seconds per step, default 300), RUN_BUDGET_S (seconds for the whole run,
+# summary included; default 0, no limit; each step's limit is cut to what
+# is left, and a step with less than MIN_STEP_S (default 30) left is
+# skipped), CHECK_DTYPES (the input dtypes the kernel check covers: the
+# ones the cubins were built for), TILE_DIRS (builds of other tile shapes
+# to time, with KERNELS_DIR), PEER_SHAPES (L:G:batch,... for the peers),
+# PEER_PASSES (fwd_bwd, fwd or both; default fwd_bwd), KERNELS_DIR (the
+# fused kernels' build, above), PROFILE_MODULES (module folders, as
+# DIR/name, to run once more, with `xla_runner --profile`: device time
+# per kernel).
 #
 # What runs there, from the checkout (none of it imports TensorFlow):
 # tools/__init__.py, timing.py, xla_runner.py with hlo_text_stats.py (what
-# a module writes) and kernel_trace.py (the profiler's kernels), and
-# gpu_peers.py; a copy of the harness without the checkout needs them all.
+# a module writes) and kernel_trace.py (the profiler's kernels),
+# gpu_peers.py and gpu_summary.py (with KERNELS_DIR, build_kernels.py and
+# gpu_kernel_check.py too); a copy of the harness without the checkout
+# needs them all.
 set -u
 # A partial copy fails here, once, not on every module.
-python -c "import tools.xla_runner" || {
-  echo "tools.xla_runner does not import: ship tools/{__init__,timing,xla_runner,hlo_text_stats,kernel_trace}.py" >&2
+python -c "import tools.xla_runner, tools.gpu_summary" || {
+  echo "tools.xla_runner does not import: ship tools/{__init__,timing,xla_runner,hlo_text_stats,kernel_trace,gpu_summary}.py" >&2
   exit 2
 }
-dir=${1:-gpu_modules}
+dirs=()
 models=bert_sdpa
-if [ "${2:-}" = "--all" ]; then models=bigbird,longformer,bert_sdpa; fi
+for arg in "$@"; do
+  case $arg in
+    --all) models=bigbird,longformer,bert_sdpa ;;
+    *) dirs+=("$arg") ;;
+  esac
+done
+[ ${#dirs[@]} -eq 0 ] && dirs=(gpu_modules)
 out=${OUT:-.}
+device=${DEVICE:-gpu}
+budget=${RUN_BUDGET_S:-0}
+# What the summary at the end is kept (seconds), out of the budget.
+summary_s=15
+start=$SECONDS
+
+# The seconds the next step may take: MODULE_TIMEOUT_S, cut to what the
+# budget has left.
+step_limit() {
+  local limit=${MODULE_TIMEOUT_S:-300}
+  if [ "$budget" -gt 0 ]; then
+    local left=$((budget - summary_s - (SECONDS - start)))
+    [ "$left" -lt "$limit" ] && limit=$left
+  fi
+  echo "$limit"
+}
+
+# step NAME COMMAND...: runs COMMAND under the step's limit and records it;
+# returns its exit status (124: timed out; 125: skipped, no time left).
+step() {
+  local name=$1 limit t0 rc
+  shift
+  limit=$(step_limit)
+  if [ "$limit" -lt "${MIN_STEP_S:-30}" ]; then
+    echo "skipped (the run's budget is spent): $name" >&2
+    printf '{"record_type": "step", "step": "%s", "skipped": true}\n' \
+        "$name" >>"$out/steps.jsonl"
+    return 125
+  fi
+  t0=$SECONDS
+  timeout "$limit" "$@"
+  rc=$?
+  [ $rc -eq 0 ] || echo "$name failed (exit $rc; 124: over its $limit s)" >&2
+  printf '{"record_type": "step", "step": "%s", "seconds": %d, "exit": %d, "limit_s": %d}\n' \
+      "$name" $((SECONDS - t0)) $rc "$limit" >>"$out/steps.jsonl"
+  return $rc
+}
+
 ffi=()
 if [ -n "${KERNELS_DIR:-}" ]; then
   built=$(mktemp -d)
   cp -r "$KERNELS_DIR/cubins" "$built/"
   include=$(python -c "import jax.ffi; print(jax.ffi.include_dir())" 2>/dev/null)
-  if [ -n "$include" ] && python -m tools.build_kernels --output_dir="$built" \
-      --no_cubins --ffi_include="$include" >&2; then
+  if [ -n "$include" ] && step library python -m tools.build_kernels \
+      --output_dir="$built" --no_cubins --ffi_include="$include" >&2; then
     echo "fused kernels: library rebuilt against jaxlib's FFI headers" >&2
   else
     echo "fused kernels: using the carried library" >&2
     cp "$KERNELS_DIR/libetc_attention_ffi.so" "$built/"
   fi
-  ffi=(--ffi_library="$built/libetc_attention_ffi.so")
-  # The timing at the benchmark's shape is for a GPU (the host loops take
-  # minutes there).
-  check_timing=(); [ "${DEVICE:-gpu}" = cpu ] && check_timing=(--no_timing)
-  timeout "${MODULE_TIMEOUT_S:-300}" python -m tools.gpu_kernel_check \
-      --library="$built/libetc_attention_ffi.so" --device="${DEVICE:-gpu}" \
-      --dtypes="${CHECK_DTYPES:-float32,bfloat16,float16}" "${check_timing[@]}" \
-      --output_jsonl="$out/kernels.jsonl" \
-      || echo "gpu_kernel_check failed (see $out/kernels.jsonl)" >&2
-  # Tile sweep: each folder a build of other tile shapes (cubins only),
-  # timed alone with the same library (docs/kernels.md, "Tiles").
-  for tiles in ${TILE_DIRS:-}; do
-    ETC_KERNELS_CUBIN_DIR="$tiles/cubins" timeout "${MODULE_TIMEOUT_S:-300}" \
-        python -m tools.gpu_kernel_check --library="$built/libetc_attention_ffi.so" \
-        --device="${DEVICE:-gpu}" --dtypes=bfloat16 --no_check \
-        --output_jsonl="$out/tiles.jsonl" \
-        || echo "tile sweep failed on $tiles" >&2
-  done
+  library="$built/libetc_attention_ffi.so"
+  ffi=(--ffi_library="$library")
+  step kernel_check python -m tools.gpu_kernel_check --library="$library" \
+      --device="$device" --dtypes="${CHECK_DTYPES:-float32,bfloat16,float16}" \
+      --no_timing --output_jsonl="$out/kernels.jsonl"
 fi
-# A module that does not compile or fit in time is skipped, not the sweep.
-for module in "$dir"/*/; do
-  timeout "${MODULE_TIMEOUT_S:-300}" python -m tools.xla_runner \
-      --module_dir="$module" --device="${DEVICE:-gpu}" --repeats=10 \
-      --warmup=3 --hlo_stats --output_jsonl="$out/xla_runs.jsonl" "${ffi[@]}" \
-      || echo "xla_runner failed or timed out on $module" >&2
-done
-python -m tools.gpu_peers \
+step peers python -m tools.gpu_peers \
     --shapes="${PEER_SHAPES:-4096:256:4,16384:1024:1,16384:256:1}" \
     --models="$models" --passes="${PEER_PASSES:-fwd_bwd}" --repeats=10 --warmup=3 \
     --output_jsonl="$out/peers.jsonl"
-for name in ${PROFILE_MODULES:-}; do
-  timeout "${MODULE_TIMEOUT_S:-300}" python -m tools.xla_runner \
-      --module_dir="$dir/$name" --device="${DEVICE:-gpu}" --repeats=3 \
-      --warmup=2 --profile --profile_runs=3 --output_jsonl="$out/profiles.jsonl" "${ffi[@]}" \
-      || echo "profiling failed or timed out on $name" >&2
+# A module that does not compile or fit in time is skipped, not the sweep.
+for dir in "${dirs[@]}"; do
+  for module in "$dir"/*/; do
+    step "module ${module%/}" python -m tools.xla_runner \
+        --module_dir="$module" --device="$device" --repeats=10 \
+        --warmup=3 --hlo_stats --output_jsonl="$out/xla_runs.jsonl" "${ffi[@]}"
+  done
 done
+# The kernels alone at the benchmark's shapes: for a GPU (the host loops
+# take minutes), after the modules (the goals are the modules').
+if [ -n "${KERNELS_DIR:-}" ] && [ "$device" != cpu ]; then
+  step kernel_timing python -m tools.gpu_kernel_check --library="$library" \
+      --device="$device" --dtypes=bfloat16 --no_check \
+      --output_jsonl="$out/kernels.jsonl"
+  # Tile sweep: each folder a build of other tile shapes (cubins only),
+  # timed alone with the same library (docs/kernels.md, "Tiles").
+  for tiles in ${TILE_DIRS:-}; do
+    step "tiles $tiles" env ETC_KERNELS_CUBIN_DIR="$tiles/cubins" \
+        python -m tools.gpu_kernel_check --library="$library" \
+        --device="$device" --dtypes=bfloat16 --no_check \
+        --output_jsonl="$out/tiles.jsonl"
+  done
+fi
+for module in ${PROFILE_MODULES:-}; do
+  step "profile $module" python -m tools.xla_runner \
+      --module_dir="$module" --device="$device" --repeats=3 \
+      --warmup=2 --profile --profile_runs=3 --output_jsonl="$out/profiles.jsonl" "${ffi[@]}"
+done
+python -m tools.gpu_summary "$out/kernels.jsonl" "$out/tiles.jsonl" \
+    "$out/xla_runs.jsonl" "$out/peers.jsonl" "$out/steps.jsonl" \
+    | tee "$out/summary.txt"

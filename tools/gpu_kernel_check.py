@@ -623,20 +623,38 @@ def main(argv: Optional[List[str]] = None) -> int:
   ok = True
   checks = ([check] if "fwd" in passes else []) + (
       [check_backward] if "bwd" in passes else [])
+  # A call that fails (a cubin not built, a launch refused) is recorded
+  # with its message, and the next one runs: one missing variant must not
+  # cost a device run the rest of its records.
   for dtype in ([] if args.no_check else dtypes):
     for case in check_cases(reference):
       for check_pass in checks:
         start = time.perf_counter()
-        record = check_pass(reference, device, dtype, case,
-                            args.low_streams)
+        try:
+          record = check_pass(reference, device, dtype, case,
+                              args.low_streams)
+        except Exception as e:  # pylint: disable=broad-except
+          kernel = ("side_forward" if check_pass is check
+                    else "side_backward")
+          record = {"record_type": "kernel_check",
+                    "kernel": _label(case, kernel), "dtype": dtype,
+                    "has_ids": case.has_ids, "ok": False,
+                    "error": f"{type(e).__name__}: {e}"[:500]}
         record["wall_s"] = time.perf_counter() - start
         timing.emit(record, args.output_jsonl)
         ok &= record["ok"]
   timed = tuple(passes) + (("fwd_bwd",) if "bwd" in passes else ())
   for side, on, sources in ([] if args.no_timing else _timed_sides()):
-    for record in time_side(reference, device, args.repeats, args.warmup,
-                            side, on, low_streams=args.low_streams,
-                            passes=timed, num_sources=sources):
+    try:
+      records = time_side(reference, device, args.repeats, args.warmup,
+                          side, on, low_streams=args.low_streams,
+                          passes=timed, num_sources=sources)
+    except Exception as e:  # pylint: disable=broad-except
+      ok = False
+      records = [{"record_type": "kernel_timing", "side": side,
+                  "streams_and_dropout": on, "num_sources": sources,
+                  "error": f"{type(e).__name__}: {e}"[:500]}]
+    for record in records:
       record["cubins"] = _cubin_manifest(args.library)
       timing.emit(record, args.output_jsonl)
   return 0 if ok else 1

@@ -1,14 +1,16 @@
 """Prints the GPU harness's JSON lines as one short table (the end of a
-device run's output): kernel checks, kernel timings, modules, peers, and
-each fused module's value against its twin's on the XLA path.
+device run's output): kernel checks, kernel timings, modules, peers, the
+steps the run skipped, each fused module's value against its twin's on the
+XLA path, and where the modules stand against the goals of record.
 
     python -m tools.gpu_summary OUT/kernels.jsonl OUT/xla_runs.jsonl ...
 """
 
+import dataclasses
 import json
 import os
 import sys
-from typing import List
+from typing import List, Optional
 
 
 def rows(path: str) -> List[dict]:
@@ -20,6 +22,12 @@ def rows(path: str) -> List[dict]:
 
 def line(record: dict) -> str:
   kind = record.get("record_type")
+  if kind in ("kernel_check", "kernel_timing") and "error" in record:
+    what = record.get("kernel") or (
+        f"{record.get('side')} side, streams and dropout "
+        f"{record.get('streams_and_dropout')}, sources "
+        f"{record.get('num_sources')}")
+    return f"{kind.split('_')[1]:6s} {what}: FAILED {record['error']}"
   if kind == "kernel_check":
     grad = record.get("grad_relative_error")
     grads = "" if grad is None else f" grad_err={grad:.2e}"
@@ -52,6 +60,11 @@ def line(record: dict) -> str:
     return (f"peer   {record['model']} {record['pass']} L={record['long_len']} "
             f"B={record['batch_size']}: {1e3 * record['median_s']:.2f} ms, "
             f"{record.get('peak_memory_gib', 0):.2f} GiB")
+  if kind == "step":
+    if record.get("skipped"):
+      return f"step   {record['step']}: skipped, the run's budget was spent"
+    return (f"step   {record['step']}: {record['seconds']} s, exit "
+            f"{record['exit']} (limit {record['limit_s']} s)")
   return json.dumps(record)[:200]
 
 
@@ -74,11 +87,117 @@ def fused_agreement(records: List[dict]) -> List[str]:
   return out
 
 
+@dataclasses.dataclass(frozen=True)
+class Goal:
+  """One goal of record (docs/benchmarks.md, "GPU"): the 12-layer base
+  step in mixed bfloat16, residual attention on, no checkpointing; fwd_bwd
+  with dropout 0.1 against dense SDPA's step in the same run, fwd (eval)
+  against the milliseconds an H100 should take, and against this run's
+  XLA-path module as the H100 ratio of those milliseconds to 41.1."""
+  pass_: str
+  long_len: int
+  global_len: int
+  batch: int
+  max_ratio_to_dense: Optional[float] = None
+  max_gib: Optional[float] = None
+  max_h100_ms: Optional[float] = None
+  h100_xla_ms: Optional[float] = None
+
+
+GOALS = (
+    Goal("fwd_bwd", 4096, 256, 4, max_ratio_to_dense=0.8, max_gib=8),
+    Goal("fwd_bwd", 16384, 1024, 1, max_ratio_to_dense=0.85, max_gib=12),
+    Goal("fwd_bwd", 16384, 256, 1, max_ratio_to_dense=0.6, max_gib=8),
+    Goal("fwd", 4096, 256, 4, max_h100_ms=22, h100_xla_ms=41.1),
+)
+
+
+def _within_spec(spec: dict, goal: Goal) -> bool:
+  """Whether a module's spec is the goal's benchmark: a goal met by turning
+  residual attention off or by checkpointing does not count."""
+  config = spec.get("etc_config", {})
+  execution = spec.get("execution", {})
+  return (spec.get("pass") == goal.pass_
+          and spec.get("long_len") == goal.long_len
+          and spec.get("global_len") == goal.global_len
+          and spec.get("batch_size") == goal.batch
+          and spec.get("dtype") == "mixed_bfloat16"
+          and config.get("num_hidden_layers") == 12
+          and config.get("hidden_size") == 768
+          and bool(config.get("residual_attention"))
+          and not config.get("grad_checkpointing_period")
+          and not execution.get("recompute_attention"))
+
+
+def _label(spec: dict) -> str:
+  execution = spec.get("execution", {})
+  label = execution.get("attention_kernel", "xla")
+  if execution.get("recompute_residual_streams"):
+    label += ", recomputed streams"
+  elif execution.get("stream_dtype", "float32") != "float32":
+    label += f", {execution['stream_dtype']} streams"
+  return label
+
+
+def _verdict(value: float, limit: float) -> str:
+  return "met" if value <= limit else "not met"
+
+
+def goal_lines(records: List[dict]) -> List[str]:
+  """Per goal, each module run at its spec: time against dense SDPA's (or
+  the H100's milliseconds) and peak memory, each with its verdict; a goal
+  with no module run says so."""
+  runs = [r for r in records if r.get("record_type") == "xla_run"
+          and "kernel_profile" not in r and "median_s" in r]
+  peers = [r for r in records if r.get("record_type") == "gpu_peer"
+           and r.get("status") == "ok" and r.get("model") == "bert_sdpa"]
+  out = []
+  for goal in GOALS:
+    shape = f"{goal.pass_} {goal.long_len}/{goal.global_len}/{goal.batch}"
+    mine = [r for r in runs if _within_spec(r.get("spec", {}), goal)]
+    if not mine:
+      out.append(f"goal   {shape}: no module run at this spec")
+      continue
+    dense = [p["median_s"] for p in peers
+             if p.get("pass") == goal.pass_ and p.get("long_len") ==
+             goal.long_len and p.get("batch_size") == goal.batch]
+    xla = [r["median_s"] for r in mine
+           if r["spec"].get("execution", {}).get("attention_kernel",
+                                                 "xla") == "xla"]
+    for r in mine:
+      ms = 1e3 * r["median_s"]
+      parts = [f"{ms:.2f} ms"]
+      if goal.max_ratio_to_dense is not None:
+        if dense:
+          ratio = r["median_s"] / dense[0]
+          parts.append(
+              f"{ratio:.2f}x dense SDPA ({1e3 * dense[0]:.2f} ms; goal <= "
+              f"{goal.max_ratio_to_dense}x: "
+              f"{_verdict(ratio, goal.max_ratio_to_dense)})")
+        else:
+          parts.append("no dense SDPA run at this shape")
+      if goal.max_h100_ms is not None:
+        parts.append(f"goal <= {goal.max_h100_ms} ms on an H100: "
+                     f"{_verdict(ms, goal.max_h100_ms)} on this card")
+        if xla and r["median_s"] != xla[0]:
+          ratio = r["median_s"] / xla[0]
+          limit = goal.max_h100_ms / goal.h100_xla_ms
+          parts.append(f"{ratio:.2f}x this run's XLA module (goal <= "
+                       f"{limit:.2f}x: {_verdict(ratio, limit)})")
+      if goal.max_gib is not None:
+        gib = r.get("peak_memory_gib")
+        parts.append("no peak read" if gib is None else
+                     f"{gib:.2f} GiB (goal <= {goal.max_gib}: "
+                     f"{_verdict(gib, goal.max_gib)})")
+      out.append(f"goal   {shape} [{_label(r['spec'])}]: " + ", ".join(parts))
+  return out
+
+
 def main(argv: List[str]) -> int:
   records = [record for path in argv for record in rows(path)]
   for record in records:
     print(line(record))
-  for text in fused_agreement(records):
+  for text in fused_agreement(records) + goal_lines(records):
     print(text)
   return 0
 

@@ -146,3 +146,34 @@ def test_a_missing_library_or_an_unknown_dtype_is_one_line(capsys,
   assert gpu_kernel_check.main([f"--library={library}",
                                 "--dtypes=float64"]) == 2
   assert "--dtypes float64" in capsys.readouterr().err
+
+
+def test_a_failing_call_is_recorded_and_the_check_goes_on(tmp_path,
+                                                          monkeypatch):
+  # A cubin missing on the GPU fails one call: its record says why, and
+  # the cases after it still run.
+  real_check, real_cases = gpu_kernel_check.check, gpu_kernel_check.check_cases
+
+  def check(reference, device, dtype, case, low_streams):
+    if not case.band:
+      raise RuntimeError("no cubin side_forward_float32_x")
+    return real_check(reference, device, dtype, case, low_streams)
+
+  monkeypatch.setattr(gpu_kernel_check, "check", check)
+  monkeypatch.setattr(gpu_kernel_check, "check_cases",
+                      lambda reference: real_cases(reference)[1::-1])
+  out = tmp_path / "kernels.jsonl"
+  assert gpu_kernel_check.main([
+      f"--library={ffi_library.load_into_tensorflow()}", "--device=cpu",
+      "--no_timing", "--dtypes=float32", f"--output_jsonl={out}"]) == 1
+  records = [json.loads(line) for line in out.read_text().splitlines()]
+  assert [r["kernel"] for r in records] == [
+      "side_forward[global,streams,dropout]",
+      "side_backward[global,streams,dropout]",
+      "side_forward[long,streams,dropout]",
+      "side_backward[long,streams,dropout]"]
+  assert [r["ok"] for r in records] == [False, True, True, True]
+  assert "no cubin side_forward_float32_x" in records[0]["error"]
+  assert gpu_summary.line(records[0]) == (
+      "check  side_forward[global,streams,dropout]: FAILED RuntimeError: "
+      "no cubin side_forward_float32_x")

@@ -31,6 +31,10 @@ def test_one_line_per_record(tmp_path, capsys):
   path.write_text("".join(json.dumps(r) + "\n" for r in records))
   assert gpu_summary.main([str(path), str(tmp_path / "missing.jsonl")]) == 0
   lines = capsys.readouterr().out.splitlines()
+  goals = [l for l in lines if l.startswith("goal")]
+  lines = [l for l in lines if not l.startswith("goal")]
+  assert len(goals) == len(gpu_summary.GOALS)
+  assert all("no module run" in l for l in goals)
   assert len(lines) == 6
   assert "ok=True" in lines[0] and "2.00e-03" in lines[0]
   assert "grad_err" not in lines[0]
@@ -51,7 +55,77 @@ def test_fused_modules_against_their_twins(tmp_path, capsys):
   path = tmp_path / "runs.jsonl"
   path.write_text("".join(json.dumps(r) + "\n" for r in records))
   gpu_summary.main([str(path)])
-  lines = capsys.readouterr().out.splitlines()
+  lines = [l for l in capsys.readouterr().out.splitlines()
+           if not l.startswith("goal")]
   assert len(lines) == 4  # three modules; one of them has a twin
   assert lines[3].startswith("fused  a-res-fused-G=256-L4096-fwd")
   assert "1.0e-04 relative" in lines[3]
+
+
+def _spec(pass_, long_len, global_len, batch, kernel="fused", layers=12,
+          residual=True, **execution):
+  return {"pass": pass_, "long_len": long_len, "global_len": global_len,
+          "batch_size": batch, "dtype": "mixed_bfloat16",
+          "etc_config": {"num_hidden_layers": layers, "hidden_size": 768,
+                         "residual_attention": residual,
+                         "grad_checkpointing_period": 0},
+          "execution": {"attention_kernel": kernel, "stream_dtype": "float32",
+                        **execution}}
+
+
+def _run(spec, ms, gib):
+  return {"record_type": "xla_run", "module_dir": "m/x/", "spec": spec,
+          "median_s": ms / 1e3, "min_s": ms / 1e3, "value": 1.0,
+          "peak_memory_gib": gib}
+
+
+def test_goals_against_dense_sdpa_in_the_same_run():
+  records = [
+      _run(_spec("fwd_bwd", 4096, 256, 4), 52.0, 7.5),
+      _run(_spec("fwd_bwd", 4096, 256, 4, recompute_residual_streams=True),
+           60.0, 5.0),
+      _run(_spec("fwd_bwd", 4096, 256, 4, kernel="xla"), 108.0, 20.0),
+      # Off the spec: residual attention off, or 2 layers.
+      _run(_spec("fwd_bwd", 16384, 1024, 1, residual=False), 1.0, 1.0),
+      _run(_spec("fwd_bwd", 16384, 256, 1, layers=2), 1.0, 1.0),
+      _run(_spec("fwd", 4096, 256, 4), 20.0, 1.0),
+      _run(_spec("fwd", 4096, 256, 4, kernel="xla"), 40.0, 1.4),
+      {"record_type": "gpu_peer", "model": "bert_sdpa", "pass": "fwd_bwd",
+       "long_len": 4096, "batch_size": 4, "median_s": 0.0696,
+       "status": "ok"},
+      # Another model's time is not the dense baseline.
+      {"record_type": "gpu_peer", "model": "bigbird", "pass": "fwd_bwd",
+       "long_len": 16384, "batch_size": 1, "median_s": 0.5, "status": "ok"},
+  ]
+  lines = gpu_summary.goal_lines(records)
+  assert len(lines) == 7
+  summed, recomputed, xla, long_1024, long_256, fwd, fwd_xla = lines
+  assert summed.startswith("goal   fwd_bwd 4096/256/4 [fused]: 52.00 ms")
+  assert "0.75x dense SDPA (69.60 ms; goal <= 0.8x: met)" in summed
+  assert "7.50 GiB (goal <= 8: met)" in summed
+  assert "[fused, recomputed streams]" in recomputed
+  assert "0.86x dense SDPA" in recomputed and "0.8x: not met" in recomputed
+  assert "[xla]" in xla and "20.00 GiB (goal <= 8: not met)" in xla
+  assert long_1024 == "goal   fwd_bwd 16384/1024/1: no module run at this spec"
+  assert long_256 == "goal   fwd_bwd 16384/256/1: no module run at this spec"
+  assert "goal <= 22 ms on an H100: met" in fwd
+  assert "0.50x this run's XLA module (goal <= 0.54x: met)" in fwd
+  # The XLA module is not set against itself.
+  assert fwd_xla.startswith("goal   fwd 4096/256/4 [xla]: 40.00 ms")
+  assert "this run's XLA module" not in fwd_xla
+
+
+def test_failed_timings_and_the_runs_steps():
+  assert gpu_summary.line({
+      "record_type": "kernel_timing", "side": "long",
+      "streams_and_dropout": True, "num_sources": 11,
+      "error": "XlaRuntimeError: no cubin"}) == (
+          "timing long side, streams and dropout True, sources 11: FAILED "
+          "XlaRuntimeError: no cubin")
+  assert gpu_summary.line({"record_type": "step", "step": "peers",
+                           "seconds": 41, "exit": 0, "limit_s": 300}) == (
+                               "step   peers: 41 s, exit 0 (limit 300 s)")
+  assert gpu_summary.line({"record_type": "step", "step": "module m/a",
+                           "skipped": True}) == (
+                               "step   module m/a: skipped, the run's "
+                               "budget was spent")
