@@ -5,7 +5,7 @@ r"""Builds the fused attention kernels: the FFI library and the CUDA cubins.
         [--dtypes=float32,bfloat16,float16] [--sides=band,dense] \
         [--streams=0000,0011,1111,1100] [--stream_dtypes=f32] \
         [--dropout=off,rows] [--passes=fwd,bwd] [--line_info] \
-        [--ffi_include=DIR] [--no_cubins]
+        [--ffi_include=DIR] [--no_cubins] [--modules=DIR[,DIR...]]
 
 writes
 
@@ -27,6 +27,9 @@ sides, the streams of its first, middle and last layers, recomputed
 streams and none (float32 sums), dropout on (rows first) and off
 (`--passes=fwd`: inference only): for one dtype 160 cubins, 6.5 MiB
 (without source lines: `--line_info` keeps them, at some 3x the size).
+`--modules` adds every cubin that exported modules launch
+(`tools.kernel_variants` reads their custom calls), so that a GPU run
+never meets a call whose cubin was not built.
 The backward's queries
 kernel unrolls its per-id sums over R, the longest compiles (R = 32: some
 20 s each), which the build starts first.
@@ -52,6 +55,7 @@ import json
 import multiprocessing
 import os
 import pathlib
+import subprocess
 import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -431,6 +435,20 @@ def default_ffi_include() -> Optional[str]:
     return None
 
 
+def modules_variants(paths: Sequence[str]) -> List[Variant]:
+  """The variants that the exported modules under `paths` launch
+  (`tools.kernel_variants`), read in a child process: jaxlib reads the
+  modules, and this process loads Triton."""
+  result = subprocess.run(
+      [sys.executable, "-m", "tools.kernel_variants", "--json",
+       "--modules=" + ",".join(os.path.abspath(p) for p in paths)],
+      cwd=ROOT, capture_output=True, text=True, check=False)
+  if result.returncode != 0:
+    raise ValueError(result.stderr.strip().splitlines()[-1]
+                     if result.stderr.strip() else "kernel_variants failed")
+  return [Variant(**fields) for fields in json.loads(result.stdout)]
+
+
 def _list(text: str) -> List[str]:
   return [v for v in text.split(",") if v]
 
@@ -482,6 +500,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                       help="build the library only")
   parser.add_argument("--no_library", action="store_true",
                       help="compile the cubins only")
+  parser.add_argument("--modules", default="",
+                      help="comma list of exported modules (or folders of "
+                      "them): also every cubin their calls launch")
   args = parser.parse_args(argv)
   dtypes, sides = _list(args.dtypes), _list(args.sides)
   streams, stream_dtypes = _list(args.streams), _list(args.stream_dtypes)
@@ -529,6 +550,17 @@ def main(argv: Optional[List[str]] = None) -> int:
                         reverse=True)
     variants = default_variants(dtypes, head_sizes, ids_padded, sides,
                                 streams, stream_dtypes, dropout, passes)
+    if args.modules:
+      try:
+        launched = modules_variants(_list(args.modules))
+      except ValueError as e:
+        print(f"build_kernels: --modules: {e}", file=sys.stderr)
+        return 2
+      names = {v.name for v in variants}
+      added = [v for v in launched if v.name not in names]
+      print(f"modules: {len(launched)} cubins launched, {len(added)} beyond "
+            f"the other flags'")
+      variants += added
     start = time.perf_counter()
     for entry in write_cubins(args.output_dir, variants, args.arch, tiles,
                               args.jobs):
