@@ -50,7 +50,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from tools import build_kernels
+from tools import kernel_names
 from tools import timing
 from tools import xla_runner
 
@@ -111,7 +111,7 @@ def _label(case, kernel: str = "side_forward") -> str:
 
 
 def variant(case, dtype_name: str, low_streams: bool,
-            kernel: str = build_kernels.FORWARD, pattern: int = 0) -> str:
+            kernel: str = kernel_names.FORWARD, pattern: int = 0) -> str:
   """The cubin the CUDA handlers launch for `case`: the forward's, the
   backward's queries kernel, or its keys kernel of `pattern` (1, 2)."""
   ids = case.num_ids if case.has_ids else 0
@@ -121,7 +121,7 @@ def variant(case, dtype_name: str, low_streams: bool,
   read = "s" if case.num_sources else "1"
   digits = [read if f else "0" for f in flags[:len(flags) // 2]] + [
       "1" if f else "0" for f in flags[len(flags) // 2:]]
-  return build_kernels.variant_name(
+  return kernel_names.variant_name(
       dtype_name, case.size_per_head,
       1 << max(ids - 1, 0).bit_length() if ids else 0, case.band,
       "".join(digits), low_streams,
@@ -131,8 +131,8 @@ def variant(case, dtype_name: str, low_streams: bool,
 def backward_variants(case, dtype_name: str, low_streams: bool
                       ) -> List[str]:
   """The backward's three cubins: queries, then each pattern's keys."""
-  return ([variant(case, dtype_name, low_streams, build_kernels.QUERIES)] +
-          [variant(case, dtype_name, low_streams, build_kernels.KEYS, p)
+  return ([variant(case, dtype_name, low_streams, kernel_names.QUERIES)] +
+          [variant(case, dtype_name, low_streams, kernel_names.KEYS, p)
            for p in (1, 2)])
 
 

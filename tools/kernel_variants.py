@@ -4,15 +4,15 @@ custom calls, and which of them a build lacks.
     python -m tools.kernel_variants --modules=DIR[,DIR...] \
         [--cubins=gpu_kernels/cubins] [--json]
 
-Each DIR a module folder (`tools.benchmark --mode=xla_export`) or a folder
-of them. Prints per module the cubins its `etc_side_forward` and
-`etc_side_backward` calls look up on CUDA; with `--cubins`, the ones that
-build lacks, and exits 1 if any (a CUDA handler fails the call whose cubin
+Each DIR a module folder (`tools.benchmark --mode=xla_export`) or a
+folder with modules anywhere under it. Prints per module the cubins its
+`etc_side_forward` and `etc_side_backward` calls look up on CUDA; with
+`--cubins`, the ones that build lacks, and exits 1 if any (a CUDA handler fails the call whose cubin
 is missing: better known here than on the GPU); `--json`: the variants as
 `tools.build_kernels` builds them (its `--modules` reads this).
 
 The names are the handlers' (`attention_ffi.cc`, `VariantName`, which
-`tools.build_kernels.variant_name` mirrors): the inputs' dtype and head
+`tools.kernel_names.variant_name` mirrors): the inputs' dtype and head
 size from q, the relative vocabulary from per_id's third dimension, the
 stream flags from the call's attributes, the streams' dtype from the sums
 read or written, dropout from `keep_threshold`.
@@ -29,7 +29,7 @@ import re
 import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from tools import build_kernels
+from tools import kernel_names
 from tools import xla_runner
 
 TARGETS = ("etc_side_forward", "etc_side_backward")
@@ -92,7 +92,7 @@ def module_text(module_dir: str) -> str:
     return str(ir.Module.parse(serialized))
 
 
-def call_variants(call: Call) -> List[build_kernels.Variant]:
+def call_variants(call: Call) -> List[kernel_names.Variant]:
   """The cubins `call` looks up: the forward's one, or the backward's
   queries kernel and its keys kernel per pattern."""
   a = call.attributes
@@ -125,26 +125,23 @@ def call_variants(call: Call) -> List[build_kernels.Variant]:
       low_streams=low, dropout=int(a["keep_threshold"]) > 0,
       by_rows=flag("by_rows"))
   if not backward:
-    return [build_kernels.Variant(streams=digits, **common)]
-  return ([build_kernels.Variant(streams=digits, kernel=build_kernels.QUERIES,
+    return [kernel_names.Variant(streams=digits, **common)]
+  return ([kernel_names.Variant(streams=digits, kernel=kernel_names.QUERIES,
                                  **common)] +
-          [build_kernels.Variant(streams=digits[p] + digits[p + 2],
-                                 kernel=build_kernels.KEYS, pattern=p + 1,
+          [kernel_names.Variant(streams=digits[p] + digits[p + 2],
+                                 kernel=kernel_names.KEYS, pattern=p + 1,
                                  **common) for p in range(2)])
 
 
 def module_dirs(paths: Sequence[str]) -> List[str]:
-  """Module folders: each path one (it holds a manifest) or a folder of
-  them."""
+  """Module folders (each holds a manifest.json): each path one, or a
+  folder with them anywhere under it."""
   out = []
   for path in paths:
     if not os.path.isdir(path):
       raise FileNotFoundError(f"{path}: no such folder")
-    if os.path.exists(os.path.join(path, "manifest.json")):
-      out.append(path)
-      continue
-    found = sorted(os.path.join(path, d) for d in os.listdir(path)
-                   if os.path.exists(os.path.join(path, d, "manifest.json")))
+    found = sorted(root for root, _, files in os.walk(path)
+                   if "manifest.json" in files)
     if not found:
       raise FileNotFoundError(f"{path}: no exported module (manifest.json) "
                               f"in it or under it")
@@ -152,9 +149,9 @@ def module_dirs(paths: Sequence[str]) -> List[str]:
   return out
 
 
-def module_variants(module_dir: str) -> List[build_kernels.Variant]:
+def module_variants(module_dir: str) -> List[kernel_names.Variant]:
   """Every cubin the module's calls look up, each once, in call order."""
-  out: Dict[str, build_kernels.Variant] = {}
+  out: Dict[str, kernel_names.Variant] = {}
   for call in parse_calls(module_text(module_dir)):
     for variant in call_variants(call):
       out.setdefault(variant.name, variant)
@@ -169,7 +166,8 @@ def missing(names: Sequence[str], cubins_dir: str) -> List[str]:
 def main(argv: Optional[List[str]] = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--modules", required=True,
-                      help="module folders, or folders of them, by commas")
+                      help="module folders, or folders with modules under "
+                      "them, by commas")
   parser.add_argument("--cubins", default=None,
                       help="a build's cubins folder: say what it lacks")
   parser.add_argument("--json", action="store_true",

@@ -10,6 +10,7 @@ from encoder_testing import tiny_config
 from encoder_testing import tiny_model
 from etc_realformer.layers import dropout as dropout_lib
 from tools import build_kernels
+from tools import kernel_names
 from tools import kernel_variants
 from tools import xla_export
 
@@ -49,7 +50,8 @@ def modules(tmp_path_factory):
     patch.setattr(dropout_lib, "new_call_seed",
                   lambda: tf.constant([3, 7], tf.int32))
     return {"summed": _export(root / "summed"),
-            "recomputed": _export(root / "recomputed",
+            # Deeper: a folder's modules are found anywhere under it.
+            "recomputed": _export(root / "more" / "recomputed",
                                   recompute_residual_streams=True),
             "root": str(root)}
 
@@ -81,7 +83,7 @@ def test_recomputed_streams_read_from_the_sources(modules):
 
 
 def test_the_default_build_covers_a_small_models_calls(modules):
-  built = {v.name for v in build_kernels.default_variants(
+  built = {v.name for v in kernel_names.default_variants(
       ["float32"], [16], [8])}
   for kind in ("summed", "recomputed"):
     assert set(_names(modules[kind])) <= built
@@ -93,11 +95,12 @@ def test_cli_names_what_a_build_lacks(modules, tmp_path, capsys):
   names = _names(modules["summed"])
   for name in set(names[1:] + _names(modules["recomputed"])):
     (cubins / f"{name}.cubin").write_bytes(b"")
-  # A folder of modules: each one's calls.
+  # A folder of modules: each one's calls, the deeper one's too.
   assert kernel_variants.main([f"--modules={modules['root']}",
                                f"--cubins={cubins}"]) == 1
   out = capsys.readouterr().out
   assert f"  {names[0]}  MISSING" in out and out.count("MISSING") == 1
+  assert f"{modules['recomputed']}: " in out
   assert "1 missing from" in out
   (cubins / f"{names[0]}.cubin").write_bytes(b"")
   assert kernel_variants.main([f"--modules={modules['summed']}",

@@ -1,0 +1,150 @@
+"""Tests for tools/kernel_names.py: the cubins' names, the handlers'
+(`attention_ffi.cc`, `VariantName`) to the character."""
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from tools import build_kernels
+from tools import kernel_names
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+
+
+def test_variant_names_are_the_handlers():
+  # attention_ffi.cc (`VariantName`) builds the same names from the call.
+  name = kernel_names.variant_name
+  assert name("bfloat16", 64, 32, True, "1111", False, True, True) == (
+      "side_forward_bfloat16_d64_r32_band_f32_1111_drop_rows")
+  assert name("float16", 64, 0, False, "0011", True, True, False) == (
+      "side_forward_float16_d64_noids_dense_low_0011_drop_whole")
+  # "low" only where a stream moves and the inputs are not float32;
+  # "rows" whenever dropout is off.
+  assert name("float16", 16, 8, True, "0000", True) == (
+      "side_forward_float16_d16_r8_band_f32_0000_nodrop_rows")
+  assert name("float32", 64, 32, False, "1100", True, False, False) == (
+      "side_forward_float32_d64_r32_dense_f32_1100_nodrop_rows")
+  with pytest.raises(ValueError, match="0/1 digits"):
+    name("float32", 64, 32, True, "11")
+  # Recomputed streams: "s" where a sum is read, made from the sources;
+  # never written, never beside a "1".
+  assert name("bfloat16", 64, 32, True, "ss00", False, True, True) == (
+      "side_forward_bfloat16_d64_r32_band_f32_ss00_drop_rows")
+  for bad in ("ss11", "s100", "00s0"):
+    with pytest.raises(ValueError, match="READ ones alone"):
+      name("float32", 64, 32, True, bad)
+
+
+def test_backward_variant_names():
+  name = kernel_names.variant_name
+  # The queries kernel: the forward's name after its kernel's.
+  assert name("bfloat16", 64, 32, True, "1111", False, True, True,
+              "side_backward_queries") == (
+                  "side_backward_queries_bfloat16_d64_r32_band_f32_1111_"
+                  "drop_rows")
+  # The keys kernel: the side, the pattern and that pattern's two flags
+  # ("low" only where they touch a stream).
+  assert name("float16", 64, 0, True, "10", True, True, False,
+              "side_backward_keys", 2) == (
+                  "side_backward_keys_float16_d64_noids_band_p2_low_10_"
+                  "drop_whole")
+  assert name("float16", 64, 8, False, "00", True, False, False,
+              "side_backward_keys", 1) == (
+                  "side_backward_keys_float16_d64_r8_dense_p1_f32_00_"
+                  "nodrop_rows")
+  with pytest.raises(ValueError, match="2 0/1 digits"):
+    name("float32", 64, 32, True, "1111", kernel="side_backward_keys",
+         pattern=1)
+  with pytest.raises(ValueError, match="pattern 0"):
+    name("float32", 64, 32, True, "11", kernel="side_backward_keys")
+  with pytest.raises(ValueError, match="pattern 1"):
+    name("float32", 64, 32, True, "1111", pattern=1)
+  with pytest.raises(ValueError, match="kernel 'side_backward'"):
+    name("float32", 64, 32, True, kernel="side_backward")
+
+
+# The C++ side of the names: a program that includes the handlers' source
+# (one translation unit, so `VariantName` is visible) and prints the name
+# of each kernel (and, for the keys kernel, pattern) of a call read from
+# stdin.
+_NAMES_PROGRAM = r"""
+#include "attention_ffi.cc"
+#include <iostream>
+int main() {
+  std::string dtype, kernel;
+  int64_t d, ids;
+  std::string flags;  // READ1 READ2 WRITE1 WRITE2: 0, 1, or s (sources)
+  int has_ids, band, low, drop, by_rows, pattern;
+  while (std::cin >> kernel >> pattern >> dtype >> d >> ids >> has_ids >>
+         band >> flags >> low >> drop >> by_rows) {
+    const ffi::DataType t = dtype == "float32" ? ffi::DataType::F32
+        : dtype == "bfloat16" ? ffi::DataType::BF16 : ffi::DataType::F16;
+    SideShape s{};
+    s.size_per_head = d;
+    s.num_ids = ids;
+    s.stream_type = low ? t : ffi::DataType::F32;
+    SideOptions o{};
+    o.band = band; o.has_ids = has_ids; o.by_rows = by_rows;
+    o.read[0] = flags[0] != '0'; o.read[1] = flags[1] != '0';
+    o.emit[0] = flags[2] != '0'; o.emit[1] = flags[3] != '0';
+    o.sources = flags.find('s') != std::string::npos ? 3 : 0;
+    o.keep_threshold = drop ? 6554 : 0;
+    std::cout << VariantName(t, s, o, kernel.c_str(), pattern) << std::endl;
+  }
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+def test_the_handler_builds_the_same_names(tmp_path):
+  source = tmp_path / "names.cc"
+  source.write_text(_NAMES_PROGRAM)
+  program = tmp_path / "names"
+  kernels = os.path.join(REPO, "etc_realformer", "kernels", "cc")
+  subprocess.run(["g++", "-std=c++17", "-isystem",
+                  build_kernels.default_ffi_include(), "-I", kernels,
+                  str(source), "-o", str(program), "-ldl"], check=True,
+                 timeout=300)
+  calls = [  # dtype, D, num_ids (0: no ids), band, streams, low, dropout,
+             # by_rows
+      ("bfloat16", 64, 32, True, "1111", False, True, True),
+      ("float16", 16, 5, False, "0011", True, True, False),
+      ("float32", 64, 1, True, "1100", True, False, False),
+      ("bfloat16", 64, 0, False, "0000", True, False, True),
+      ("float16", 128, 100, True, "1000", True, True, True),
+      ("bfloat16", 64, 32, True, "ss00", False, True, True)]
+  # Each call's cubins: the forward's, the backward's queries kernel, and
+  # its keys kernel per pattern (the C++ side reads the call's four flags,
+  # the name holds the pattern's two).
+  kernels = [("side_forward", 0), ("side_backward_queries", 0),
+             ("side_backward_keys", 1), ("side_backward_keys", 2)]
+  lines, want = [], []
+  for dtype, d, ids, band, streams, low, drop, by_rows in calls:
+    for kernel, pattern in kernels:
+      fields = [kernel, pattern, dtype, d, ids or 1, int(bool(ids)),
+                int(band), streams, int(low), int(drop), int(by_rows)]
+      lines.append(" ".join(map(str, fields)))
+      flags = (streams[pattern - 1] + streams[pattern + 1] if pattern
+               else streams)
+      want.append(kernel_names.variant_name(
+          dtype, d, 1 << max(ids - 1, 0).bit_length() if ids else 0, band,
+          flags, low, drop, by_rows, kernel, pattern))
+  done = subprocess.run([str(program)], input="\n".join(lines) + "\n",
+                        capture_output=True, text=True, check=True)
+  assert done.stdout.split() == want
+  assert want[4] == "side_forward_float16_d16_r8_dense_low_0011_drop_whole"
+  assert want[16] == "side_forward_float16_d128_r128_band_low_1000_drop_rows"
+  assert want[5] == (
+      "side_backward_queries_float16_d16_r8_dense_low_0011_drop_whole")
+  assert want[6] == (
+      "side_backward_keys_float16_d16_r8_dense_p1_low_01_drop_whole")
+  assert want[18] == (
+      "side_backward_keys_float16_d128_r128_band_p1_low_10_drop_rows")
+  # Pattern 2 of "1000" touches no stream: float32 pointers, "f32".
+  assert want[19] == (
+      "side_backward_keys_float16_d128_r128_band_p2_f32_00_drop_rows")
+  assert want[22] == (
+      "side_backward_keys_bfloat16_d64_r32_band_p1_f32_s0_drop_rows")
