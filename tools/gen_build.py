@@ -40,11 +40,18 @@ filegroup(
     srcs = glob(["gin/**/*.gin"]),
 )
 
+# The shell tools (the prepared GPU run), which tests run through
+# tests/shell_testing.py.
+filegroup(
+    name = "tool_scripts",
+    srcs = glob(["tools/*.sh"]),
+)
+
 py_library(
     name = "test_support",
     testonly = True,
     srcs = {test_support},
-    data = [":test_data"],
+    data = [":test_data", ":tool_scripts"],
     deps = {test_support_deps},
 )
 '''

@@ -3,7 +3,7 @@
 # PyTorch but no TensorFlow (docs/benchmarks.md, "GPU").
 #
 #   # here (TensorFlow): export the modules, small (weights drawn there)
-#   python -m tools.benchmark --mode=xla_export --export_dir=gpu_modules \
+#   "$py" -m tools.benchmark --mode=xla_export --export_dir=gpu_modules \
 #       --num_layers=12 --dtypes=mixed_bfloat16 --passes=fwd,fwd_bwd \
 #       --lengths=4096 --global_len=256 --batch_size=4 --xla_weights=off
 #   # there: every module under each DIR, then dense SDPA (and, with --all,
@@ -15,7 +15,7 @@
 #   # that jaxlib's FFI headers (the carried build if that fails), the
 #   # kernels are checked against the NumPy reference and timed alone
 #   # (tools.gpu_kernel_check), and every module runs with the handlers
-#   python -m tools.build_kernels --output_dir=gpu_kernels --dtypes=bfloat16
+#   "$py" -m tools.build_kernels --output_dir=gpu_kernels --dtypes=bfloat16
 #   KERNELS_DIR=gpu_kernels CHECK_DTYPES=bfloat16 bash tools/gpu_benchmark.sh gpu_modules
 #   (docs/kernels.md, "On a GPU": the modules to export, with and without
 #   the fused kernels)
@@ -27,10 +27,12 @@
 # given, each DIR's modules by name; the kernels timed alone; the tile
 # sweep; the profiles; last, the summary (tools.gpu_summary: the records
 # as a table, the fused modules against their XLA twins, the goals).
-# Each step's seconds and exit status go to $OUT/steps.jsonl, and a step
-# the budget leaves no time for is recorded as skipped.
+# Each step's seconds and exit status go to $OUT/steps.jsonl (a step the
+# budget leaves no time for is recorded as skipped), its output to
+# $OUT/run.log; the terminal gets a line per step and the summary.
 #
-# Environment: DEVICE (the jax platform, default gpu), MODULE_TIMEOUT_S
+# Environment: PYTHON (the interpreter; default: python or python3, the
+# first that imports jax), DEVICE (the jax platform, default gpu), MODULE_TIMEOUT_S
 # (seconds per step, default 300), RUN_BUDGET_S (seconds for the whole run,
 # summary included; default 0, no limit; each step's limit is cut to what
 # is left, and a step with less than MIN_STEP_S (default 30) left is
@@ -45,12 +47,26 @@
 # What runs there, from the checkout (none of it imports TensorFlow):
 # tools/__init__.py, timing.py, xla_runner.py with hlo_text_stats.py (what
 # a module writes) and kernel_trace.py (the profiler's kernels),
-# gpu_peers.py and gpu_summary.py (with KERNELS_DIR, build_kernels.py and
-# gpu_kernel_check.py too); a copy of the harness without the checkout
-# needs them all.
+# gpu_peers.py and gpu_summary.py (with KERNELS_DIR, build_kernels.py,
+# kernel_names.py and gpu_kernel_check.py too); a copy of the harness
+# without the checkout needs them all.
 set -u
+start=$SECONDS
+# The interpreter that holds jax (PYTHON; else the first of python,
+# python3 that imports it: a GPU image may name only python3).
+py=${PYTHON:-}
+if [ -z "$py" ]; then
+  for candidate in python python3; do
+    if command -v "$candidate" >/dev/null &&
+        "$candidate" -c "import jax" 2>/dev/null; then
+      py=$candidate
+      break
+    fi
+  done
+  py=${py:-python}
+fi
 # A partial copy fails here, once, not on every module.
-python -c "import tools.xla_runner, tools.gpu_summary" || {
+"$py" -c "import tools.xla_runner, tools.gpu_summary" || {
   echo "tools.xla_runner does not import: ship tools/{__init__,timing,xla_runner,hlo_text_stats,kernel_trace,gpu_summary}.py" >&2
   exit 2
 }
@@ -66,9 +82,9 @@ done
 out=${OUT:-.}
 device=${DEVICE:-gpu}
 budget=${RUN_BUDGET_S:-0}
-# What the summary at the end is kept (seconds), out of the budget.
-summary_s=15
-start=$SECONDS
+# Kept out of the budget (seconds): the summary at the end, and the grace
+# a step that ignores its TERM gets before it is killed.
+summary_s=20
 
 # The seconds the next step may take: MODULE_TIMEOUT_S, cut to what the
 # budget has left.
@@ -94,9 +110,12 @@ step() {
     return 125
   fi
   t0=$SECONDS
-  timeout "$limit" "$@"
+  # The steps' own output (JSON records, compiler logs) goes to run.log;
+  # the terminal gets one line per step, then the summary.
+  echo "== $name" >>"$out/run.log"
+  timeout -k 5 "$limit" "$@" >>"$out/run.log" 2>&1
   rc=$?
-  [ $rc -eq 0 ] || echo "$name failed (exit $rc; 124: over its $limit s)" >&2
+  echo "step $name: $((SECONDS - t0)) s, exit $rc (124: over its $limit s)" >&2
   printf '{"record_type": "step", "step": "%s", "seconds": %d, "exit": %d, "limit_s": %d}\n' \
       "$name" $((SECONDS - t0)) $rc "$limit" >>"$out/steps.jsonl"
   return $rc
@@ -106,9 +125,9 @@ ffi=()
 if [ -n "${KERNELS_DIR:-}" ]; then
   built=$(mktemp -d)
   cp -r "$KERNELS_DIR/cubins" "$built/"
-  include=$(python -c "import jax.ffi; print(jax.ffi.include_dir())" 2>/dev/null)
-  if [ -n "$include" ] && step library python -m tools.build_kernels \
-      --output_dir="$built" --no_cubins --ffi_include="$include" >&2; then
+  include=$("$py" -c "import jax.ffi; print(jax.ffi.include_dir())" 2>/dev/null)
+  if [ -n "$include" ] && step library "$py" -m tools.build_kernels \
+      --output_dir="$built" --no_cubins --ffi_include="$include"; then
     echo "fused kernels: library rebuilt against jaxlib's FFI headers" >&2
   else
     echo "fused kernels: using the carried library" >&2
@@ -116,18 +135,18 @@ if [ -n "${KERNELS_DIR:-}" ]; then
   fi
   library="$built/libetc_attention_ffi.so"
   ffi=(--ffi_library="$library")
-  step kernel_check python -m tools.gpu_kernel_check --library="$library" \
+  step kernel_check "$py" -m tools.gpu_kernel_check --library="$library" \
       --device="$device" --dtypes="${CHECK_DTYPES:-float32,bfloat16,float16}" \
       --no_timing --output_jsonl="$out/kernels.jsonl"
 fi
-step peers python -m tools.gpu_peers \
+step peers "$py" -m tools.gpu_peers \
     --shapes="${PEER_SHAPES:-4096:256:4,16384:1024:1,16384:256:1}" \
     --models="$models" --passes="${PEER_PASSES:-fwd_bwd}" --repeats=10 --warmup=3 \
     --output_jsonl="$out/peers.jsonl"
 # A module that does not compile or fit in time is skipped, not the sweep.
 for dir in "${dirs[@]}"; do
   for module in "$dir"/*/; do
-    step "module ${module%/}" python -m tools.xla_runner \
+    step "module ${module%/}" "$py" -m tools.xla_runner \
         --module_dir="$module" --device="$device" --repeats=10 \
         --warmup=3 --hlo_stats --output_jsonl="$out/xla_runs.jsonl" "${ffi[@]}"
   done
@@ -135,23 +154,23 @@ done
 # The kernels alone at the benchmark's shapes: for a GPU (the host loops
 # take minutes), after the modules (the goals are the modules').
 if [ -n "${KERNELS_DIR:-}" ] && [ "$device" != cpu ]; then
-  step kernel_timing python -m tools.gpu_kernel_check --library="$library" \
+  step kernel_timing "$py" -m tools.gpu_kernel_check --library="$library" \
       --device="$device" --dtypes=bfloat16 --no_check \
       --output_jsonl="$out/kernels.jsonl"
   # Tile sweep: each folder a build of other tile shapes (cubins only),
   # timed alone with the same library (docs/kernels.md, "Tiles").
   for tiles in ${TILE_DIRS:-}; do
     step "tiles $tiles" env ETC_KERNELS_CUBIN_DIR="$tiles/cubins" \
-        python -m tools.gpu_kernel_check --library="$library" \
+        "$py" -m tools.gpu_kernel_check --library="$library" \
         --device="$device" --dtypes=bfloat16 --no_check \
         --output_jsonl="$out/tiles.jsonl"
   done
 fi
 for module in ${PROFILE_MODULES:-}; do
-  step "profile $module" python -m tools.xla_runner \
+  step "profile $module" "$py" -m tools.xla_runner \
       --module_dir="$module" --device="$device" --repeats=3 \
       --warmup=2 --profile --profile_runs=3 --output_jsonl="$out/profiles.jsonl" "${ffi[@]}"
 done
-python -m tools.gpu_summary "$out/kernels.jsonl" "$out/tiles.jsonl" \
+"$py" -m tools.gpu_summary "$out/kernels.jsonl" "$out/tiles.jsonl" \
     "$out/xla_runs.jsonl" "$out/peers.jsonl" "$out/steps.jsonl" \
     | tee "$out/summary.txt"

@@ -50,9 +50,10 @@ def line(record: dict) -> str:
             f"{record['achieved_tflop_per_s']:.1f} TFLOP/s")
   if kind == "xla_run":
     name = os.path.basename(os.path.normpath(record["module_dir"]))
+    peak = record.get("peak_memory_gib")
+    peak = "no peak read" if peak is None else f"{peak:.2f} GiB"
     return (f"module {name}: {1e3 * record['median_s']:.2f} ms "
-            f"(min {1e3 * record['min_s']:.2f}), "
-            f"{record.get('peak_memory_gib', 0):.2f} GiB, value "
+            f"(min {1e3 * record['min_s']:.2f}), {peak}, value "
             f"{record['value']:.6g}")
   if kind == "gpu_peer":
     if record.get("status") != "ok":

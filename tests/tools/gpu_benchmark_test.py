@@ -1,46 +1,31 @@
 """Tests for tools/gpu_benchmark.sh: the order of its steps and its budget.
 
-A stand-in `python` first on PATH logs each step's command line (and
-sleeps for a module named `*slow*`), so the run's plan is checked without
-jax, a GPU or the kernels; the summary at the end is the real one.
+A stand-in `python` (`shell_testing`) logs each step's command line, so
+the run's plan is checked without jax, a GPU or the kernels; the summary
+at the end is the real one.
 """
 
 import json
-import os
-import subprocess
-import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+from shell_testing import run_script
 
-STAND_IN = """#!/bin/bash
-echo "$*" >>"$STEP_LOG"
-case "$*" in
+# The summary runs for real; a module named *slow* outlasts any budget.
+CASES = """
   *tools.gpu_summary*|"-c import tools.xla_runner, tools.gpu_summary")
     exec {python} "$@" ;;
   *"import jax.ffi"*) echo /jax/include ;;
   *slow*) exec sleep 60 ;;
-esac
 """
 
 
 def _run(tmp_path, args, **env):
-  bin_dir = tmp_path / "bin"
-  bin_dir.mkdir()
-  python = bin_dir / "python"
-  python.write_text(STAND_IN.format(python=sys.executable))
-  python.chmod(0o755)
   out = tmp_path / "out"
   out.mkdir()
-  log = tmp_path / "steps.log"
-  full_env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}",
-                  OUT=str(out), STEP_LOG=str(log), PYTHONPATH=ROOT, **env)
-  result = subprocess.run(
-      ["bash", os.path.join(ROOT, "tools", "gpu_benchmark.sh"), *args],
-      cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=120)
+  result, log = run_script(tmp_path, "gpu_benchmark.sh", args, CASES,
+                           OUT=str(out), **env)
   steps = [json.loads(line) for line in
            (out / "steps.jsonl").read_text().splitlines()]
-  return result, log.read_text().splitlines(), steps, out
+  return result, log, steps, out
 
 
 def _modules(tmp_path, layout):
@@ -65,23 +50,27 @@ def test_steps_run_in_the_order_of_their_worth(tmp_path):
   result, log, steps, out = _run(tmp_path, dirs,
                                  KERNELS_DIR=_kernels(tmp_path))
   assert result.returncode == 0, result.stderr
-  tools = [line.split()[1] if line.startswith("-m") else line.split()[0]
-           for line in log]
-  assert tools == [
-      "-c", "-c", "tools.build_kernels", "tools.gpu_kernel_check",
-      "tools.gpu_peers", "tools.xla_runner", "tools.xla_runner",
-      "tools.xla_runner", "tools.gpu_kernel_check", "tools.gpu_summary"]
+  # The interpreter that imports jax is found first.
+  assert log[0] == "-c import jax"
+  runs = [line for line in log if line.startswith("-m")]
+  assert [line.split()[1] for line in runs] == [
+      "tools.build_kernels", "tools.gpu_kernel_check", "tools.gpu_peers",
+      "tools.xla_runner", "tools.xla_runner", "tools.xla_runner",
+      "tools.gpu_kernel_check", "tools.gpu_summary"]
   # The check first, without timing; the timing after the modules.
-  assert "--no_timing" in log[3] and "--no_check" in log[8]
+  assert "--no_timing" in runs[1] and "--no_check" in runs[6]
   # The modules DIR by DIR as given, by name inside each, with the library.
-  modules = [line.split("--module_dir=")[1].split()[0] for line in log[5:8]]
+  modules = [line.split("--module_dir=")[1].split()[0] for line in runs[3:6]]
   assert modules == [f"{dirs[0]}/a/", f"{dirs[0]}/b/", f"{dirs[1]}/c/"]
-  assert all("--ffi_library=" in line for line in log[5:8])
+  assert all("--ffi_library=" in line for line in runs[3:6])
   assert [s["step"] for s in steps] == [
       "library", "kernel_check", "peers", f"module {dirs[0]}/a",
       f"module {dirs[0]}/b", f"module {dirs[1]}/c", "kernel_timing"]
   assert all(s["exit"] == 0 and s["limit_s"] == 300 for s in steps)
   assert "fused kernels: library rebuilt" in result.stderr
+  # The steps' output goes to run.log, a line per step to the terminal.
+  assert "== peers" in (out / "run.log").read_text().splitlines()
+  assert "step peers: 0 s, exit 0" in result.stderr
   # The summary is printed and kept.
   summary = (out / "summary.txt").read_text()
   assert summary == result.stdout
@@ -89,10 +78,10 @@ def test_steps_run_in_the_order_of_their_worth(tmp_path):
 
 
 def test_a_spent_budget_cuts_the_step_and_skips_the_rest(tmp_path):
-  # 15 s of the budget are the summary's: 4 s for the steps.
+  # 20 s of the budget are kept for the summary: 4 s for the steps.
   dirs = _modules(tmp_path, {"goals": ["a_slow", "b"]})
   result, log, steps, _ = _run(tmp_path, dirs, DEVICE="cpu",
-                               RUN_BUDGET_S="19", MIN_STEP_S="1")
+                               RUN_BUDGET_S="24", MIN_STEP_S="1")
   assert result.returncode == 0, result.stderr
   peers, slow, skipped = steps
   assert peers["step"] == "peers" and peers["exit"] == 0
@@ -101,6 +90,6 @@ def test_a_spent_budget_cuts_the_step_and_skips_the_rest(tmp_path):
   assert skipped == {"record_type": "step", "step": f"module {dirs[0]}/b",
                      "skipped": True}
   assert not any(f"{dirs[0]}/b/" in line for line in log)
-  assert "--device=cpu" in log[2]
+  assert f"--module_dir={dirs[0]}/a_slow/ --device=cpu" in "\n".join(log)
   assert (f"step   module {dirs[0]}/b: skipped, the run's budget was spent"
           in result.stdout)

@@ -1,0 +1,57 @@
+"""Tests for tools/gpu_prepare.sh: what it exports and builds, in which
+order, and that a missing cubin stops it (a stand-in `python`,
+`shell_testing`)."""
+
+from shell_testing import run_script
+
+
+# The stand-in makes the folders the real steps would write.
+MAKE_DIRS = """
+  *tools.benchmark*|*tools.build_kernels*)
+    for a in "$@"; do
+      case $a in --export_dir=*|--output_dir=*) mkdir -p "${a#*=}" ;; esac
+    done ;;
+"""
+
+
+def _flags(line):
+  return dict(f[2:].split("=", 1) for f in line.split() if "=" in f)
+
+
+def test_exports_the_runs_modules_then_builds_and_checks_their_kernels(
+    tmp_path):
+  result, log = run_script(
+      tmp_path, "gpu_prepare.sh", ["mods", "kern"],
+      MAKE_DIRS + '*tools.kernel_variants*) echo "0 missing" ;;')
+  assert result.returncode == 0, result.stderr
+  exports = [_flags(line) for line in log if "tools.benchmark" in line]
+  assert [e["export_dir"] for e in exports] == [
+      "mods/twins", "mods/goals", "mods/goals", "mods/goals",
+      "mods/recomputed", "mods/recomputed", "mods/more"]
+  # The benchmark's spec: hash dropout (the kernels' generator), weights
+  # drawn there; the goals' modules 12 layers in mixed bfloat16, fused.
+  assert all(e["dropout_rng"] == "hash" and e["xla_weights"] == "off"
+             for e in exports)
+  twins, goals, more = exports[0], exports[1:6], exports[6]
+  assert twins["attention_kernel"] == "xla,fused"
+  assert twins["recompute_residual_streams"] == "off,on"
+  assert all(e["num_layers"] == "12" and e["dtypes"] == "mixed_bfloat16" and
+             e["attention_kernel"] == "fused" for e in goals)
+  assert {(e["lengths"], e["global_len"], e["batch_size"]) for e in goals} == {
+      ("4096", "256", "4"), ("16384", "1024", "1"), ("16384", "256", "1")}
+  assert more["attention_kernel"] == "xla"
+  build, check = log[-2:]
+  assert "tools.build_kernels" in build and _flags(build)["modules"] == "mods"
+  assert _flags(check) == {"modules": "mods", "cubins": "kern/cubins"}
+  assert "0 missing" in result.stdout and "mods" in result.stdout
+
+
+def test_a_missing_cubin_or_an_earlier_run_stops_it(tmp_path):
+  result, _ = run_script(
+      tmp_path, "gpu_prepare.sh", [],
+      MAKE_DIRS + '*tools.kernel_variants*) echo "1 missing"; exit 1 ;;')
+  assert result.returncode == 1
+  # gpu_modules is there now.
+  result, log = run_script(tmp_path, "gpu_prepare.sh", [])
+  assert result.returncode == 2 and not log
+  assert "remove it first" in result.stderr
