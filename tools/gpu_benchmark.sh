@@ -100,7 +100,7 @@ step_limit() {
 # step NAME COMMAND...: runs COMMAND under the step's limit and records it;
 # returns its exit status (124: timed out; 125: skipped, no time left).
 step() {
-  local name=$1 limit t0 rc
+  local name=$1 limit t0 rc over
   shift
   limit=$(step_limit)
   if [ "$limit" -lt "${MIN_STEP_S:-30}" ]; then
@@ -115,7 +115,9 @@ step() {
   echo "== $name" >>"$out/run.log"
   timeout -k 5 "$limit" "$@" >>"$out/run.log" 2>&1
   rc=$?
-  echo "step $name: $((SECONDS - t0)) s, exit $rc (124: over its $limit s)" >&2
+  over=""
+  [ $rc -eq 124 ] && over=" (over its $limit s)"
+  echo "step $name: $((SECONDS - t0)) s, exit $rc$over" >&2
   printf '{"record_type": "step", "step": "%s", "seconds": %d, "exit": %d, "limit_s": %d}\n' \
       "$name" $((SECONDS - t0)) $rc "$limit" >>"$out/steps.jsonl"
   return $rc

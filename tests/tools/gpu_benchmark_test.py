@@ -70,7 +70,7 @@ def test_steps_run_in_the_order_of_their_worth(tmp_path):
   assert "fused kernels: library rebuilt" in result.stderr
   # The steps' output goes to run.log, a line per step to the terminal.
   assert "== peers" in (out / "run.log").read_text().splitlines()
-  assert "step peers: 0 s, exit 0" in result.stderr
+  assert "step peers: 0 s, exit 0\n" in result.stderr
   # The summary is printed and kept.
   summary = (out / "summary.txt").read_text()
   assert summary == result.stdout
@@ -87,6 +87,7 @@ def test_a_spent_budget_cuts_the_step_and_skips_the_rest(tmp_path):
   assert peers["step"] == "peers" and peers["exit"] == 0
   assert slow["step"] == f"module {dirs[0]}/a_slow"
   assert slow["exit"] == 124 and slow["limit_s"] <= 4
+  assert f"a_slow: {slow['seconds']} s, exit 124 (over its" in result.stderr
   assert skipped == {"record_type": "step", "step": f"module {dirs[0]}/b",
                      "skipped": True}
   assert not any(f"{dirs[0]}/b/" in line for line in log)
