@@ -52,9 +52,19 @@ def line(record: dict) -> str:
     name = os.path.basename(os.path.normpath(record["module_dir"]))
     peak = record.get("peak_memory_gib")
     peak = "no peak read" if peak is None else f"{peak:.2f} GiB"
-    return (f"module {name}: {1e3 * record['median_s']:.2f} ms "
+    text = (f"module {name}: {1e3 * record['median_s']:.2f} ms "
             f"(min {1e3 * record['min_s']:.2f}), {peak}, value "
             f"{record['value']:.6g}")
+    stats = record.get("hlo_stats") or {}
+    if "written_mib" in stats:
+      # What the step writes outside fusions, and the fused kernels' share.
+      kernels = sum(mib for target, mib in
+                    (stats.get("custom_call_mib") or {}).items()
+                    if target.startswith("etc_side"))
+      text += f", writes {stats['written_mib'] / 1024:.1f} GiB"
+      if kernels:
+        text += f" ({kernels / 1024:.1f} GiB by the kernels)"
+    return text
   if kind == "gpu_peer":
     if record.get("status") != "ok":
       return f"peer   {record['model']} {record['pass']}: {record.get('error')}"

@@ -51,7 +51,8 @@ def materialized_buffers(text: str) -> List[Dict[str, Any]]:
 
   Returns:
     [{"name", "type" (e.g. "f32[4,12,4096,256]"), "opcode", "bytes",
-    "op_name" (TensorFlow's op, when the metadata says)}], in module order;
+    "op_name" (TensorFlow's op, when the metadata says), "target" (a
+    custom call's, e.g. "etc_side_forward"; else "")}], in module order;
     a loop body's buffers are listed once however often it runs.
   """
   comps = _computations(text)
@@ -76,9 +77,11 @@ def materialized_buffers(text: str) -> List[Dict[str, Any]]:
         size += _ITEMSIZE.get(dtype, 4) * int(np.prod(
             [int(d) for d in dims.split(",") if d] or [1]))
       op_name = re.search(r'op_name="([^"]*)"', line)
+      target = re.search(r'custom_call_target="([^"]*)"', line)
       out.append({"name": inst.group(1), "type": inst.group(2),
                   "opcode": inst.group(3), "bytes": size,
-                  "op_name": op_name.group(1) if op_name else ""})
+                  "op_name": op_name.group(1) if op_name else "",
+                  "target": target.group(1) if target else ""})
   return out
 
 
@@ -92,6 +95,7 @@ def text_stats(text: str, top: int = 8, groups: int = 16) -> Dict[str, Any]:
 
   Returns:
     {"fusions", "instructions", "written_buffers", "written_mib",
+    "custom_call_mib": {target: MiB its calls write},
     "largest_buffers": [{"name", "type", "mib", "op_name"}],
     "buffer_groups": [{"type", "count", "mib"}]}.
   """
@@ -100,6 +104,14 @@ def text_stats(text: str, top: int = 8, groups: int = 16) -> Dict[str, Any]:
   buffers = materialized_buffers(text)
   stats["written_buffers"] = len(buffers)
   stats["written_mib"] = round(sum(b["bytes"] for b in buffers) / 2**20, 1)
+  # What each custom call's target writes (the fused kernels' share of the
+  # step's bytes, beside the library calls').
+  by_target: Dict[str, float] = {}
+  for b in buffers:
+    if b["target"]:
+      by_target[b["target"]] = by_target.get(b["target"], 0) + b["bytes"]
+  stats["custom_call_mib"] = {t: round(n / 2**20, 1)
+                              for t, n in sorted(by_target.items())}
   largest = sorted(buffers, key=lambda b: -b["bytes"])[:top]
   stats["largest_buffers"] = [
       {"name": b["name"], "type": b["type"], "mib": round(b["bytes"] / 2**20,

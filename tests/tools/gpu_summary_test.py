@@ -20,7 +20,11 @@ def test_one_line_per_record(tmp_path, capsys):
        "cubins": {"tiles": {"block_m": 64, "block_n": 64}}},
       {"record_type": "xla_run", "module_dir": "mods/a-fused/",
        "median_s": 0.0295, "min_s": 0.0294, "peak_memory_gib": 1.0,
-       "value": 0.0016},
+       "value": 0.0016, "hlo_stats": {"written_mib": 3072.0,
+                                      "custom_call_mib": {
+                                          "etc_side_forward": 1024.0,
+                                          "etc_side_backward": 512.0,
+                                          "__cublas$gemm": 1024.0}}},
       {"record_type": "gpu_peer", "model": "bert_sdpa", "pass": "fwd",
        "long_len": 4096, "batch_size": 4, "median_s": 0.0154,
        "status": "ok"},
@@ -41,6 +45,7 @@ def test_one_line_per_record(tmp_path, capsys):
   assert "grad_err=3.00e-07" in lines[1]
   assert "block_m=64" in lines[2] and "1.000 ms" in lines[2]
   assert lines[3].startswith("module a-fused: 29.50 ms")
+  assert lines[3].endswith("writes 3.0 GiB (1.5 GiB by the kernels)")
   assert "15.40 ms" in lines[4]
   assert "OOM" in lines[5]
 

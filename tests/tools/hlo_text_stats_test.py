@@ -51,3 +51,23 @@ def test_text_stats_count_fusions_and_group_buffers_by_type():
   types = {g["type"]: g["count"] for g in stats["buffer_groups"]}
   assert types == {"f32[4,8]": 1, "bf16[4,8]": 1, "f32[16]": 1}
   assert hlo_text_stats.text_stats("")["written_buffers"] == 0
+
+
+def test_custom_calls_are_summed_by_target():
+  text = """HloModule m
+
+ENTRY %main (a: f32[1024,1024]) -> f32[512,1024] {
+  %a = f32[1024,1024]{1,0} parameter(0)
+  %side = (f32[1024,1024]{1,0}, f32[1024]{0}) custom-call(%a), custom_call_target="etc_side_forward", api_version=API_VERSION_TYPED_FFI
+  %again = (bf16[1024,1024]{1,0}, f32[1024]{0}) custom-call(%a), custom_call_target="etc_side_forward", api_version=API_VERSION_TYPED_FFI
+  ROOT %gemm = f32[512,1024]{1,0} custom-call(%a), custom_call_target="__cublas$gemm"
+}
+"""
+  written = hlo_text_stats.materialized_buffers(text)
+  assert [b["target"] for b in written] == [
+      "etc_side_forward", "etc_side_forward", "__cublas$gemm"]
+  stats = hlo_text_stats.text_stats(text)
+  # 4 MiB and 2 MiB of scores, 4 KiB of row statistics each; 2 MiB.
+  assert stats["custom_call_mib"] == {"__cublas$gemm": 2.0,
+                                      "etc_side_forward": 6.0}
+  assert stats["written_mib"] == 8.0
