@@ -13,9 +13,12 @@
 #   MODULES_DIR/goals       the fused modules at the goals' shapes (12
 #                           layers, mixed bfloat16): 4096/256/4 forward and
 #                           training step, 16384/1024/1, 16384/256/1
-#   MODULES_DIR/recomputed  recomputed streams at 4096/256/4, 16384/1024/1
+#   MODULES_DIR/recomputed  recomputed streams at the three training
+#                           shapes (the memory goals: no layer keeps its
+#                           sums)
 #   MODULES_DIR/more        today's XLA path at 4096/256/4 (the goals'
-#                           twins)
+#                           twins), and the fused step there with its sums
+#                           in bfloat16 (half the kept bytes)
 #   KERNELS_DIR             the library and the cubins: bfloat16's default
 #                           build and every cubin the modules launch
 # then says what travels (the device run carries at most 64 MiB).
@@ -41,14 +44,17 @@ for g in 1024 256; do
   $big --export_dir="$modules/goals" --passes=fwd_bwd --lengths=16384 \
       --global_len=$g --batch_size=1 --attention_kernel=fused
 done
-$big --export_dir="$modules/recomputed" --passes=fwd_bwd --lengths=4096 \
-    --global_len=256 --batch_size=4 --attention_kernel=fused \
-    --recompute_residual_streams=on
-$big --export_dir="$modules/recomputed" --passes=fwd_bwd --lengths=16384 \
-    --global_len=1024 --batch_size=1 --attention_kernel=fused \
-    --recompute_residual_streams=on
+for shape in 4096:256:4 16384:1024:1 16384:256:1; do
+  IFS=: read -r l g b <<<"$shape"
+  $big --export_dir="$modules/recomputed" --passes=fwd_bwd --lengths=$l \
+      --global_len=$g --batch_size=$b --attention_kernel=fused \
+      --recompute_residual_streams=on
+done
 $big --export_dir="$modules/more" --passes=fwd,fwd_bwd --lengths=4096 \
     --global_len=256 --batch_size=4 --attention_kernel=xla
+$big --export_dir="$modules/more" --passes=fwd_bwd --lengths=4096 \
+    --global_len=256 --batch_size=4 --attention_kernel=fused \
+    --stream_dtype=compute
 $py -m tools.build_kernels --output_dir="$kernels" --dtypes=bfloat16 \
     --modules="$modules"
 # Nothing the modules launch may be missing: a CUDA handler fails the call.

@@ -27,19 +27,27 @@ def test_exports_the_runs_modules_then_builds_and_checks_their_kernels(
   exports = [_flags(line) for line in log if "tools.benchmark" in line]
   assert [e["export_dir"] for e in exports] == [
       "mods/twins", "mods/goals", "mods/goals", "mods/goals",
-      "mods/recomputed", "mods/recomputed", "mods/more"]
+      "mods/recomputed", "mods/recomputed", "mods/recomputed", "mods/more",
+      "mods/more"]
   # The benchmark's spec: hash dropout (the kernels' generator), weights
   # drawn there; the goals' modules 12 layers in mixed bfloat16, fused.
   assert all(e["dropout_rng"] == "hash" and e["xla_weights"] == "off"
              for e in exports)
-  twins, goals, more = exports[0], exports[1:6], exports[6]
+  twins, goals, recomputed = exports[0], exports[1:4], exports[4:7]
   assert twins["attention_kernel"] == "xla,fused"
   assert twins["recompute_residual_streams"] == "off,on"
-  assert all(e["num_layers"] == "12" and e["dtypes"] == "mixed_bfloat16" and
-             e["attention_kernel"] == "fused" for e in goals)
-  assert {(e["lengths"], e["global_len"], e["batch_size"]) for e in goals} == {
-      ("4096", "256", "4"), ("16384", "1024", "1"), ("16384", "256", "1")}
-  assert more["attention_kernel"] == "xla"
+  shapes = {("4096", "256", "4"), ("16384", "1024", "1"),
+            ("16384", "256", "1")}
+  for group in (goals, recomputed):
+    assert all(e["num_layers"] == "12" and e["dtypes"] == "mixed_bfloat16"
+               and e["attention_kernel"] == "fused" for e in group)
+    assert {(e["lengths"], e["global_len"], e["batch_size"])
+            for e in group} == shapes
+  assert all(e["recompute_residual_streams"] == "on" for e in recomputed)
+  xla, low = exports[7:]
+  assert xla["attention_kernel"] == "xla" and xla["passes"] == "fwd,fwd_bwd"
+  assert low["attention_kernel"] == "fused"
+  assert low["stream_dtype"] == "compute"
   build, check = log[-2:]
   assert "tools.build_kernels" in build and _flags(build)["modules"] == "mods"
   assert _flags(check) == {"modules": "mods", "cubins": "kern/cubins"}
