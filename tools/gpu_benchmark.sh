@@ -24,9 +24,10 @@
 # short (RUN_BUDGET_S, or the caller's own limit: every step appends its
 # records as it ends) keeps the most: the library; the kernels' check
 # against the reference; dense SDPA; the modules, DIR by DIR in the order
-# given, each DIR's modules by name; the kernels timed alone; the tile
-# sweep; the profiles; last, the summary (tools.gpu_summary: the records
-# as a table, the fused modules against their XLA twins, the goals).
+# given, each DIR's modules (folders with a manifest.json, anywhere under
+# it) by name; the kernels timed alone; the tile sweep; the profiles;
+# last, the summary (tools.gpu_summary: the records as a table, the fused
+# modules against their XLA twins, the goals).
 # Each step's seconds and exit status go to $OUT/steps.jsonl (a step the
 # budget leaves no time for is recorded as skipped), its output to
 # $OUT/run.log; the terminal gets a line per step and the summary.
@@ -146,10 +147,13 @@ step peers "$py" -m tools.gpu_peers \
     --models="$models" --passes="${PEER_PASSES:-fwd_bwd}" --repeats=10 --warmup=3 \
     --output_jsonl="$out/peers.jsonl"
 # A module that does not compile or fit in time is skipped, not the sweep.
+# Each DIR's modules: the folders under it that hold a manifest, by name.
 for dir in "${dirs[@]}"; do
-  for module in "$dir"/*/; do
-    step "module ${module%/}" "$py" -m tools.xla_runner \
-        --module_dir="$module" --device="$device" --repeats=10 \
+  modules=$(find "$dir" -name manifest.json -printf '%h\n' | sort)
+  [ -n "$modules" ] || echo "no exported module under $dir" >&2
+  for module in $modules; do
+    step "module $module" "$py" -m tools.xla_runner \
+        --module_dir="$module/" --device="$device" --repeats=10 \
         --warmup=3 --hlo_stats --output_jsonl="$out/xla_runs.jsonl" "${ffi[@]}"
   done
 done

@@ -29,11 +29,14 @@ def _run(tmp_path, args, **env):
 
 
 def _modules(tmp_path, layout):
-  """Module folders, as {dir: [names]}; returns the dirs' paths."""
+  """Module folders (each with its manifest), as {dir: [names]}; returns
+  the dirs' paths."""
   paths = []
   for dir_name, names in layout.items():
+    (tmp_path / dir_name).mkdir()
     for name in names:
       (tmp_path / dir_name / name).mkdir(parents=True)
+      (tmp_path / dir_name / name / "manifest.json").write_text("{}")
     paths.append(str(tmp_path / dir_name))
   return paths
 
@@ -46,9 +49,13 @@ def _kernels(tmp_path):
 
 
 def test_steps_run_in_the_order_of_their_worth(tmp_path):
-  dirs = _modules(tmp_path, {"twins": ["b", "a"], "goals": ["c"]})
+  # Deeper folders count; one without a manifest does not.
+  dirs = _modules(tmp_path, {"twins": ["b", "a"], "goals": ["deeper/c"],
+                             "empty": []})
+  (tmp_path / "twins" / "notes").mkdir()
   result, log, steps, out = _run(tmp_path, dirs,
                                  KERNELS_DIR=_kernels(tmp_path))
+  assert f"no exported module under {dirs[2]}" in result.stderr
   assert result.returncode == 0, result.stderr
   # The interpreter that imports jax is found first.
   assert log[0] == "-c import jax"
@@ -61,11 +68,12 @@ def test_steps_run_in_the_order_of_their_worth(tmp_path):
   assert "--no_timing" in runs[1] and "--no_check" in runs[6]
   # The modules DIR by DIR as given, by name inside each, with the library.
   modules = [line.split("--module_dir=")[1].split()[0] for line in runs[3:6]]
-  assert modules == [f"{dirs[0]}/a/", f"{dirs[0]}/b/", f"{dirs[1]}/c/"]
+  assert modules == [f"{dirs[0]}/a/", f"{dirs[0]}/b/",
+                     f"{dirs[1]}/deeper/c/"]
   assert all("--ffi_library=" in line for line in runs[3:6])
   assert [s["step"] for s in steps] == [
       "library", "kernel_check", "peers", f"module {dirs[0]}/a",
-      f"module {dirs[0]}/b", f"module {dirs[1]}/c", "kernel_timing"]
+      f"module {dirs[0]}/b", f"module {dirs[1]}/deeper/c", "kernel_timing"]
   assert all(s["exit"] == 0 and s["limit_s"] == 300 for s in steps)
   assert "fused kernels: library rebuilt" in result.stderr
   # The steps' output goes to run.log, a line per step to the terminal.
