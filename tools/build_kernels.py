@@ -71,6 +71,7 @@ from tools.kernel_names import SIDES
 from tools.kernel_names import STREAM_FLAGS
 from tools.kernel_names import Variant
 from tools.kernel_names import default_variants
+from tools.kernel_names import padded_ids
 from tools.kernel_names import variant_name
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -389,8 +390,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     tiles = {kernel: dict(shape, **overrides)
              for kernel, shape in triton_attention.TILES.items()}
     head_sizes = [int(v) for v in _list(args.head_sizes)]
-    ids_padded = sorted({1 << max(int(v) - 1, 0).bit_length() if int(v)
-                         else 0 for v in _list(args.relative_vocab_sizes)},
+    ids_padded = sorted({padded_ids(int(v))
+                         for v in _list(args.relative_vocab_sizes)},
                         reverse=True)
     variants = default_variants(dtypes, head_sizes, ids_padded, sides,
                                 streams, stream_dtypes, dropout, passes)

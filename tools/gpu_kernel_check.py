@@ -123,7 +123,7 @@ def variant(case, dtype_name: str, low_streams: bool,
       "1" if f else "0" for f in flags[len(flags) // 2:]]
   return kernel_names.variant_name(
       dtype_name, case.size_per_head,
-      1 << max(ids - 1, 0).bit_length() if ids else 0, case.band,
+      kernel_names.padded_ids(ids), case.band,
       "".join(digits), low_streams,
       case.dropout_rate > 0, case.by_rows, kernel, pattern)
 

@@ -112,6 +112,12 @@ class Variant:
                         self.pattern)
 
 
+def padded_ids(num_ids: int) -> int:
+  """A relative vocabulary rounded up to a power of two, as the handlers
+  round per_id's R (0: no relative ids)."""
+  return 1 << max(num_ids - 1, 0).bit_length() if num_ids else 0
+
+
 def variant_name(dtype: str, head_size: int, ids_padded: int, band: bool,
                  streams: str = "0000", low_streams: bool = False,
                  dropout: bool = False, by_rows: bool = True,

@@ -7,9 +7,10 @@ custom calls, and which of them a build lacks.
 Each DIR a module folder (`tools.benchmark --mode=xla_export`) or a
 folder with modules anywhere under it. Prints per module the cubins its
 `etc_side_forward` and `etc_side_backward` calls look up on CUDA; with
-`--cubins`, the ones that build lacks, and exits 1 if any (a CUDA handler fails the call whose cubin
-is missing: better known here than on the GPU); `--json`: the variants as
-`tools.build_kernels` builds them (its `--modules` reads this).
+`--cubins`, the ones that build lacks, and exits 1 if any (a CUDA
+handler fails the call whose cubin is missing: better known here than on
+the GPU); `--json`: the variants as `tools.build_kernels` builds them
+(its `--modules` reads this).
 
 The names are the handlers' (`attention_ffi.cc`, `VariantName`, which
 `tools.kernel_names.variant_name` mirrors): the inputs' dtype and head
@@ -113,15 +114,12 @@ def call_variants(call: Call) -> List[kernel_names.Variant]:
   pool = call.operands if backward else call.results
   streams += [pool[w] for w, e in zip(written, emit) if e]
   low = any(t != "f32" for t, _ in streams)
-  ids = int(call.operands[PER_ID][1][2])
-  ids_padded = 1
-  while ids_padded < ids:
-    ids_padded *= 2
   digits = "".join(("s" if sources else "1") if r else "0" for r in read)
   digits += "".join("1" if e else "0" for e in emit)
   common = dict(
       dtype=MLIR_TYPES[dtype], head_size=q_shape[3],
-      ids_padded=ids_padded if flag("has_ids") else 0, band=flag("band"),
+      ids_padded=(kernel_names.padded_ids(call.operands[PER_ID][1][2])
+                  if flag("has_ids") else 0), band=flag("band"),
       low_streams=low, dropout=int(a["keep_threshold"]) > 0,
       by_rows=flag("by_rows"))
   if not backward:

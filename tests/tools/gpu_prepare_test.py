@@ -22,7 +22,8 @@ def test_exports_the_runs_modules_then_builds_and_checks_their_kernels(
     tmp_path):
   result, log = run_script(
       tmp_path, "gpu_prepare.sh", ["mods", "kern"],
-      MAKE_DIRS + '*tools.kernel_variants*) echo "0 missing" ;;')
+      MAKE_DIRS +
+      '*tools.kernel_variants*) echo "0 missing from kern/cubins" ;;')
   assert result.returncode == 0, result.stderr
   exports = [_flags(line) for line in log if "tools.benchmark" in line]
   assert [e["export_dir"] for e in exports] == [
@@ -57,8 +58,12 @@ def test_exports_the_runs_modules_then_builds_and_checks_their_kernels(
 def test_a_missing_cubin_or_an_earlier_run_stops_it(tmp_path):
   result, _ = run_script(
       tmp_path, "gpu_prepare.sh", [],
-      MAKE_DIRS + '*tools.kernel_variants*) echo "1 missing"; exit 1 ;;')
+      MAKE_DIRS + '*tools.kernel_variants*) echo "m: 2 cubins"; '
+      'echo "  side_x  MISSING"; echo "1 missing from c"; exit 1 ;;')
   assert result.returncode == 1
+  # Which one is missing, not only how many.
+  assert result.stdout.splitlines()[-2:] == ["  side_x  MISSING",
+                                             "1 missing from c"]
   # gpu_modules is there now.
   result, log = run_script(tmp_path, "gpu_prepare.sh", [])
   assert result.returncode == 2 and not log

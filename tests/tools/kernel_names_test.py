@@ -148,3 +148,8 @@ def test_the_handler_builds_the_same_names(tmp_path):
       "side_backward_keys_float16_d128_r128_band_p2_f32_00_drop_rows")
   assert want[22] == (
       "side_backward_keys_bfloat16_d64_r32_band_p1_f32_s0_drop_rows")
+
+
+def test_relative_vocabularies_round_up_to_a_power_of_two():
+  assert [kernel_names.padded_ids(n) for n in (0, 1, 2, 3, 25, 32, 33)] == [
+      0, 1, 2, 4, 32, 32, 64]
