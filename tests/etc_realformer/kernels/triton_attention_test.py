@@ -308,3 +308,41 @@ def test_side_backward_matches_reference(backward_results, name):
                           else 3e-2)
       assert fat.relative_error(queries[f"dprev{index + 1}"],
                                 prev) < stream_tolerance
+
+
+# ------------------------------------------------------------- memory check
+_COPY_KERNEL = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def copy(src, dst, n, BLOCK: tl.constexpr, MASK_LOAD: tl.constexpr,
+         MASK_STORE: tl.constexpr):
+  i = tl.arange(0, BLOCK)
+  x = tl.load(src + i, mask=i < n if MASK_LOAD else None)
+  tl.store(dst + i, x, mask=i < n if MASK_STORE else None)
+'''
+
+
+def test_memory_check_fails_a_lane_past_the_end(tmp_path):
+  """A lane the kernel leaves unmasked, one tile row past a 13-element
+  tensor, fails the launch (on a GPU: another buffer's bytes, or a
+  fault), load or store; masked, the same launch passes."""
+  source = tmp_path / "copy_kernel.py"
+  source.write_text(_COPY_KERNEL)
+
+  def launch(mask_load, mask_store):
+    return triton_testing.Launch(
+        "copy", (1,), [np.arange(13, dtype=np.float32), "dst", 13],
+        dict(BLOCK=16, MASK_LOAD=mask_load, MASK_STORE=mask_store),
+        outputs={"dst": ((13,), "float32")}, source=str(source))
+
+  ok, = triton_testing.run_launches([launch(True, True)])
+  np.testing.assert_array_equal(ok["dst"], np.arange(13))
+  for operation, tensor, flags in (("load", "argument 0", (False, True)),
+                                   ("store", "dst", (True, False))):
+    with pytest.raises(RuntimeError, match=(
+        f"copy: a {operation} of 3 lanes outside every tensor "
+        f"\\(the first 0 bytes past the end of {tensor}\\)")):
+      triton_testing.run_launches([launch(*flags)])
