@@ -22,7 +22,8 @@
 #
 # The steps run in the order of what they are worth, so that a run cut
 # short (RUN_BUDGET_S, or the caller's own limit: every step appends its
-# records as it ends) keeps the most: the library; the kernels' check
+# records as it ends) keeps the most: on a GPU, a probe that XLA can keep
+# its autotuning results for the run; the library; the kernels' check
 # against the reference; dense SDPA; the modules, DIR by DIR in the order
 # given, each DIR's modules (folders with a manifest.json, anywhere under
 # it) by name; the kernels timed alone; the tile sweep; the profiles;
@@ -43,7 +44,8 @@
 # PEER_PASSES (fwd_bwd, fwd or both; default fwd_bwd), KERNELS_DIR (the
 # fused kernels' build, above), PROFILE_MODULES (module folders, as
 # DIR/name, to run once more, with `xla_runner --profile`: device time
-# per kernel).
+# per kernel), NO_AUTOTUNE_CACHE (set: each process autotunes its own
+# module, as a lone run does).
 #
 # What runs there, from the checkout (none of it imports TensorFlow):
 # tools/__init__.py, timing.py, xla_runner.py with hlo_text_stats.py (what
@@ -123,6 +125,24 @@ step() {
       "$name" $((SECONDS - t0)) $rc "$limit" >>"$out/steps.jsonl"
   return $rc
 }
+
+# XLA's autotuning results, kept per fusion for the whole run: each step
+# compiles in its own process, whose in-memory results end with it, and
+# the modules share most fusions (the projections, the feed-forward, a
+# shape's forward in its training step). A later module reuses what an
+# earlier one measured on this card; the timings are the same, the
+# compiles shorter. Only if this jaxlib knows the flag: an unknown flag in
+# XLA_FLAGS aborts every process.
+if [ "$device" != cpu ] && [ -z "${NO_AUTOTUNE_CACHE:-}" ]; then
+  autotune="--xla_gpu_per_fusion_autotune_cache_dir=$(mktemp -d)"
+  if step autotune_cache env XLA_FLAGS="${XLA_FLAGS:-} $autotune" "$py" -c \
+      "import jax; jax.jit(lambda x: x + 1)(1.0).block_until_ready()"; then
+    export XLA_FLAGS="${XLA_FLAGS:-} $autotune"
+    echo "XLA autotuning: cached per fusion for the run" >&2
+  else
+    echo "XLA autotuning: not cached (this jaxlib refused $autotune)" >&2
+  fi
+fi
 
 ffi=()
 if [ -n "${KERNELS_DIR:-}" ]; then

@@ -15,6 +15,8 @@ CASES = """
     exec {python} "$@" ;;
   *"import jax.ffi"*) echo /jax/include ;;
   *slow*) exec sleep 60 ;;
+  *tools.xla_runner*) echo "XLA_FLAGS=${XLA_FLAGS:-}" >>"$STEP_LOG" ;;
+  *"jax.jit"*) [ -z "${REFUSE_FLAGS:-}" ] ;;
 """
 
 
@@ -71,8 +73,14 @@ def test_steps_run_in_the_order_of_their_worth(tmp_path):
   assert modules == [f"{dirs[0]}/a/", f"{dirs[0]}/b/",
                      f"{dirs[1]}/deeper/c/"]
   assert all("--ffi_library=" in line for line in runs[3:6])
+  # XLA keeps its autotuning results per fusion for every later process.
+  flags = [line for line in log if line.startswith("XLA_FLAGS=")]
+  assert len(flags) == 3 and len(set(flags)) == 1
+  assert "--xla_gpu_per_fusion_autotune_cache_dir=/" in flags[0]
+  assert "XLA autotuning: cached per fusion" in result.stderr
   assert [s["step"] for s in steps] == [
-      "library", "kernel_check", "peers", f"module {dirs[0]}/a",
+      "autotune_cache", "library", "kernel_check", "peers",
+      f"module {dirs[0]}/a",
       f"module {dirs[0]}/b", f"module {dirs[1]}/deeper/c", "kernel_timing"]
   assert all(s["exit"] == 0 and s["limit_s"] == 300 for s in steps)
   assert "fused kernels: library rebuilt" in result.stderr
@@ -102,3 +110,24 @@ def test_a_spent_budget_cuts_the_step_and_skips_the_rest(tmp_path):
   assert f"--module_dir={dirs[0]}/a_slow/ --device=cpu" in "\n".join(log)
   assert (f"step   module {dirs[0]}/b: skipped, the run's budget was spent"
           in result.stdout)
+
+
+def test_a_jaxlib_that_refuses_the_autotune_flag_runs_without_it(tmp_path):
+  dirs = _modules(tmp_path, {"goals": ["a"]})
+  result, log, steps, _ = _run(tmp_path, dirs, REFUSE_FLAGS="1",
+                               XLA_FLAGS="--xla_dump_to=/tmp/x")
+  assert result.returncode == 0, result.stderr
+  assert steps[0]["step"] == "autotune_cache" and steps[0]["exit"] == 1
+  assert "XLA autotuning: not cached (this jaxlib refused" in result.stderr
+  # The caller's own flags reach the modules, without the refused one.
+  assert "XLA_FLAGS=--xla_dump_to=/tmp/x" in log
+
+
+def test_no_autotune_probe_on_the_cpu_or_when_asked(tmp_path):
+  dirs = _modules(tmp_path, {"goals": ["a"]})
+  for name, env in (("cpu", dict(DEVICE="cpu", XLA_FLAGS="")),
+                    ("off", dict(NO_AUTOTUNE_CACHE="1", XLA_FLAGS=""))):
+    (tmp_path / name).mkdir()
+    _, log, steps, _ = _run(tmp_path / name, dirs, **env)
+    assert "autotune_cache" not in [s["step"] for s in steps]
+    assert "XLA_FLAGS=" in log
