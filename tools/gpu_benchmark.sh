@@ -26,9 +26,10 @@
 # its autotuning results for the run; the library; the kernels' check
 # against the reference; dense SDPA; the modules, DIR by DIR in the order
 # given, each DIR's modules (folders with a manifest.json, anywhere under
-# it) by name; the kernels timed alone; the tile sweep; the profiles;
-# last, the summary (tools.gpu_summary: the records as a table, the fused
-# modules against their XLA twins, the goals).
+# it) by name; the kernels timed alone; the tile sweep; the profiles; on
+# request, the memory checker and the counters; last, the summary
+# (tools.gpu_summary: the records as a table, the fused modules against
+# their XLA twins, the goals).
 # Each step's seconds and exit status go to $OUT/steps.jsonl (a step the
 # budget leaves no time for is recorded as skipped), its output to
 # $OUT/run.log; the terminal gets a line per step and the summary.
@@ -45,7 +46,7 @@
 # fused kernels' build, above), PROFILE_MODULES (module folders, as
 # DIR/name, to run once more, with `xla_runner --profile`: device time
 # per kernel), NO_AUTOTUNE_CACHE (set: each process autotunes its own
-# module, as a lone run does).
+# module, as a lone run does), SANITIZE and NCU (set: the steps below).
 #
 # What runs there, from the checkout (none of it imports TensorFlow):
 # tools/__init__.py, timing.py, xla_runner.py with hlo_text_stats.py (what
@@ -197,6 +198,29 @@ for module in ${PROFILE_MODULES:-}; do
       --module_dir="$module" --device="$device" --repeats=3 \
       --warmup=2 --profile --profile_runs=3 --output_jsonl="$out/profiles.jsonl" "${ffi[@]}"
 done
+# On request, last (each a minute or more; the output goes to run.log):
+# SANITIZE=1, the kernel check under compute-sanitizer's memcheck, every
+# buffer its own allocation (in jax's pool a stray access stays inside
+# the pool, unseen); NCU=1, Nsight Compute's counters (clocks left alone)
+# of the first kernels the timing launches: the long side's forward and
+# backward at the benchmark's shape, streams and dropout on.
+if [ -n "${KERNELS_DIR:-}" ] && [ "$device" != cpu ]; then
+  if [ -n "${SANITIZE:-}" ]; then
+    step sanitize env XLA_PYTHON_CLIENT_ALLOCATOR=platform \
+        compute-sanitizer --tool memcheck --error-exitcode 1 \
+        "$py" -m tools.gpu_kernel_check --library="$library" \
+        --device="$device" --dtypes="${CHECK_DTYPES:-bfloat16}" --no_timing
+  fi
+  if [ -n "${NCU:-}" ]; then
+    step ncu ncu --clock-control none --kernel-name regex:side_ \
+        --launch-count 8 --section SpeedOfLight --section Occupancy \
+        --section LaunchStats --section MemoryWorkloadAnalysis \
+        --section WarpStateStats --csv --page details \
+        "$py" -m tools.gpu_kernel_check --library="$library" \
+        --device="$device" --dtypes=bfloat16 --no_check --repeats=1 \
+        --warmup=0
+  fi
+fi
 "$py" -m tools.gpu_summary "$out/kernels.jsonl" "$out/tiles.jsonl" \
     "$out/xla_runs.jsonl" "$out/peers.jsonl" "$out/steps.jsonl" \
     | tee "$out/summary.txt"

@@ -131,3 +131,32 @@ def test_no_autotune_probe_on_the_cpu_or_when_asked(tmp_path):
     _, log, steps, _ = _run(tmp_path / name, dirs, **env)
     assert "autotune_cache" not in [s["step"] for s in steps]
     assert "XLA_FLAGS=" in log
+
+
+def test_memory_checker_and_counters_run_last_on_request(tmp_path):
+  """SANITIZE and NCU: the kernel check under compute-sanitizer (each
+  buffer its own allocation), the counters of the timing's first kernels;
+  after the profiles, before the summary."""
+  bin_dir = tmp_path / "bin"
+  bin_dir.mkdir()
+  for tool in ("compute-sanitizer", "ncu"):
+    (bin_dir / tool).write_text(
+        "#!/bin/bash\necho \"$(basename $0) "
+        "allocator=${XLA_PYTHON_CLIENT_ALLOCATOR:-} $*\" >>\"$STEP_LOG\"\n")
+    (bin_dir / tool).chmod(0o755)
+  dirs = _modules(tmp_path, {"goals": ["a"]})
+  result, log, steps, _ = _run(tmp_path, dirs, SANITIZE="1", NCU="1",
+                               KERNELS_DIR=_kernels(tmp_path),
+                               PROFILE_MODULES=f"{dirs[0]}/a")
+  assert result.returncode == 0, result.stderr
+  assert [s["step"] for s in steps][-3:] == [f"profile {dirs[0]}/a",
+                                             "sanitize", "ncu"]
+  sanitizer, = [line for line in log if line.startswith("compute-")]
+  assert sanitizer.startswith("compute-sanitizer allocator=platform --tool "
+                              "memcheck --error-exitcode 1 python -m "
+                              "tools.gpu_kernel_check")
+  assert "--no_timing" in sanitizer
+  counters, = [line for line in log if line.startswith("ncu ")]
+  assert "--clock-control none --kernel-name regex:side_" in counters
+  assert counters.endswith("--no_check --repeats=1 --warmup=0")
+  assert "step ncu:" in result.stderr and "step sanitize:" in result.stderr
