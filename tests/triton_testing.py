@@ -118,7 +118,9 @@ class MemoryCheck:
 
 
 def _install(check: MemoryCheck) -> None:
-  """Routes the interpreter's loads and stores through `check`."""
+  """Routes the interpreter's loads and stores through `check`: the
+  builder's two memory entry points (Triton 3.9's interpreter, the
+  version requirements-kernels.txt pins; a rename fails here, loudly)."""
   from triton.runtime import interpreter  # pylint: disable=g-import-not-at-top
   builder = interpreter.interpreter_builder
   load, store = builder.create_masked_load, builder.create_masked_store

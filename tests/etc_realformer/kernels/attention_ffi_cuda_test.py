@@ -164,8 +164,9 @@ FORWARD_BUFFERS = ("q", "k1", "v1", "k2", "v2", "per_id", "codes1", "codes2",
 BACKWARD_BUFFERS = FORWARD_BUFFERS[:15] + (
     "ctx", "lse", "dctx", "dnew1", "dnew2", "dq", "dk1", "dv1", "dk2", "dv2",
     "dper_id", "dprev1", "dprev2", "delta")
-# Each kernel's cubin metadata: function name, shared bytes (the forward's
-# above 48 KiB, which needs the attribute), warps, tile.
+# Each kernel's cubin metadata (the function is named fn_<kernel>): shared
+# bytes (the forward's above 48 KiB, which needs the attribute), warps,
+# tile.
 META = {build_kernels.FORWARD: (50176, 4, 32),
         build_kernels.QUERIES: (20480, 4, 16),
         build_kernels.KEYS: (30720, 8, 64)}
