@@ -46,7 +46,10 @@
 # fused kernels' build, above), PROFILE_MODULES (module folders, as
 # DIR/name, to run once more, with `xla_runner --profile`: device time
 # per kernel), NO_AUTOTUNE_CACHE (set: each process autotunes its own
-# module, as a lone run does), SANITIZE and NCU (set: the steps below).
+# module, as a lone run does), SANITIZE and NCU (set: the steps below),
+# SKIP_STEPS (a comma list of steps not to run, by their first word:
+# e.g. kernel_check,peers in a second call after a first brought them
+# back; library: use the carried build).
 #
 # What runs there, from the checkout (none of it imports TensorFlow):
 # tools/__init__.py, timing.py, xla_runner.py with hlo_text_stats.py (what
@@ -102,10 +105,18 @@ step_limit() {
 }
 
 # step NAME COMMAND...: runs COMMAND under the step's limit and records it;
-# returns its exit status (124: timed out; 125: skipped, no time left).
+# returns its exit status (124: timed out; 125: skipped, no time left or
+# named in SKIP_STEPS).
 step() {
   local name=$1 limit t0 rc over
   shift
+  case ",${SKIP_STEPS:-}," in
+    *",${name%% *},"*)
+      echo "skipped (SKIP_STEPS): $name" >&2
+      printf '{"record_type": "step", "step": "%s", "skipped": true, "asked": true}\n' \
+          "$name" >>"$out/steps.jsonl"
+      return 125 ;;
+  esac
   limit=$(step_limit)
   if [ "$limit" -lt "${MIN_STEP_S:-30}" ]; then
     echo "skipped (the run's budget is spent): $name" >&2

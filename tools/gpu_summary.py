@@ -73,7 +73,9 @@ def line(record: dict) -> str:
             f"{record.get('peak_memory_gib', 0):.2f} GiB")
   if kind == "step":
     if record.get("skipped"):
-      return f"step   {record['step']}: skipped, the run's budget was spent"
+      why = ("as asked (SKIP_STEPS)" if record.get("asked")
+             else "the run's budget was spent")
+      return f"step   {record['step']}: skipped, {why}"
     return (f"step   {record['step']}: {record['seconds']} s, exit "
             f"{record['exit']} (limit {record['limit_s']} s)")
   return json.dumps(record)[:200]

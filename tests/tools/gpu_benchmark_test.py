@@ -160,3 +160,23 @@ def test_memory_checker_and_counters_run_last_on_request(tmp_path):
   assert "--clock-control none --kernel-name regex:side_" in counters
   assert counters.endswith("--no_check --repeats=1 --warmup=0")
   assert "step ncu:" in result.stderr and "step sanitize:" in result.stderr
+
+
+def test_steps_named_in_skip_steps_do_not_run(tmp_path):
+  """A second call skips what the first brought back; a skipped library
+  step leaves the carried build."""
+  dirs = _modules(tmp_path, {"goals": ["a"], "more": ["b"]})
+  result, log, steps, _ = _run(
+      tmp_path, dirs, KERNELS_DIR=_kernels(tmp_path),
+      SKIP_STEPS="library,kernel_check,peers,kernel_timing")
+  assert result.returncode == 0, result.stderr
+  ran = [s["step"] for s in steps if not s.get("skipped")]
+  assert ran == ["autotune_cache", f"module {dirs[0]}/a",
+                 f"module {dirs[1]}/b"]
+  assert [s["step"] for s in steps if s.get("asked")] == [
+      "library", "kernel_check", "peers", "kernel_timing"]
+  runs = [line.split()[1] for line in log if line.startswith("-m")]
+  assert runs == ["tools.xla_runner", "tools.xla_runner",
+                  "tools.gpu_summary"]
+  assert "fused kernels: using the carried library" in result.stderr
+  assert "step   peers: skipped, as asked (SKIP_STEPS)" in result.stdout

@@ -134,3 +134,7 @@ def test_failed_timings_and_the_runs_steps():
                            "skipped": True}) == (
                                "step   module m/a: skipped, the run's "
                                "budget was spent")
+  assert gpu_summary.line({"record_type": "step", "step": "peers",
+                           "skipped": True, "asked": True}) == (
+                               "step   peers: skipped, as asked "
+                               "(SKIP_STEPS)")
