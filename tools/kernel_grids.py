@@ -1,0 +1,174 @@
+r"""The fused kernels' grids at a shape: programs and loop lengths.
+
+    python -m tools.kernel_grids [--batch_size=4] [--num_heads=12] \
+        [--long_len=4096] [--global_len=256] [--local_radius=84] \
+        [--resident=264]
+
+Counted from the kernels' loops (`etc_realformer/kernels/triton_attention.py`,
+with its `TILES`): per kernel of each side, the programs it launches, the
+tiles the longest program's loop visits, the tiles of all programs, and,
+with `resident` programs running at once (default: two per
+multiprocessor on 132), the rounds of tiles it takes: a grid of equal
+loops runs in whole waves, ceil(programs / resident) x loop; unequal
+loops at best max(longest, ceil(all / resident)). Beside it the rounds a
+perfectly balanced grid would take, ceil(all / resident). A short grid
+(fewer programs than the card holds) with long loops takes its loop's
+length however fast each tile is (docs/kernels.md, "What bounds it").
+No GPU, Triton or TensorFlow needed: the tiles are read from the kernel
+module's source.
+"""
+
+import argparse
+import ast
+import dataclasses
+import math
+import pathlib
+import sys
+from typing import Dict, List, Optional
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+KERNELS = ROOT / "etc_realformer" / "kernels" / "triton_attention.py"
+
+
+def tiles(path: pathlib.Path = KERNELS) -> Dict[str, Dict[str, int]]:
+  """`triton_attention.TILES`, read from the source (importing the module
+  needs Triton)."""
+  for node in ast.parse(path.read_text()).body:
+    if (isinstance(node, ast.Assign) and len(node.targets) == 1 and
+        getattr(node.targets[0], "id", None) == "TILES"):
+      return {kernel: {k.arg: ast.literal_eval(k.value)
+                       for k in call.keywords}
+              for kernel, call in zip(
+                  (ast.literal_eval(key) for key in node.value.keys),
+                  node.value.values)}
+  raise ValueError(f"no TILES in {path}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+  """One launch: its name, and each program's loop length in tiles."""
+  name: str
+  loops: List[int]
+
+  @property
+  def programs(self) -> int:
+    return len(self.loops)
+
+  def rounds(self, resident: int) -> int:
+    if len(set(self.loops)) == 1:
+      return math.ceil(self.programs / resident) * self.loops[0]
+    return max(max(self.loops), math.ceil(sum(self.loops) / resident))
+
+  def balanced(self, resident: int) -> int:
+    return math.ceil(sum(self.loops) / resident)
+
+
+def _band_queries(rows: int, block_len: int, second: int, block_m: int,
+                  block_n: int) -> List[int]:
+  """A query tile's loop over the band (`_first_keys`: from its first
+  row's block to three blocks past its last row's) and the global keys."""
+  loops = []
+  for m0 in range(0, rows, block_m):
+    last = min(m0 + block_m, rows) - 1
+    start = (m0 // block_len) * block_len
+    stop = (last // block_len) * block_len + 3 * block_len
+    loops.append(math.ceil((stop - start) / block_n) +
+                 math.ceil(second / block_n))
+  return loops
+
+
+def _band_keys(rows: int, block_len: int, block_m: int,
+               block_n: int) -> List[int]:
+  """A band key tile's loop over the query blocks that see its rows
+  (`side_backward_keys`: blocks p // b - 2 .. p // b of key row p)."""
+  loops = []
+  key_rows = rows + 2 * block_len
+  for n0 in range(0, key_rows, block_n):
+    last = min(n0 + block_n, key_rows) - 1
+    start = max(n0 // block_len - 2, 0) * block_len
+    stop = min((last // block_len + 1) * block_len, rows)
+    loops.append(max(0, math.ceil((stop - start) / block_m)))
+  return loops
+
+
+def grids(batch_size: int, num_heads: int, long_len: int, global_len: int,
+          local_radius: int,
+          kernel_tiles: Optional[Dict[str, Dict[str, int]]] = None
+          ) -> List[Grid]:
+  """Every launch of one layer's two sides, forward and backward."""
+  t = kernel_tiles or tiles()
+  fwd, queries, keys = (t["side_forward"], t["side_backward_queries"],
+                        t["side_backward_keys"])
+  b = local_radius + 1
+  n = math.ceil(long_len / b) * b  # padded to whole blocks
+  g = global_len
+  heads = batch_size * num_heads
+
+  def per_head(loops: List[int]) -> List[int]:
+    return loops * heads
+
+  def dense(rows: int, first: int, second: int, tile) -> List[int]:
+    return per_head([math.ceil(first / tile["block_n"]) +
+                     math.ceil(second / tile["block_n"])] *
+                    math.ceil(rows / tile["block_m"]))
+
+  def dense_keys(key_rows: int, rows: int) -> List[int]:
+    return per_head([math.ceil(rows / keys["block_m"])] *
+                    math.ceil(key_rows / keys["block_n"]))
+
+  return [
+      Grid("long side, forward", per_head(_band_queries(
+          n, b, g, fwd["block_m"], fwd["block_n"]))),
+      Grid("long side, backward queries", per_head(_band_queries(
+          n, b, g, queries["block_m"], queries["block_n"]))),
+      Grid("long side, backward keys, l2l band", per_head(_band_keys(
+          n, b, keys["block_m"], keys["block_n"]))),
+      Grid(f"long side, backward keys, l2g ({g} keys over {n} queries)",
+           dense_keys(g, n)),
+      Grid("global side, forward", dense(g, g, n, fwd)),
+      Grid("global side, backward queries", dense(g, g, n, queries)),
+      Grid("global side, backward keys, g2g", dense_keys(g, g)),
+      Grid("global side, backward keys, g2l", dense_keys(n, g)),
+  ]
+
+
+def table(launches: List[Grid], resident: int) -> List[str]:
+  """Markdown rows, then the backward's rounds against balanced ones."""
+  lines = ["| kernel | programs | longest loop | all tiles | rounds | "
+           "balanced |", "| --- | --- | --- | --- | --- | --- |"]
+  for grid in launches:
+    lines.append(f"| {grid.name} | {grid.programs} | {max(grid.loops)} | "
+                 f"{sum(grid.loops)} | {grid.rounds(resident)} | "
+                 f"{grid.balanced(resident)} |")
+  backward = [grid for grid in launches if "backward" in grid.name]
+  lines.append(
+      f"backward: {sum(g.rounds(resident) for g in backward)} rounds of "
+      f"tiles, {sum(g.balanced(resident) for g in backward)} balanced "
+      f"({resident} programs at once)")
+  return lines
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--batch_size", type=int, default=4)
+  parser.add_argument("--num_heads", type=int, default=12)
+  parser.add_argument("--long_len", type=int, default=4096)
+  parser.add_argument("--global_len", type=int, default=256)
+  parser.add_argument("--local_radius", type=int, default=84)
+  parser.add_argument("--resident", type=int, default=264,
+                      help="programs running at once (default: two per "
+                      "multiprocessor on 132)")
+  args = parser.parse_args(argv)
+  for name in ("batch_size", "num_heads", "long_len", "global_len",
+               "local_radius", "resident"):
+    if getattr(args, name) < 1:
+      print(f"error: --{name} must be at least 1", file=sys.stderr)
+      return 2
+  launches = grids(args.batch_size, args.num_heads, args.long_len,
+                   args.global_len, args.local_radius)
+  print("\n".join(table(launches, args.resident)))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
