@@ -54,9 +54,10 @@
 # What runs there, from the checkout (none of it imports TensorFlow):
 # tools/__init__.py, timing.py, xla_runner.py with hlo_text_stats.py (what
 # a module writes) and kernel_trace.py (the profiler's kernels),
-# gpu_peers.py and gpu_summary.py (with KERNELS_DIR, build_kernels.py,
-# kernel_names.py and gpu_kernel_check.py too); a copy of the harness
-# without the checkout needs them all.
+# gpu_peers.py, gpu_summary.py with kernel_grids.py (today's tiles, read
+# from etc_realformer/kernels/triton_attention.py), and with KERNELS_DIR
+# build_kernels.py, kernel_names.py and gpu_kernel_check.py too; a copy
+# of the harness without the checkout needs them all.
 set -u
 start=$SECONDS
 # The interpreter that holds jax (PYTHON; else the first of python,
@@ -74,7 +75,7 @@ if [ -z "$py" ]; then
 fi
 # A partial copy fails here, once, not on every module.
 "$py" -c "import tools.xla_runner, tools.gpu_summary" || {
-  echo "tools.xla_runner does not import: ship tools/{__init__,timing,xla_runner,hlo_text_stats,kernel_trace,gpu_summary}.py" >&2
+  echo "tools.xla_runner does not import: ship tools/{__init__,timing,xla_runner,hlo_text_stats,kernel_trace,gpu_summary,kernel_grids}.py" >&2
   exit 2
 }
 dirs=()

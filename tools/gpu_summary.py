@@ -1,7 +1,9 @@
 """Prints the GPU harness's JSON lines as one short table (the end of a
 device run's output): kernel checks, kernel timings, modules, peers, the
-steps the run skipped, each fused module's value against its twin's on the
-XLA path, and where the modules stand against the goals of record.
+steps the run skipped; then the fastest tiles of each kernel timing the
+tile sweep measured, today's beside them; each fused module's value
+against its twin's on the XLA path; and where the modules stand against
+the goals of record.
 
     python -m tools.gpu_summary OUT/kernels.jsonl OUT/xla_runs.jsonl ...
 """
@@ -10,7 +12,9 @@ import dataclasses
 import json
 import os
 import sys
-from typing import List, Optional
+from typing import Dict, List, Optional
+
+from tools import kernel_grids
 
 
 def rows(path: str) -> List[dict]:
@@ -97,6 +101,55 @@ def fused_agreement(records: List[dict]) -> List[str]:
       scale = max(abs(values[twin]), 1e-30)
       out.append(f"fused  {name}: value {value:.6g} against {values[twin]:.6g}"
                  f" ({abs(value - values[twin]) / scale:.1e} relative)")
+  return out
+
+
+# The kernels each timed pass launches (`gpu_kernel_check.TIMED`).
+PASS_KERNELS = {"fwd": ("side_forward",),
+                "bwd": ("side_backward_queries", "side_backward_keys"),
+                "fwd_bwd": ("side_forward", "side_backward_queries",
+                            "side_backward_keys")}
+
+
+def _tile_tag(record: dict) -> Optional[str]:
+  """The tiles of the kernels a timing launched, as
+  block_m x block_n x warps per kernel ("32x64x4/32x32x4/32x64x4")."""
+  tiles = (record.get("cubins") or {}).get("tiles") or {}
+  kernels = PASS_KERNELS.get(record.get("pass", ""), ())
+  if not kernels or not all(isinstance(tiles.get(k), dict) for k in kernels):
+    return None
+  return "/".join(f"{tiles[k]['block_m']}x{tiles[k]['block_n']}x"
+                  f"{tiles[k]['num_warps']}" for k in kernels)
+
+
+def tile_lines(records: List[dict], today: Dict[str, dict]) -> List[str]:
+  """Per timed call measured with more than one build of tiles (the
+  default build's timings and the sweep's, TILE_DIRS): the fastest tiles,
+  and today's (`triton_attention.TILES`) against them."""
+  groups: Dict[tuple, Dict[str, float]] = {}
+  for record in records:
+    tag = _tile_tag(record)
+    if record.get("record_type") != "kernel_timing" or tag is None:
+      continue
+    key = (record["kernel"], record["pass"], record["dtype"],
+           record.get("has_ids", True), record.get("batch"),
+           record.get("long_len"), record.get("global_len"))
+    times = groups.setdefault(key, {})
+    times[tag] = min(times.get(tag, float("inf")), record["median_s"])
+  out = []
+  for (kernel, pass_, dtype, *_), times in sorted(groups.items()):
+    if len(times) < 2:
+      continue
+    fastest = min(times, key=times.get)
+    text = (f"tiles  {kernel} {dtype}: fastest {fastest} "
+            f"{1e3 * times[fastest]:.3f} ms")
+    mine = _tile_tag({"pass": pass_, "cubins": {"tiles": today}})
+    if mine == fastest:
+      text += " (today's)"
+    elif mine in times:
+      text += (f"; today's {mine} {1e3 * times[mine]:.3f} ms "
+               f"({times[mine] / times[fastest]:.2f}x)")
+    out.append(text)
   return out
 
 
@@ -210,7 +263,12 @@ def main(argv: List[str]) -> int:
   records = [record for path in argv for record in rows(path)]
   for record in records:
     print(line(record))
-  for text in fused_agreement(records) + goal_lines(records):
+  try:
+    today = kernel_grids.tiles()
+  except (OSError, ValueError):  # a partial copy of the checkout
+    today = {}
+  for text in (tile_lines(records, today) + fused_agreement(records) +
+               goal_lines(records)):
     print(text)
   return 0
 

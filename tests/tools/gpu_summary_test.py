@@ -138,3 +138,36 @@ def test_failed_timings_and_the_runs_steps():
                            "skipped": True, "asked": True}) == (
                                "step   peers: skipped, as asked "
                                "(SKIP_STEPS)")
+
+
+def _timing(pass_, tiles, median_s, kernel="side_forward[long]"):
+  return {"record_type": "kernel_timing", "kernel": kernel, "pass": pass_,
+          "dtype": "bfloat16", "has_ids": True, "batch": 4,
+          "long_len": 4096, "global_len": 256, "median_s": median_s,
+          "cubins": {"tiles": {k: dict(block_m=m, block_n=n, num_warps=w)
+                               for k, (m, n, w) in tiles.items()}}}
+
+
+def test_tile_sweep_names_the_fastest_tiles_and_today_s():
+  today = {"side_forward": dict(block_m=32, block_n=64, num_warps=4),
+           "side_backward_queries": dict(block_m=32, block_n=32,
+                                         num_warps=4),
+           "side_backward_keys": dict(block_m=32, block_n=64, num_warps=4)}
+  default = {k: (v["block_m"], v["block_n"], v["num_warps"])
+             for k, v in today.items()}
+  wide = {k: (64, 64, 8) for k in today}
+  bwd = "side_backward[long]"
+  records = [
+      _timing("fwd", default, 0.0009), _timing("fwd", wide, 0.0006),
+      _timing("fwd", default, 0.0008),  # a repeat: its best counts
+      _timing("bwd", default, 0.002, bwd), _timing("bwd", wide, 0.003, bwd),
+      # One build only: no verdict.
+      _timing("fwd", default, 0.001, "side_forward[global]"),
+  ]
+  assert gpu_summary.tile_lines(records, today) == [
+      "tiles  side_backward[long] bfloat16: fastest 32x32x4/32x64x4 "
+      "2.000 ms (today's)",
+      "tiles  side_forward[long] bfloat16: fastest 64x64x8 0.600 ms; "
+      "today's 32x64x4 0.800 ms (1.33x)"]
+  # Without today's tiles (a partial checkout) the fastest still shows.
+  assert gpu_summary.tile_lines(records, {})[1].endswith("0.600 ms")
