@@ -287,18 +287,24 @@ def _call_line(side: Side, backward: bool) -> str:
   return " ".join(map(str, fields))
 
 
-def _run(tmp_path, calls: List[Tuple[Side, bool]]) -> List[List[str]]:
-  """Each call's printed lines (driver calls, then `result ...`)."""
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+  """The stand-in driver and the program that calls the handlers, built
+  once (the program compiles the handlers' source)."""
+  folder = tmp_path_factory.mktemp("cuda_launches")
   include = build_kernels.default_ffi_include()
   subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1",
-                  "-x", "c", "-", "-o", str(tmp_path / "libcuda.so.1")],
+                  "-x", "c", "-", "-o", str(folder / "libcuda.so.1")],
                  input=_DRIVER, text=True, check=True, timeout=120)
-  program = tmp_path / "launches"
   subprocess.run(["g++", "-std=c++17", "-isystem", include, "-I",
                   os.path.join(REPO, "etc_realformer", "kernels", "cc"),
-                  "-x", "c++", "-", "-o", str(program), "-ldl"],
+                  "-x", "c++", "-", "-o", str(folder / "launches"), "-ldl"],
                  input=_PROGRAM, text=True, check=True, timeout=300)
-  cubins = tmp_path / "cubins"
+  return folder
+
+
+def _write_cubins(cubins, calls: List[Tuple[Side, bool]]) -> None:
+  """Stand-in cubins and their metadata for every kernel the calls launch."""
   cubins.mkdir()
   for side, backward in calls:
     for kernel, pattern in _launches(side, backward):
@@ -307,10 +313,15 @@ def _run(tmp_path, calls: List[Tuple[Side, bool]]) -> List[List[str]]:
       (cubins / f"{variant}.meta").write_text(
           f"fn_{kernel} {shared} {warps} {tile}\n")
       (cubins / f"{variant}.cubin").write_bytes(variant.encode() + b"\0")
-  env = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path),
+
+
+def _run(built, cubins, calls: List[Tuple[Side, bool]]) -> List[List[str]]:
+  """Each call's printed lines (driver calls, then `result ...`)."""
+  env = dict(os.environ, LD_LIBRARY_PATH=str(built),
              ETC_KERNELS_CUBIN_DIR=str(cubins))
   done = subprocess.run(
-      [str(program)], input="".join(_call_line(*c) + "\n" for c in calls),
+      [str(built / "launches")],
+      input="".join(_call_line(*c) + "\n" for c in calls),
       capture_output=True, text=True, env=env, check=True, timeout=60)
   out, current = [], []
   for line in done.stdout.splitlines():
@@ -431,10 +442,11 @@ SOURCES = dataclasses.replace(
     sources=11, keep_threshold=0, num_ids=32)
 
 
-def test_launches_match_the_kernels_signatures(tmp_path):
+def test_launches_match_the_kernels_signatures(built, tmp_path):
   calls = [(LONG, False), (LONG, True), (GLOBAL, False), (GLOBAL, True),
            (SOURCES, False), (SOURCES, True)]
-  results = _run(tmp_path, calls)
+  _write_cubins(tmp_path / "cubins", calls)
+  results = _run(built, tmp_path / "cubins", calls)
   for (side, backward), lines in zip(calls, results):
     memset = "dper_id" if backward and not side.num_ids else None
     _check_call(side, backward, lines, memset)
@@ -447,21 +459,13 @@ def test_launches_match_the_kernels_signatures(tmp_path):
       f"attribute fn_{build_kernels.FORWARD} 8 50176"] * 3
 
 
-def test_a_missing_cubin_fails_the_call_before_any_launch(tmp_path):
+def test_a_missing_cubin_fails_the_call_before_any_launch(built, tmp_path):
   """The backward loads all three kernels before the first launch: with
   one keys cubin gone it launches nothing and names the file."""
-  calls = [(LONG, True)]
   missing = LONG.variant(build_kernels.KEYS, 2)
-  # Built with every cubin, then run again without one.
-  _run(tmp_path, calls)
+  _write_cubins(tmp_path / "cubins", [(LONG, True)])
   os.remove(tmp_path / "cubins" / f"{missing}.meta")
-  env = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path),
-             ETC_KERNELS_CUBIN_DIR=str(tmp_path / "cubins"))
-  done = subprocess.run([str(tmp_path / "launches")],
-                        input=_call_line(LONG, True) + "\n",
-                        capture_output=True, text=True, env=env, check=True,
-                        timeout=60)
-  lines = done.stdout.splitlines()
+  lines, = _run(built, tmp_path / "cubins", [(LONG, True)])
   assert not [line for line in lines if line.startswith("launch ")], lines
   assert lines[-1].startswith("result no compiled kernel ")
   assert lines[-1].endswith(f"{missing}.meta (build it with python -m "
