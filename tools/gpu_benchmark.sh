@@ -27,7 +27,7 @@
 # against the reference; dense SDPA; the modules, DIR by DIR in the order
 # given, each DIR's modules (folders with a manifest.json, anywhere under
 # it) by name; the kernels timed alone; the tile sweep; the profiles; on
-# request, the memory checker and the counters; last, the summary
+# request, the counters and the memory checker; last, the summary
 # (tools.gpu_summary: the records as a table, the fused modules against
 # their XLA twins, the goals).
 # Each step's seconds and exit status go to $OUT/steps.jsonl (a step the
@@ -46,7 +46,7 @@
 # fused kernels' build, above), PROFILE_MODULES (module folders, as
 # DIR/name, to run once more, with `xla_runner --profile`: device time
 # per kernel), NO_AUTOTUNE_CACHE (set: each process autotunes its own
-# module, as a lone run does), SANITIZE and NCU (set: the steps below),
+# module, as a lone run does), NCU and SANITIZE (set: the steps below),
 # SKIP_STEPS (a comma list of steps not to run, by their first word:
 # e.g. kernel_check,peers in a second call after a first brought them
 # back; library: use the carried build).
@@ -211,18 +211,13 @@ for module in ${PROFILE_MODULES:-}; do
       --warmup=2 --profile --profile_runs=3 --output_jsonl="$out/profiles.jsonl" "${ffi[@]}"
 done
 # On request, last (each a minute or more; the output goes to run.log):
+# NCU=1, Nsight Compute's counters (clocks left alone) of the first
+# kernels the timing launches: the long side's forward and backward at
+# the benchmark's shape, streams and dropout on, what bounds a kernel;
 # SANITIZE=1, the kernel check under compute-sanitizer's memcheck, every
 # buffer its own allocation (in jax's pool a stray access stays inside
-# the pool, unseen); NCU=1, Nsight Compute's counters (clocks left alone)
-# of the first kernels the timing launches: the long side's forward and
-# backward at the benchmark's shape, streams and dropout on.
+# the pool, unseen).
 if [ -n "${KERNELS_DIR:-}" ] && [ "$device" != cpu ]; then
-  if [ -n "${SANITIZE:-}" ]; then
-    step sanitize env XLA_PYTHON_CLIENT_ALLOCATOR=platform \
-        compute-sanitizer --tool memcheck --error-exitcode 1 \
-        "$py" -m tools.gpu_kernel_check --library="$library" \
-        --device="$device" --dtypes="${CHECK_DTYPES:-bfloat16}" --no_timing
-  fi
   if [ -n "${NCU:-}" ]; then
     step ncu ncu --clock-control none --kernel-name regex:side_ \
         --launch-count 8 --section SpeedOfLight --section Occupancy \
@@ -231,6 +226,12 @@ if [ -n "${KERNELS_DIR:-}" ] && [ "$device" != cpu ]; then
         "$py" -m tools.gpu_kernel_check --library="$library" \
         --device="$device" --dtypes=bfloat16 --no_check --repeats=1 \
         --warmup=0
+  fi
+  if [ -n "${SANITIZE:-}" ]; then
+    step sanitize env XLA_PYTHON_CLIENT_ALLOCATOR=platform \
+        compute-sanitizer --tool memcheck --error-exitcode 1 \
+        "$py" -m tools.gpu_kernel_check --library="$library" \
+        --device="$device" --dtypes="${CHECK_DTYPES:-bfloat16}" --no_timing
   fi
 fi
 "$py" -m tools.gpu_summary "$out/kernels.jsonl" "$out/tiles.jsonl" \

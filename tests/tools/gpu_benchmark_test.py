@@ -134,8 +134,8 @@ def test_no_autotune_probe_on_the_cpu_or_when_asked(tmp_path):
 
 
 def test_memory_checker_and_counters_run_last_on_request(tmp_path):
-  """SANITIZE and NCU: the kernel check under compute-sanitizer (each
-  buffer its own allocation), the counters of the timing's first kernels;
+  """NCU and SANITIZE: the counters of the timing's first kernels, the
+  kernel check under compute-sanitizer (each buffer its own allocation);
   after the profiles, before the summary."""
   bin_dir = tmp_path / "bin"
   bin_dir.mkdir()
@@ -150,7 +150,7 @@ def test_memory_checker_and_counters_run_last_on_request(tmp_path):
                                PROFILE_MODULES=f"{dirs[0]}/a")
   assert result.returncode == 0, result.stderr
   assert [s["step"] for s in steps][-3:] == [f"profile {dirs[0]}/a",
-                                             "sanitize", "ncu"]
+                                             "ncu", "sanitize"]
   sanitizer, = [line for line in log if line.startswith("compute-")]
   assert sanitizer.startswith("compute-sanitizer allocator=platform --tool "
                               "memcheck --error-exitcode 1 python -m "
