@@ -88,23 +88,25 @@ class MemoryCheck:
   def __init__(self):
     self.kernel = ""
     self.regions: List[Tuple[int, int, str]] = []  # (start, end, name)
+    self.starts = self.ends = np.zeros(0, np.uint64)
 
   def set(self, kernel: str, tensors: Dict[str, Any]) -> None:
     self.kernel = kernel
     self.regions = sorted(
         (t.data_ptr(), t.data_ptr() + t.numel() * t.element_size(), name)
         for name, t in tensors.items())
+    # Once per launch, not per load: the check runs on every memory op.
+    self.starts = np.array([r[0] for r in self.regions], np.uint64)
+    self.ends = np.array([r[1] for r in self.regions], np.uint64)
 
   def check(self, operation: str, ptrs, mask) -> None:
     addresses = ptrs.data[np.broadcast_to(mask.data, ptrs.data.shape)]
     if not addresses.size:
       return
     size = ptrs.get_element_ty().primitive_bitwidth // 8
-    starts = np.array([r[0] for r in self.regions], np.uint64)
-    ends = np.array([r[1] for r in self.regions], np.uint64)
-    index = np.searchsorted(starts, addresses, side="right") - 1
+    index = np.searchsorted(self.starts, addresses, side="right") - 1
     inside = (index >= 0) & (addresses + np.uint64(size) <=
-                             ends[np.maximum(index, 0)])
+                             self.ends[np.maximum(index, 0)])
     if inside.all():
       return
     bad = int(addresses[~inside][0])

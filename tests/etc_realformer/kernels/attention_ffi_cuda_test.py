@@ -253,7 +253,8 @@ class Side:
         kernel, pattern)
 
 
-def _launches(side: Side, backward: bool) -> List[Tuple[str, int]]:
+def _launches(backward: bool) -> List[Tuple[str, int]]:
+  """The (kernel, pattern) launches of a forward or backward call."""
   if not backward:
     return [(build_kernels.FORWARD, 0)]
   return [(build_kernels.QUERIES, 0), (build_kernels.KEYS, 1),
@@ -278,7 +279,7 @@ def _call_line(side: Side, backward: bool) -> str:
   attrs = [int(side.band), side.block_len, int(side.num_ids > 0),
            *map(int, side.read), *map(int, side.emit), *side.scales,
            side.keep_threshold, side.gain, int(side.by_rows), side.sources]
-  launches = _launches(side, backward)
+  launches = _launches(backward)
   fields = ["backward" if backward else "forward", *attrs, len(launches),
             *(_sizes(kernel) for kernel, _ in launches), len(names)]
   for name in names:
@@ -307,7 +308,7 @@ def _write_cubins(cubins, calls: List[Tuple[Side, bool]]) -> None:
   """Stand-in cubins and their metadata for every kernel the calls launch."""
   cubins.mkdir()
   for side, backward in calls:
-    for kernel, pattern in _launches(side, backward):
+    for kernel, pattern in _launches(backward):
       variant = side.variant(kernel, pattern)
       shared, warps, tile = META[kernel]
       (cubins / f"{variant}.meta").write_text(
@@ -393,7 +394,7 @@ def _check_call(side: Side, backward: bool, lines: List[str],
   names = BACKWARD_BUFFERS if backward else FORWARD_BUFFERS
   addresses = _addresses(names)
   launches = [line.split() for line in lines if line.startswith("launch ")]
-  kernels = _launches(side, backward)
+  kernels = _launches(backward)
   assert len(launches) == len(kernels), lines
   memsets = [line.split() for line in lines if line.startswith("memset ")]
   if memset is None:
