@@ -480,7 +480,7 @@ def run(task: PipelineTask, files: Sequence[str], output_dir: str,
   tf.io.gfile.makedirs(work_dir)
   try:
     with _quiet_beam_logs():
-      with beam.Pipeline(options=options) as p:
+      with beam.Pipeline(runner=local_runner(options), options=options) as p:
         if spread_records is None:
           spread_records = spreads_records(options, len(task.units(files)))
         build(p, task, files, work_dir, spread_records=spread_records)
@@ -501,13 +501,44 @@ def run(task: PipelineTask, files: Sequence[str], output_dir: str,
   return results, lines
 
 
+# What `--runner` names the local DirectRunner (none given is the same).
+_DIRECT_RUNNERS = (None, "DirectRunner", "direct", "SwitchingDirectRunner")
+_LOCAL_RUNNERS = _DIRECT_RUNNERS + ("BundleBasedDirectRunner", "FnApiRunner")
+
+
+def local_runner(options: pipeline_options.PipelineOptions
+                 ) -> Optional[beam_runner.PipelineRunner]:
+  """The runner a local DirectRunner run uses: Beam's FnApiRunner, with the
+  pipeline options handed to its workers as the DirectRunner hands them;
+  None (the runner `--runner` names) for any other runner.
+
+  Beam's DirectRunner picks one at run time: the Prism runner (a Go binary
+  it downloads from GitHub on first use) when the network allows, else the
+  FnApiRunner. The outputs, the worker modes and the throughput in
+  docs/preprocessing.md are the FnApiRunner's, and a run should neither
+  depend on the network nor hang on a blocked download, so that choice is
+  made here. `--runner=PrismRunner` still asks for Prism.
+  """
+  runner = options.view_as(pipeline_options.StandardOptions).runner
+  if runner not in _DIRECT_RUNNERS:
+    return None
+  # The same provision as DirectRunner.run_pipeline's FnApiRunner: the
+  # worker processes read the pipeline options from it.
+  from apache_beam.portability.api import beam_provision_api_pb2  # pylint: disable=g-import-not-at-top
+  from apache_beam.runners.portability import portable_runner  # pylint: disable=g-import-not-at-top
+  from apache_beam.runners.portability.fn_api_runner import fn_runner  # pylint: disable=g-import-not-at-top
+  encoded = portable_runner.JobServiceHandle.encode_pipeline_options(
+      options.get_all_options())
+  return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(
+      beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)))
+
+
 def local_workers(options: pipeline_options.PipelineOptions
                   ) -> Optional[int]:
   """The DirectRunner's workers (1 by default: in this process; 0 asks for
   one per core); None on any other runner."""
   runner = options.view_as(pipeline_options.StandardOptions).runner
-  if runner not in (None, "DirectRunner", "direct", "BundleBasedDirectRunner",
-                    "SwitchingDirectRunner"):
+  if runner not in _LOCAL_RUNNERS:
     return None
   workers = options.view_as(pipeline_options.DirectOptions).direct_num_workers
   return workers or os.cpu_count() or 1

@@ -3,7 +3,8 @@ the DirectRunner, in-process and with 2 worker processes, gives the
 single-process outputs (the same examples, the same stats); a bad record in
 one of two files is skipped and counted once, or under strict fails in one
 line with no output (the binary: one line, exit code 2); a pipeline option
-typo or an unknown runner is a user error before anything runs."""
+typo or an unknown runner is a user error before anything runs; a local run
+is the FnApiRunner's, never Beam's download of the Prism runner."""
 
 import collections
 import copy
@@ -137,6 +138,24 @@ def _pretrain(root):
 
 MAKERS = dict(nq=_nq, wikihop=_wikihop, hotpotqa=_hotpot, openkp=_openkp,
               pretrain=_pretrain)
+
+
+@pytest.fixture(autouse=True)
+def no_prism(monkeypatch):
+  """Fails a test whose pipeline Beam's DirectRunner handed to the Prism
+  runner (which it would first download from GitHub). The DirectRunner
+  falls back to the FnApiRunner on any error there, so the attempt is
+  recorded and checked here, not raised."""
+  from apache_beam.runners.portability import prism_runner
+  attempts = []
+
+  def run_pipeline(self, pipeline, options):
+    attempts.append(options)
+    raise RuntimeError("the Prism runner is not for tests")
+
+  monkeypatch.setattr(prism_runner.PrismRunner, "run_pipeline", run_pipeline)
+  yield
+  assert not attempts, "a local run went to the Prism runner"
 
 
 @pytest.fixture(scope="module")
@@ -326,3 +345,24 @@ def test_local_workers():
   assert beam_pipeline.local_workers(options(  # 0: one worker per core
       ["--direct_num_workers=0"])) == os.cpu_count()
   assert beam_pipeline.local_workers(options(["--runner=FlinkRunner"])) is None
+  assert beam_pipeline.local_workers(options(["--runner=FnApiRunner"])) == 1
+
+
+@pytest.mark.parametrize("args,local", [
+    ([], True), (["--runner=DirectRunner"], True),
+    (["--runner=SwitchingDirectRunner"], True),
+    (["--runner=PrismRunner"], False), (["--runner=FlinkRunner"], False),
+    (["--runner=FnApiRunner"], False)])
+def test_local_runner_is_the_fn_api_runner_with_the_options(args, local):
+  from apache_beam.runners.portability.fn_api_runner import fn_runner
+  options = beam_pipeline.pipeline_options.PipelineOptions(
+      args + ["--direct_num_workers=3"])
+  runner = beam_pipeline.local_runner(options)
+  if not local:  # the runner `--runner` names
+    assert runner is None
+    return
+  assert isinstance(runner, fn_runner.FnApiRunner)
+  # Its worker processes read the options from the provision, as the
+  # DirectRunner's own FnApiRunner's do.
+  provided = runner._provision_info.provision_info.pipeline_options  # pylint: disable=protected-access
+  assert str(provided["beam:option:direct_num_workers:v1"]) == "3"
