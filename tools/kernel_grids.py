@@ -24,7 +24,7 @@ import dataclasses
 import math
 import pathlib
 import sys
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 KERNELS = ROOT / "etc_realformer" / "kernels" / "triton_attention.py"
@@ -46,9 +46,18 @@ def tiles(path: pathlib.Path = KERNELS) -> Dict[str, Dict[str, int]]:
 
 @dataclasses.dataclass(frozen=True)
 class Grid:
-  """One launch: its name, and each program's loop length in tiles."""
+  """One launch: its name, each program's loop length in tiles, and (where
+  a program runs two loops, one per pattern) each loop's share of it, in
+  source order."""
   name: str
   loops: List[int]
+  parts: Optional[List[Tuple[int, ...]]] = None
+
+  def loop_tiles(self) -> Tuple[int, ...]:
+    """The tiles of all programs, per loop of the kernel's source."""
+    if self.parts is None:
+      return (sum(self.loops),)
+    return tuple(sum(column) for column in zip(*self.parts))
 
   @property
   def programs(self) -> int:
@@ -63,18 +72,25 @@ class Grid:
     return math.ceil(sum(self.loops) / resident)
 
 
+def band_key_rows(m0: int, rows: int, block_len: int,
+                  block_m: int) -> Tuple[int, int]:
+  """The padded key rows [start, stop) the query tile at row m0 visits
+  (`_first_keys`: from its first row's block to three blocks past its
+  last row's)."""
+  last = min(m0 + block_m, rows) - 1
+  return ((m0 // block_len) * block_len,
+          (last // block_len) * block_len + 3 * block_len)
+
+
 def _band_queries(rows: int, block_len: int, second: int, block_m: int,
-                  block_n: int) -> List[int]:
-  """A query tile's loop over the band (`_first_keys`: from its first
-  row's block to three blocks past its last row's) and the global keys."""
-  loops = []
+                  block_n: int) -> List[Tuple[int, int]]:
+  """Each query tile's loops: over the band, and over the global keys."""
+  parts = []
   for m0 in range(0, rows, block_m):
-    last = min(m0 + block_m, rows) - 1
-    start = (m0 // block_len) * block_len
-    stop = (last // block_len) * block_len + 3 * block_len
-    loops.append(math.ceil((stop - start) / block_n) +
-                 math.ceil(second / block_n))
-  return loops
+    start, stop = band_key_rows(m0, rows, block_len, block_m)
+    parts.append((math.ceil((stop - start) / block_n),
+                  math.ceil(second / block_n)))
+  return parts
 
 
 def _band_keys(rows: int, block_len: int, block_m: int,
@@ -107,26 +123,30 @@ def grids(batch_size: int, num_heads: int, long_len: int, global_len: int,
   def per_head(loops: List[int]) -> List[int]:
     return loops * heads
 
-  def dense(rows: int, first: int, second: int, tile) -> List[int]:
-    return per_head([math.ceil(first / tile["block_n"]) +
-                     math.ceil(second / tile["block_n"])] *
-                    math.ceil(rows / tile["block_m"]))
+  def two_loops(name: str, parts: List[Tuple[int, int]]) -> Grid:
+    return Grid(name, per_head([sum(p) for p in parts]), parts * heads)
+
+  def dense(rows: int, first: int, second: int, tile
+            ) -> List[Tuple[int, int]]:
+    return [(math.ceil(first / tile["block_n"]),
+             math.ceil(second / tile["block_n"]))] * math.ceil(
+                 rows / tile["block_m"])
 
   def dense_keys(key_rows: int, rows: int) -> List[int]:
     return per_head([math.ceil(rows / keys["block_m"])] *
                     math.ceil(key_rows / keys["block_n"]))
 
   return [
-      Grid("long side, forward", per_head(_band_queries(
-          n, b, g, fwd["block_m"], fwd["block_n"]))),
-      Grid("long side, backward queries", per_head(_band_queries(
-          n, b, g, queries["block_m"], queries["block_n"]))),
+      two_loops("long side, forward", _band_queries(
+          n, b, g, fwd["block_m"], fwd["block_n"])),
+      two_loops("long side, backward queries", _band_queries(
+          n, b, g, queries["block_m"], queries["block_n"])),
       Grid("long side, backward keys, l2l band", per_head(_band_keys(
           n, b, keys["block_m"], keys["block_n"]))),
       Grid(f"long side, backward keys, l2g ({g} keys over {n} queries)",
            dense_keys(g, n)),
-      Grid("global side, forward", dense(g, g, n, fwd)),
-      Grid("global side, backward queries", dense(g, g, n, queries)),
+      two_loops("global side, forward", dense(g, g, n, fwd)),
+      two_loops("global side, backward queries", dense(g, g, n, queries)),
       Grid("global side, backward keys, g2g", dense_keys(g, g)),
       Grid("global side, backward keys, g2l", dense_keys(n, g)),
   ]

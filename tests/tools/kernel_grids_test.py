@@ -30,6 +30,19 @@ def test_loops_counted_by_hand():
   assert launches["global side, backward keys, g2l"] == [1, 1, 1]
 
 
+def test_each_loops_tiles():
+  launches = {g.name: g for g in kernel_grids.grids(
+      1, 1, long_len=10, global_len=3, local_radius=4,
+      kernel_tiles=SMALL_TILES)}
+  # The band's loop, then the global keys' (as above).
+  forward = launches["long side, forward"]
+  assert forward.parts == [(4, 1), (5, 1), (4, 1)]
+  assert forward.loop_tiles() == (13, 3)
+  assert launches["global side, backward queries"].loop_tiles() == (1, 3)
+  # One loop: all its tiles.
+  assert launches["long side, backward keys, l2l band"].loop_tiles() == (13,)
+
+
 def test_rounds_of_equal_and_unequal_loops():
   equal = kernel_grids.Grid("equal", [7] * 5)
   assert equal.rounds(resident=2) == 3 * 7 and equal.balanced(2) == 18
