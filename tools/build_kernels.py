@@ -211,7 +211,10 @@ def compile_variant(variant: Variant, arch: int, tiles: Dict[str, int]
       kernel_source(_kernels_module, variant, tiles),
       target=GPUTarget("cuda", arch, 32),
       options={"num_warps": tiles["num_warps"],
-               "num_stages": tiles["num_stages"]})
+               "num_stages": tiles["num_stages"],
+               # A cap on registers a thread (None: ptxas decides): more
+               # programs a multiprocessor, at the price of spills.
+               "maxnreg": tiles.get("maxnreg")})
   meta = compiled.metadata
   for field in ("global_scratch_size", "profile_scratch_size"):
     if getattr(meta, field, 0):
@@ -333,6 +336,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                       help="keys per tile (default: the kernel's)")
   parser.add_argument("--num_warps", type=int, default=None)
   parser.add_argument("--num_stages", type=int, default=None)
+  parser.add_argument("--maxnreg", type=int, default=None,
+                      help="at most this many registers a thread (a "
+                      "multiple of 8 up to 255; default: ptxas decides)")
   parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                       help="compiler processes")
   parser.add_argument("--line_info", action="store_true",
@@ -385,8 +391,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                              KERNELS_DIR / "triton_attention.py")
     overrides = {name: value for name, value in (
         ("block_m", args.block_m), ("block_n", args.block_n),
-        ("num_warps", args.num_warps), ("num_stages", args.num_stages))
-                 if value}
+        ("num_warps", args.num_warps), ("num_stages", args.num_stages),
+        ("maxnreg", args.maxnreg)) if value}
     tiles = {kernel: dict(shape, **overrides)
              for kernel, shape in triton_attention.TILES.items()}
     head_sizes = [int(v) for v in _list(args.head_sizes)]

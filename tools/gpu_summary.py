@@ -113,13 +113,17 @@ PASS_KERNELS = {"fwd": ("side_forward",),
 
 def _tile_tag(record: dict) -> Optional[str]:
   """The tiles of the kernels a timing launched, as
-  block_m x block_n x warps per kernel ("32x64x4/32x32x4/32x64x4")."""
+  block_m x block_n x warps per kernel ("32x64x4/32x32x4/32x64x4"), and
+  "r" and the cap where the build capped each thread's registers
+  ("32x64x4r168")."""
   tiles = (record.get("cubins") or {}).get("tiles") or {}
   kernels = PASS_KERNELS.get(record.get("pass", ""), ())
   if not kernels or not all(isinstance(tiles.get(k), dict) for k in kernels):
     return None
   return "/".join(f"{tiles[k]['block_m']}x{tiles[k]['block_n']}x"
-                  f"{tiles[k]['num_warps']}" for k in kernels)
+                  f"{tiles[k]['num_warps']}" +
+                  (f"r{tiles[k]['maxnreg']}" if tiles[k].get("maxnreg")
+                   else "") for k in kernels)
 
 
 def tile_lines(records: List[dict], today: Dict[str, dict]) -> List[str]:

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from tools import build_kernels
+from tools import kernel_sass
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -150,3 +151,20 @@ def test_backward_cubins_compile_for_hopper_without_a_gpu(tmp_path):
   assert {(k["kernel"], k["pattern"]) for k in manifest["kernels"]} == {
       ("side_backward_queries", 0), ("side_backward_keys", 1),
       ("side_backward_keys", 2)}
+
+
+@pytest.mark.skipif(any(__import__("importlib").util.find_spec(m) is None
+                        for m in ("triton",)), reason="needs Triton")
+def test_register_cap_reaches_the_cubin(tmp_path):
+  result = subprocess.run(
+      [sys.executable, "-m", "tools.build_kernels", f"--output_dir={tmp_path}",
+       "--no_library", "--passes=fwd", "--dtypes=float16", "--head_sizes=16",
+       "--relative_vocab_sizes=0", "--sides=dense", "--streams=0000",
+       "--dropout=off", "--maxnreg=64", "--arch=90", "--jobs=1"],
+      cwd=REPO, capture_output=True, text=True, timeout=600)
+  assert result.returncode == 0, result.stderr[-3000:]
+  folder = tmp_path / "cubins"
+  (cubin,) = folder.glob("*.cubin")
+  assert kernel_sass.registers(str(cubin)) <= 64
+  manifest = json.loads((folder / "manifest.json").read_text())
+  assert all(shape["maxnreg"] == 64 for shape in manifest["tiles"].values())

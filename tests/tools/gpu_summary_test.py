@@ -171,3 +171,10 @@ def test_tile_sweep_names_the_fastest_tiles_and_today_s():
       "today's 32x64x4 0.800 ms (1.33x)"]
   # Without today's tiles (a partial checkout) the fastest still shows.
   assert gpu_summary.tile_lines(records, {})[1].endswith("0.600 ms")
+  # A build that capped the registers is its own entry.
+  capped = _timing("fwd", default, 0.0005)
+  for shape in capped["cubins"]["tiles"].values():
+    shape["maxnreg"] = 168
+  assert gpu_summary.tile_lines(records + [capped], today)[1] == (
+      "tiles  side_forward[long] bfloat16: fastest 32x64x4r168 0.500 ms; "
+      "today's 32x64x4 0.800 ms (1.60x)")
