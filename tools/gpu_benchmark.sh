@@ -234,6 +234,9 @@ if [ -n "${KERNELS_DIR:-}" ] && [ "$device" != cpu ]; then
         --device="$device" --dtypes="${CHECK_DTYPES:-bfloat16}" --no_timing
   fi
 fi
-"$py" -m tools.gpu_summary "$out/kernels.jsonl" "$out/tiles.jsonl" \
+# The kernels' issue floors (tools/kernel_sass.py, written by
+# tools/gpu_prepare.sh beside the cubins), for the timings to stand beside.
+"$py" -m tools.gpu_summary ${KERNELS_DIR:+"$KERNELS_DIR/floors.jsonl"} \
+    "$out/kernels.jsonl" "$out/tiles.jsonl" \
     "$out/xla_runs.jsonl" "$out/peers.jsonl" "$out/steps.jsonl" \
     | tee "$out/summary.txt"

@@ -20,7 +20,8 @@
 #                           twins), and the fused step there with its sums
 #                           in bfloat16 (half the kept bytes)
 #   KERNELS_DIR             the library and the cubins: bfloat16's default
-#                           build and every cubin the modules launch
+#                           build and every cubin the modules launch; the
+#                           kernels' issue floors (floors.jsonl)
 # then says what travels (the device run carries at most 64 MiB).
 # Defaults: gpu_modules, gpu_kernels (both ignored by git; name them in
 # the device call's carry). PYTHON: the interpreter (default python).
@@ -57,6 +58,12 @@ $big --export_dir="$modules/more" --passes=fwd_bwd --lengths=4096 \
     --stream_dtype=compute
 $py -m tools.build_kernels --output_dir="$kernels" --dtypes=bfloat16 \
     --modules="$modules"
+# The issue floors of the kernels the check times (streams and dropout;
+# neither), for the summary to set the card's timings beside.
+for flags in "" "--streams=0000 --no_dropout"; do
+  $py -m tools.kernel_sass --cubin_dir="$kernels/cubins" --top_lines=0 \
+      --output_jsonl="$kernels/floors.jsonl" $flags >/dev/null
+done
 # Nothing the modules launch may be missing: a CUDA handler fails the call.
 # The missing ones by name, and the count.
 $py -m tools.kernel_variants --modules="$modules" \

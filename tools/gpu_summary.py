@@ -1,7 +1,9 @@
 """Prints the GPU harness's JSON lines as one short table (the end of a
 device run's output): kernel checks, kernel timings, modules, peers, the
 steps the run skipped; then the fastest tiles of each kernel timing the
-tile sweep measured, today's beside them; each fused module's value
+tile sweep measured, today's beside them; each kernel timing against its
+issue floor (`tools.kernel_sass`'s kernel_floor records, which
+tools/gpu_prepare.sh leaves in the kernels' folder); each fused module's value
 against its twin's on the XLA path; and where the modules stand against
 the goals of record.
 
@@ -157,6 +159,30 @@ def tile_lines(records: List[dict], today: Dict[str, dict]) -> List[str]:
   return out
 
 
+def floor_lines(records: List[dict]) -> List[str]:
+  """Per kernel timing whose cubins all have a floor at its shape
+  (`tools.kernel_sass`: its warp instructions at the issue rate): the
+  time against the sum of its launches' floors."""
+  floors = {}
+  for r in records:
+    if r.get("record_type") == "kernel_floor":
+      floors[r["variant"], r["batch"], r["long_len"], r["global_len"],
+             r.get("num_heads")] = r["floor_ms"]
+  out = []
+  for r in records:
+    if r.get("record_type") != "kernel_timing" or "error" in r:
+      continue
+    keys = [(v, r.get("batch"), r.get("long_len"), r.get("global_len"),
+             r.get("num_heads")) for v in r.get("variants") or ()]
+    if not keys or not all(k in floors for k in keys):
+      continue
+    floor = sum(floors[k] for k in keys)
+    ms = 1e3 * r["median_s"]
+    out.append(f"floor  {r['kernel']} {r['dtype']} {r['pass']}: {ms:.3f} "
+               f"ms, issue floor {floor:.3f} ms ({ms / floor:.1f}x)")
+  return out
+
+
 @dataclasses.dataclass(frozen=True)
 class Goal:
   """One goal of record (docs/benchmarks.md, "GPU"): the 12-layer base
@@ -266,13 +292,14 @@ def goal_lines(records: List[dict]) -> List[str]:
 def main(argv: List[str]) -> int:
   records = [record for path in argv for record in rows(path)]
   for record in records:
-    print(line(record))
+    if record.get("record_type") != "kernel_floor":  # in floor_lines
+      print(line(record))
   try:
     today = kernel_grids.tiles()
   except (OSError, ValueError):  # a partial copy of the checkout
     today = {}
-  for text in (tile_lines(records, today) + fused_agreement(records) +
-               goal_lines(records)):
+  for text in (tile_lines(records, today) + floor_lines(records) +
+               fused_agreement(records) + goal_lines(records)):
     print(text)
   return 0
 

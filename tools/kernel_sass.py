@@ -497,6 +497,10 @@ def main(argv: Optional[List[str]] = None) -> int:
   parser.add_argument("--top_lines", type=int, default=8)
   parser.add_argument("--sms", type=int, default=132)
   parser.add_argument("--clock_ghz", type=float, default=1.98)
+  parser.add_argument("--output_jsonl", default=None,
+                      help="append a kernel_floor record per launch (its "
+                      "cubin's variant name): tools.gpu_summary sets the "
+                      "card's timings beside them")
   args = parser.parse_args(argv)
   for name in ("batch_size", "num_heads", "long_len", "global_len",
                "local_radius", "tokens_per_sentence", "sms"):
@@ -538,6 +542,17 @@ def main(argv: Optional[List[str]] = None) -> int:
       counted.resident = resident_warps(
           registers(str(cubin)), int(meta.read_text().split()[1]), warps)
     profiles.append(counted)
+    if args.output_jsonl:
+      with open(args.output_jsonl, "a") as f:
+        f.write(json.dumps({
+            "record_type": "kernel_floor", "variant": launch.variant.name,
+            "launch": launch.grid.name,
+            "floor_ms": counted.floor_ms(args.sms, args.clock_ghz),
+            "warp_instructions": sum(counted.issued.values()),
+            "resident_warps": counted.resident, "batch": args.batch_size,
+            "num_heads": args.num_heads, "long_len": args.long_len,
+            "global_len": args.global_len, "sms": args.sms,
+            "clock_ghz": args.clock_ghz}, sort_keys=True) + "\n")
   print("\n".join(report(profiles, args.sms, args.clock_ghz,
                          args.top_lines)))
   return 0

@@ -178,3 +178,22 @@ def test_tile_sweep_names_the_fastest_tiles_and_today_s():
   assert gpu_summary.tile_lines(records + [capped], today)[1] == (
       "tiles  side_forward[long] bfloat16: fastest 32x64x4r168 0.500 ms; "
       "today's 32x64x4 0.800 ms (1.60x)")
+
+
+def test_timings_beside_their_issue_floors():
+  shape = dict(batch=4, long_len=4096, global_len=256, num_heads=12)
+  floors = [dict(record_type="kernel_floor", variant=v, floor_ms=ms, **shape)
+            for v, ms in (("fwd_a", 0.4), ("q_a", 0.6), ("k1_a", 0.25),
+                          ("k2_a", 0.15))]
+  timing = dict(_timing("fwd", {}, 0.0012), variants=["fwd_a"], **shape)
+  backward = dict(_timing("bwd", {}, 0.003, "side_backward[long]"),
+                  variants=["q_a", "k1_a", "k2_a"], **shape)
+  # A timing with a cubin no floor names, or at another shape: no line.
+  other = dict(_timing("fwd", {}, 0.001), variants=["fwd_b"], **shape)
+  smaller = dict(timing, batch=1)
+  assert gpu_summary.floor_lines(floors + [timing, backward, other,
+                                           smaller]) == [
+      "floor  side_forward[long] bfloat16 fwd: 1.200 ms, issue floor "
+      "0.400 ms (3.0x)",
+      "floor  side_backward[long] bfloat16 bwd: 3.000 ms, issue floor "
+      "1.000 ms (3.0x)"]

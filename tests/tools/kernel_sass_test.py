@@ -3,6 +3,7 @@ per-id loop's trips against the ids ETC's side inputs give; a compiled
 backward cubin's loops."""
 
 import importlib.util
+import json
 import math
 import pathlib
 import subprocess
@@ -170,14 +171,14 @@ def test_bad_flags_and_a_missing_cubin_are_one_line(tmp_path, capsys):
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None,
                     reason="needs Triton")
-def test_a_compiled_backward_cubins_loops(tmp_path):
-  # The band side's backward, R = 8, with source lines.
+def test_compiled_cubins_loops_and_a_layers_floors(tmp_path, capsys):
+  # Both sides, both passes, R = 8, with source lines.
   result = subprocess.run(
       [sys.executable, "-m", "tools.build_kernels", f"--output_dir={tmp_path}",
-       "--no_library", "--passes=bwd", "--dtypes=bfloat16",
-       "--head_sizes=16", "--relative_vocab_sizes=8", "--sides=band",
-       "--streams=1111", "--dropout=rows", "--line_info", "--arch=90",
-       "--jobs=2"], cwd=REPO, capture_output=True, text=True, timeout=600)
+       "--no_library", "--dtypes=bfloat16", "--head_sizes=16",
+       "--relative_vocab_sizes=8", "--streams=1111", "--dropout=rows",
+       "--line_info", "--arch=90", "--jobs=2"],
+      cwd=REPO, capture_output=True, text=True, timeout=600)
   assert result.returncode == 0, result.stderr[-3000:]
   source = kernel_grids.KERNELS.read_text().splitlines()
   id_sum_line = 1 + next(i for i, line in enumerate(source)
@@ -208,3 +209,27 @@ def test_a_compiled_backward_cubins_loops(tmp_path):
                           loop_tiles=(30, 20), inner_trips=(90, 20))
   assert p.issued["tensor"] > 0 and p.issued["global"] > 0
   assert 0 < p.inner_issued < sum(p.issued.values())
+
+  # A layer of a small model: a row per launch, and a floor record each.
+  floors = tmp_path / "floors.jsonl"
+  assert kernel_sass.main([
+      f"--cubin_dir={tmp_path / 'cubins'}", "--batch_size=1",
+      "--num_heads=2", "--long_len=500", "--global_len=32",
+      "--local_radius=9", "--relative_max_distance=2", "--head_size=16",
+      "--relative_vocab_size=8", "--top_lines=2",
+      f"--output_jsonl={floors}"]) == 0
+  out = capsys.readouterr().out.splitlines()
+  rows = [line for line in out[2:] if line.startswith("| ")]
+  assert len(rows) == 8 and out[10].startswith("one layer, both sides")
+  # The backward queries kernels' per-id sums have a share.
+  assert all(row.split(" | ")[4].endswith("%") ==
+             ("backward queries" in row)
+             for row in rows)
+  assert "long side, forward: the busiest source lines" in out
+  records = [json.loads(line) for line in floors.read_text().splitlines()]
+  assert [r["variant"] for r in records][:3] == [
+      "side_forward_bfloat16_d16_r8_band_f32_1111_drop_rows",
+      "side_backward_queries_bfloat16_d16_r8_band_f32_1111_drop_rows",
+      "side_backward_keys_bfloat16_d16_r8_band_p1_f32_11_drop_rows"]
+  assert all(r["floor_ms"] > 0 and r["resident_warps"] >= 4 and
+             r["long_len"] == 500 for r in records)
