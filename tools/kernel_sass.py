@@ -58,7 +58,9 @@ CLASSES: Dict[str, Tuple[str, ...]] = {
     "int": ("IMAD", "IADD3", "IADD", "LOP3", "ISETP", "SEL", "SHF", "LEA",
             "PRMT", "IABS", "IMNMX", "VIMNMX", "SGXT", "MOV", "IMUL", "POPC",
             "FLO", "BMSK", "BREV", "PLOP3", "P2R", "R2P", "LOP", "SHL",
-            "SHR", "CS2R", "VOTE", "IDP", "BFE", "BFI", "SHFL"),
+            "SHR", "CS2R", "VOTE", "IDP", "BFE", "BFI", "VIADD", "VIMNMX3",
+            "VIADDMNMX", "REDUX"),
+    "shuffle": ("SHFL",),  # row reductions across a warp's lanes
     "uniform": ("ULDC", "UIADD3", "UMOV", "ULOP3", "USHF", "UISETP", "USEL",
                 "UIMAD", "ULEA", "UPRMT", "UFLO", "UPOPC", "UBMSK", "UPLOP3",
                 "S2UR", "R2UR", "VOTEU", "USGXT", "UP2UR", "ULOP"),

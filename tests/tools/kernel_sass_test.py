@@ -48,11 +48,13 @@ side_forward:
 def test_classes():
   assert kernel_sass.op_class("HMMA.16816.F32.BF16") == "tensor"
   assert kernel_sass.op_class("IMAD.WIDE.U32") == "int"
+  assert kernel_sass.op_class("VIADD") == "int"
   assert kernel_sass.op_class("LDG.E.U8") == "global"
   assert kernel_sass.op_class("LDSM.16.M88.4") == "shared"
   assert kernel_sass.op_class("MUFU.EX2") == "special"
   assert kernel_sass.op_class("F2FP.BF16.F32.PACK_AB") == "convert"
   assert kernel_sass.op_class("STL.64") == "local"
+  assert kernel_sass.op_class("SHFL.BFLY") == "shuffle"
   assert kernel_sass.op_class("WHATEVER") == "other"
 
 
