@@ -3,8 +3,9 @@ r"""The fused kernels' machine code, counted: where a step's instructions go.
     python -m tools.kernel_sass --cubin_dir=build/kernels/cubins \
         [--batch_size=4] [--num_heads=12] [--long_len=4096] \
         [--global_len=256] [--local_radius=84] [--relative_max_distance=12] \
-        [--tokens_per_sentence=16] [--streams=1111] [--top_lines=8] \
-        [--sms=132] [--clock_ghz=1.98]
+        [--tokens_per_sentence=16] [--streams=1111] [--num_sources=11] \
+        [--no_dropout] [--top_lines=8] [--sms=132] [--clock_ghz=1.98] \
+        [--output_jsonl=PATH]
 
 Reads each cubin's SASS (`nvdisasm`, from Triton's wheel), finds its
 loops (backward branches), and counts per class of instruction (tensor
@@ -14,7 +15,9 @@ shape: each loop's body times the tiles its loops visit (`kernel_grids`,
 with the tiles the folder's `manifest.json` says the cubins were built
 with), and for the backward queries kernel's per-id sums (`_id_sums`: one
 masked row sum per relative id a tile holds) the ids each tile holds,
-from ETC's id rules at that shape (`per_id_trips`). Built with `--line_info`
+from ETC's id rules at that shape (`per_id_trips`); with recomputed
+streams (`--streams=ss00`) each tile's loop over the `--num_sources`
+earlier layers. Built with `--line_info`
 (`tools/build_kernels.py`), the cubins also say which source lines issue
 the most.
 
@@ -367,19 +370,49 @@ def launches(grids: Sequence[kernel_grids.Grid], dtype: str, head_size: int,
   return out
 
 
+# An inner loop of a tile's loop, as `profile` takes it: what it is
+# ("ids": the per-id sums; "sources": the earlier layers' products of
+# recomputed streams) and its trips over all tiles of that loop.
+Inner = Tuple[str, int]
+
+
+def inner_loops_of(launch: Launch, id_trips: Dict[str, Tuple[int, int]],
+                   heads: int, num_sources: int) -> List[List[Inner]]:
+  """Per loop of a launch's kernel (a pattern's keys; the keys kernel's
+  one, over queries), the inner loops its code holds, in code order: the
+  earlier layers' products where the pattern's sum is recomputed (a trip
+  per source layer and tile), then the backward queries kernel's per-id
+  sums (`per_id_trips`, for all heads)."""
+  variant = launch.variant
+  tiles = launch.grid.loop_tiles()
+  if variant.kernel == kernel_names.KEYS:
+    reads = [variant.streams[0]]
+  else:
+    reads = list(variant.streams[:2])
+  out = []
+  for k, read in enumerate(reads):
+    inner: List[Inner] = []
+    if read == "s":
+      inner.append(("sources", tiles[k] * num_sources))
+    if variant.kernel == kernel_names.QUERIES and variant.ids_padded:
+      inner.append(("ids", id_trips[launch.side][k] * heads))
+    out.append(inner)
+  return out
+
+
 @dataclasses.dataclass
 class Profile:
   """One launch counted: per class, the instructions of one tile of each
-  loop (inner loops' once) and the launch's warp instructions."""
+  loop (less its inner loops) and of one trip of each inner loop, and
+  the launch's warp instructions."""
   name: str
   warps: int
   programs: int
   loop_tiles: Tuple[int, ...]
   per_tile: List[collections.Counter]  # each loop's body, less its inner
-  per_trip: List[int]  # each loop's inner loop's body (0: none)
-  inner_trips: Tuple[int, ...]
+  inner: List[List[Tuple[str, int, int]]]  # (what, body, trips) per loop
   issued: collections.Counter  # warp instructions of the launch
-  inner_issued: int  # of those, the inner loops'
+  inner_issued: collections.Counter  # of those, each kind of inner loop's
   lines: collections.Counter  # warp instructions per (file, line)
   resident: int = 0  # warps a multiprocessor holds (0: not known)
 
@@ -390,41 +423,43 @@ class Profile:
 
 def profile(sass: Sass, name: str, warps: int, programs: int,
             loop_tiles: Sequence[int],
-            inner_trips: Sequence[int] = ()) -> Profile:
-  """Counts a launch: each outer loop's body (its inner loop's excluded)
-  times `loop_tiles[k]`, its inner loop's body times `inner_trips[k]`,
-  the rest once per program; all times `warps`."""
+            inner: Sequence[Sequence[Inner]] = ()) -> Profile:
+  """Counts a launch: each outer loop's body (less its inner loops) times
+  `loop_tiles[k]`; its inner loops, in code order, each body times the
+  trips `inner[k]` gives it; the rest once per program; all times
+  `warps`."""
   found = loops(sass)
   outer = outer_loops(found)
   if len(outer) != len(loop_tiles):
     raise ValueError(f"{name}: {len(outer)} loops in the code, "
                      f"{len(loop_tiles)} in the grid")
   weights = [programs] * len(sass.instructions)
-  in_inner = [False] * len(sass.instructions)
-  per_tile, per_trip = [], []
-  trips = list(inner_trips) + [0] * (len(outer) - len(inner_trips))
-  for loop, tiles, inner_trip in zip(outer, loop_tiles, trips):
-    inner = inner_loops(found, loop)
-    if len(inner) > 1:
-      raise ValueError(f"{name}: {len(inner)} loops inside one; only one "
-                       "(the per-id sums) is counted")
+  kind = [""] * len(sass.instructions)
+  per_tile, inner_counted = [], []
+  expected = list(inner) + [()] * (len(outer) - len(inner))
+  for loop, tiles, named in zip(outer, loop_tiles, expected):
+    held = inner_loops(found, loop)
+    if len(held) != len(named):
+      raise ValueError(f"{name}: {len(held)} loops inside a loop of the "
+                       f"code, {len(named)} expected ({named})")
     for i in range(loop.start, loop.end + 1):
       weights[i] = tiles
-    for l in inner:
+    for l, (what, trips) in zip(held, named):
       for i in range(l.start, l.end + 1):
-        weights[i] = inner_trip
-        in_inner[i] = True
-    per_tile.append(counts(sass, loop, inner))
-    per_trip.append(inner[0].size if inner else 0)
+        weights[i], kind[i] = trips, what
+    per_tile.append(counts(sass, loop, held))
+    inner_counted.append([(what, l.size, trips)
+                          for l, (what, trips) in zip(held, named)])
   issued: collections.Counter = collections.Counter()
+  inner_issued: collections.Counter = collections.Counter()
   lines: collections.Counter = collections.Counter()
-  inner_issued = 0
-  for ins, weight, inside in zip(sass.instructions, weights, in_inner):
+  for ins, weight, what in zip(sass.instructions, weights, kind):
     issued[op_class(ins.opcode)] += weight * warps
     lines[ins.file, ins.line] += weight * warps
-    inner_issued += weight * warps if inside else 0
+    if what:
+      inner_issued[what] += weight * warps
   return Profile(name, warps, programs, tuple(loop_tiles), per_tile,
-                 per_trip, tuple(inner_trips), issued, inner_issued, lines)
+                 inner_counted, issued, inner_issued, lines)
 
 
 def _mix(counter: collections.Counter) -> str:
@@ -452,13 +487,13 @@ def report(profiles: Sequence[Profile], sms: int, clock_ghz: float,
          "| --- | --- | --- | --- | --- | --- | --- |"]
   for p in profiles:
     tile = " + ".join(
-        str(sum(c.values())) + (
-            f" (+ {trip} x {trips / tiles:.1f} ids)" if trip and tiles else "")
-        for c, trip, tiles, trips in zip(
-            p.per_tile, p.per_trip, p.loop_tiles,
-            list(p.inner_trips) + [0] * len(p.per_tile)))
+        str(sum(c.values())) + "".join(
+            f" (+ {body} x {trips / tiles:.1f} {what})"
+            for what, body, trips in inner if tiles)
+        for c, inner, tiles in zip(p.per_tile, p.inner, p.loop_tiles))
     total = sum(p.issued.values())
-    share = f"{p.inner_issued / total:.0%}" if p.inner_issued else "-"
+    share = (f"{p.inner_issued['ids'] / total:.0%}" if p.inner_issued["ids"]
+             else "-")
     out.append(f"| {p.name} | {tile} | {total / 1e6:.1f} | "
                f"{p.floor_ms(sms, clock_ghz):.3f} | {share} | "
                f"{p.resident or '?'} | {_mix(p.issued)} |")
@@ -494,7 +529,11 @@ def main(argv: Optional[List[str]] = None) -> int:
   parser.add_argument("--dtype", default="bfloat16",
                       choices=sorted(kernel_names.DTYPES))
   parser.add_argument("--streams", default="1111",
-                      help="READ1 READ2 WRITE1 WRITE2 (the middle layers')")
+                      help="READ1 READ2 WRITE1 WRITE2 (the middle layers'; "
+                      "a READ digit s: recomputed from the sources)")
+  parser.add_argument("--num_sources", type=int, default=11,
+                      help="with recomputed streams: the earlier layers "
+                      "(11: the twelfth layer's)")
   parser.add_argument("--no_dropout", action="store_true")
   parser.add_argument("--top_lines", type=int, default=8)
   parser.add_argument("--sms", type=int, default=132)
@@ -509,8 +548,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     if getattr(args, name) < 1:
       print(f"error: --{name} must be at least 1", file=sys.stderr)
       return 2
-  if not re.fullmatch("[01]{4}", args.streams):
-    print(f"error: --streams={args.streams}: four 0/1 flags",
+  if args.streams not in kernel_names.STREAM_FLAGS:
+    print(f"error: --streams={args.streams}: four 0/1 flags (READ1 READ2 "
+          "WRITE1 WRITE2), or s for a READ with 00 after",
           file=sys.stderr)
     return 2
   manifest = pathlib.Path(args.cubin_dir) / "manifest.json"
@@ -534,11 +574,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             "it)", file=sys.stderr)
       return 2
     warps = tiles[launch.variant.kernel]["num_warps"]
-    inner = ()
-    if launch.variant.kernel == kernel_names.QUERIES and ids_padded:
-      inner = tuple(t * heads for t in trips[launch.side])
     counted = profile(disassemble(str(cubin)), launch.grid.name, warps,
-                      launch.grid.programs, launch.grid.loop_tiles(), inner)
+                      launch.grid.programs, launch.grid.loop_tiles(),
+                      inner_loops_of(launch, trips, heads, args.num_sources))
     meta = cubin.with_suffix(".meta")  # "<function> <shared> <warps> <tile>"
     if meta.exists():
       counted.resident = resident_warps(

@@ -49,13 +49,15 @@ def test_exports_the_runs_modules_then_builds_and_checks_their_kernels(
   assert xla["attention_kernel"] == "xla" and xla["passes"] == "fwd,fwd_bwd"
   assert low["attention_kernel"] == "fused"
   assert low["stream_dtype"] == "compute"
-  build, *floors, check = log[-4:]
+  build, *floors, check = log[-5:]
   assert "tools.build_kernels" in build and _flags(build)["modules"] == "mods"
   # The issue floors of the check's timed calls, beside the cubins.
   assert all("tools.kernel_sass" in f and _flags(f)["cubin_dir"] ==
              "kern/cubins" and _flags(f)["output_jsonl"] ==
              "kern/floors.jsonl" for f in floors)
-  assert "--no_dropout" not in floors[0] and "--no_dropout" in floors[1]
+  assert [_flags(f).get("streams") for f in floors] == [None, "ss00",
+                                                         "0000"]
+  assert "--no_dropout" in floors[2]
   assert _flags(check) == {"modules": "mods", "cubins": "kern/cubins"}
   assert "0 missing" in result.stdout and "mods" in result.stdout
 

@@ -70,14 +70,14 @@ def test_listing_loops_and_counts_by_hand():
   assert kernel_sass.outer_loops(found) == [kernel_sass.Loop(2, 7)]
   # 3 programs of 2 warps; 5 tiles in all, the inner loop 7 trips in all.
   p = kernel_sass.profile(sass, "k", warps=2, programs=3, loop_tiles=(5,),
-                          inner_trips=(7,))
-  assert sum(p.per_tile[0].values()) == 4 and p.per_trip == [2]
+                          inner=[[("ids", 7)]])
+  assert sum(p.per_tile[0].values()) == 4 and p.inner == [[("ids", 2, 7)]]
   assert dict(p.issued) == {
       "int": 6,  # MOV: once per program
       "control": 6 + 6 + 6 + 10 + 14,  # S2R, EXIT, pad; both branches
       "tensor": 10, "fp32": 10, "special": 10,
       "global": 14 + 6}
-  assert p.inner_issued == 28
+  assert p.inner_issued == {"ids": 28}
   assert dict(p.lines) == {("k.py", 10): 12, ("k.py", 20): 40,
                            ("k.py", 30): 28, ("k.py", 40): 18}
   lines = kernel_sass.report([p], sms=1, clock_ghz=1.0, top_lines=2)
@@ -88,6 +88,34 @@ def test_listing_loops_and_counts_by_hand():
   assert p.floor_ms(sms=1, clock_ghz=1.0) == pytest.approx(98 / 4 / 1e6)
   with pytest.raises(ValueError, match="1 loops in the code, 2 in the grid"):
     kernel_sass.profile(sass, "k", 2, 3, (5, 5))
+  with pytest.raises(ValueError, match="1 loops inside a loop of the code, "
+                     "0 expected"):
+    kernel_sass.profile(sass, "k", 2, 3, (5,))
+
+
+def test_inner_loops_of_each_kernel():
+  grids = kernel_grids.grids(1, 2, long_len=60, global_len=8,
+                             local_radius=4)
+  trips = {"long": (30, 8), "global": (6, 9)}
+
+  def inner(streams, kernel_name, side="long"):
+    (launch,) = [l for l in kernel_sass.launches(
+        grids, "bfloat16", 16, 8, streams, True)
+                 if l.variant.kernel == kernel_name and l.side == side and
+                 l.variant.pattern in (0, 1)]
+    return launch.grid.loop_tiles(), kernel_sass.inner_loops_of(
+        launch, trips, heads=2, num_sources=3)
+
+  # Summed streams: only the backward queries kernel's per-id sums.
+  assert inner("1111", "side_forward")[1] == [[], []]
+  assert inner("1111", "side_backward_queries")[1] == [
+      [("ids", 60)], [("ids", 16)]]
+  # Recomputed: the sources' products first, a trip per layer and tile.
+  tiles, loops = inner("ss00", "side_backward_queries", "global")
+  assert loops == [[("sources", 3 * tiles[0]), ("ids", 12)],
+                   [("sources", 3 * tiles[1]), ("ids", 18)]]
+  tiles, loops = inner("s000", "side_backward_keys")
+  assert loops == [[("sources", 3 * tiles[0])]]
 
 
 def test_resident_warps():
@@ -208,9 +236,10 @@ def test_compiled_cubins_loops_and_a_layers_floors(tmp_path, capsys):
       "side_backward_keys_bfloat16_d16_r8_band_p1_f32_11_drop_rows.cubin"
   )) <= 255
   p = kernel_sass.profile(queries, "queries", warps=4, programs=10,
-                          loop_tiles=(30, 20), inner_trips=(90, 20))
+                          loop_tiles=(30, 20),
+                          inner=[[("ids", 90)], [("ids", 20)]])
   assert p.issued["tensor"] > 0 and p.issued["global"] > 0
-  assert 0 < p.inner_issued < sum(p.issued.values())
+  assert 0 < p.inner_issued["ids"] < sum(p.issued.values())
 
   # A layer of a small model: a row per launch, and a floor record each.
   floors = tmp_path / "floors.jsonl"
