@@ -574,13 +574,20 @@ def main(argv: Optional[List[str]] = None) -> int:
             "it)", file=sys.stderr)
       return 2
     warps = tiles[launch.variant.kernel]["num_warps"]
-    counted = profile(disassemble(str(cubin)), launch.grid.name, warps,
-                      launch.grid.programs, launch.grid.loop_tiles(),
-                      inner_loops_of(launch, trips, heads, args.num_sources))
     meta = cubin.with_suffix(".meta")  # "<function> <shared> <warps> <tile>"
-    if meta.exists():
-      counted.resident = resident_warps(
-          registers(str(cubin)), int(meta.read_text().split()[1]), warps)
+    try:
+      counted = profile(disassemble(str(cubin)), launch.grid.name, warps,
+                        launch.grid.programs, launch.grid.loop_tiles(),
+                        inner_loops_of(launch, trips, heads,
+                                       args.num_sources))
+      if meta.exists():
+        counted.resident = resident_warps(
+            registers(str(cubin)), int(meta.read_text().split()[1]), warps)
+    except (OSError, RuntimeError, ValueError) as e:
+      # No nvdisasm (Triton's wheel is not installed), or a cubin whose
+      # loops are not the kernel's: one line, not a traceback.
+      print(f"error: {cubin}: {e}", file=sys.stderr)
+      return 2
     profiles.append(counted)
     if args.output_jsonl:
       with open(args.output_jsonl, "a") as f:

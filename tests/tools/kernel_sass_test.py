@@ -199,6 +199,17 @@ def test_bad_flags_and_a_missing_cubin_are_one_line(tmp_path, capsys):
       "band_f32_1111_drop_rows.cubin: no such cubin" in err[-1]
 
 
+def test_no_disassembler_is_one_line(tmp_path, capsys, monkeypatch):
+  # The cubin is there (its bytes do not matter: nvdisasm is missing).
+  (tmp_path / "side_forward_bfloat16_d64_r32_band_f32_1111_drop_rows.cubin"
+   ).write_bytes(b"\x7fELF")
+  monkeypatch.setenv("NVDISASM", str(tmp_path / "no-nvdisasm"))
+  assert kernel_sass.main([f"--cubin_dir={tmp_path}"]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith("error: ") and \
+      "no-nvdisasm" in err[0]
+
+
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None,
                     reason="needs Triton")
 def test_compiled_cubins_loops_and_a_layers_floors(tmp_path, capsys):
