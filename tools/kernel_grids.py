@@ -168,19 +168,26 @@ def table(launches: List[Grid], resident: int) -> List[str]:
   return lines
 
 
+# The benchmark's shape (docs/benchmarks.md, "GPU"), as flags.
+SHAPE_FLAGS = {"batch_size": 4, "num_heads": 12, "long_len": 4096,
+               "global_len": 256, "local_radius": 84}
+
+
+def add_shape_flags(parser: argparse.ArgumentParser) -> None:
+  """--batch_size, --num_heads, --long_len, --global_len, --local_radius
+  (this tool's and `kernel_sass`'s), each at least 1."""
+  for name, default in SHAPE_FLAGS.items():
+    parser.add_argument(f"--{name}", type=int, default=default)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--batch_size", type=int, default=4)
-  parser.add_argument("--num_heads", type=int, default=12)
-  parser.add_argument("--long_len", type=int, default=4096)
-  parser.add_argument("--global_len", type=int, default=256)
-  parser.add_argument("--local_radius", type=int, default=84)
+  add_shape_flags(parser)
   parser.add_argument("--resident", type=int, default=264,
                       help="programs running at once (default: two per "
                       "multiprocessor on 132)")
   args = parser.parse_args(argv)
-  for name in ("batch_size", "num_heads", "long_len", "global_len",
-               "local_radius", "resident"):
+  for name in (*SHAPE_FLAGS, "resident"):
     if getattr(args, name) < 1:
       print(f"error: --{name} must be at least 1", file=sys.stderr)
       return 2

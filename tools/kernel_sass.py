@@ -517,11 +517,7 @@ def report(profiles: Sequence[Profile], sms: int, clock_ghz: float,
 def main(argv: Optional[List[str]] = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--cubin_dir", required=True)
-  parser.add_argument("--batch_size", type=int, default=4)
-  parser.add_argument("--num_heads", type=int, default=12)
-  parser.add_argument("--long_len", type=int, default=4096)
-  parser.add_argument("--global_len", type=int, default=256)
-  parser.add_argument("--local_radius", type=int, default=84)
+  kernel_grids.add_shape_flags(parser)
   parser.add_argument("--relative_max_distance", type=int, default=12)
   parser.add_argument("--relative_vocab_size", type=int, default=32)
   parser.add_argument("--tokens_per_sentence", type=int, default=16)
@@ -543,8 +539,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                       "cubin's variant name): tools.gpu_summary sets the "
                       "card's timings beside them")
   args = parser.parse_args(argv)
-  for name in ("batch_size", "num_heads", "long_len", "global_len",
-               "local_radius", "tokens_per_sentence", "sms"):
+  for name in (*kernel_grids.SHAPE_FLAGS, "tokens_per_sentence", "sms"):
     if getattr(args, name) < 1:
       print(f"error: --{name} must be at least 1", file=sys.stderr)
       return 2
