@@ -48,10 +48,14 @@ def tiles(path: pathlib.Path = KERNELS) -> Dict[str, Dict[str, int]]:
 class Grid:
   """One launch: its name, each program's loop length in tiles, and (where
   a program runs two loops, one per pattern) each loop's share of it, in
-  source order."""
+  source order; the kernel (`TILES`' key), its side ("long", "global")
+  and, for the keys kernel, its pattern (1, 2; else 0)."""
   name: str
   loops: List[int]
   parts: Optional[List[Tuple[int, ...]]] = None
+  kernel: str = ""
+  side: str = ""
+  pattern: int = 0
 
   def loop_tiles(self) -> Tuple[int, ...]:
     """The tiles of all programs, per loop of the kernel's source."""
@@ -123,8 +127,15 @@ def grids(batch_size: int, num_heads: int, long_len: int, global_len: int,
   def per_head(loops: List[int]) -> List[int]:
     return loops * heads
 
-  def two_loops(name: str, parts: List[Tuple[int, int]]) -> Grid:
-    return Grid(name, per_head([sum(p) for p in parts]), parts * heads)
+  def two_loops(name: str, kernel: str, side: str,
+                parts: List[Tuple[int, int]]) -> Grid:
+    return Grid(name, per_head([sum(p) for p in parts]), parts * heads,
+                kernel, side)
+
+  def keys_grid(name: str, side: str, pattern: int, loops: List[int]
+                ) -> Grid:
+    return Grid(name, per_head(loops), None, "side_backward_keys", side,
+                pattern)
 
   def dense(rows: int, first: int, second: int, tile
             ) -> List[Tuple[int, int]]:
@@ -133,22 +144,27 @@ def grids(batch_size: int, num_heads: int, long_len: int, global_len: int,
                  rows / tile["block_m"])
 
   def dense_keys(key_rows: int, rows: int) -> List[int]:
-    return per_head([math.ceil(rows / keys["block_m"])] *
-                    math.ceil(key_rows / keys["block_n"]))
+    return ([math.ceil(rows / keys["block_m"])] *
+            math.ceil(key_rows / keys["block_n"]))
 
   return [
-      two_loops("long side, forward", _band_queries(
+      two_loops("long side, forward", "side_forward", "long", _band_queries(
           n, b, g, fwd["block_m"], fwd["block_n"])),
-      two_loops("long side, backward queries", _band_queries(
-          n, b, g, queries["block_m"], queries["block_n"])),
-      Grid("long side, backward keys, l2l band", per_head(_band_keys(
-          n, b, keys["block_m"], keys["block_n"]))),
-      Grid(f"long side, backward keys, l2g ({g} keys over {n} queries)",
-           dense_keys(g, n)),
-      two_loops("global side, forward", dense(g, g, n, fwd)),
-      two_loops("global side, backward queries", dense(g, g, n, queries)),
-      Grid("global side, backward keys, g2g", dense_keys(g, g)),
-      Grid("global side, backward keys, g2l", dense_keys(n, g)),
+      two_loops("long side, backward queries", "side_backward_queries",
+                "long", _band_queries(n, b, g, queries["block_m"],
+                                      queries["block_n"])),
+      keys_grid("long side, backward keys, l2l band", "long", 1, _band_keys(
+          n, b, keys["block_m"], keys["block_n"])),
+      keys_grid(f"long side, backward keys, l2g ({g} keys over {n} "
+                "queries)", "long", 2, dense_keys(g, n)),
+      two_loops("global side, forward", "side_forward", "global",
+                dense(g, g, n, fwd)),
+      two_loops("global side, backward queries", "side_backward_queries",
+                "global", dense(g, g, n, queries)),
+      keys_grid("global side, backward keys, g2g", "global", 1,
+                dense_keys(g, g)),
+      keys_grid("global side, backward keys, g2l", "global", 2,
+                dense_keys(n, g)),
   ]
 
 

@@ -354,19 +354,11 @@ def launches(grids: Sequence[kernel_grids.Grid], dtype: str, head_size: int,
   out = []
   keys_flags = {1: streams[0] + streams[2], 2: streams[1] + streams[3]}
   for grid in grids:
-    side = "long" if grid.name.startswith("long") else "global"
-    band = side == "long"
-    if "backward keys" in grid.name:
-      pattern = 1 if ("l2l" in grid.name or "g2g" in grid.name) else 2
-      kernel, flags = kernel_names.KEYS, keys_flags[pattern]
-    elif "backward queries" in grid.name:
-      kernel, pattern, flags = kernel_names.QUERIES, 0, streams
-    else:
-      kernel, pattern, flags = kernel_names.FORWARD, 0, streams
+    flags = keys_flags[grid.pattern] if grid.pattern else streams
     out.append(Launch(grid, kernel_names.Variant(
-        dtype=dtype, head_size=head_size, ids_padded=ids_padded, band=band,
-        streams=flags, dropout=dropout, kernel=kernel, pattern=pattern),
-                      side))
+        dtype=dtype, head_size=head_size, ids_padded=ids_padded,
+        band=grid.side == "long", streams=flags, dropout=dropout,
+        kernel=grid.kernel, pattern=grid.pattern), grid.side))
   return out
 
 

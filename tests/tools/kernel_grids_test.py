@@ -41,6 +41,13 @@ def test_each_loops_tiles():
   assert launches["global side, backward queries"].loop_tiles() == (1, 3)
   # One loop: all its tiles.
   assert launches["long side, backward keys, l2l band"].loop_tiles() == (13,)
+  # Each launch names its kernel, side and (keys) pattern.
+  assert [(g.kernel, g.side, g.pattern) for g in launches.values()] == [
+      ("side_forward", "long", 0), ("side_backward_queries", "long", 0),
+      ("side_backward_keys", "long", 1), ("side_backward_keys", "long", 2),
+      ("side_forward", "global", 0), ("side_backward_queries", "global", 0),
+      ("side_backward_keys", "global", 1),
+      ("side_backward_keys", "global", 2)]
 
 
 def test_rounds_of_equal_and_unequal_loops():
