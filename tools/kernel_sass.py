@@ -229,23 +229,26 @@ def inner_loops(found: Sequence[Loop], outer: Loop) -> List[Loop]:
   return [l for l in found if outer.holds(l)]
 
 
-def counts(sass: Sass, loop: Optional[Loop] = None,
+def counts(sass: Sass, loop: Loop,
            without: Sequence[Loop] = ()) -> collections.Counter:
-  """Instructions per class: of `loop` (None: the straight-line code
-  outside every loop in `without`), less those of the loops `without`."""
+  """Instructions per class of `loop`'s body, less those of the loops
+  `without` (its inner loops)."""
   skip = set()
   for l in without:
     skip.update(range(l.start, l.end + 1))
-  span = (range(loop.start, loop.end + 1) if loop is not None
-          else range(len(sass.instructions)))
   return collections.Counter(op_class(sass.instructions[i].opcode)
-                             for i in span if i not in skip)
+                             for i in range(loop.start, loop.end + 1)
+                             if i not in skip)
 
 
 # ------------------------------------------------------------ trip counts
 def distance_id(d: int, m: int) -> int:
   """ETC's relative id of a distance (key - query): 0 for the query
-  itself, d up to M to the right, M + |d| up to 2M to the left."""
+  itself, d up to M to the right, M + |d| up to 2M to the left.
+
+  `features.relative_positions.relative_ids_from_offsets`' rule, for one
+  integer (that one is TensorFlow's, which this tool does not load); the
+  tests hold the two together through `make_global_local_side_inputs`."""
   return min(d, m) if d >= 0 else m + min(-d, m)
 
 
