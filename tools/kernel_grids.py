@@ -158,13 +158,13 @@ def grids(batch_size: int, num_heads: int, long_len: int, global_len: int,
       keys_grid(f"long side, backward keys, l2g ({g} keys over {n} "
                 "queries)", "long", 2, dense_keys(g, n)),
       two_loops("global side, forward", "side_forward", "global",
-                dense(g, g, n, fwd)),
+                dense(g, g, long_len, fwd)),
       two_loops("global side, backward queries", "side_backward_queries",
-                "global", dense(g, g, n, queries)),
+                "global", dense(g, g, long_len, queries)),
       keys_grid("global side, backward keys, g2g", "global", 1,
                 dense_keys(g, g)),
       keys_grid("global side, backward keys, g2l", "global", 2,
-                dense_keys(n, g)),
+                dense_keys(long_len, g)),
   ]
 
 

@@ -315,7 +315,9 @@ def per_id_trips(long_len: int, global_len: int, local_radius: int,
                  relative_max_distance: int, tokens_per_sentence: int,
                  block_m: int, block_n: int) -> Dict[str, Tuple[int, int]]:
   """Per side, the backward queries kernel's per-id loop trips over all
-  tiles of one head, per pattern loop (first, second).
+  tiles of one head, per pattern loop (first, second): the long side's
+  N = L padded to whole blocks over the band and G, the global side's G
+  over G and the L long keys.
 
   ETC's ids at the benchmark's inputs (`tools.benchmark_worker.
   global_local_inputs`): long token i is in sentence min(i // t, G - 1),
@@ -334,7 +336,7 @@ def per_id_trips(long_len: int, global_len: int, local_radius: int,
       "global": (_dense_distance_trips(global_len, global_len,
                                        relative_max_distance, block_m,
                                        block_n),
-                 _sentence_id_trips(global_len, n, block_m, block_n,
+                 _sentence_id_trips(global_len, long_len, block_m, block_n,
                                     lambda g: g, sentence)),
   }
 

@@ -77,3 +77,17 @@ def test_command_line_prints_the_table(capsys):
   assert len(out) == 2 + 8 + 1
   assert out[-1].startswith("backward: ")
   assert kernel_grids.main(["--resident=0"]) == 2
+
+
+def test_the_global_side_reads_the_unpadded_long_keys():
+  # L = 12 pads to N = 14 on the band (blocks of b = 7); the global
+  # side's g2l keys are the L = 12 long tokens (`attention_core`'s
+  # layouts): three key tiles of 4, where N's would be four.
+  launches = {g.name: g for g in kernel_grids.grids(
+      1, 1, long_len=12, global_len=3, local_radius=6,
+      kernel_tiles=SMALL_TILES)}
+  # Four tiles of N's rows on the long side ...
+  assert launches["long side, forward"].programs == 4
+  # ... three of L's keys on the global side.
+  assert launches["global side, forward"].parts == [(1, 3)]
+  assert launches["global side, backward keys, g2l"].loops == [1, 1, 1]
