@@ -5,7 +5,8 @@ r"""Builds the fused attention kernels: the FFI library and the CUDA cubins.
         [--dtypes=float32,bfloat16,float16] [--sides=band,dense] \
         [--streams=0000,0011,1111,1100] [--stream_dtypes=f32] \
         [--dropout=off,rows] [--passes=fwd,bwd] [--line_info] \
-        [--ffi_include=DIR] [--no_cubins] [--modules=DIR[,DIR...]]
+        [--ffi_include=DIR] [--no_cubins] [--aligned_for=L:G:r[,...]] \
+        [--modules=DIR[,DIR...]]
 
 writes
 
@@ -27,9 +28,13 @@ sides, the streams of its first, middle and last layers, recomputed
 streams and none (float32 sums), dropout on (rows first) and off
 (`--passes=fwd`: inference only): for one dtype 160 cubins, 6.5 MiB
 (without source lines: `--line_info` keeps them, at some 3x the size).
-`--modules` adds every cubin that exported modules launch
-(`tools.kernel_variants` reads their custom calls), so that a GPU run
-never meets a call whose cubin was not built.
+`--aligned_for` adds each of them aligned for a shape: its lengths that
+are multiples of 16 declared so (`kernel_names.aligned_digits`), which
+Triton's loads and stores they stride then vectorize; a handler launches
+a call's aligned cubin where the build has it, else the plain one.
+`--modules` adds every cubin that exported modules launch, aligned for
+their calls' lengths (`tools.kernel_variants` reads their custom calls),
+so that a GPU run never meets a call whose cubin was not built.
 The backward's queries
 kernel unrolls its per-id sums over R, the longest compiles (R = 32: some
 20 s each), which the build starts first.
@@ -59,6 +64,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from tools import kernel_grids
 # The variants and their names (re-exported: callers name them from here).
 from tools.kernel_names import DEFAULT_STREAMS
 from tools.kernel_names import DROPOUT_LAYOUTS
@@ -70,6 +76,7 @@ from tools.kernel_names import QUERIES
 from tools.kernel_names import SIDES
 from tools.kernel_names import STREAM_FLAGS
 from tools.kernel_names import Variant
+from tools.kernel_names import aligned_variants
 from tools.kernel_names import default_variants
 from tools.kernel_names import padded_ids
 from tools.kernel_names import variant_name
@@ -162,6 +169,25 @@ def constexprs(variant: Variant, tiles: Dict[str, int]) -> Dict[str, Any]:
           for name in SIGNATURES[variant.kernel].constexprs}
 
 
+def divisible_ints(variant: Variant) -> List[str]:
+  """The int arguments the variant's cubin takes as multiples of 16: the
+  band codes' row stride (its rows are padded to 16 bytes), and an aligned
+  variant's lengths (`Variant.aligned`) with the codes' row stride that
+  equals a dense pattern's key rows (`attention_ffi.cc`: codes1 [B, N, K1]
+  on the dense side, codes2 [B, N, K2])."""
+  kernel = SIGNATURES[variant.kernel]
+  band_codes = variant.band and variant.pattern in (0, 1)
+  names = [kernel.codes_stride] if band_codes else []
+  for name in variant.aligned_lengths:
+    names.append(name)
+    if variant.kernel == KEYS:
+      if name == "key_rows" and not band_codes:
+        names.append(kernel.codes_stride)
+    elif name == "first_len" and not variant.band:
+      names.append(kernel.codes_stride)
+  return names
+
+
 def kernel_source(triton_attention, variant: Variant, tiles: Dict[str, int]):
   """Triton's `ASTSource` of one variant of its kernel."""
   import triton  # pylint: disable=g-import-not-at-top
@@ -187,9 +213,9 @@ def kernel_source(triton_attention, variant: Variant, tiles: Dict[str, int]):
   # XLA's buffers are aligned (64 bytes and more): 16-byte vector loads.
   attrs = {(i,): [["tt.divisibility", 16]]
            for i in range(len(kernel.pointers))}
-  if values["BAND"]:  # the band codes' rows are padded to 16 bytes
-    attrs[(len(kernel.pointers) + kernel.ints.index(kernel.codes_stride),)
-         ] = [["tt.divisibility", 16]]
+  for name in divisible_ints(variant):
+    attrs[(len(kernel.pointers) + kernel.ints.index(name),)] = [
+        ["tt.divisibility", 16]]
   return ASTSource(fn=fn, signature=signature, constexprs=values,
                    attrs=attrs)
 
@@ -350,6 +376,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                       help="build the library only")
   parser.add_argument("--no_library", action="store_true",
                       help="compile the cubins only")
+  parser.add_argument("--aligned_for", default="",
+                      help="comma list of shapes L:G:r (long length, "
+                      "global length, local radius): also each variant "
+                      "with the lengths of the shape that are multiples "
+                      "of 16 declared so (faster loads; a handler takes "
+                      "them for calls of those lengths)")
   parser.add_argument("--modules", default="",
                       help="comma list of exported modules (or folders with "
                       "modules under them): also every cubin their calls "
@@ -369,6 +401,15 @@ def main(argv: Optional[List[str]] = None) -> int:
       print(f"build_kernels: --{flag} {bad}: not one of {list(allowed)}",
             file=sys.stderr)
       return 2
+  shapes = []
+  for shape in _list(args.aligned_for):
+    fields = shape.split(":")
+    if len(fields) != 3 or not all(f.isdigit() and int(f) > 0
+                                   for f in fields):
+      print(f"build_kernels: --aligned_for {shape!r}: not L:G:r, three "
+            f"positive integers", file=sys.stderr)
+      return 2
+    shapes += kernel_grids.side_lengths(*map(int, fields))
   if not args.no_library:
     include = args.ffi_include or default_ffi_include()
     if include is None:
@@ -401,6 +442,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                         reverse=True)
     variants = default_variants(dtypes, head_sizes, ids_padded, sides,
                                 streams, stream_dtypes, dropout, passes)
+    variants += aligned_variants(variants, shapes)
     if args.modules:
       try:
         launched = modules_variants(_list(args.modules))

@@ -113,7 +113,9 @@ def _label(case, kernel: str = "side_forward") -> str:
 def variant(case, dtype_name: str, low_streams: bool,
             kernel: str = kernel_names.FORWARD, pattern: int = 0) -> str:
   """The cubin the CUDA handlers launch for `case`: the forward's, the
-  backward's queries kernel, or its keys kernel of `pattern` (1, 2)."""
+  backward's queries kernel, or its keys kernel of `pattern` (1, 2);
+  aligned for the case's lengths (`main` names the plain one instead
+  where the build lacks it: `kernel_names.launched_name`)."""
   ids = case.num_ids if case.has_ids else 0
   flags = case.reads_prev + case.writes_new
   if pattern:
@@ -121,11 +123,15 @@ def variant(case, dtype_name: str, low_streams: bool,
   read = "s" if case.num_sources else "1"
   digits = [read if f else "0" for f in flags[:len(flags) // 2]] + [
       "1" if f else "0" for f in flags[len(flags) // 2:]]
-  return kernel_names.variant_name(
-      dtype_name, case.size_per_head,
-      kernel_names.padded_ids(ids), case.band,
-      "".join(digits), low_streams,
-      case.dropout_rate > 0, case.by_rows, kernel, pattern)
+  wanted = kernel_names.Variant(
+      dtype_name, case.size_per_head, kernel_names.padded_ids(ids),
+      case.band, "".join(digits), low_streams, case.dropout_rate > 0,
+      case.by_rows, kernel, pattern)
+  b = case.block_len if case.band else 1
+  wanted = wanted.for_lengths(
+      case.rows, case.rows + 2 * b if case.band else case.first_len,
+      case.second_len, b)
+  return wanted.name
 
 
 def backward_variants(case, dtype_name: str, low_streams: bool
@@ -572,6 +578,17 @@ def _cubin_manifest(library: str) -> Dict[str, Any]:
           "kernels": manifest.get("kernels")}
 
 
+def _launched(record: Dict[str, Any], folder: str) -> Dict[str, Any]:
+  """The record with the cubins the handlers launched from `folder`: an
+  aligned one where the build holds it, else the plain one."""
+  if "variant" in record:
+    record["variant"] = kernel_names.launched_name(record["variant"], folder)
+  if "variants" in record:
+    record["variants"] = [kernel_names.launched_name(v, folder)
+                          for v in record["variants"]]
+  return record
+
+
 def _timed_sides() -> List[Tuple[str, bool, int]]:
   """(side, streams and dropout, sources): summed streams, streams
   recomputed from the 11 layers before the twelfth, neither."""
@@ -618,6 +635,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     return 2
   import jax  # pylint: disable=g-import-not-at-top
   xla_runner.register_ffi_library(args.library, args.device)
+  folder = _cubin_manifest(args.library)["folder"]
   device = jax.devices(args.device)[0] if args.device else jax.devices()[0]
   reference = _reference_module()
   ok = True
@@ -641,7 +659,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                     "has_ids": case.has_ids, "ok": False,
                     "error": f"{type(e).__name__}: {e}"[:500]}
         record["wall_s"] = time.perf_counter() - start
-        timing.emit(record, args.output_jsonl)
+        timing.emit(_launched(record, folder), args.output_jsonl)
         ok &= record["ok"]
   timed = tuple(passes) + (("fwd_bwd",) if "bwd" in passes else ())
   for side, on, sources in ([] if args.no_timing else _timed_sides()):
@@ -656,7 +674,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                   "error": f"{type(e).__name__}: {e}"[:500]}]
     for record in records:
       record["cubins"] = _cubin_manifest(args.library)
-      timing.emit(record, args.output_jsonl)
+      timing.emit(_launched(record, folder), args.output_jsonl)
   return 0 if ok else 1
 
 

@@ -111,6 +111,21 @@ def _band_keys(rows: int, block_len: int, block_m: int,
   return loops
 
 
+def side_lengths(long_len: int, global_len: int, local_radius: int
+                 ) -> List[Tuple[bool, int, int, int, int]]:
+  """The kernels' lengths of each side at a shape: (band, query rows,
+  the first and second patterns' key rows, block length) of the long
+  side (the band: N = L padded to whole blocks of b = r + 1, N + 2b
+  padded key rows, G), the global side (G over G and the L long keys,
+  unpadded: `attention_core`'s layouts), and the full path's long side
+  (L over L and G)."""
+  b = local_radius + 1
+  n = math.ceil(long_len / b) * b
+  return [(True, n, n + 2 * b, global_len, b),
+          (False, global_len, global_len, long_len, 1),
+          (False, long_len, long_len, global_len, 1)]
+
+
 def grids(batch_size: int, num_heads: int, long_len: int, global_len: int,
           local_radius: int,
           kernel_tiles: Optional[Dict[str, Dict[str, int]]] = None

@@ -4,9 +4,13 @@ A variant is one compiled kernel: `triton_attention`'s side kernel (the
 forward `side_forward`; the backward's `side_backward_queries` and, per
 pattern, `side_backward_keys`) with its constexprs fixed for one input
 dtype, head size, relative vocabulary, first pattern (band or dense),
-stream flags and dtype, and dropout layout. Its name is the cubin's file
-name, which the CUDA handlers build from a call (`attention_ffi.cc`,
-`VariantName`) and which `variant_name` builds alike.
+stream flags and dtype, and dropout layout, and optionally for the
+lengths of one shape: those that are multiples of 16 declared so
+(`aligned_digits`), which lets Triton vectorize the loads they stride.
+Its name is the cubin's file name, which the CUDA handlers build from a
+call (`attention_ffi.cc`, `VariantName`) and which `variant_name` builds
+alike; a handler takes a call's aligned cubin where the build has one,
+else the plain one.
 
 `tools/build_kernels.py` compiles variants; `tools/kernel_variants.py`
 reads the ones an exported module launches. Neither Triton nor
@@ -15,6 +19,7 @@ TensorFlow nor jax is imported here.
 
 import dataclasses
 import itertools
+import os
 from typing import Dict, List, Sequence, Tuple
 
 DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
@@ -40,6 +45,13 @@ STREAM_FLAGS = tuple(
     [r1 + r2 + "00" for r1 in "0s" for r2 in "0s" if "s" in r1 + r2])
 SIDES = ("band", "dense")
 DROPOUT_LAYOUTS = ("off", "rows", "whole")
+# Each kernel's length arguments (`triton_attention`) in the order of an
+# aligned variant's digits.
+ALIGNED_LENGTHS = {
+    FORWARD: ("num_rows", "first_len", "second_len", "block_len"),
+    QUERIES: ("num_rows", "first_len", "second_len", "block_len"),
+    KEYS: ("num_rows", "key_rows", "block_len"),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +73,8 @@ class Variant:
     kernel: `FORWARD`, `QUERIES` or `KEYS`.
     pattern: the keys kernel's pattern (1: the first, 2: the second); 0
       for the others.
+    aligned: one digit per `ALIGNED_LENGTHS[kernel]`, "1" where that
+      length is declared a multiple of 16 (`aligned_digits`); "": none.
   """
   dtype: str
   head_size: int
@@ -72,6 +86,7 @@ class Variant:
   by_rows: bool = True
   kernel: str = FORWARD
   pattern: int = 0
+  aligned: str = ""
 
   @property
   def flags(self) -> Tuple[bool, ...]:
@@ -109,7 +124,25 @@ class Variant:
     return variant_name(self.dtype, self.head_size, self.ids_padded,
                         self.band, self.streams, self.low_streams,
                         self.dropout, self.by_rows, self.kernel,
-                        self.pattern)
+                        self.pattern, self.aligned)
+
+  @property
+  def plain(self) -> "Variant":
+    """The same kernel for any lengths: what a handler launches when the
+    build lacks this aligned one."""
+    return dataclasses.replace(self, aligned="")
+
+  def for_lengths(self, rows: int, first_len: int, second_len: int,
+                  block_len: int) -> "Variant":
+    """This kernel aligned for a side's lengths (`aligned_digits`)."""
+    return dataclasses.replace(self, aligned=aligned_digits(
+        self.kernel, rows, first_len, second_len, block_len, self.pattern))
+
+  @property
+  def aligned_lengths(self) -> Tuple[str, ...]:
+    """The length arguments this variant declares multiples of 16."""
+    return tuple(name for name, digit in zip(ALIGNED_LENGTHS[self.kernel],
+                                             self.aligned) if digit == "1")
 
 
 def padded_ids(num_ids: int) -> int:
@@ -118,10 +151,32 @@ def padded_ids(num_ids: int) -> int:
   return 1 << max(num_ids - 1, 0).bit_length() if num_ids else 0
 
 
+def aligned_digits(kernel: str, rows: int, first_len: int, second_len: int,
+                   block_len: int, pattern: int = 0) -> str:
+  """Which of a kernel's lengths (`ALIGNED_LENGTHS`) are multiples of 16
+  for a side's shape, as digits ("" when none is), as the handlers
+  reckon them (`attention_ffi.cc`, `AlignedDigits`).
+
+  Args:
+    kernel: `FORWARD`, `QUERIES` or `KEYS`.
+    rows: the side's query rows N.
+    first_len, second_len: each pattern's key rows (the band's: N + 2b).
+    block_len: b on the band side, 1 on the dense one.
+    pattern: the keys kernel's pattern (1, 2).
+  """
+  if kernel == KEYS:
+    lengths = (rows, (first_len, second_len)[pattern - 1], block_len)
+  else:
+    lengths = (rows, first_len, second_len, block_len)
+  digits = "".join("1" if n % 16 == 0 else "0" for n in lengths)
+  return digits if "1" in digits else ""
+
+
 def variant_name(dtype: str, head_size: int, ids_padded: int, band: bool,
                  streams: str = "0000", low_streams: bool = False,
                  dropout: bool = False, by_rows: bool = True,
-                 kernel: str = FORWARD, pattern: int = 0) -> str:
+                 kernel: str = FORWARD, pattern: int = 0,
+                 aligned: str = "") -> str:
   """The cubin's name, as the CUDA handlers build it from the call
   (`attention_ffi.cc`, `VariantName`). The forward's and the backward's
   queries kernel (`kernel` side_forward, side_backward_queries):
@@ -143,6 +198,7 @@ def variant_name(dtype: str, head_size: int, ids_padded: int, band: bool,
   whenever dropout is off (the index layout matters only with dropout).
   A READ digit "s" reads the previous sum from the sources (recomputed
   streams: the earlier layers' queries and keys), never beside a "1".
+  An aligned variant (`aligned` holds a "1") ends in "_a<digits>".
   """
   keys = kernel == KEYS
   if kernel not in KERNELS:
@@ -155,13 +211,38 @@ def variant_name(dtype: str, head_size: int, ids_padded: int, band: bool,
       "s" in streams[reads:] or ("s" in streams and "1" in streams)):
     raise ValueError(f"streams {streams!r}: {digits} 0/1 digits, or \"s\" "
                      f"for the READ ones alone")
+  lengths = len(ALIGNED_LENGTHS[kernel])
+  if aligned and (len(aligned) != lengths or set(aligned) - {"0", "1"}):
+    raise ValueError(f"aligned {aligned!r}: {lengths} 0/1 digits "
+                     f"({', '.join(ALIGNED_LENGTHS[kernel])}), or \"\"")
   low = low_streams and "1" in streams and dtype != "float32"
   return (f"{kernel}_{dtype}_d{head_size}_"
           f"{f'r{ids_padded}' if ids_padded else 'noids'}_"
           f"{'band' if band else 'dense'}_"
           f"{f'p{pattern}_' if keys else ''}{'low' if low else 'f32'}_"
           f"{streams}_{'drop' if dropout else 'nodrop'}_"
-          f"{'rows' if by_rows or not dropout else 'whole'}")
+          f"{'rows' if by_rows or not dropout else 'whole'}"
+          f"{f'_a{aligned}' if '1' in aligned else ''}")
+
+
+def launched(variant: Variant, cubin_dir: str) -> Variant:
+  """The variant a handler launches for a call that wants `variant`: it,
+  where `cubin_dir` holds its cubin, else the plain one (`attention_ffi.cc`,
+  `LoadVariant`)."""
+  if variant.aligned and not os.path.exists(
+      os.path.join(cubin_dir, variant.name + ".meta")):
+    return variant.plain
+  return variant
+
+
+def launched_name(name: str, cubin_dir: str) -> str:
+  """`launched` by name: an aligned name ("..._a<digits>") where
+  `cubin_dir` holds its cubin, else the plain one."""
+  plain, _, digits = name.rpartition("_a")
+  if not plain or not digits.isdigit() or os.path.exists(
+      os.path.join(cubin_dir, name + ".meta")):
+    return name
+  return plain
 
 
 def default_variants(dtypes: Sequence[str], head_sizes: Sequence[int],
@@ -193,4 +274,28 @@ def default_variants(dtypes: Sequence[str], head_sizes: Sequence[int],
         found = [Variant(streams=flags, **common)]
       for v in found:
         out.setdefault(v.name, v)
+  return list(out.values())
+
+
+def aligned_variants(variants: Sequence[Variant],
+                     sides: Sequence[Tuple[bool, int, int, int, int]]
+                     ) -> List[Variant]:
+  """Each variant aligned for each side shape of its kind that has a
+  length multiple of 16 (`aligned_digits`), each once, in order.
+
+  Args:
+    variants: plain variants.
+    sides: (band, rows, first_len, second_len, block_len) per side shape
+      (`kernel_grids.side_lengths`).
+  """
+  out: Dict[str, Variant] = {}
+  for v in variants:
+    for band, rows, first_len, second_len, block_len in sides:
+      if band != v.band:
+        continue
+      digits = aligned_digits(v.kernel, rows, first_len, second_len,
+                              block_len, v.pattern)
+      if digits:
+        aligned = dataclasses.replace(v, aligned=digits)
+        out.setdefault(aligned.name, aligned)
   return list(out.values())

@@ -351,19 +351,25 @@ class Launch:
 
 
 def launches(grids: Sequence[kernel_grids.Grid], dtype: str, head_size: int,
-             ids_padded: int, streams: str, dropout: bool
+             ids_padded: int, streams: str, dropout: bool,
+             lengths: Optional[Dict[str, Tuple[int, int, int, int]]] = None
              ) -> List[Launch]:
   """`kernel_grids.grids`' launches with their variants (the middle
   layer's: `streams` for the queries kernels, the matching pattern's two
-  flags for the keys kernels)."""
+  flags for the keys kernels), aligned for each side's `lengths` (rows,
+  first_len, second_len, block_len; `kernel_grids.side_lengths`) where
+  given."""
   out = []
   keys_flags = {1: streams[0] + streams[2], 2: streams[1] + streams[3]}
   for grid in grids:
     flags = keys_flags[grid.pattern] if grid.pattern else streams
-    out.append(Launch(grid, kernel_names.Variant(
+    variant = kernel_names.Variant(
         dtype=dtype, head_size=head_size, ids_padded=ids_padded,
         band=grid.side == "long", streams=flags, dropout=dropout,
-        kernel=grid.kernel, pattern=grid.pattern), grid.side))
+        kernel=grid.kernel, pattern=grid.pattern)
+    if lengths:
+      variant = variant.for_lengths(*lengths[grid.side])
+    out.append(Launch(grid, variant, grid.side))
   return out
 
 
@@ -557,9 +563,16 @@ def main(argv: Optional[List[str]] = None) -> int:
   grids = kernel_grids.grids(args.batch_size, args.num_heads, args.long_len,
                              args.global_len, args.local_radius, tiles)
   ids_padded = kernel_names.padded_ids(args.relative_vocab_size)
+  long_side, global_side, _ = kernel_grids.side_lengths(
+      args.long_len, args.global_len, args.local_radius)
+  lengths = {"long": long_side[1:], "global": global_side[1:]}
   profiles = []
   for launch in launches(grids, args.dtype, args.head_size, ids_padded,
-                         args.streams, not args.no_dropout):
+                         args.streams, not args.no_dropout, lengths):
+    # The cubin a handler launches: aligned for the shape's lengths where
+    # the build has it, else the plain one.
+    launch = dataclasses.replace(launch, variant=kernel_names.launched(
+        launch.variant, args.cubin_dir))
     cubin = pathlib.Path(args.cubin_dir) / f"{launch.variant.name}.cubin"
     if not cubin.exists():
       print(f"error: {cubin}: no such cubin (tools.build_kernels builds "

@@ -16,7 +16,11 @@ The names are the handlers' (`attention_ffi.cc`, `VariantName`, which
 `tools.kernel_names.variant_name` mirrors): the inputs' dtype and head
 size from q, the relative vocabulary from per_id's third dimension, the
 stream flags from the call's attributes, the streams' dtype from the sums
-read or written, dropout from `keep_threshold`.
+read or written, dropout from `keep_threshold`; each aligned for the
+call's lengths (q's rows, k1's and k2's, `block_len`), which a handler
+launches where the build has it and else the plain one
+(`kernel_names.launched`): a build lacks a call's kernel only when it
+has neither.
 
 jaxlib (its HLO to StableHLO converter and MLIR printer) reads the module;
 neither TensorFlow nor Triton is imported.
@@ -36,7 +40,7 @@ from tools import xla_runner
 TARGETS = ("etc_side_forward", "etc_side_backward")
 # Operand positions (attention_ffi.cc, ETC_SIDE_OPERANDS; the backward's
 # ctx, lse, dctx, dnew1, dnew2 follow seeds).
-Q, PER_ID, PREV1, PREV2 = 0, 5, 9, 10
+Q, K1, K2, PER_ID, PREV1, PREV2 = 0, 1, 3, 5, 9, 10
 DNEW1, DNEW2 = 18, 19
 # The forward's results: ctx, lse, new1, new2.
 NEW1, NEW2 = 2, 3
@@ -116,6 +120,8 @@ def call_variants(call: Call) -> List[kernel_names.Variant]:
   low = any(t != "f32" for t, _ in streams)
   digits = "".join(("s" if sources else "1") if r else "0" for r in read)
   digits += "".join("1" if e else "0" for e in emit)
+  lengths = (q_shape[2], call.operands[K1][1][2], call.operands[K2][1][2],
+             int(a["block_len"]))
   common = dict(
       dtype=MLIR_TYPES[dtype], head_size=q_shape[3],
       ids_padded=(kernel_names.padded_ids(call.operands[PER_ID][1][2])
@@ -123,12 +129,15 @@ def call_variants(call: Call) -> List[kernel_names.Variant]:
       low_streams=low, dropout=int(a["keep_threshold"]) > 0,
       by_rows=flag("by_rows"))
   if not backward:
-    return [kernel_names.Variant(streams=digits, **common)]
-  return ([kernel_names.Variant(streams=digits, kernel=kernel_names.QUERIES,
-                                 **common)] +
-          [kernel_names.Variant(streams=digits[p] + digits[p + 2],
-                                 kernel=kernel_names.KEYS, pattern=p + 1,
-                                 **common) for p in range(2)])
+    variants = [kernel_names.Variant(streams=digits, **common)]
+  else:
+    variants = (
+        [kernel_names.Variant(streams=digits, kernel=kernel_names.QUERIES,
+                              **common)] +
+        [kernel_names.Variant(streams=digits[p] + digits[p + 2],
+                              kernel=kernel_names.KEYS, pattern=p + 1,
+                              **common) for p in range(2)])
+  return [v.for_lengths(*lengths) for v in variants]
 
 
 def module_dirs(paths: Sequence[str]) -> List[str]:
@@ -156,9 +165,12 @@ def module_variants(module_dir: str) -> List[kernel_names.Variant]:
   return list(out.values())
 
 
-def missing(names: Sequence[str], cubins_dir: str) -> List[str]:
-  return [n for n in names
-          if not os.path.exists(os.path.join(cubins_dir, n + ".cubin"))]
+def missing(variants: Sequence[kernel_names.Variant], cubins_dir: str
+            ) -> List[str]:
+  """The names of the variants for which `cubins_dir` holds neither the
+  cubin nor, for an aligned one, the plain one."""
+  return [v.name for v in variants if not os.path.exists(os.path.join(
+      cubins_dir, kernel_names.launched(v, cubins_dir).name + ".cubin"))]
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -184,11 +196,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     return 0
   lacking = 0
   for module_dir, variants in found.items():
-    names = [v.name for v in variants]
-    print(f"{module_dir}: {len(names)} cubins")
-    for name in names:
-      absent = args.cubins and missing([name], args.cubins)
+    print(f"{module_dir}: {len(variants)} cubins")
+    for variant in variants:
+      name = variant.name
+      absent = args.cubins and missing([variant], args.cubins)
       lacking += bool(absent)
+      if args.cubins and not absent:
+        name = kernel_names.launched(variant, args.cubins).name
       print(f"  {name}{'  MISSING' if absent else ''}")
   if args.cubins:
     print(f"{lacking} missing from {args.cubins}")

@@ -168,3 +168,36 @@ def test_register_cap_reaches_the_cubin(tmp_path):
   assert kernel_sass.registers(str(cubin)) <= 64
   manifest = json.loads((folder / "manifest.json").read_text())
   assert all(shape["maxnreg"] == 64 for shape in manifest["tiles"].values())
+
+
+@pytest.mark.skipif(any(__import__("importlib").util.find_spec(m) is None
+                        for m in ("triton",)), reason="needs Triton")
+def test_aligned_lengths_widen_the_loads(tmp_path):
+  # The global side of L = 64, G = 32 (r = 3): its rows and both
+  # patterns' keys are multiples of 16, so `--aligned_for` adds a dense
+  # cubin that takes them as such (and the full path's long side, 64 over
+  # 64 and 32, the same digits); the running sums' loads and stores along
+  # their rows then move several elements an instruction.
+  result = subprocess.run(
+      [sys.executable, "-m", "tools.build_kernels", f"--output_dir={tmp_path}",
+       "--no_library", "--passes=fwd", "--dtypes=float16", "--head_sizes=16",
+       "--relative_vocab_sizes=0", "--sides=dense", "--streams=1111",
+       "--dropout=off", "--aligned_for=64:32:3", "--arch=90", "--jobs=2"],
+      cwd=REPO, capture_output=True, text=True, timeout=600)
+  assert result.returncode == 0, result.stderr[-3000:]
+  folder = tmp_path / "cubins"
+  plain = "side_forward_float16_d16_noids_dense_f32_1111_nodrop_rows"
+  assert sorted(p.stem for p in folder.glob("*.cubin")) == [
+      plain, plain + "_a1110"]
+
+  def global_memory(name):
+    sass = kernel_sass.disassemble(str(folder / f"{name}.cubin"))
+    return [i.opcode for i in sass.instructions
+            if kernel_sass.op_class(i.opcode) == "global"]
+
+  wide = [op for op in global_memory(plain + "_a1110")
+          if ".64" in op or ".128" in op]
+  assert wide and len(global_memory(plain + "_a1110")) < len(
+      global_memory(plain))
+  assert build_kernels.main([f"--output_dir={tmp_path}", "--no_library",
+                             "--aligned_for=64:32"]) == 2

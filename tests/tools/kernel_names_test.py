@@ -78,12 +78,17 @@ int main() {
   int64_t d, ids;
   std::string flags;  // READ1 READ2 WRITE1 WRITE2: 0, 1, or s (sources)
   int has_ids, band, low, drop, by_rows, pattern;
+  int64_t rows, first_len, second_len, block_len;
   while (std::cin >> kernel >> pattern >> dtype >> d >> ids >> has_ids >>
-         band >> flags >> low >> drop >> by_rows) {
+         band >> flags >> low >> drop >> by_rows >> rows >> first_len >>
+         second_len >> block_len) {
     const ffi::DataType t = dtype == "float32" ? ffi::DataType::F32
         : dtype == "bfloat16" ? ffi::DataType::BF16 : ffi::DataType::F16;
     SideShape s{};
     s.size_per_head = d;
+    s.rows = rows;
+    s.key_rows[0] = first_len;
+    s.key_rows[1] = second_len;
     s.num_ids = ids;
     s.stream_type = low ? t : ffi::DataType::F32;
     SideOptions o{};
@@ -92,7 +97,10 @@ int main() {
     o.emit[0] = flags[2] != '0'; o.emit[1] = flags[3] != '0';
     o.sources = flags.find('s') != std::string::npos ? 3 : 0;
     o.keep_threshold = drop ? 6554 : 0;
-    std::cout << VariantName(t, s, o, kernel.c_str(), pattern) << std::endl;
+    o.block_len = block_len;
+    std::cout << VariantName(t, s, o, kernel.c_str(), pattern) << " "
+              << VariantName(t, s, o, kernel.c_str(), pattern, true)
+              << std::endl;
   }
 }
 """
@@ -109,32 +117,54 @@ def test_the_handler_builds_the_same_names(tmp_path):
                   str(source), "-o", str(program), "-ldl"], check=True,
                  timeout=300)
   calls = [  # dtype, D, num_ids (0: no ids), band, streams, low, dropout,
-             # by_rows
-      ("bfloat16", 64, 32, True, "1111", False, True, True),
-      ("float16", 16, 5, False, "0011", True, True, False),
-      ("float32", 64, 1, True, "1100", True, False, False),
-      ("bfloat16", 64, 0, False, "0000", True, False, True),
-      ("float16", 128, 100, True, "1000", True, True, True),
-      ("bfloat16", 64, 32, True, "ss00", False, True, True)]
+             # by_rows; the side's lengths: rows, first_len, second_len,
+             # block_len
+      ("bfloat16", 64, 32, True, "1111", False, True, True,
+       (4165, 4335, 256, 85)),
+      ("float16", 16, 5, False, "0011", True, True, False,
+       (256, 256, 4165, 1)),
+      ("float32", 64, 1, True, "1100", True, False, False,
+       (4128, 4320, 256, 96)),
+      ("bfloat16", 64, 0, False, "0000", True, False, True,
+       (230, 230, 4165, 1)),
+      ("float16", 128, 100, True, "1000", True, True, True,
+       (90, 120, 7, 15)),
+      ("bfloat16", 64, 32, True, "ss00", False, True, True,
+       (4165, 4335, 1024, 85))]
   # Each call's cubins: the forward's, the backward's queries kernel, and
   # its keys kernel per pattern (the C++ side reads the call's four flags,
   # the name holds the pattern's two).
   kernels = [("side_forward", 0), ("side_backward_queries", 0),
              ("side_backward_keys", 1), ("side_backward_keys", 2)]
-  lines, want = [], []
-  for dtype, d, ids, band, streams, low, drop, by_rows in calls:
+  lines, want, aligned = [], [], []
+  for dtype, d, ids, band, streams, low, drop, by_rows, lengths in calls:
     for kernel, pattern in kernels:
       fields = [kernel, pattern, dtype, d, ids or 1, int(bool(ids)),
-                int(band), streams, int(low), int(drop), int(by_rows)]
+                int(band), streams, int(low), int(drop), int(by_rows),
+                *lengths]
       lines.append(" ".join(map(str, fields)))
       flags = (streams[pattern - 1] + streams[pattern + 1] if pattern
                else streams)
-      want.append(kernel_names.variant_name(
+      variant = kernel_names.Variant(
           dtype, d, 1 << max(ids - 1, 0).bit_length() if ids else 0, band,
-          flags, low, drop, by_rows, kernel, pattern))
+          flags, low, drop, by_rows, kernel, pattern)
+      want.append(variant.name)
+      aligned.append(variant.for_lengths(*lengths).name)
   done = subprocess.run([str(program)], input="\n".join(lines) + "\n",
                         capture_output=True, text=True, check=True)
-  assert done.stdout.split() == want
+  assert done.stdout.split()[0::2] == want
+  assert done.stdout.split()[1::2] == aligned
+  # The benchmark's long side: only G (the second pattern's keys) is a
+  # multiple of 16; the band's keys kernel has none, so no suffix.
+  assert aligned[0] == want[0] + "_a0010"
+  assert aligned[2] == want[2]
+  assert aligned[3] == want[3] + "_a010"
+  # Its global side: G rows over G and N keys; a block length of 16s
+  # aligns every length of the band; none of 90, 120, 7, 15 is.
+  assert aligned[4] == want[4] + "_a1100"
+  assert aligned[9] == want[9] + "_a1111"
+  assert aligned[10] == want[10] + "_a111"
+  assert aligned[16:20] == want[16:20]
   assert want[4] == "side_forward_float16_d16_r8_dense_low_0011_drop_whole"
   assert want[16] == "side_forward_float16_d128_r128_band_low_1000_drop_rows"
   assert want[5] == (
@@ -153,3 +183,59 @@ def test_the_handler_builds_the_same_names(tmp_path):
 def test_relative_vocabularies_round_up_to_a_power_of_two():
   assert [kernel_names.padded_ids(n) for n in (0, 1, 2, 3, 25, 32, 33)] == [
       0, 1, 2, 4, 32, 32, 64]
+
+
+def test_aligned_digits_name_the_lengths_of_16():
+  digits = kernel_names.aligned_digits
+  forward, keys = kernel_names.FORWARD, kernel_names.KEYS
+  assert digits(forward, 4165, 4335, 256, 85) == "0010"
+  assert digits(forward, 256, 256, 4165, 1) == "1100"
+  assert digits(forward, 4165, 4335, 250, 85) == ""
+  assert digits(keys, 4165, 4335, 256, 85, pattern=1) == ""
+  assert digits(keys, 4165, 4335, 256, 85, pattern=2) == "010"
+  variant = kernel_names.Variant("bfloat16", 64, 32, True, "1111",
+                                 dropout=True)
+  aligned = variant.for_lengths(4165, 4335, 256, 85)
+  assert aligned.name == variant.name + "_a0010"
+  assert aligned.aligned_lengths == ("second_len",)
+  assert aligned.plain == variant
+  with pytest.raises(ValueError, match="4 0/1 digits"):
+    kernel_names.variant_name("float32", 64, 32, True, aligned="010")
+
+
+def test_a_handler_launches_the_aligned_cubin_where_built(tmp_path):
+  variant = kernel_names.Variant("bfloat16", 64, 32, True, "1111",
+                                 aligned="0010")
+  assert kernel_names.launched(variant, str(tmp_path)) == variant.plain
+  (tmp_path / (variant.name + ".meta")).write_text("f 0 4 32\n")
+  assert kernel_names.launched(variant, str(tmp_path)) == variant
+  assert kernel_names.launched(variant.plain, str(tmp_path)) == (
+      variant.plain)
+
+
+def test_aligned_variants_per_side_shape():
+  plain = kernel_names.default_variants(["bfloat16"], [64], [32],
+                                        streams=["1111"], dropout=["rows"])
+  sides = [(True, 4165, 4335, 256, 85), (False, 256, 256, 4165, 1),
+           (False, 4096, 4096, 256, 1)]
+  aligned = kernel_names.aligned_variants(plain, sides)
+  names = sorted(v.name.rsplit("_a", 1)[1] + " " + v.kernel + " " +
+                 ("band" if v.band else "dense") + str(v.pattern)
+                 for v in aligned)
+  # The band's keys kernel of l2l has no length of 16: no variant.
+  assert names == sorted([
+      "0010 side_forward band0", "0010 side_backward_queries band0",
+      "010 side_backward_keys band2",
+      "1100 side_forward dense0", "1100 side_backward_queries dense0",
+      "110 side_backward_keys dense1", "100 side_backward_keys dense2",
+      "1110 side_forward dense0", "1110 side_backward_queries dense0",
+      "110 side_backward_keys dense2"])
+
+
+def test_launched_name_falls_back_to_the_plain_cubin(tmp_path):
+  plain = "side_forward_bfloat16_d64_r32_band_f32_1111_drop_rows"
+  assert kernel_names.launched_name(plain + "_a0010", str(tmp_path)) == plain
+  assert kernel_names.launched_name(plain, str(tmp_path)) == plain
+  (tmp_path / (plain + "_a0010.meta")).write_text("f 0 4 32\n")
+  assert kernel_names.launched_name(plain + "_a0010", str(tmp_path)) == (
+      plain + "_a0010")

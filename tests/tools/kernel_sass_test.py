@@ -6,6 +6,7 @@ import importlib.util
 import json
 import math
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -275,3 +276,20 @@ def test_compiled_cubins_loops_and_a_layers_floors(tmp_path, capsys):
       "side_backward_keys_bfloat16_d16_r8_band_p1_f32_11_drop_rows"]
   assert all(r["floor_ms"] > 0 and r["resident_warps"] >= 4 and
              r["long_len"] == 500 for r in records)
+
+  # A build aligned for the shape's lengths (here G = 32 only, on the
+  # long side): its cubin is the one counted, as a handler launches it.
+  plain = tmp_path / "cubins" / records[0]["variant"]
+  for suffix in (".cubin", ".meta"):
+    shutil.copy(str(plain) + suffix, str(plain) + "_a0010" + suffix)
+  floors.unlink()
+  assert kernel_sass.main([
+      f"--cubin_dir={tmp_path / 'cubins'}", "--batch_size=1",
+      "--num_heads=2", "--long_len=500", "--global_len=32",
+      "--local_radius=9", "--relative_max_distance=2", "--head_size=16",
+      "--relative_vocab_size=8", "--top_lines=0",
+      f"--output_jsonl={floors}"]) == 0
+  aligned = [json.loads(line)["variant"]
+             for line in floors.read_text().splitlines()]
+  assert aligned[0] == records[0]["variant"] + "_a0010"
+  assert aligned[1:] == [r["variant"] for r in records][1:]

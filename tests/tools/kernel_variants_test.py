@@ -60,16 +60,28 @@ def _names(module_dir):
   return [v.name for v in kernel_variants.module_variants(module_dir)]
 
 
+def _write(cubins, name):
+  """A stand-in build's cubin and its metadata."""
+  (cubins / f"{name}.cubin").write_bytes(b"")
+  (cubins / f"{name}.meta").write_text("f 0 4 32\n")
+
+
 def test_summed_streams_launch_each_layers_flags(modules):
   names = _names(modules["summed"])
   forward = sorted(n for n in names if n.startswith("side_forward"))
+  # The global side's long keys, L = 16, are a multiple of 16 (the long
+  # side's 20 padded rows, its block of 5 and G = 4 are not): its cubins
+  # are aligned for them.
   assert forward == sorted(
-      f"side_forward_float32_d16_r8_{side}_f32_{flags}_drop_rows"
-      for side in ("band", "dense") for flags in ("0011", "1111", "1100"))
+      f"side_forward_float32_d16_r8_{side}_f32_{flags}_drop_rows{aligned}"
+      for side, aligned in (("band", ""), ("dense", "_a0010"))
+      for flags in ("0011", "1111", "1100"))
   # The backward: per side and layer its queries kernel and the keys
   # kernel of each pattern, with that pattern's READ and WRITE flags.
   assert "side_backward_queries_float32_d16_r8_band_f32_1111_drop_rows" in names
-  assert "side_backward_keys_float32_d16_r8_dense_p2_f32_01_drop_rows" in names
+  assert ("side_backward_keys_float32_d16_r8_dense_p2_f32_01_drop_rows_a010"
+          in names)
+  assert "side_backward_keys_float32_d16_r8_dense_p1_f32_10_drop_rows" in names
   assert "side_backward_keys_float32_d16_r8_band_p1_f32_10_drop_rows" in names
   assert len(names) == 6 + 6 * 3
 
@@ -77,16 +89,19 @@ def test_summed_streams_launch_each_layers_flags(modules):
 def test_recomputed_streams_read_from_the_sources(modules):
   names = _names(modules["recomputed"])
   assert "side_forward_float32_d16_r8_band_f32_0000_drop_rows" in names
-  assert "side_forward_float32_d16_r8_dense_f32_ss00_drop_rows" in names
+  assert "side_forward_float32_d16_r8_dense_f32_ss00_drop_rows_a0010" in names
   assert "side_backward_keys_float32_d16_r8_band_p2_f32_s0_drop_rows" in names
   assert not any("1" in n.split("_f32_")[1].split("_")[0] for n in names)
 
 
 def test_the_default_build_covers_a_small_models_calls(modules):
+  # Their plain cubins: a handler launches them where the aligned ones
+  # are not built.
   built = {v.name for v in kernel_names.default_variants(
       ["float32"], [16], [8])}
   for kind in ("summed", "recomputed"):
-    assert set(_names(modules[kind])) <= built
+    assert {v.plain.name for v in kernel_variants.module_variants(
+        modules[kind])} <= built
 
 
 def test_cli_names_what_a_build_lacks(modules, tmp_path, capsys):
@@ -94,7 +109,7 @@ def test_cli_names_what_a_build_lacks(modules, tmp_path, capsys):
   cubins.mkdir()
   names = _names(modules["summed"])
   for name in set(names[1:] + _names(modules["recomputed"])):
-    (cubins / f"{name}.cubin").write_bytes(b"")
+    _write(cubins, name)
   # A folder of modules: each one's calls, the deeper one's too.
   assert kernel_variants.main([f"--modules={modules['root']}",
                                f"--cubins={cubins}"]) == 1
@@ -102,10 +117,20 @@ def test_cli_names_what_a_build_lacks(modules, tmp_path, capsys):
   assert f"  {names[0]}  MISSING" in out and out.count("MISSING") == 1
   assert f"{modules['recomputed']}: " in out
   assert "1 missing from" in out
-  (cubins / f"{names[0]}.cubin").write_bytes(b"")
+  _write(cubins, names[0])
   assert kernel_variants.main([f"--modules={modules['summed']}",
                                f"--cubins={cubins}"]) == 0
   assert "0 missing" in capsys.readouterr().out
+
+
+def test_an_aligned_variant_is_there_when_its_plain_one_is(tmp_path):
+  # A handler falls back to the plain cubin: a build lacks an aligned
+  # variant only when it has neither.
+  variant = kernel_names.Variant("bfloat16", 64, 32, True, "1111",
+                                 aligned="0010")
+  assert kernel_variants.missing([variant], str(tmp_path)) == [variant.name]
+  _write(tmp_path, variant.plain.name)
+  assert kernel_variants.missing([variant], str(tmp_path)) == []
 
 
 def test_a_folder_without_modules_is_one_line(tmp_path, capsys):
@@ -119,9 +144,12 @@ def test_parses_a_call_line():
       '%0 = stablehlo.custom_call @etc_side_backward(%a, %b) {api_version = '
       '4 : i32, backend_config = {band = false, by_rows = true, emit1 = '
       'true, emit2 = false, has_ids = false, keep_threshold = 0 : i64, '
-      'read_prev1 = false, read_prev2 = true, sources = 0 : i64}} : ('
-      + ", ".join(["tensor<1x2x8x32xbf16>"] + ["tensor<1xf32>"] * 4 +
-                  ["tensor<1x8x1x2xf32>"] + ["tensor<1xf32>"] * 3 +
+      'read_prev1 = false, read_prev2 = true, sources = 0 : i64, '
+      'block_len = 1 : i64}} : ('
+      + ", ".join(["tensor<1x2x16x32xbf16>"] +
+                  ["tensor<1x2x16x32xbf16>"] * 2 +
+                  ["tensor<1x2x8x32xbf16>"] * 2 +
+                  ["tensor<1x16x1x2xf32>"] + ["tensor<1xf32>"] * 3 +
                   ["tensor<1xf32>", "tensor<1x2x8x8xbf16>"] +
                   ["tensor<1xf32>"] * 7 + ["tensor<1x2x8x8xbf16>",
                                            "tensor<1xf32>"]) +
@@ -129,11 +157,16 @@ def test_parses_a_call_line():
   (call,) = kernel_variants.parse_calls(line)
   assert call.attributes["read_prev2"] == "true"
   names = [v.name for v in kernel_variants.call_variants(call)]
-  # The sums are the inputs' dtype: "low"; no ids; dense; dropout off.
+  # The sums are the inputs' dtype: "low"; no ids; dense; dropout off;
+  # aligned for the rows and the first pattern's keys (16; the second
+  # pattern's 8 and the block length 1 are not multiples of 16).
   assert names == [
-      "side_backward_queries_bfloat16_d32_noids_dense_low_0110_nodrop_rows",
-      "side_backward_keys_bfloat16_d32_noids_dense_p1_low_01_nodrop_rows",
-      "side_backward_keys_bfloat16_d32_noids_dense_p2_low_10_nodrop_rows"]
+      "side_backward_queries_bfloat16_d32_noids_dense_low_0110_nodrop_rows"
+      "_a1100",
+      "side_backward_keys_bfloat16_d32_noids_dense_p1_low_01_nodrop_rows"
+      "_a110",
+      "side_backward_keys_bfloat16_d32_noids_dense_p2_low_10_nodrop_rows"
+      "_a100"]
 
 
 def test_build_kernels_reads_the_modules_in_a_child_process(modules):

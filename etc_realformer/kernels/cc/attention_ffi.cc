@@ -939,10 +939,35 @@ const char* TypeName(ffi::DataType t) {
 //   <f32|low>_<READ><WRITE>_<drop|nodrop>_<rows|whole>
 // "low" only where a stream the kernel touches is in the inputs' type;
 // "rows" whenever dropout is off (the index layout matters only then).
+// An aligned cubin ends in "_a<digits>" (`AlignedDigits`).
+//
+// Which of a kernel's lengths are multiples of 16, one digit each ("" when
+// none is): the forward's and the queries kernel's rows, first and second
+// key rows and block length; the keys kernel's rows, its pattern's key
+// rows and block length (`tools.kernel_names.aligned_digits`). A cubin
+// built for them takes them as multiples of 16, which vectorizes the
+// loads they stride.
+std::string AlignedDigits(const SideShape& s, const SideOptions& o,
+                          int pattern) {
+  const std::vector<int64_t> lengths =
+      pattern > 0
+          ? std::vector<int64_t>{s.rows, s.key_rows[pattern - 1],
+                                 o.block_len}
+          : std::vector<int64_t>{s.rows, s.key_rows[0], s.key_rows[1],
+                                 o.block_len};
+  std::string digits;
+  bool any = false;
+  for (int64_t n : lengths) {
+    digits += n % 16 == 0 ? '1' : '0';
+    any |= n % 16 == 0;
+  }
+  return any ? digits : std::string();
+}
+
 std::string VariantName(ffi::DataType t, const SideShape& s,
                         const SideOptions& o,
                         const char* kernel = "side_forward",
-                        int pattern = 0) {
+                        int pattern = 0, bool aligned = false) {
   int64_t ids_padded = 1;  // num_ids rounded up to a power of two
   while (ids_padded < s.num_ids) ids_padded *= 2;
   // A read from the sources is "s" (recomputed streams).
@@ -966,7 +991,29 @@ std::string VariantName(ffi::DataType t, const SideShape& s,
          (pattern > 0 ? "_p" + std::to_string(pattern) : std::string()) +
          (low ? "_low_" : "_f32_") + flags +
          (o.dropout() ? "_drop" : "_nodrop") +
-         (!o.dropout() || o.by_rows ? "_rows" : "_whole");
+         (!o.dropout() || o.by_rows ? "_rows" : "_whole") +
+         (aligned && !AlignedDigits(s, o, pattern).empty()
+              ? "_a" + AlignedDigits(s, o, pattern)
+              : std::string());
+}
+
+// Loads the kernel of a call: its aligned cubin where the build has one,
+// else the plain one (a build need not hold every shape's); `name` is the
+// loaded one's.
+ffi::Error LoadVariant(ffi::DataType t, const SideShape& s,
+                       const SideOptions& o, const char* kernel,
+                       int pattern, std::string* name, CubinKernel* out) {
+  *name = VariantName(t, s, o, kernel, pattern, /*aligned=*/true);
+  if (!AlignedDigits(s, o, pattern).empty()) {
+    FILE* meta = std::fopen((CubinDir() + "/" + *name + ".meta").c_str(),
+                            "r");
+    if (meta == nullptr) {
+      *name = VariantName(t, s, o, kernel, pattern);
+    } else {
+      std::fclose(meta);
+    }
+  }
+  return LoadKernel(*name, out);
 }
 
 // Launches a Triton kernel over (cdiv(extent, tile), B * H) programs on
@@ -1026,9 +1073,13 @@ ffi::Error SideForwardCuda(
   if (s.rows == 0 || s.batch * s.heads == 0) {
     return ffi::Error::Success();  // nothing to compute (an empty grid)
   }
-  const std::string variant = VariantName(q.element_type(), s, o);
+  std::string variant;
   CubinKernel kernel;
-  if (auto e = LoadKernel(variant, &kernel); !e.success()) return e;
+  if (auto e = LoadVariant(q.element_type(), s, o, "side_forward", 0,
+                           &variant, &kernel);
+      !e.success()) {
+    return e;
+  }
   // The unread streams and seeds are placeholders the kernel never reads,
   // the unwritten results buffers it never writes.
   return Launch(
@@ -1082,13 +1133,17 @@ ffi::Error SideBackwardCuda(
   const ffi::DataType t = q.element_type();
   // Every cubin before the first launch: a missing one fails the call
   // before it writes anything.
-  const std::string queries = VariantName(t, s, o, "side_backward_queries");
-  std::string keys[2];
+  std::string queries, keys[2];
   CubinKernel kernels[3];
-  if (auto e = LoadKernel(queries, &kernels[0]); !e.success()) return e;
+  if (auto e = LoadVariant(t, s, o, "side_backward_queries", 0, &queries,
+                           &kernels[0]);
+      !e.success()) {
+    return e;
+  }
   for (int p = 0; p < 2; ++p) {
-    keys[p] = VariantName(t, s, o, "side_backward_keys", p + 1);
-    if (auto e = LoadKernel(keys[p], &kernels[p + 1]); !e.success()) {
+    if (auto e = LoadVariant(t, s, o, "side_backward_keys", p + 1, &keys[p],
+                             &kernels[p + 1]);
+        !e.success()) {
       return e;
     }
   }

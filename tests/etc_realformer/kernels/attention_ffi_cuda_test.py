@@ -242,15 +242,22 @@ class Side:
       out["d" + name] = out[name]
     return out
 
-  def variant(self, kernel: str, pattern: int = 0) -> str:
+  def variant(self, kernel: str, pattern: int = 0,
+              aligned: bool = False) -> str:
+    """The cubin's name: the plain one, or the one aligned for this
+    side's lengths (the plain one where none is a multiple of 16)."""
     flags = self.streams()
     if pattern:
       flags = flags[pattern - 1] + flags[pattern + 1]
     low = self.stream_dtype != "float32" and set(flags) != {"0"}
-    return kernel_names.variant_name(
+    variant = kernel_names.Variant(
         self.dtype, self.head_size, kernel_names.padded_ids(self.num_ids),
         self.band, flags, low, self.keep_threshold > 0, self.by_rows,
         kernel, pattern)
+    if aligned:
+      variant = variant.for_lengths(self.rows, self.first_len,
+                                    self.second_len, self.block_len)
+    return variant.name
 
 
 def _launches(backward: bool) -> List[Tuple[str, int]]:
@@ -304,16 +311,19 @@ def built(tmp_path_factory):
   return folder
 
 
-def _write_cubins(cubins, calls: List[Tuple[Side, bool]]) -> None:
-  """Stand-in cubins and their metadata for every kernel the calls launch."""
+def _write_cubins(cubins, calls: List[Tuple[Side, bool]],
+                  aligned: bool = False) -> None:
+  """Stand-in cubins and their metadata for every kernel the calls launch
+  (and, with `aligned`, the ones aligned for their lengths beside)."""
   cubins.mkdir()
   for side, backward in calls:
     for kernel, pattern in _launches(backward):
-      variant = side.variant(kernel, pattern)
       shared, warps, tile = META[kernel]
-      (cubins / f"{variant}.meta").write_text(
-          f"fn_{kernel} {shared} {warps} {tile}\n")
-      (cubins / f"{variant}.cubin").write_bytes(variant.encode() + b"\0")
+      for variant in {side.variant(kernel, pattern),
+                      side.variant(kernel, pattern, aligned)}:
+        (cubins / f"{variant}.meta").write_text(
+            f"fn_{kernel} {shared} {warps} {tile}\n")
+        (cubins / f"{variant}.cubin").write_bytes(variant.encode() + b"\0")
 
 
 def _run(built, cubins, calls: List[Tuple[Side, bool]]) -> List[List[str]]:
@@ -471,3 +481,24 @@ def test_a_missing_cubin_fails_the_call_before_any_launch(built, tmp_path):
   assert lines[-1].startswith("result no compiled kernel ")
   assert lines[-1].endswith(f"{missing}.meta (build it with python -m "
                             "tools.build_kernels)")
+
+
+def test_an_aligned_cubin_is_launched_where_built(built, tmp_path):
+  """The benchmark's long side has one length of 16, G: the forward, the
+  queries kernel and the l2g keys kernel load the cubins aligned for it,
+  the l2l keys kernel (none of N, N + 2b, b is) its plain one; a build
+  without them (the test above) loads the plain ones."""
+  calls = [(LONG, False), (LONG, True)]
+  _write_cubins(tmp_path / "cubins", calls, aligned=True)
+  results = _run(built, tmp_path / "cubins", calls)
+  loads = [line.split()[1] for lines in results for line in lines
+           if line.startswith("load ")]
+  assert loads == [LONG.variant(kernel, pattern, aligned=True)
+                   for backward in (False, True)
+                   for kernel, pattern in _launches(backward)]
+  assert [name.rsplit("_", 1)[1] for name in loads] == [
+      "a0010", "a0010", "rows", "a010"]
+  for (side, backward), lines in zip(calls, results):
+    assert lines[-1] == "result ok", lines
+    assert len([line for line in lines if line.startswith("launch ")]) == (
+        3 if backward else 1)
