@@ -229,10 +229,9 @@ def launched(variant: Variant, cubin_dir: str) -> Variant:
   """The variant a handler launches for a call that wants `variant`: it,
   where `cubin_dir` holds its cubin, else the plain one (`attention_ffi.cc`,
   `LoadVariant`)."""
-  if variant.aligned and not os.path.exists(
-      os.path.join(cubin_dir, variant.name + ".meta")):
-    return variant.plain
-  return variant
+  if launched_name(variant.name, cubin_dir) == variant.name:
+    return variant
+  return variant.plain
 
 
 def launched_name(name: str, cubin_dir: str) -> str:
