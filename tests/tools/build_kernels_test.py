@@ -93,18 +93,25 @@ def test_bad_flag_values_are_one_line(capsys, tmp_path):
   assert "--passes ['grad']" in capsys.readouterr().err
 
 
+def _build(tmp_path, *flags: str, jobs: int = 2):
+  """`tools.build_kernels`' cubins for Hopper (no library) into tmp_path,
+  in a child process; their folder."""
+  result = subprocess.run(
+      [sys.executable, "-m", "tools.build_kernels", f"--output_dir={tmp_path}",
+       "--no_library", "--arch=90", f"--jobs={jobs}", *flags],
+      cwd=REPO, capture_output=True, text=True, timeout=600)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return tmp_path / "cubins"
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(any(__import__("importlib").util.find_spec(m) is None
                         for m in ("triton",)), reason="needs Triton")
 def test_cubins_compile_for_hopper_without_a_gpu(tmp_path):
-  result = subprocess.run(
-      [sys.executable, "-m", "tools.build_kernels", f"--output_dir={tmp_path}",
-       "--no_library", "--dtypes=float16", "--head_sizes=16",
-       "--relative_vocab_sizes=5", "--streams=1111", "--stream_dtypes=low",
-       "--dropout=rows", "--passes=fwd", "--arch=90", "--jobs=2"],
-      cwd=REPO, capture_output=True, text=True, timeout=600)
-  assert result.returncode == 0, result.stderr[-3000:]
-  folder = tmp_path / "cubins"
+  folder = _build(tmp_path, "--dtypes=float16", "--head_sizes=16",
+                  "--relative_vocab_sizes=5", "--streams=1111",
+                  "--stream_dtypes=low", "--dropout=rows",
+                  "--passes=fwd")
   names = sorted(p.stem for p in folder.glob("*.cubin"))
   assert names == ["side_forward_float16_d16_r8_band_low_1111_drop_rows",
                    "side_forward_float16_d16_r8_dense_low_1111_drop_rows"]
@@ -124,15 +131,10 @@ def test_cubins_compile_for_hopper_without_a_gpu(tmp_path):
 def test_backward_cubins_compile_for_hopper_without_a_gpu(tmp_path):
   # The band side's three kernels, a small R; a key tile other than the
   # query tile, which the keys kernel's metadata holds.
-  result = subprocess.run(
-      [sys.executable, "-m", "tools.build_kernels", f"--output_dir={tmp_path}",
-       "--no_library", "--passes=bwd", "--dtypes=bfloat16",
-       "--head_sizes=16", "--relative_vocab_sizes=8", "--sides=band",
-       "--streams=0011", "--dropout=rows", "--block_n=16", "--arch=90",
-       "--jobs=2"],
-      cwd=REPO, capture_output=True, text=True, timeout=600)
-  assert result.returncode == 0, result.stderr[-3000:]
-  folder = tmp_path / "cubins"
+  folder = _build(tmp_path, "--passes=bwd", "--dtypes=bfloat16",
+                  "--head_sizes=16", "--relative_vocab_sizes=8",
+                  "--sides=band", "--streams=0011", "--dropout=rows",
+                  "--block_n=16")
   tiles = {}
   for path in folder.glob("*.meta"):
     function, shared, warps, tile = path.read_text().split()
@@ -156,14 +158,10 @@ def test_backward_cubins_compile_for_hopper_without_a_gpu(tmp_path):
 @pytest.mark.skipif(any(__import__("importlib").util.find_spec(m) is None
                         for m in ("triton",)), reason="needs Triton")
 def test_register_cap_reaches_the_cubin(tmp_path):
-  result = subprocess.run(
-      [sys.executable, "-m", "tools.build_kernels", f"--output_dir={tmp_path}",
-       "--no_library", "--passes=fwd", "--dtypes=float16", "--head_sizes=16",
-       "--relative_vocab_sizes=0", "--sides=dense", "--streams=0000",
-       "--dropout=off", "--maxnreg=64", "--arch=90", "--jobs=1"],
-      cwd=REPO, capture_output=True, text=True, timeout=600)
-  assert result.returncode == 0, result.stderr[-3000:]
-  folder = tmp_path / "cubins"
+  folder = _build(tmp_path, "--passes=fwd", "--dtypes=float16",
+                  "--head_sizes=16", "--relative_vocab_sizes=0",
+                  "--sides=dense", "--streams=0000", "--dropout=off",
+                  "--maxnreg=64", jobs=1)
   (cubin,) = folder.glob("*.cubin")
   assert kernel_sass.registers(str(cubin)) <= 64
   manifest = json.loads((folder / "manifest.json").read_text())
@@ -178,14 +176,10 @@ def test_aligned_lengths_widen_the_loads(tmp_path):
   # cubin that takes them as such (and the full path's long side, 64 over
   # 64 and 32, the same digits); the running sums' loads and stores along
   # their rows then move several elements an instruction.
-  result = subprocess.run(
-      [sys.executable, "-m", "tools.build_kernels", f"--output_dir={tmp_path}",
-       "--no_library", "--passes=fwd", "--dtypes=float16", "--head_sizes=16",
-       "--relative_vocab_sizes=0", "--sides=dense", "--streams=1111",
-       "--dropout=off", "--aligned_for=64:32:3", "--arch=90", "--jobs=2"],
-      cwd=REPO, capture_output=True, text=True, timeout=600)
-  assert result.returncode == 0, result.stderr[-3000:]
-  folder = tmp_path / "cubins"
+  folder = _build(tmp_path, "--passes=fwd", "--dtypes=float16",
+                  "--head_sizes=16", "--relative_vocab_sizes=0",
+                  "--sides=dense", "--streams=1111", "--dropout=off",
+                  "--aligned_for=64:32:3")
   plain = "side_forward_float16_d16_noids_dense_f32_1111_nodrop_rows"
   assert sorted(p.stem for p in folder.glob("*.cubin")) == [
       plain, plain + "_a1110"]
