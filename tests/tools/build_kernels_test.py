@@ -3,6 +3,7 @@ compiled ahead of time without a GPU (in a child process: Triton cannot
 load where TensorFlow is)."""
 
 import dataclasses
+import importlib.util
 import json
 import os
 import subprocess
@@ -93,6 +94,9 @@ def test_bad_flag_values_are_one_line(capsys, tmp_path):
   assert "--passes ['grad']" in capsys.readouterr().err
 
 
+NEEDS_TRITON = pytest.mark.skipif(
+    importlib.util.find_spec("triton") is None, reason="needs Triton")
+
 def _build(tmp_path, *flags: str, jobs: int = 2):
   """`tools.build_kernels`' cubins for Hopper (no library) into tmp_path,
   in a child process; their folder."""
@@ -105,8 +109,7 @@ def _build(tmp_path, *flags: str, jobs: int = 2):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(any(__import__("importlib").util.find_spec(m) is None
-                        for m in ("triton",)), reason="needs Triton")
+@NEEDS_TRITON
 def test_cubins_compile_for_hopper_without_a_gpu(tmp_path):
   folder = _build(tmp_path, "--dtypes=float16", "--head_sizes=16",
                   "--relative_vocab_sizes=5", "--streams=1111",
@@ -126,8 +129,7 @@ def test_cubins_compile_for_hopper_without_a_gpu(tmp_path):
   assert {k["band"] for k in manifest["kernels"]} == {True, False}
 
 
-@pytest.mark.skipif(any(__import__("importlib").util.find_spec(m) is None
-                        for m in ("triton",)), reason="needs Triton")
+@NEEDS_TRITON
 def test_backward_cubins_compile_for_hopper_without_a_gpu(tmp_path):
   # The band side's three kernels, a small R; a key tile other than the
   # query tile, which the keys kernel's metadata holds.
@@ -155,8 +157,7 @@ def test_backward_cubins_compile_for_hopper_without_a_gpu(tmp_path):
       ("side_backward_keys", 2)}
 
 
-@pytest.mark.skipif(any(__import__("importlib").util.find_spec(m) is None
-                        for m in ("triton",)), reason="needs Triton")
+@NEEDS_TRITON
 def test_register_cap_reaches_the_cubin(tmp_path):
   folder = _build(tmp_path, "--passes=fwd", "--dtypes=float16",
                   "--head_sizes=16", "--relative_vocab_sizes=0",
@@ -168,8 +169,7 @@ def test_register_cap_reaches_the_cubin(tmp_path):
   assert all(shape["maxnreg"] == 64 for shape in manifest["tiles"].values())
 
 
-@pytest.mark.skipif(any(__import__("importlib").util.find_spec(m) is None
-                        for m in ("triton",)), reason="needs Triton")
+@NEEDS_TRITON
 def test_aligned_lengths_widen_the_loads(tmp_path):
   # The global side of L = 64, G = 32 (r = 3): its rows and both
   # patterns' keys are multiples of 16, so `--aligned_for` adds a dense
