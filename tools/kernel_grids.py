@@ -134,8 +134,7 @@ def grids(batch_size: int, num_heads: int, long_len: int, global_len: int,
   t = kernel_tiles or tiles()
   fwd, queries, keys = (t["side_forward"], t["side_backward_queries"],
                         t["side_backward_keys"])
-  b = local_radius + 1
-  n = math.ceil(long_len / b) * b  # padded to whole blocks
+  (_, n, _, _, b), _, _ = side_lengths(long_len, global_len, local_radius)
   g = global_len
   heads = batch_size * num_heads
 

@@ -322,8 +322,8 @@ def per_id_trips(long_len: int, global_len: int, local_radius: int,
   ETC's ids at the benchmark's inputs (`tools.benchmark_worker.
   global_local_inputs`): long token i is in sentence min(i // t, G - 1),
   global token g is sentence g; every cell has an id, masked or not."""
-  b = local_radius + 1
-  n = math.ceil(long_len / b) * b
+  (_, n, _, _, b), _, _ = kernel_grids.side_lengths(long_len, global_len,
+                                                     local_radius)
   t = tokens_per_sentence
 
   def sentence(i: int) -> int:
