@@ -20,8 +20,9 @@
 #                           twins), and the fused step there with its sums
 #                           in bfloat16 (half the kept bytes)
 #   KERNELS_DIR             the library and the cubins: bfloat16's default
-#                           build and every cubin the modules launch; the
-#                           kernels' issue floors (floors.jsonl)
+#                           build and every cubin the modules launch (aligned
+#                           for their lengths); the kernels' issue floors
+#                           (floors.jsonl)
 # then says what travels (the device run carries at most 64 MiB).
 # Defaults: gpu_modules, gpu_kernels (both ignored by git; name them in
 # the device call's carry). PYTHON: the interpreter (default python).
