@@ -79,11 +79,11 @@ class Grid:
 def band_key_rows(m0: int, rows: int, block_len: int,
                   block_m: int) -> Tuple[int, int]:
   """The padded key rows [start, stop) the query tile at row m0 visits
-  (`_first_keys`: from its first row's block to three blocks past its
-  last row's)."""
+  (`_first_keys`: from its first row's block, down to an even row, to
+  three blocks past its last row's)."""
   last = min(m0 + block_m, rows) - 1
-  return ((m0 // block_len) * block_len,
-          (last // block_len) * block_len + 3 * block_len)
+  start = (m0 // block_len) * block_len
+  return start - start % 2, (last // block_len) * block_len + 3 * block_len
 
 
 def _band_queries(rows: int, block_len: int, second: int, block_m: int,

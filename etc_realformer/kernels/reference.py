@@ -283,9 +283,11 @@ def _mix32(x: np.ndarray) -> np.ndarray:
 
 
 def dropout_index(case: SideCase, width: int) -> np.ndarray:
-  """<uint64>[B, H, N, C]: each probability's index in the whole tensor's
-  dropout layout (`dropout.row_major_index`), modulo 2^32: rows first in
-  row blocks ([N / RB, B, H, RB, C]) with `by_rows`, else [B, H, N, C]."""
+  """<uint64>[B, H, N, C]: each row's position in the whole tensor's
+  dropout layout (`dropout.row_major_index`) times C, plus the column,
+  modulo 2^32: rows first in row blocks ([N / RB, B, H, RB, C]) with
+  `by_rows`, else [B, H, N, C]. The hash's index (`dropout_pairs`) is this
+  layout's over the columns' pairs."""
   bsz, h, n = case.batch, case.num_heads, case.rows
   bi = np.arange(bsz)[:, None, None, None]
   hi = np.arange(h)[None, :, None, None]
@@ -299,15 +301,34 @@ def dropout_index(case: SideCase, width: int) -> np.ndarray:
   return index.astype(np.uint64) & _MASK32
 
 
+def dropout_pairs(case: SideCase, pattern: int, width: int
+                  ) -> Tuple[np.ndarray, np.ndarray]:
+  """(<uint64>[B, H, N, C] index, <bool>[B, H, N, C] low): the hash
+  dropout's index of each probability and whether the low half of its
+  hash decides it (`dropout.hash_pairs`): columns pair up in a layout of
+  C // 2 + 1 pairs a row; on the band (pattern 0 with `band`) by key, so
+  row block k's pairs start one column late when k * b is odd."""
+  pairs = width // 2 + 1
+  rows = dropout_index(case, 1)  # each row's position
+  u = np.arange(width)[None, None, None, :]
+  if case.band and pattern == 0:
+    k = np.arange(case.rows) // case.block_len
+    u = u + ((k * case.block_len) % 2)[None, None, :, None]
+  index = rows * np.uint64(pairs) + (u // 2).astype(np.uint64)
+  low = np.broadcast_to(u % 2 == 1, index.shape)
+  return index & _MASK32, low
+
+
 def keep_mask(case: SideCase, seeds: np.ndarray, pattern: int,
               width: int) -> np.ndarray:
   """<bool>[B, H, N, C]: the hash dropout's keep decisions of a pattern
   (`dropout.row_keep_mask` with rng='hash'; seeds[2p:2p+2] the folded
   seed of pattern p)."""
   key = seeds[2 * pattern:2 * pattern + 2].view(np.uint32).astype(np.uint64)
-  index = (dropout_index(case, width) + key[0]) & _MASK32
-  bits = _mix32(_mix32(index) ^ key[1])
-  return (bits >> np.uint64(16)) >= keep_threshold(case.dropout_rate)
+  index, low = dropout_pairs(case, pattern, width)
+  bits = _mix32(_mix32((index + key[0]) & _MASK32) ^ key[1])
+  half = np.where(low, bits & np.uint64(0xFFFF), bits >> np.uint64(16))
+  return half >= keep_threshold(case.dropout_rate)
 
 
 def keep_threshold(rate: float) -> int:

@@ -167,17 +167,23 @@ def _mix32(x):
 
 
 @triton.jit
-def _keep(row_index, cols, width, seeds, pattern: tl.constexpr,
-          keep_threshold):
-  """The hash dropout's keep decisions of a [BM, BN] tile: element
-  row_index * width + col of the pattern's rows-first layout
-  (`dropout.row_major_index`), hashed with the pattern's folded seed."""
+def _keep(row_index, row_start, n0, width, seeds, pattern: tl.constexpr,
+          keep_threshold, BM: tl.constexpr, BN: tl.constexpr):
+  """The hash dropout's keep decisions of a [BM, BN] tile over keys
+  [n0, n0 + BN), n0 even (`dropout.hash_pairs`): keys 2j and 2j + 1 of a
+  row share the hash of their pair, at row_index * (width // 2 + 1) +
+  j - row_start // 2 of the pattern's rows-first layout; its high 16 bits
+  decide the even key, the low 16 the odd one. One hash a pair: half the
+  integer work of one an element, and the pair's two columns are the ones
+  a thread holds side by side in the products' layout."""
   k0 = tl.load(seeds + 2 * pattern).to(tl.uint32, bitcast=True)
   k1 = tl.load(seeds + 2 * pattern + 1).to(tl.uint32, bitcast=True)
-  index = (row_index[:, None] * width.to(tl.uint32) +
-           cols.to(tl.uint32) + k0)
+  pairs = (n0 // 2 + tl.arange(0, BN // 2)).to(tl.uint32)
+  index = (row_index[:, None] * (width // 2 + 1).to(tl.uint32) + k0 +
+           pairs[None, :] - (row_start // 2).to(tl.uint32)[:, None])
   bits = _mix32(_mix32(index) ^ k1)
-  return (bits >> 16) >= keep_threshold.to(tl.uint32)
+  halves = tl.reshape(tl.join(bits >> 16, bits & 0xFFFF), [BM, BN])
+  return halves >= keep_threshold.to(tl.uint32)
 
 
 @triton.jit
@@ -208,7 +214,9 @@ def _first_keys(rows, first_row, BM: tl.constexpr, num_rows, first_len,
     width = 3 * block_len
     row_start = (rows // block_len) * block_len
     last_row = tl.minimum(first_row + BM, num_rows) - 1
+    # From an even key: the dropout hashes keys in pairs (`_keep`).
     start = (first_row // block_len) * block_len
+    start -= start % 2
     stop = (last_row // block_len) * block_len + width
   else:
     width = first_len
@@ -335,7 +343,8 @@ def side_forward(q, k1, v1, k2, v2, per_id, codes1, codes2, valid, prev1,
                   head, prev, new, head_rows[:, None] * width + c, scale,
                   HAS_IDS, read, write, SOURCES)
       if DROPOUT:
-        keep = _keep(row_index, c, width, seeds, p, keep_threshold)
+        keep = _keep(row_index, row_start, n0, width, seeds, p, keep_threshold,
+                     BM, BN)
       vt = tl.load(v + key_d, mask=key_ok[:, None], other=0.0)
       m_i, l_i, acc = _online_softmax(s, vt, keep, m_i, l_i, acc, IEEE,
                                       DROPOUT)
@@ -477,7 +486,8 @@ def side_backward_queries(
       code = tl.load(codes + flat_rows[:, None] * codes_stride + c,
                      mask=cell, other=NO_ID).to(tl.int32)
       if DROPOUT:
-        keep = _keep(row_index, c, width, seeds, p, keep_threshold)
+        keep = _keep(row_index, row_start, n0, width, seeds, p, keep_threshold,
+                     BM, BN)
       offsets = head_rows[:, None] * width + c
       s = _tile_scores(qt, kt, src_q, src_k, head_rows, row_ok,
                        bh * key_rows + keys, key_ok, num_sources, D, BM, BN,
@@ -550,10 +560,12 @@ def side_backward_keys(
     head_rows = bh * num_rows + rows
     row_d = head_rows[:, None] * D + d[None, :]
     if BAND:
-      c = keys[None, :] - ((rows // block_len) * block_len)[:, None]
+      row_start = (rows // block_len) * block_len
+      c = keys[None, :] - row_start[:, None]
       cell = (c >= 0) & (c < width) & row_ok[:, None] & key_ok[None, :]
     else:
-      c = keys[None, :] + rows[:, None] * 0
+      row_start = rows * 0
+      c = keys[None, :] + row_start[:, None]
       cell = row_ok[:, None] & key_ok[None, :]
     qt = tl.load(q + row_d, mask=row_ok[:, None], other=0.0)
     do = tl.load(dctx + row_d, mask=row_ok[:, None], other=0.0)
@@ -565,7 +577,8 @@ def side_backward_keys(
     if DROPOUT:
       row_index = _row_index(rows, batch, head, batch_size, num_heads,
                              num_rows, block_len, BAND_SIDE, BY_ROWS)
-      keep = _keep(row_index, c, width, seeds, PATTERN, keep_threshold)
+      keep = _keep(row_index, row_start, pid_n * BN, width, seeds, PATTERN,
+                   keep_threshold, BM, BN)
     s = _tile_scores(qt, kt, src_q, src_k, head_rows, row_ok,
                      bh * key_rows + keys, key_ok, num_sources, D, BM, BN,
                      READ, SOURCES, IEEE)

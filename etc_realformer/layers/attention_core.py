@@ -372,8 +372,10 @@ def _dropout(spec: SideSpec, probs: tf.Tensor, index: int,
   d = spec.dropout
   site = d.first_site + index
   if d.by_rows:
+    band_block_len = spec.block_len if spec.band and index == 0 else 0
     return dropout_lib.row_dropout(probs, d.rate, seed, site, d.training,
-                                   start, prescaled=gain != 1.0, rng=d.rng)
+                                   start, prescaled=gain != 1.0, rng=d.rng,
+                                   band_block_len=band_block_len)
   return dropout_lib.stateless_dropout(probs, d.rate, seed, site, d.training,
                                        prescaled=gain != 1.0, rng=d.rng)
 

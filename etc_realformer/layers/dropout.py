@@ -14,17 +14,19 @@ element. Two generators make the masks here (`ExecutionConfig.dropout_rng`):
 * 'philox': `tf.random.stateless_uniform` bits, two 16-bit decisions per
   draw (see `_keep_mask`). The random op is a separate kernel: under XLA it
   writes its bits to memory and the softmax reads them back.
-* 'hash': a keyed integer hash of each element's index (`hash_bits`),
-  elementwise arithmetic on an iota that XLA fuses into the op that applies
-  the mask, so no mask or bits reach memory (the GPU path; on the CPU
-  graph path each step of the hash is a kernel of its own, slower than
-  Philox).
+* 'hash': a keyed integer hash of an index (`hash_bits`), elementwise
+  arithmetic on iotas that XLA fuses into the op that applies the mask, so
+  no mask or bits reach memory (the GPU path; on the CPU graph path each
+  step of the hash is a kernel of its own, slower than Philox). Like
+  Philox, each 32-bit hash makes two 16-bit decisions: those of two
+  neighbouring columns (`hash_pairs`), which the fused kernels hash once
+  for both.
 
 Both keep an element with the same probability and give a piece of a
 tensor the bits of the whole (chunks), but they draw different masks.
 """
 
-from typing import Optional, Union
+from typing import Optional, Tuple, Union
 
 import tensorflow as tf
 
@@ -172,7 +174,7 @@ def _keep_mask(shape: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tensor:
 def row_dropout(probs: tf.Tensor, rate: float, seed: Optional[tf.Tensor],
                 site: int, training: bool, row_start: Dim = 0,
                 row_axis: int = 2, prescaled: bool = False,
-                rng: str = PHILOX) -> tf.Tensor:
+                rng: str = PHILOX, band_block_len: int = 0) -> tf.Tensor:
   """Dropout whose mask is cut along `row_axis` (attention probabilities).
 
   The mask of the rows [row_start, row_start + n) is the same whether the
@@ -187,6 +189,8 @@ def row_dropout(probs: tf.Tensor, rate: float, seed: Optional[tf.Tensor],
     rate, seed, site, training, prescaled, rng: as `stateless_dropout`.
     row_start: the index of this tensor's first row in the whole tensor.
     row_axis: the row axis (non-negative).
+    band_block_len: b when the last axis is the l2l band (rng='hash':
+      `hash_pairs`).
 
   Returns:
     A tensor like `probs`.
@@ -194,26 +198,33 @@ def row_dropout(probs: tf.Tensor, rate: float, seed: Optional[tf.Tensor],
   if not _applies(rate, seed, training):
     return probs
   return _apply(probs, row_keep_mask(seed, site, rate, row_start,
-                                     tf.shape(probs), row_axis, rng),
+                                     tf.shape(probs), row_axis, rng,
+                                     band_block_len),
                 rate, prescaled)
 
 
 def row_keep_mask(seed: tf.Tensor, site: int, rate: float, row_start: Dim,
                   shape: tf.Tensor, row_axis: int = 2,
-                  rng: str = PHILOX) -> tf.Tensor:
+                  rng: str = PHILOX, band_block_len: int = 0) -> tf.Tensor:
   """<bool>[shape]: rows [row_start, row_start + shape[row_axis]) of one
-  seeded keep mask laid out rows first (see `row_dropout`)."""
+  seeded keep mask laid out rows first (see `row_dropout`).
+
+  band_block_len: with rng='hash', b > 0 when the last axis is the l2l
+  band of row blocks (`hash_pairs`).
+  """
   if rng == HASH:
     key = _hash_key(fold_seed(seed, site))
     # The key's first word starts the index's sum: a partial sum that held
     # only static shapes would be folded into a constant of the graph (tens
     # of MB in the module), where XLA should see iotas.
-    bits = _keyed_hash(row_major_index(shape, row_axis, row_start,
-                                       offset=key[0]), key[1])
-    # The top 16 bits against the threshold: the keep probability of the
-    # Philox masks, exactly.
-    return (tf.bitwise.right_shift(bits, tf.constant(16, tf.uint32)) >=
-            tf.constant(keep_threshold(rate), tf.uint32))
+    index, low = hash_pairs(shape, row_axis, row_start, offset=key[0],
+                            band_block_len=band_block_len)
+    bits = _keyed_hash(index, key[1])
+    # 16 bits against the threshold: the keep probability of the Philox
+    # masks, exactly.
+    half = tf.where(low, tf.bitwise.bitwise_and(bits, 0xFFFF),
+                    tf.bitwise.right_shift(bits, tf.constant(16, tf.uint32)))
+    return half >= tf.constant(keep_threshold(rate), tf.uint32)
   if rng != PHILOX:
     raise ValueError(f"dropout rng {rng!r} is not one of {DROPOUT_RNGS}")
   rank = int(shape.shape[0])
@@ -235,10 +246,12 @@ def row_keep_mask(seed: tf.Tensor, site: int, rate: float, row_start: Dim,
 
 # ------------------------------------------------------------- hash masks
 def row_major_index(shape: tf.Tensor, row_axis: int, row_start: Dim,
-                    offset: Union[int, tf.Tensor] = 0) -> tf.Tensor:
+                    offset: Union[int, tf.Tensor] = 0,
+                    columns: bool = True) -> tf.Tensor:
   """<uint32>[shape]: each element's index in the rows-first layout of the
   whole tensor (rows [row_start, ...) along `row_axis`, then the other axes
-  in order), plus `offset`, modulo 2**32.
+  in order), plus `offset`, modulo 2**32. Without `columns`, the last axis
+  is left out of the sum (and is 1 in the result's shape).
 
   Built by broadcasting one iota per axis in the tensor's own layout, so
   under XLA it is elementwise work that fuses into its consumer (no
@@ -256,11 +269,53 @@ def row_major_index(shape: tf.Tensor, row_axis: int, row_start: Dim,
   # offset + row_start * per_row, wrapped to 32 bits like the rest.
   index = (tf.cast(offset, tf.uint32) +
            tf.cast(row_start, tf.uint32) * stride)
-  for i in range(rank):
+  for i in range(rank if columns else rank - 1):
     iota = tf.cast(tf.range(shape[i]), tf.uint32) * strides[i]
     index = index + tf.reshape(
         iota, [-1 if j == i else 1 for j in range(rank)])
   return index
+
+
+def hash_pairs(shape: tf.Tensor, row_axis: int, row_start: Dim,
+               offset: Union[int, tf.Tensor] = 0, band_block_len: int = 0
+               ) -> Tuple[tf.Tensor, tf.Tensor]:
+  """(<uint32>[shape] index, <bool> low, broadcastable to shape): what the
+  hash dropout hashes for each element, and which half of the hash
+  decides it.
+
+  Two neighbouring columns of the last axis share one hash: the high 16
+  bits decide the even column, the low 16 the odd one. The index is the
+  pair's position in the rows-first layout (`row_major_index`) of the
+  tensor whose last axis holds the W // 2 + 1 pairs of its W columns, plus
+  `offset`. On the l2l band (`band_block_len` b > 0, the rows being row
+  blocks), columns pair by key: row block k's column c is key k * b + c,
+  so its pairs start one column late when k * b is odd. That is the pairing
+  of a kernel's tile over keys, whatever block its rows are in; and the
+  fused kernels make one hash per pair where elementwise work makes two.
+  A last axis that is the row axis (rank 1) is one column a row.
+  """
+  rank = int(shape.shape[0])
+  if row_axis == rank - 1:
+    index, low = hash_pairs(tf.concat([shape, [1]], 0), row_axis, row_start,
+                            offset)
+    return index[..., 0], low[..., 0]
+  pair_shape = tf.concat([shape[:-1], [shape[-1] // 2 + 1]], 0)
+  # Every axis but the columns, at its stride in the pairs' layout.
+  rows_part = row_major_index(pair_shape, row_axis, row_start, offset,
+                              columns=False)
+  column = tf.reshape(tf.cast(tf.range(shape[-1]), tf.uint32),
+                      [1] * (rank - 1) + [-1])
+  if band_block_len % 2:  # an even b starts every block's keys even
+    blocks = (tf.cast(row_start, tf.uint32) +
+              tf.cast(tf.range(shape[row_axis]), tf.uint32))
+    odd = tf.bitwise.bitwise_and(blocks, 1)
+    column = column + tf.reshape(
+        odd, [-1 if i == row_axis else 1 for i in range(rank)])
+  one = tf.constant(1, tf.uint32)
+  index = rows_part + tf.bitwise.right_shift(column, one)
+  # Left to broadcast: a mask-sized `low` would hold only static shapes,
+  # and TensorFlow would fold it into a constant of that size.
+  return index, tf.equal(tf.bitwise.bitwise_and(column, one), one)
 
 
 def _mix32(x: tf.Tensor) -> tf.Tensor:

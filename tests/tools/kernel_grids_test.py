@@ -30,6 +30,14 @@ def test_loops_counted_by_hand():
   assert launches["global side, backward keys, g2l"] == [1, 1, 1]
 
 
+def test_band_key_rows_start_even():
+  # The kernels hash dropout by pairs of keys, so a tile's keys start even:
+  # block 1 of b = 5 starts at key row 5, its tile at 4.
+  assert kernel_grids.band_key_rows(8, 10, 5, 4) == (4, 20)
+  assert kernel_grids.band_key_rows(4, 10, 5, 4) == (0, 20)
+  assert kernel_grids.band_key_rows(12, 20, 6, 4) == (12, 30)
+
+
 def test_each_loops_tiles():
   launches = {g.name: g for g in kernel_grids.grids(
       1, 1, long_len=10, global_len=3, local_radius=4,

@@ -530,12 +530,19 @@ class HostSide {
                   row_block + i % row_block)
         : static_cast<uint32_t>((bi * s_.heads + h) * s_.rows + i);
   }
-  // Whether the dropout keeps pattern p's probability at column c.
-  bool Keep(int p, uint32_t index_row, int64_t c) const {
-    const uint32_t index = index_row * static_cast<uint32_t>(s_.width[p]) +
-                           static_cast<uint32_t>(c) + key_[2 * p];
+  // Whether the dropout keeps pattern p's probability at row i, column c
+  // (`reference.dropout_pairs`): two columns share a hash, the even one
+  // deciding by its high 16 bits; the band's pair by key (row block k's
+  // column c is key k * b + c).
+  bool Keep(int p, uint32_t index_row, int64_t i, int64_t c) const {
+    const int64_t u =
+        c + ((o_.band && p == 0) ? (i / o_.block_len) * o_.block_len % 2 : 0);
+    const uint32_t pairs = static_cast<uint32_t>(s_.width[p] / 2 + 1);
+    const uint32_t index = index_row * pairs +
+                           static_cast<uint32_t>(u / 2) + key_[2 * p];
     const uint32_t bits = Mix32(Mix32(index) ^ key_[2 * p + 1]);
-    return (bits >> 16) >= static_cast<uint32_t>(o_.keep_threshold);
+    const uint32_t half = (u % 2) ? (bits & 0xFFFFu) : (bits >> 16);
+    return half >= static_cast<uint32_t>(o_.keep_threshold);
   }
 
  private:
@@ -620,7 +627,7 @@ ffi::Error SideForwardHost(
         for (int p = 0; p < 2; ++p) {
           for (int64_t c = 0; c < s.width[p]; ++c) {
             float prob = logits[p * c1 + c] * scale;
-            if (o.dropout() && !side.Keep(p, index_row, c)) prob = 0.0f;
+            if (o.dropout() && !side.Keep(p, index_row, i, c)) prob = 0.0f;
             prob = el.Round(prob);
             const float* v = side.Value(p, side.KeyOffset(p, bh, i, c));
             for (int64_t x = 0; x < d; ++x) o_row[x] += prob * v[x];
@@ -732,7 +739,7 @@ ffi::Error SideBackwardHost(
             for (int64_t x = 0; x < d; ++x) dp += do_i[x] * v[x];
             float dropped = prob;
             if (o.dropout()) {
-              const bool keep = side.Keep(p, index_row, c);
+              const bool keep = side.Keep(p, index_row, i, c);
               dp = keep ? dp * gain : 0.0f;
               dropped = keep ? prob * gain : 0.0f;
             }

@@ -109,12 +109,54 @@ def test_row_major_index_is_the_rows_first_position():
   np.testing.assert_array_equal(shifted.numpy(), expected + 5)
 
 
-def test_hash_mask_is_hash_bits_of_the_rows_first_index():
+def test_hash_mask_is_hash_bits_of_the_rows_first_pairs():
   seed, shape = tf.constant([4, 2]), tf.constant([2, 3, 5])
   keep = dropout.row_keep_mask(seed, 9, 0.5, 2, shape, 1, "hash").numpy()
+  # Pairs of the 5 columns: [rows, 2, 3] over rows 2.., 5 // 2 + 1 = 3 a row.
+  pairs = dropout.row_major_index(tf.constant([2, 3, 3]), 1, 2).numpy()
   bits = dropout.hash_bits(dropout.fold_seed(seed, 9),
-                           dropout.row_major_index(shape, 1, 2)).numpy()
-  np.testing.assert_array_equal(keep, (bits >> 16) >= 32768)
+                           tf.constant(pairs)).numpy()
+  column = np.arange(5)
+  half = np.where(column % 2 == 1, bits[..., column // 2] & 0xFFFF,
+                  bits[..., column // 2] >> 16)
+  np.testing.assert_array_equal(keep, half >= 32768)
+
+
+def test_hash_pairs_on_the_band_pair_by_key():
+  # Row blocks of b = 3 along axis 1, from block 5; columns are the band's
+  # 3b = 9: block k's column c is key 3k + c.
+  b, shape = 3, tf.constant([2, 4, 3, 9])
+  index, low = dropout.hash_pairs(shape, 1, 5, band_block_len=b)
+  index, low = index.numpy(), low.numpy()
+  plain = dropout.hash_pairs(shape, 1, 5)[0].numpy()
+  for k in range(4):
+    key = (5 + k) * b + np.arange(9)
+    np.testing.assert_array_equal(
+        np.broadcast_to(low, index.shape)[:, k],
+        np.broadcast_to(key % 2 == 1, index[:, k].shape))
+    # Columns whose keys pair up share an index; pairs count from the
+    # row's first key's pair.
+    pair = key // 2 - key[0] // 2
+    np.testing.assert_array_equal(index[:, k], plain[:, k, :, :1] + pair)
+  # An even b pairs columns as the plain layout does.
+  even, even_low = dropout.hash_pairs(tf.constant([2, 4, 4, 12]), 1, 5,
+                                      band_block_len=4)
+  plain, plain_low = dropout.hash_pairs(tf.constant([2, 4, 4, 12]), 1, 5)
+  np.testing.assert_array_equal(even.numpy(), plain.numpy())
+  np.testing.assert_array_equal(
+      np.broadcast_to(even_low.numpy(), even.shape),
+      np.broadcast_to(plain_low.numpy(), plain.shape))
+
+
+def test_hash_mask_halves_are_independent():
+  # The two columns of a pair, decided by one hash's halves.
+  keep = dropout.row_keep_mask(tf.constant([7, 1]), 3, 0.5, 0,
+                               tf.constant([512, 1024]), 0, "hash").numpy()
+  even, odd = keep[:, 0::2].ravel(), keep[:, 1::2].ravel()
+  n = even.size
+  assert abs(even.mean() - 0.5) < 5 * 0.5 / np.sqrt(n)
+  assert abs(odd.mean() - 0.5) < 5 * 0.5 / np.sqrt(n)
+  assert abs(np.corrcoef(even, odd)[0, 1]) < 5 / np.sqrt(n)
 
 
 def test_hash_bits_are_uniform_and_uncorrelated():
