@@ -155,6 +155,23 @@ def _tile_scores(qt, kt, src_q, src_k, head_rows, row_ok, key_rows, key_ok,
   return s
 
 
+# A row past the end gets this first key: none of its columns is a cell.
+PAST_ROWS = tl.constexpr(1 << 30)
+
+
+@triton.jit
+def _cells(c, width, row_ok, key_ok, BAND: tl.constexpr):
+  """Which of a tile's scores are the query's: on the band, 0 <= c <
+  width as one unsigned compare a score (its rows past the end start at
+  PAST_ROWS, and its valid rows' bands end before the keys do); a
+  thread's predicates are few and each use recomputes them, so a compare
+  saved is saved at every use. Dense: the rows' and keys' own masks,
+  which leave Triton the loads' constancy along the keys."""
+  if BAND:
+    return c.to(tl.uint32, bitcast=True) < width.to(tl.uint32)
+  return row_ok[:, None] & key_ok[None, :]
+
+
 @triton.jit
 def _mix32(x):
   """`dropout._mix32` (lowbias32) on uint32 values."""
@@ -203,16 +220,17 @@ def _row_index(rows, batch, head, batch_size, num_heads, num_rows, block_len,
 
 
 @triton.jit
-def _first_keys(rows, first_row, BM: tl.constexpr, num_rows, first_len,
-                block_len, BAND: tl.constexpr):
+def _first_keys(rows, row_ok, first_row, BM: tl.constexpr, num_rows,
+                first_len, block_len, BAND: tl.constexpr):
   """The first pattern's keys for a tile of query rows: (width: score
   columns per query, each row's first key row, the key rows to visit
   [start, stop)). Band: the padded key rows of every band the tile
   touches, column = key row - the row's first (blocks k-1, k, k+1 of
-  query block k); dense: every key, column = key."""
+  query block k; rows past the end start at PAST_ROWS); dense: every
+  key, column = key."""
   if BAND:
     width = 3 * block_len
-    row_start = (rows // block_len) * block_len
+    row_start = tl.where(row_ok, (rows // block_len) * block_len, PAST_ROWS)
     last_row = tl.minimum(first_row + BM, num_rows) - 1
     # From an even key: the dropout hashes keys in pairs (`_keep`).
     start = (first_row // block_len) * block_len
@@ -320,7 +338,7 @@ def side_forward(q, k1, v1, k2, v2, per_id, codes1, codes2, valid, prev1,
       k, v, codes, prev, new, src_k = k1, v1, codes1, prev1, new1, src_k1
       codes_stride, scale, read, write = codes1_stride, scale1, READ1, WRITE1
       width, row_start, start, stop = _first_keys(
-          rows, pid_m * BM, BM, num_rows, first_len, block_len, BAND)
+          rows, row_ok, pid_m * BM, BM, num_rows, first_len, block_len, BAND)
       key_rows = first_len
     else:
       k, v, codes, prev, new, src_k = k2, v2, codes2, prev2, new2, src_k2
@@ -331,7 +349,7 @@ def side_forward(q, k1, v1, k2, v2, per_id, codes1, codes2, valid, prev1,
       keys = n0 + tl.arange(0, BN)
       key_ok = keys < stop
       c = keys[None, :] - row_start[:, None]  # the score's column
-      cell = (c >= 0) & (c < width) & row_ok[:, None] & key_ok[None, :]
+      cell = _cells(c, width, row_ok, key_ok, BAND and p == 0)
       key_d = (bh * key_rows + keys)[:, None] * D + d[None, :]
       s = _tile_scores(qt, tl.load(k + key_d, mask=key_ok[:, None],
                                    other=0.0),
@@ -467,7 +485,7 @@ def side_backward_queries(
       codes_stride, scale, read, write = codes1_stride, scale1, READ1, WRITE1
       src_k = src_k1
       width, row_start, start, stop = _first_keys(
-          rows, pid_m * BM, BM, num_rows, first_len, block_len, BAND)
+          rows, row_ok, pid_m * BM, BM, num_rows, first_len, block_len, BAND)
       key_rows = first_len
     else:
       k, v, codes, prev, dnew, dprev = k2, v2, codes2, prev2, dnew2, dprev2
@@ -479,7 +497,7 @@ def side_backward_queries(
       keys = n0 + tl.arange(0, BN)
       key_ok = keys < stop
       c = keys[None, :] - row_start[:, None]
-      cell = (c >= 0) & (c < width) & row_ok[:, None] & key_ok[None, :]
+      cell = _cells(c, width, row_ok, key_ok, BAND and p == 0)
       key_d = (bh * key_rows + keys)[:, None] * D + d[None, :]
       kt = tl.load(k + key_d, mask=key_ok[:, None], other=0.0)
       vt = tl.load(v + key_d, mask=key_ok[:, None], other=0.0)
@@ -560,13 +578,12 @@ def side_backward_keys(
     head_rows = bh * num_rows + rows
     row_d = head_rows[:, None] * D + d[None, :]
     if BAND:
-      row_start = (rows // block_len) * block_len
-      c = keys[None, :] - row_start[:, None]
-      cell = (c >= 0) & (c < width) & row_ok[:, None] & key_ok[None, :]
+      row_start = tl.where(row_ok, (rows // block_len) * block_len,
+                           PAST_ROWS)
     else:
       row_start = rows * 0
-      c = keys[None, :] + row_start[:, None]
-      cell = row_ok[:, None] & key_ok[None, :]
+    c = keys[None, :] - row_start[:, None]
+    cell = _cells(c, width, row_ok, key_ok, BAND)
     qt = tl.load(q + row_d, mask=row_ok[:, None], other=0.0)
     do = tl.load(dctx + row_d, mask=row_ok[:, None], other=0.0)
     lse_rows = tl.load(lse + head_rows, mask=row_ok, other=0.0)
