@@ -244,16 +244,24 @@ def _first_keys(rows, row_ok, first_row, BM: tl.constexpr, num_rows,
   return width, row_start, start, stop
 
 
+# The softmax runs in base 2: the logits come out of `_logits` times
+# log2(e), folded into the scale it multiplies anyway, so that each score's
+# exp is one ex2 (tl.exp multiplies by log2(e) first); lse stays natural.
+LOG2E = tl.constexpr(1.4426950408889634)
+LN2 = tl.constexpr(0.6931471805599453)
+
+
 @triton.jit
 def _logits(s, code, cell, per_id, flat_rows, num_ids, num_heads, head,
             prev, new, stream_offsets, scale, HAS_IDS: tl.constexpr,
             READ: tl.constexpr, WRITE: tl.constexpr,
             SOURCES: tl.constexpr):
-  """The logits of a [BM, BN] tile of scores q.k: + the relative score,
-  RealFormer's rule (+ prev, new written, * scale), - 10000 where masked;
-  -inf where the key is not the query's (`cell` false: outside its band,
-  or past the end). With SOURCES, s already holds the previous sum
-  (`_source_scores`) and prev is not read."""
+  """The logits of a [BM, BN] tile of scores q.k, in base 2 (times
+  LOG2E): + the relative score, RealFormer's rule (+ prev, new written,
+  * scale), - 10000 where masked; -inf where the key is not the query's
+  (`cell` false: outside its band, or past the end). With SOURCES, s
+  already holds the previous sum (`_source_scores`) and prev is not
+  read."""
   masked = code < 0
   if HAS_IDS:
     rel_id = tl.where(masked, -1 - code, code)
@@ -265,20 +273,21 @@ def _logits(s, code, cell, per_id, flat_rows, num_ids, num_heads, head,
                    other=0.0).to(tl.float32)
   if WRITE:
     tl.store(new + stream_offsets, s.to(new.dtype.element_ty), mask=cell)
-  s = s * scale  # 1 unless the pattern's running mean divides it
-  s = tl.where(masked, s - 10000.0, s)
+  # scale: 1 unless the pattern's running mean divides it.
+  s = s * (scale * LOG2E)
+  s = tl.where(masked, s - 10000.0 * LOG2E, s)
   return tl.where(cell, s, float("-inf"))
 
 
 @triton.jit
 def _online_softmax(s, vt, keep, m_i, l_i, acc, IEEE: tl.constexpr,
                     DROPOUT: tl.constexpr):
-  """One key tile into the running softmax: logits s [BM, BN], values
-  [BN, D], keep decisions; returns the new (max, sum, context) of each row
-  (the sum over every key, the context over the kept ones)."""
+  """One key tile into the running softmax: logits s [BM, BN] (base 2),
+  values [BN, D], keep decisions; returns the new (max, sum, context) of
+  each row (the sum over every key, the context over the kept ones)."""
   m_new = tl.maximum(m_i, tl.max(s, 1))
-  alpha = tl.exp(m_i - m_new)
-  p = tl.exp(s - m_new[:, None])
+  alpha = tl.exp2(m_i - m_new)
+  p = tl.exp2(s - m_new[:, None])
   l_i = l_i * alpha + tl.sum(p, 1)
   if DROPOUT:
     p = tl.where(keep, p, 0.0)
@@ -374,7 +383,7 @@ def side_forward(q, k1, v1, k2, v2, per_id, codes1, codes2, valid, prev1,
   out = acc * (row_valid / l_i)[:, None]
   tl.store(ctx + head_rows[:, None] * D + d[None, :],
            out.to(ctx.dtype.element_ty), mask=row_ok[:, None])
-  tl.store(lse + head_rows, m_i + tl.log(l_i), mask=row_ok)
+  tl.store(lse + head_rows, (m_i + tl.log2(l_i)) * LN2, mask=row_ok)
 
 
 # ------------------------------------------------------------ backward pass
@@ -396,11 +405,12 @@ def _tile_grads(s, vt, do, code, cell, per_id, flat_rows, num_ids,
                 SOURCES: tl.constexpr, DROPOUT: tl.constexpr,
                 IEEE: tl.constexpr):
   """A [BM, BN] tile's (dropped probabilities, score gradients), float32,
-  from its scores s (q.k, + the sources' with SOURCES)."""
+  from its scores s (q.k, + the sources' with SOURCES) and its rows' lse
+  in base 2."""
   s = _logits(s, code, cell, per_id, flat_rows, num_ids, num_heads, head,
               prev, prev, stream_offsets, scale, HAS_IDS, READ, False,
               SOURCES)
-  p = tl.exp(s - lse_rows[:, None]) * valid_rows[:, None]
+  p = tl.exp2(s - lse_rows[:, None]) * valid_rows[:, None]
   dp = _scores(do, vt, IEEE)
   if DROPOUT:
     dp = tl.where(keep, dp * gain, 0.0)
@@ -471,7 +481,7 @@ def side_backward_queries(
   out = tl.load(ctx + row_d, mask=row_ok[:, None], other=0.0)
   delta_rows = tl.sum(do.to(tl.float32) * out.to(tl.float32), 1)
   tl.store(delta + head_rows, delta_rows, mask=row_ok)
-  lse_rows = tl.load(lse + head_rows, mask=row_ok, other=0.0)
+  lse_rows = tl.load(lse + head_rows, mask=row_ok, other=0.0) * LOG2E
   valid_rows = tl.load(valid + flat_rows, mask=row_ok, other=0.0)
   row_index = _row_index(rows, batch, head, batch_size, num_heads,
                          num_rows, block_len, BAND, BY_ROWS)
@@ -586,7 +596,7 @@ def side_backward_keys(
     cell = _cells(c, width, row_ok, key_ok, BAND)
     qt = tl.load(q + row_d, mask=row_ok[:, None], other=0.0)
     do = tl.load(dctx + row_d, mask=row_ok[:, None], other=0.0)
-    lse_rows = tl.load(lse + head_rows, mask=row_ok, other=0.0)
+    lse_rows = tl.load(lse + head_rows, mask=row_ok, other=0.0) * LOG2E
     valid_rows = tl.load(valid + flat_rows, mask=row_ok, other=0.0)
     delta_rows = tl.load(delta + head_rows, mask=row_ok, other=0.0)
     code = tl.load(codes + flat_rows[:, None] * codes_stride + c, mask=cell,
