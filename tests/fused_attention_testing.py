@@ -9,7 +9,6 @@ import numpy as np
 from etc_realformer.kernels.reference import keep_gain
 from etc_realformer.kernels.reference import keep_threshold
 from etc_realformer.kernels.reference import NEG
-from etc_realformer.kernels.reference import NO_ID
 from etc_realformer.kernels.reference import relative_error
 from etc_realformer.kernels.reference import side_backward
 from etc_realformer.kernels.reference import side_forward

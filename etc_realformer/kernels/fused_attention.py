@@ -52,7 +52,8 @@ from etc_realformer.layers.attention_pieces import SideOutputs
 
 SIDE_FORWARD = "etc_side_forward"
 SIDE_BACKWARD = "etc_side_backward"
-MAX_IDS = 127  # relative ids travel as int8 codes (-1 - id when masked)
+# Relative ids travel in int8 codes' low 7 bits; 127 is NO_ID's.
+MAX_IDS = 127
 _DTYPES = (tf.float32, tf.bfloat16, tf.float16)
 
 
@@ -446,9 +447,10 @@ def attention_codes(spec: core.SideSpec, masks: SideMasks[tf.Tensor],
                     has_ids: bool) -> Tuple[tf.Tensor, tf.Tensor]:
   """A side's masks and relative ids as the kernels' int8 codes.
 
-  Per score (`reference.codes`): an unmasked key's relative id (0
-  without ids), -1 - id for a masked key, NO_ID (-128) for a masked key
-  without a relative term (band columns outside the window). First
+  Per score (`reference.codes`): the key's relative id (0 without ids),
+  id - 128 (the sign bit set) for a masked key, NO_ID (-1) for a masked
+  key without a relative term (band columns outside the window: the
+  kernels test for it on the band only). First
   pattern: band [B, Lp, Wb] (the band layout, rows padded with NO_ID to
   `band_stride` bytes) or dense [B, N, K1]; second [B, N, K2]. ETC's masks
   are hard (adders 0 or -10000), so a code carries what the adder did.
@@ -464,8 +466,13 @@ def attention_codes(spec: core.SideSpec, masks: SideMasks[tf.Tensor],
       # Window [B, nb, b, 2b - 1] -> band [B, nb, b, 3b] (as the XLA
       # path's skew of the relative scores); -1 outside the window.
       ids = blocking.skew_right(ids + 1, offset=1, width=3 * b) - 1
+    else:
+      # ETC's ids are never negative (the XLA path's gather needs them in
+      # the table); clipped so that only the band's codes are NO_ID.
+      ids = tf.maximum(ids, 0)
     code = tf.where(adder == 0.0, tf.maximum(ids, 0),
-                    tf.where(ids >= 0, -1 - ids, reference.NO_ID))
+                    tf.where(ids >= 0, reference.MASKED + ids,
+                             reference.NO_ID))
     code = tf.cast(_rows(spec, code, 1), tf.int8)
     if spec.band and index == 0:
       code = tf.pad(code, [[0, 0], [0, 0],

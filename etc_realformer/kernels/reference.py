@@ -20,10 +20,12 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 
 NEG = -10000.0
-# Codes: >= 0 an unmasked key's relative id (0 without ids); -1 - id a
-# masked key's; NO_ID a masked key without a relative term (band columns
-# outside the window, where the XLA path's skewed relative scores are 0).
-NO_ID = -128
+# Codes: the key's relative id in the low 7 bits (0 without ids), the sign
+# bit set where it is masked (id - 128); NO_ID (id 127, masked) a masked key
+# without a relative term (band columns outside the window, where the XLA
+# path's skewed relative scores are 0). Ids are at most 126.
+MASKED = -128
+NO_ID = -1
 
 
 @dataclasses.dataclass
@@ -238,7 +240,7 @@ def codes(p: Dict[str, np.ndarray], case: SideCase
   out = []
   for ids, adder in ((ids1, p["add1"]), (ids2, p["add2"])):
     unmasked = np.where(ids < 0, 0, ids)
-    masked = np.where(ids < 0, NO_ID, -1 - ids)
+    masked = np.where(ids < 0, NO_ID, MASKED + ids)
     out.append(np.where(adder == 0, unmasked, masked).astype(np.int8))
   first = out[0]
   if case.band:

@@ -22,11 +22,13 @@ probabilities from) and, for the carried patterns it emits, the new
 running sums.
 
 Masks and relative ids come as one int8 code per score (`reference.codes`):
->= 0 an unmasked key's id (0 without ids), -1 - id a masked key's, -128 a
-masked key without a relative term (band columns outside the window): a
-byte per score where the XLA path reads a float32 adder and an int32 id,
-and a masked score keeps its relative term, so the running sums equal the
-XLA path's everywhere.
+the key's relative id in the low 7 bits (0 without ids), the sign bit set
+where the key is masked, and NO_ID (-1: id 127, masked) a masked key
+without a relative term, which only the band has (its columns outside the
+window): a byte per score where the XLA path reads a float32 adder and an
+int32 id, and a masked score keeps its relative term, so the running sums
+equal the XLA path's everywhere. The id is one AND of the code, and only
+the band's loads of the per-id score test for NO_ID.
 
 This module imports Triton alone (no TensorFlow, no package import), so the
 build tool loads it by path on a machine that has only Triton
@@ -83,8 +85,8 @@ TILES = {
     "side_backward_keys": dict(block_m=32, block_n=64, num_warps=4,
                                num_stages=2),
 }
-# The code of a masked score without a relative term.
-NO_ID = tl.constexpr(-128)
+# The code of a masked score without a relative term (the band's only).
+NO_ID = tl.constexpr(-1)
 
 # Triton 3.9's interpreter multiplies bfloat16 operands of `tl.dot` wrongly
 # (errors of 1e10 on unit-scale inputs; float16 and float32 are right), so
@@ -252,21 +254,31 @@ LN2 = tl.constexpr(0.6931471805599453)
 
 
 @triton.jit
+def _has_id(code, cell, BAND: tl.constexpr):
+  """Which of a tile's scores have a relative term: its cells, less the
+  band's NO_ID columns (a dense pattern's codes are never NO_ID: a
+  compare a score saved wherever the per-id score is read)."""
+  if BAND:
+    return cell & (code != NO_ID)
+  return cell
+
+
+@triton.jit
 def _logits(s, code, cell, per_id, flat_rows, num_ids, num_heads, head,
             prev, new, stream_offsets, scale, HAS_IDS: tl.constexpr,
             READ: tl.constexpr, WRITE: tl.constexpr,
-            SOURCES: tl.constexpr):
+            SOURCES: tl.constexpr, BAND: tl.constexpr):
   """The logits of a [BM, BN] tile of scores q.k, in base 2 (times
   LOG2E): + the relative score, RealFormer's rule (+ prev, new written,
   * scale), - 10000 where masked; -inf where the key is not the query's
   (`cell` false: outside its band, or past the end). With SOURCES, s
   already holds the previous sum (`_source_scores`) and prev is not
-  read."""
+  read. BAND: the tile is the band's, whose codes may be NO_ID."""
   masked = code < 0
   if HAS_IDS:
-    rel_id = tl.where(masked, -1 - code, code)
-    s += tl.load(per_id + (flat_rows[:, None] * num_ids + rel_id) * num_heads
-                 + head, mask=cell & (code != NO_ID), other=0.0)
+    s += tl.load(per_id + (flat_rows[:, None] * num_ids + (code & 0x7F))
+                 * num_heads + head, mask=_has_id(code, cell, BAND),
+                 other=0.0)
   if READ:
     if not SOURCES:
       s += tl.load(prev + stream_offsets, mask=cell,
@@ -368,7 +380,7 @@ def side_forward(q, k1, v1, k2, v2, per_id, codes1, codes2, valid, prev1,
                      mask=cell, other=NO_ID).to(tl.int32)
       s = _logits(s, code, cell, per_id, flat_rows, num_ids, num_heads,
                   head, prev, new, head_rows[:, None] * width + c, scale,
-                  HAS_IDS, read, write, SOURCES)
+                  HAS_IDS, read, write, SOURCES, BAND and p == 0)
       if DROPOUT:
         keep = _keep(row_index, row_start, n0, width, seeds, p, keep_threshold,
                      BM, BN)
@@ -403,13 +415,13 @@ def _tile_grads(s, vt, do, code, cell, per_id, flat_rows, num_ids,
                 valid_rows, delta_rows, keep, gain, HAS_IDS: tl.constexpr,
                 READ: tl.constexpr, WRITE: tl.constexpr,
                 SOURCES: tl.constexpr, DROPOUT: tl.constexpr,
-                IEEE: tl.constexpr):
+                IEEE: tl.constexpr, BAND: tl.constexpr):
   """A [BM, BN] tile's (dropped probabilities, score gradients), float32,
   from its scores s (q.k, + the sources' with SOURCES) and its rows' lse
-  in base 2."""
+  in base 2; BAND as `_logits`'."""
   s = _logits(s, code, cell, per_id, flat_rows, num_ids, num_heads, head,
               prev, prev, stream_offsets, scale, HAS_IDS, READ, False,
-              SOURCES)
+              SOURCES, BAND)
   p = tl.exp2(s - lse_rows[:, None]) * valid_rows[:, None]
   dp = _scores(do, vt, IEEE)
   if DROPOUT:
@@ -424,7 +436,7 @@ def _tile_grads(s, vt, do, code, cell, per_id, flat_rows, num_ids,
 
 
 @triton.jit
-def _id_sums(table, ds, code, cell, R: tl.constexpr):
+def _id_sums(table, ds, code, cell, R: tl.constexpr, BAND: tl.constexpr):
   """table [BM, R] += the score gradients of each relative id, per row.
 
   A row's scores share ids (clipped distances), so the sums are a per-row
@@ -433,8 +445,8 @@ def _id_sums(table, ds, code, cell, R: tl.constexpr):
   the order). Only the ids the tile holds are summed: a tile of global
   keys holds a few (ETC's l2g and g2l ids say little more than "same
   sentence"), a band tile about its width's distances."""
-  rel_id = tl.where(code < 0, -1 - code, code)
-  has = cell & (code != NO_ID)
+  rel_id = code & 0x7F
+  has = _has_id(code, cell, BAND)
   first = tl.min(tl.where(has, rel_id, R))
   last = tl.max(tl.where(has, rel_id, -1))
   r = tl.arange(0, R)
@@ -524,12 +536,12 @@ def side_backward_queries(
                           num_ids, num_heads, head, prev, dnew, offsets,
                           scale, lse_rows, valid_rows, delta_rows, keep,
                           gain, HAS_IDS, read, write, SOURCES, DROPOUT,
-                          IEEE)
+                          IEEE, BAND and p == 0)
       if read:
         tl.store(dprev + offsets, ds.to(dprev.dtype.element_ty), mask=cell)
       dq_acc += _context(ds, kt, IEEE)
       if HAS_IDS:
-        table = _id_sums(table, ds, code, cell, R)
+        table = _id_sums(table, ds, code, cell, R, BAND and p == 0)
 
   tl.store(dq + row_d, dq_acc.to(dq.dtype.element_ty), mask=row_ok[:, None])
   if HAS_IDS:
@@ -613,7 +625,8 @@ def side_backward_keys(
                               num_ids, num_heads, head, prev, dnew,
                               head_rows[:, None] * width + c, scale,
                               lse_rows, valid_rows, delta_rows, keep, gain,
-                              HAS_IDS, READ, WRITE, SOURCES, DROPOUT, IEEE)
+                              HAS_IDS, READ, WRITE, SOURCES, DROPOUT, IEEE,
+                              BAND)
     dk_acc += _context(tl.trans(ds), qt, IEEE)
     dv_acc += _context(tl.trans(dropped), do, IEEE)
   tl.store(dk + key_d, dk_acc.to(dk.dtype.element_ty), mask=key_ok[:, None])

@@ -113,8 +113,10 @@ struct Element {
 // ------------------------------------------------------------- side: shapes
 constexpr char kForward[] = "etc_side_forward";
 constexpr char kBackward[] = "etc_side_backward";
-// The code of a masked score without a relative term (`reference.NO_ID`).
-constexpr int8_t kNoId = -128;
+// The code of a masked score without a relative term (`reference.NO_ID`);
+// the others hold the relative id in their low 7 bits, the sign bit set
+// where the score is masked.
+constexpr int8_t kNoId = -1;
 
 // The call's attributes (see the bindings).
 struct SideOptions {
@@ -489,7 +491,7 @@ class HostSide {
         for (int64_t x = 0; x < d; ++x) score += qi[x] * k[x];
         const int8_t code = Code(p, row, c);
         if (o_.has_ids && code != kNoId) {
-          const int64_t id = code >= 0 ? code : -1 - code;
+          const int64_t id = code & 0x7F;
           if (id >= s_.num_ids) {
             return Invalid(call, "relative id " + std::to_string(id) +
                            " of a table of " + std::to_string(s_.num_ids));
@@ -749,7 +751,7 @@ ffi::Error SideBackwardHost(
             if (o.read[p]) dprev[p][cell] = ds;
             const int8_t code = side.Code(p, row, c);
             if (o.has_ids && code != kNoId) {
-              const int64_t id = code >= 0 ? code : -1 - code;
+              const int64_t id = code & 0x7F;
               dper[(row * s.num_ids + id) * s.heads + h] += ds;
             }
             const float ds_t = el.Round(ds), dropped_t = el.Round(dropped);

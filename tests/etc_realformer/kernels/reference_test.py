@@ -81,16 +81,24 @@ def test_codes_hold_masks_and_window_ids(has_ids):
       unmasked = p["add1"][0, i, c] == 0
       if has_ids and 0 <= w < 2 * b - 1:
         rel = p["ids1"][0, i, w]
-        want = rel if unmasked else -1 - rel
+        want = rel if unmasked else rel - 128
       else:
         want = 0 if unmasked else ref.NO_ID
       assert band[0, i, c] == want, (i, c)
   if has_ids:
-    want_global = np.where(p["add2"] == 0, p["ids2"], -1 - p["ids2"])
+    want_global = np.where(p["add2"] == 0, p["ids2"], p["ids2"] - 128)
   else:
     want_global = np.where(p["add2"] == 0, 0, ref.NO_ID)
   np.testing.assert_array_equal(glob, want_global)
   assert (band[0, -1, :3 * b] < 0).all() and (glob[0, -1] < 0).all()
+  # What a kernel reads of a code: the mask from the sign, the id from the
+  # low 7 bits; NO_ID on the band only.
+  for code, ids, adder in ((band[..., :3 * b], None, p["add1"]),
+                           (glob, p["ids2"], p["add2"])):
+    np.testing.assert_array_equal(code < 0, adder != 0)
+    if has_ids and ids is not None:
+      np.testing.assert_array_equal(code & 0x7F, ids)
+  assert (glob != ref.NO_ID).all() or not has_ids
 
 
 def _one_head_case():
