@@ -74,7 +74,7 @@ import triton.language as tl
 # queries reads the key rows of every band it touches, not one query block
 # padded to a power of two. Chosen so that no kernel spills registers at
 # D = 64 on sm_90 with streams and dropout (`cuobjdump -res-usage` of the
-# bfloat16 cubins: 191, 233 and 216 registers, no stack), where 64 x 64
+# bfloat16 cubins: at most 230, 238 and 221 registers, no stack), where 64 x 64
 # tiles of 4 warps spilled 216 (forward) to 416 (backward queries) bytes
 # per thread; closest to the 32 x 64 of 4 warps that timed best (within
 # noise) for the long side's first forward kernel (docs/kernels.md).
