@@ -92,13 +92,17 @@ def _write_dir(model_dir: str, strategy: tf.distribute.Strategy) -> str:
   """Where this worker writes: model_dir on the chief, a scratch dir else.
 
   Under MultiWorkerMirroredStrategy every worker must take part in saving (the
-  save is collective) but only the chief's files are kept.
+  save is collective) but only the chief's files are kept. The scratch dir is
+  new (`mkdtemp`): its checkpoint manager then finds nothing to restore, and
+  the worker resumes from the chief's latest checkpoint (`init_fn`). A
+  killed worker leaves its scratch dir behind, and a name made of the pid
+  alone was taken again by a later worker with the same pid, which resumed
+  from that stale checkpoint, out of step with the chief.
   """
   if _is_chief(strategy):
     return model_dir
   task_id = strategy.cluster_resolver.task_id
-  return os.path.join(tempfile.gettempdir(),
-                      f"etc_worker_{os.getpid()}_{task_id}")
+  return tempfile.mkdtemp(prefix=f"etc_worker_{task_id}_")
 
 
 def _save_operative_config(model_dir: str, mode: str) -> None:

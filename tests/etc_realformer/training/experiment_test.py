@@ -130,3 +130,39 @@ def test_resuming_with_another_config_is_named_in_one_line(tiny_gin,
   line = cli.user_error_line(error.value)
   assert "\n" not in line and "In call to" not in line
   assert line.startswith(f"error: {latest}: the checkpoint does not fit")
+
+
+class _Resolver:
+  """A two-worker cluster's resolver as `experiment` reads it."""
+
+  def __init__(self, task_id):
+    self.task_type, self.task_id = "worker", task_id
+
+  def cluster_spec(self):
+    return tf.train.ClusterSpec({"worker": ["a:1", "b:2"]})
+
+
+class _Strategy:
+
+  def __init__(self, task_id):
+    self.cluster_resolver = _Resolver(task_id)
+
+
+def test_a_non_chief_worker_writes_to_a_new_scratch_dir(tmp_path):
+  # A worker killed mid-run leaves its scratch dir (and checkpoints) behind;
+  # the next worker must not find them, whatever its pid, or it resumes from
+  # them instead of the chief's checkpoint.
+  model_dir = str(tmp_path / "model")
+  assert experiment._write_dir(model_dir, _Strategy(0)) == model_dir
+  first = experiment._write_dir(model_dir, _Strategy(1))
+  try:
+    with open(os.path.join(first, "checkpoint"), "w") as f:
+      f.write('model_checkpoint_path: "ckpt-8"\n')
+    second = experiment._write_dir(model_dir, _Strategy(1))
+    try:
+      assert second != first and os.listdir(second) == []
+      assert tf.train.latest_checkpoint(second) is None
+    finally:
+      os.rmdir(second)
+  finally:
+    tf.io.gfile.rmtree(first)

@@ -41,11 +41,13 @@ def _free_ports(n):
   return ports
 
 
-def _start_workers(command, ports, logs):
+def _start_workers(command, ports, logs, scratch):
+  """The workers, their temporary files (the non-chief's scratch
+  checkpoints, which a killed worker leaves) under `scratch`."""
   cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
   procs = []
   for index, log in enumerate(logs):
-    env = dict(e2e_testing.env(), TF_CONFIG=json.dumps(
+    env = dict(e2e_testing.env(), TMPDIR=scratch, TF_CONFIG=json.dumps(
         {"cluster": cluster, "task": {"type": "worker", "index": index}}))
     procs.append(subprocess.Popen(
         [sys.executable, "-m", *command], cwd=e2e_testing.REPO, env=env,
@@ -75,7 +77,8 @@ def test_two_workers_pretrain_killed_and_resumed(tmp_path):
   # 1. Both workers start; SIGKILL both once a checkpoint past step 4 exists.
   killed_logs = [str(tmp_path / f"killed_{i}.log") for i in range(2)]
   files = [open(p, "w") for p in killed_logs]
-  procs = _start_workers(command, _free_ports(2), files)
+  scratch = str(tmp_path)
+  procs = _start_workers(command, _free_ports(2), files, scratch)
   killed_after = None
   try:
     deadline = time.time() + 200
@@ -104,7 +107,7 @@ def test_two_workers_pretrain_killed_and_resumed(tmp_path):
   # 2. The same commands resume from that checkpoint and finish in lockstep.
   logs = [str(tmp_path / f"resumed_{i}.log") for i in range(2)]
   files = [open(p, "w") for p in logs]
-  procs = _start_workers(command, _free_ports(2), files)
+  procs = _start_workers(command, _free_ports(2), files, scratch)
   try:
     for p in procs:
       p.wait(timeout=240)
