@@ -341,6 +341,28 @@ def test_fused_full_path_long_side_matches_xla_path(twins):
   assert_same_training(want, got)
 
 
+@pytest.mark.parametrize("side", ["long", "global"])
+@pytest.mark.parametrize("has_ids", [True, False])
+def test_graph_codes_are_the_references(side, has_ids):
+  # The codes the graph builds from the core's masks and ids are the ones
+  # the kernels are tested on: NO_ID only where the band has no relative
+  # term, a masked key's id kept in the low 7 bits.
+  if side == "long":
+    case = fat.SideCase.long_side(batch=2, num_heads=2, num_blocks=3,
+                                  block_len=5, global_len=6, num_ids=7,
+                                  has_ids=has_ids)
+  else:
+    case = fat.SideCase.global_side(batch=2, num_heads=2, global_len=6,
+                                    long_len=20, num_ids=7, has_ids=has_ids)
+  pieces = fat.side_pieces(case, seed=5, masked_rows=1)
+  spec, x = fat.core_side(case, pieces)
+  got = fused_attention.attention_codes(spec, x.masks, has_ids)
+  for codes, want in zip(got, (pieces["codes1"], pieces["codes2"])):
+    assert codes.dtype == tf.int8
+    np.testing.assert_array_equal(codes.numpy(), want)
+  assert (pieces["codes2"] < 0).any() and (pieces["codes2"] >= 0).any()
+
+
 @pytest.mark.parametrize("pattern_with_ids", [0, 1])
 def test_relative_ids_on_one_pattern_fall_back(pattern_with_ids):
   # The codes cannot say "unmasked, no relative term": such a side runs on
