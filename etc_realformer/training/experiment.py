@@ -96,8 +96,8 @@ def _write_dir(model_dir: str, strategy: tf.distribute.Strategy) -> str:
   new (`mkdtemp`): its checkpoint manager then finds nothing to restore, and
   the worker resumes from the chief's latest checkpoint (`init_fn`). A
   killed worker leaves its scratch dir behind, and a name made of the pid
-  alone was taken again by a later worker with the same pid, which resumed
-  from that stale checkpoint, out of step with the chief.
+  alone can come back to a later worker given the same pid, which would
+  resume from that stale checkpoint, out of step with the chief.
   """
   if _is_chief(strategy):
     return model_dir
