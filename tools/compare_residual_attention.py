@@ -47,10 +47,12 @@ used by the tests; the numbers mean nothing).
 """
 
 import argparse
+import ast
 import dataclasses
 import json
 import math
 import os
+import re
 import shlex
 import statistics
 import subprocess
@@ -59,10 +61,16 @@ import time
 from concurrent import futures
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from tools import study_rules
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORDS_FILE = "runs.jsonl"
 TABLE_FILE = "table.md"
 PLOT_FILE = "curves.png"
+BASELINE_FILE = "baseline.json"
+STABILITY_FILE = "stability.md"
+RATE_PLOT_FILE = "loss_vs_rate.png"
+VERDICT_FILE = "verdicts.json"
 METRICS = ("mlm_accuracy", "mlm_loss", "cpc_accuracy", "cpc_loss")
 
 _ALL_PATTERNS = ("l2l", "l2g", "g2g", "g2l")
@@ -108,9 +116,14 @@ class Run:
   seed: int
   lr_multiplier: float
   learning_rate: float
+  # Named by the learning rate itself (--learning_rates) rather than by
+  # its multiple of the demo's.
+  by_rate: bool = False
 
   @property
   def name(self) -> str:
+    if self.by_rate:
+      return f"{self.variant}-lr{self.learning_rate:g}-seed{self.seed}"
     return f"{self.variant}-lr{self.lr_multiplier:g}x-seed{self.seed}"
 
 
@@ -129,6 +142,17 @@ def plan_runs(variants: Sequence[str], seeds: Sequence[int],
         runs.append(Run(variant, seed, multiplier,
                         base_learning_rate * multiplier))
   return runs
+
+
+def plan_rate_runs(variants: Sequence[str], seeds: Sequence[int],
+                   learning_rates: Sequence[float],
+                   base_learning_rate: float) -> List[Run]:
+  """Every variant at every seed and learning rate (a sweep), seeds
+  outermost so that a partial sweep has every (variant, rate) once before
+  any twice."""
+  return [Run(variant, seed, lr / base_learning_rate, lr, by_rate=True)
+          for seed in seeds for lr in sorted(set(learning_rates))
+          for variant in variants]
 
 
 def read_records(path: str) -> List[Dict[str, Any]]:
@@ -193,28 +217,55 @@ def make_record(run: Run, returncode: int,
                               List[Dict[str, Any]]],
                 final: Optional[Dict[str, Any]], steps: int,
                 bindings: Sequence[str], command: Sequence[str],
-                wall_s: float) -> Dict[str, Any]:
+                wall_s: float, num_layers: Optional[int] = None,
+                baseline_loss: Optional[float] = None) -> Dict[str, Any]:
   """The JSON line of a finished (or failed) run, from its curves
-  (`read_curves`) and final evaluation (`eval_results.json`)."""
+  (`read_curves`) and final evaluation (`eval_results.json`).
+
+  `diverged`: the process failed or a loss or metric was not finite.
+  `failed` / `failure`: the study's rules (`study_rules.failure`, judged
+  against `baseline_loss`, the unigram baseline), which include
+  divergence.
+  """
   train, evals = curves
   final = final or {}
   metrics = {k: final.get(k) for k in METRICS}
   diverged = (returncode != 0 or
               any(not _finite(loss) for _, loss in train) or
               not all(_finite(v) for v in metrics.values()))
+  reason = study_rules.failure(returncode, train, evals, final,
+                               baseline_loss)
   return {"run": run.name, "variant": run.variant, "seed": run.seed,
           "learning_rate": run.learning_rate,
-          "lr_multiplier": run.lr_multiplier,
+          "lr_multiplier": run.lr_multiplier, "num_layers": num_layers,
           "steps": final.get("step", train[-1][0] if train else 0),
           "planned_steps": steps, **metrics, "diverged": diverged,
+          "failed": reason is not None, "failure": reason,
+          "mlm_unigram_baseline": baseline_loss,
           "returncode": returncode, "train_curve": train,
           "eval_curve": evals, "wall_s": round(wall_s, 1),
           "bindings": list(bindings), "command": " ".join(
               shlex.quote(c) for c in command)}
 
 
+def model_config_of(model_dir: str) -> Dict[str, Any]:
+  """The `etc_config.*` values of a run's operative config (the fields
+  gin set; the rest are `EtcConfig`'s defaults)."""
+  path = os.path.join(model_dir, "operative_config.gin")
+  if not os.path.exists(path):
+    return {}
+  out = {}
+  with open(path, encoding="utf-8") as f:
+    for line in f:
+      m = re.match(r"etc_config\.(\w+) = (.+)$", line.strip())
+      if m and m.group(1) != "config_file":
+        out[m.group(1)] = ast.literal_eval(m.group(2))
+  return out
+
+
 def execute(run: Run, out_dir: str, base_gin: str, user_gin: Sequence[str],
-            user_bindings: Sequence[str], steps: int) -> Dict[str, Any]:
+            user_bindings: Sequence[str], steps: int,
+            baseline_loss: Optional[float] = None) -> Dict[str, Any]:
   """Runs (or resumes) one run in its own process; returns its record."""
   model_dir = os.path.join(out_dir, "runs", run.name)
   os.makedirs(model_dir, exist_ok=True)
@@ -241,7 +292,10 @@ def execute(run: Run, out_dir: str, base_gin: str, user_gin: Sequence[str],
     with open(results, encoding="utf-8") as f:
       final = json.load(f)
   return make_record(run, proc.returncode, read_curves(model_dir), final,
-                     steps, bindings, command, time.time() - start)
+                     steps, bindings, command, time.time() - start,
+                     num_layers=model_config_of(model_dir).get(
+                         "num_hidden_layers"),
+                     baseline_loss=baseline_loss)
 
 
 # ----------------------------------------------------------------- summary
@@ -336,21 +390,6 @@ def plot(records: Sequence[Dict[str, Any]], path: str) -> None:
   plt.close(fig)
 
 
-# Two-sided 95 % quantiles of Student's t by degrees of freedom (1..30; the
-# normal's 1.96 beyond): a table, so that the summary needs no SciPy.
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262,
-         2.228, 2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093,
-         2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045,
-         2.042)
-
-
-def t975(df: float) -> float:
-  """The 97.5 % quantile of Student's t at `df` degrees of freedom (rounded
-  down to a whole df: errs wide)."""
-  k = max(1, int(math.floor(df)))
-  return _T975[k - 1] if k <= len(_T975) else 1.96
-
-
 def difference(a: Dict[str, Any], b: Dict[str, Any], metric: str
                ) -> Optional[Tuple[float, float]]:
   """(mean of a - mean of b, the smallest difference a Welch t-test at 95 %
@@ -364,7 +403,7 @@ def difference(a: Dict[str, Any], b: Dict[str, Any], metric: str
     return None
   # Welch-Satterthwaite degrees of freedom.
   df = (v_a + v_b) ** 2 / (v_a ** 2 / (n_a - 1) + v_b ** 2 / (n_b - 1))
-  return a[metric] - b[metric], t975(df) * math.sqrt(v_a + v_b)
+  return a[metric] - b[metric], study_rules.t975(df) * math.sqrt(v_a + v_b)
 
 
 def differences(rows: Sequence[Dict[str, Any]], reference: str) -> str:
@@ -395,8 +434,88 @@ def differences(rows: Sequence[Dict[str, Any]], reference: str) -> str:
   return "\n".join(lines) + "\n"
 
 
+def stability_table(records: Sequence[Dict[str, Any]]) -> str:
+  """A Markdown table of a learning-rate sweep: per variant and rate, the
+  runs that failed (and why, by `study_rules.failure`) and every seed's
+  final held-out MLM loss (a failed run's marked `!`)."""
+  groups: Dict[Tuple[str, float], List[Dict[str, Any]]] = {}
+  for r in records:
+    if "failed" in r:
+      groups.setdefault((r["variant"], r["learning_rate"]), []).append(r)
+  order = {v: i for i, v in enumerate(VARIANTS)}
+  lines = ["| variant | learning rate | runs (failed) | why | held-out MLM "
+           "loss per seed | mean +- sd |", "|---|---|---|---|---|---|"]
+  for (variant, lr), rs in sorted(groups.items(), key=lambda kv: (
+      order.get(kv[0][0], len(order)), kv[0][1])):
+    rs = sorted(rs, key=lambda r: r["seed"])
+    losses = [study_rules.scored_loss(r) for r in rs]
+    mean, sd = _mean_sd(losses)
+    why = sorted({r["failure"] for r in rs if r["failed"]})
+    per_seed = ", ".join(
+        f"{r['seed']}: " + (f"{r['mlm_loss']:.3f}" if _finite(r["mlm_loss"])
+                            else "nan") + ("!" if r["failed"] else "")
+        for r in rs)
+    lines.append(f"| {variant} | {lr:g} | {len(rs)} "
+                 f"({sum(bool(r['failed']) for r in rs)}) | "
+                 f"{', '.join(why) or '-'} | {per_seed} | "
+                 f"{mean:.3f} +- {sd:.3f} |")
+  return "\n".join(lines) + "\n"
+
+
+def plot_loss_against_rate(records: Sequence[Dict[str, Any]],
+                           path: str) -> None:
+  """Final held-out MLM loss against the learning rate (log scale), every
+  run a point (failed runs hollow, non-finite ones at the unigram
+  baseline), the mean over seeds a line per variant; the unigram baseline
+  dashed."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig, ax = plt.subplots(figsize=(7.5, 4.8))
+  by_variant: Dict[str, List[Dict[str, Any]]] = {}
+  for r in records:
+    if "failed" in r:
+      by_variant.setdefault(r["variant"], []).append(r)
+  order = {v: i for i, v in enumerate(VARIANTS)}
+  for i, (variant, rs) in enumerate(sorted(
+      by_variant.items(), key=lambda kv: order.get(kv[0], len(order)))):
+    colour = f"C{i}"
+    # A small offset per variant so that points at one rate do not hide
+    # each other.
+    shift = 1.0 + 0.04 * (i - (len(by_variant) - 1) / 2)
+    rates = sorted({r["learning_rate"] for r in rs})
+    ax.plot(rates, [statistics.fmean(study_rules.scored_loss(r) for r in rs
+                                     if r["learning_rate"] == lr)
+                    for lr in rates], color=colour, label=variant)
+    for failed in (False, True):
+      pts = [r for r in rs if bool(r["failed"]) == failed]
+      ax.scatter([r["learning_rate"] * shift for r in pts],
+                 [study_rules.scored_loss(r) for r in pts],
+                 facecolors="none" if failed else colour,
+                 edgecolors=colour, s=28, zorder=3,
+                 label=f"{variant}: failed" if failed and pts else None)
+  baselines = {r["mlm_unigram_baseline"] for r in records
+               if r.get("mlm_unigram_baseline") is not None}
+  for b in baselines:
+    ax.axhline(b, color="grey", linestyle="--", linewidth=1)
+    ax.annotate("unigram baseline", (ax.get_xlim()[0], b), fontsize=7,
+                color="grey", va="bottom")
+  layers = sorted({r.get("num_layers") for r in records
+                   if r.get("num_layers")})
+  ax.set(xscale="log", xlabel="peak learning rate",
+         ylabel="final held-out MLM loss (nats)",
+         title="Held-out MLM loss against the learning rate" + (
+             f" ({'/'.join(map(str, layers))} layers)" if layers else ""))
+  ax.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
 def write_summary(out_dir: str) -> str:
-  """table.md and curves.png from runs.jsonl; returns the table."""
+  """table.md and curves.png from runs.jsonl; for a learning-rate sweep
+  (records judged by the study's rules) also stability.md,
+  loss_vs_rate.png and verdicts.json; returns the tables."""
   records = read_records(os.path.join(out_dir, RECORDS_FILE))
   rows = summarize(records)
   text = table(rows)
@@ -407,6 +526,20 @@ def write_summary(out_dir: str) -> str:
     f.write(text)
   if records:
     plot(records, os.path.join(out_dir, PLOT_FILE))
+  if any("failed" in r for r in records):
+    stability = stability_table(records)
+    with open(os.path.join(out_dir, STABILITY_FILE), "w",
+              encoding="utf-8") as f:
+      f.write(stability)
+    plot_loss_against_rate(records, os.path.join(out_dir, RATE_PLOT_FILE))
+    verdict = study_rules.stability_verdict(
+        [r for r in records if "failed" in r])
+    with open(os.path.join(out_dir, VERDICT_FILE), "w",
+              encoding="utf-8") as f:
+      json.dump(verdict, f, indent=2, sort_keys=True)
+    text += (f"\n{stability}\nstability claim: {verdict['verdict']}" + (
+        f" (learning rate {verdict['learning_rate']:g})"
+        if verdict["learning_rate"] is not None else "") + "\n")
   return text
 
 
@@ -428,7 +561,14 @@ def prepare_base(out_dir: str, data_dir: Optional[str], quick: bool,
     raise SystemExit(f"{stats_path}: no preprocessing stats (run "
                      "python -m tasks.pretrain.preprocess into --data_dir)")
   with open(stats_path, encoding="utf-8") as f:
-    vocab_size = json.load(f)["vocabulary"]["size"]
+    stats = json.load(f)
+  vocab_size = stats["vocabulary"]["size"]
+  baseline_path = os.path.join(out_dir, BASELINE_FILE)
+  if not os.path.exists(baseline_path):
+    baseline = dict(study_rules.unigram_baseline(data_dir, stats),
+                    data_dir=os.path.abspath(data_dir))
+    with open(baseline_path, "w", encoding="utf-8") as f:
+      json.dump(baseline, f, indent=2, sort_keys=True)
   lines = [demo.demo_gin(os.path.abspath(data_dir), vocab_size, train_steps,
                          seed=0),
            f"TrainerConfig.eval_interval = {eval_every}",
@@ -457,6 +597,9 @@ def build_parser() -> argparse.ArgumentParser:
   a("--seeds", type=_csv(int), default=[0, 1, 2])
   a("--lr_multipliers", type=_csv(float), default=[1.0, 2.0])
   a("--lr_variants", type=_csv(str), default=list(LR_VARIANTS))
+  a("--learning_rates", type=_csv(float), default=[],
+    help="a sweep: every variant at each of these peak learning rates "
+    "(runs named by the rate; --lr_multipliers and --lr_variants unused)")
   a("--train_steps", type=int, default=None,
     help="default: the demo's (--quick: 6)")
   a("--eval_every", type=int, default=None,
@@ -491,8 +634,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                                else demo.TRAIN_STEPS)
   eval_every = args.eval_every or (steps if args.quick
                                    else max(1, steps // 3))
-  runs = plan_runs(args.variants, args.seeds, args.lr_multipliers,
-                   args.lr_variants, demo.LEARNING_RATE)
+  if args.learning_rates:
+    runs = plan_rate_runs(args.variants, args.seeds, args.learning_rates,
+                          demo.LEARNING_RATE)
+  else:
+    runs = plan_runs(args.variants, args.seeds, args.lr_multipliers,
+                     args.lr_variants, demo.LEARNING_RATE)
   records_path = os.path.join(out_dir, RECORDS_FILE)
   todo = pending(runs, read_records(records_path))
   print(f"compare | {len(runs)} runs planned, {len(runs) - len(todo)} "
@@ -501,15 +648,20 @@ def main(argv: Optional[List[str]] = None) -> int:
   if todo:
     base_gin = prepare_base(out_dir, args.data_dir, args.quick, steps,
                             eval_every)
+    with open(os.path.join(out_dir, BASELINE_FILE), encoding="utf-8") as f:
+      baseline_loss = json.load(f)["loss"]
     with futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
       jobs = {pool.submit(execute, run, out_dir, base_gin, args.gin_file,
-                          args.gin_bindings, steps): run for run in todo}
+                          args.gin_bindings, steps, baseline_loss): run
+              for run in todo}
       for job in futures.as_completed(jobs):
         record = job.result()
         append_record(records_path, record)
         print(f"compare | {record['run']}: " + (
             "DIVERGED or failed (see its log.txt)" if record["diverged"]
-            else ", ".join(f"{m} {record[m]:.4f}" for m in METRICS)) +
+            else ", ".join(f"{m} {record[m]:.4f}" for m in METRICS) + (
+                f" (failed: {record['failure']})" if record["failed"]
+                else "")) +
               f" ({record['wall_s']:.0f} s)", flush=True)
   print(write_summary(out_dir), end="", flush=True)
   return 0

@@ -216,6 +216,11 @@ def run_experiment(task, mode: str, model_dir: str,
   logging.info("Strategy %s with %d replicas, precision %s",
                type(strategy).__name__, strategy.num_replicas_in_sync,
                precision or "float32")
+  if task.seed is not None:
+    # The task's seed also draws the initialisation (and the per-call
+    # dropout seeds, which come from TensorFlow's global generator), so
+    # that one seed names one run rather than only its data order.
+    tf_keras.utils.set_random_seed(task.seed)
   model = build_model(task, strategy)
 
   if mode in ("train", "train_and_eval"):

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tools import compare_residual_attention as compare
+from tools import study_rules
 
 def test_variants_set_what_they_name():
   assert "etc_config.residual_attention = False" in compare.VARIANTS["post_ln"]
@@ -121,7 +122,7 @@ def test_differences_resolved_only_beyond_the_seed_spread():
                                         row("b", 0.20, 0.02), "mlm_accuracy")
   assert diff == pytest.approx(0.10)
   assert resolvable == pytest.approx(4.303 * math.sqrt(0.0005 / 3), rel=1e-6)
-  assert compare.t975(2.94) == 4.303 and compare.t975(100) == 1.96
+  assert study_rules.t975(2.94) == 4.303 and study_rules.t975(100) == 1.96
   text = compare.differences(
       [row("realformer", 0.20, 0.02), row("post_ln", 0.30, 0.01),
        row("pre_ln", 0.21, 0.01), row("pre_ln", 0.5, 0.01, lr=0.02)],
