@@ -20,6 +20,7 @@ import importlib
 from etc_realformer.bert_config import BertConfig
 from etc_realformer.config import EtcConfig
 from etc_realformer.execution import ExecutionConfig
+from etc_realformer.version import __version__
 
 # Name -> module, imported on first use so that `import etc_realformer` stays
 # light (tools that only read configs do not pay for building layers).
@@ -34,7 +35,8 @@ _LAZY = {
     "official_variable_names": "etc_realformer.checkpoints.official",
 }
 
-__all__ = ["BertConfig", "EtcConfig", "ExecutionConfig", *_LAZY]
+__all__ = ["BertConfig", "EtcConfig", "ExecutionConfig", "__version__",
+           *_LAZY]
 
 
 def __getattr__(name):

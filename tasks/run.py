@@ -54,10 +54,22 @@ flags.DEFINE_string("predictions_dir", None,
                     "eval: where the official scoring writes (default "
                     "model_dir/eval_predictions).")
 
-# Gin files may be given relative to the repository's gin/ folder.
-GIN_ROOT = os.path.join(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))), "gin")
 TASKS_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _gin_root() -> str:
+  """The folder of the project's gin files: `tasks/gin` in an installed
+  package (the wheel carries the repository's gin/ there), else the
+  checkout's gin/ beside tasks/."""
+  packaged = os.path.join(TASKS_DIR, "gin")
+  if os.path.isdir(packaged):
+    return packaged
+  return os.path.join(os.path.dirname(TASKS_DIR), "gin")
+
+
+# Gin files may be given relative to this folder (`tasks/wikihop.gin`,
+# `models/etc_tiny.gin`, `strategies/cpu.gin`).
+GIN_ROOT = _gin_root()
 
 
 def register_tasks() -> None:
