@@ -13,6 +13,7 @@ import sys
 from typing import Callable, List, Optional
 
 from absl import app
+from absl import flags
 import tensorflow as tf
 
 from etc_realformer.errors import UserInputError
@@ -47,6 +48,30 @@ def guarded(main: Callable[[List[str]], Optional[int]]
   return wrapped
 
 
+# Packages whose flags are a binary's own (the rest are TensorFlow's,
+# absl's or Beam's).
+PROJECT_PACKAGES = ("etc_realformer", "tasks", "tools", "demos")
+
+
+def adopt_project_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  """Makes every flag that this project's modules define a key flag of the
+  main module, so that `--help` lists them.
+
+  absl's `--help` lists only the key flags of `sys.argv[0]`: a binary
+  whose flags come from a shared module (`tasks/run.py`,
+  `tasks/common/preprocessing.py`) would list none, and `--helpfull` buries
+  them among TensorFlow's.
+  """
+  main_module = sys.argv[0]
+  for module, defined in flag_values.flags_by_module_dict().items():
+    if module == main_module or module.split(".")[0] not in PROJECT_PACKAGES:
+      continue
+    for flag in defined:
+      flag_values.register_key_flag_for_module(main_module, flag)
+
+
 def run(main: Callable[[List[str]], Optional[int]]) -> None:
-  """`absl.app.run(main)` with `guarded` around it."""
+  """`absl.app.run(main)` with `guarded` around it, and `--help` listing
+  the binary's own flags."""
+  adopt_project_flags()
   app.run(guarded(main))

@@ -8,6 +8,7 @@ task class, `etc_config` and `execution_config`).
 
 import dataclasses
 import json
+import logging as logging_lib
 import os
 import re
 import tempfile
@@ -281,8 +282,26 @@ def official_eval(task, model: tf_keras.Model,
   return task.official_scores(predictions, output_dir)
 
 
+class OrbitPrintedLines(logging_lib.Filter):
+  """Drops the orbit Controller's info records: orbit prints each of them
+  to stdout as well as logging it (`orbit.controller._log`), so a console
+  showed every controller line twice. The printed copy stays."""
+
+  def filter(self, record: logging_lib.LogRecord) -> bool:
+    return not (record.levelno == logging_lib.INFO and
+                record.pathname.endswith(os.path.join("orbit",
+                                                      "controller.py")))
+
+
+def _log_orbit_lines_once() -> None:
+  handler = logging.get_absl_handler()
+  if not any(isinstance(f, OrbitPrintedLines) for f in handler.filters):
+    handler.addFilter(OrbitPrintedLines())
+
+
 def _train(task, model, strategy, mode, model_dir, config: TrainerConfig,
            precision: Optional[str]) -> Dict[str, Any]:
+  _log_orbit_lines_once()
   if config.train_batch_size % (config.grad_accum_steps *
                                 strategy.num_replicas_in_sync):
     raise ValueError(
@@ -333,6 +352,7 @@ def _train(task, model, strategy, mode, model_dir, config: TrainerConfig,
         global_step,
         os.path.join(model_dir, name) if _is_chief(strategy) else None)
 
+  progress = trainer_lib.ProgressAction(global_step, config.train_steps)
   controller = orbit.Controller(
       strategy=strategy, trainer=trainer, evaluator=evaluator,
       global_step=global_step, steps_per_loop=config.steps_per_loop,
@@ -340,10 +360,9 @@ def _train(task, model, strategy, mode, model_dir, config: TrainerConfig,
       summary_interval=config.summary_interval,
       summary_dir=os.path.join(summary_root, "summaries", "train"),
       eval_summary_dir=os.path.join(summary_root, "summaries", "eval"),
-      train_actions=[trainer_lib.ProgressAction(global_step,
-                                                config.train_steps),
-                     history(TRAIN_HISTORY_FILE)],
+      train_actions=[progress, history(TRAIN_HISTORY_FILE)],
       eval_actions=[history(EVAL_HISTORY_FILE)])
+  progress.start()  # the Controller has restored the checkpoint
   if _is_chief(strategy):
     _save_operative_config(model_dir, mode)
   results: Dict[str, Any] = {}

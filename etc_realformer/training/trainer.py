@@ -153,19 +153,25 @@ class ProgressAction:
   def __init__(self, global_step: tf.Variable, total_steps: int):
     self.global_step = global_step
     self.total_steps = total_steps
-    self._last_step = None
-    self._last_time = None
+    self.start()
+
+  def start(self) -> None:
+    """Counts from now and the current step: call it once the run has
+    restored its checkpoint, so that a resumed run's first rate counts
+    only the steps it ran itself."""
+    self._last_step = int(self.global_step.numpy())
+    self._last_time = time.time()
 
   def __call__(self, output: Dict[str, Any]) -> None:
     step = int(self.global_step.numpy())
     now = time.time()
-    if self._last_step is None or step <= self._last_step:
-      rate = float("nan")
-    else:
-      rate = (step - self._last_step) / max(now - self._last_time, 1e-9)
+    # The first line's rate includes the first loop's tracing and
+    # compilation: an honest average since the start.
+    ran = step - self._last_step
+    rate = ran / max(now - self._last_time, 1e-9) if ran > 0 else 0.0
     self._last_step, self._last_time = step, now
     remaining = max(self.total_steps - step, 0)
-    if rate == rate and rate > 0:  # not NaN
+    if rate > 0:
       eta = time.strftime("%H:%M:%S", time.gmtime(remaining / rate))
     else:
       eta = "?"

@@ -117,3 +117,10 @@ def test_binary_reports_user_mistakes_in_one_line(args, message):
   lines = [l for l in result.stderr.splitlines() if l.startswith("error:")]
   assert len(lines) == 1 and message in lines[0], result.stderr[-2000:]
   assert "Traceback" not in result.stderr
+
+
+def test_help_lists_the_binarys_own_flags():
+  import cli_testing  # pylint: disable=g-import-not-at-top
+  proc = cli_testing.run_here("tasks.wikihop", ["--help"])
+  for flag in ("--gin_file", "--gin_bindings", "--mode", "--model_dir"):
+    assert flag in proc.stdout, proc.stdout[-2000:]

@@ -163,3 +163,18 @@ def test_a_non_chief_worker_writes_to_a_new_scratch_dir(tmp_path,
   second = experiment._write_dir(model_dir, _Strategy(1))
   assert second != first and os.listdir(second) == []
   assert os.path.dirname(second) == str(tmp_path)
+
+
+def test_orbit_controller_lines_are_logged_once():
+  import logging as logging_lib  # pylint: disable=g-import-not-at-top
+  def record(pathname, level=logging_lib.INFO):
+    return logging_lib.LogRecord("absl", level, pathname, 1, "train | step",
+                                 None, None)
+  keep = experiment.OrbitPrintedLines().filter
+  # orbit prints these to stdout itself: the log handler drops its copy.
+  assert not keep(record(os.path.join("site-packages", "orbit",
+                                      "controller.py")))
+  assert keep(record(os.path.join("site-packages", "orbit", "controller.py"),
+                     logging_lib.WARNING))
+  assert keep(record(os.path.join("etc_realformer", "training",
+                                  "experiment.py")))

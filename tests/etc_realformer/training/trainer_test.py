@@ -167,6 +167,18 @@ def test_progress_line_is_printed_once(capsys):
   out, err = capsys.readouterr()
   assert out.count("progress | step 5/10 | loss 0.5000") == 1
   assert "progress" not in err
+  # The first line has a rate (since the start) and an ETA, never nan.
+  assert "nan" not in out and "ETA ?" not in out, out
+
+
+def test_progress_after_a_restore_counts_only_the_steps_run():
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from etc_realformer.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  step = tf.Variable(0, dtype=tf.int64)
+  action = trainer_lib.ProgressAction(step, total_steps=1000)
+  step.assign(900)  # restored
+  action.start()
+  assert action._last_step == 900  # pylint: disable=protected-access
 
 
 def test_history_lines_are_strict_json_read_back_last_per_step(tmp_path):
