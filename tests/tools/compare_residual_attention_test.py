@@ -173,3 +173,43 @@ def test_quick_comparison_end_to_end_resuming_an_interrupted_one(tmp_path,
   assert "| realformer | 0.01 | 1 (0) |" in stdout
   assert (out / compare.TABLE_FILE).exists()
   assert (out / compare.PLOT_FILE).stat().st_size > 0
+
+
+def test_a_sweep_names_runs_by_their_rate():
+  runs = compare.plan_rate_runs(["post_ln", "realformer"], [0, 1],
+                                [0.003, 0.001], 0.01)
+  assert [r.name for r in runs[:4]] == [
+      "post_ln-lr0.001-seed0", "realformer-lr0.001-seed0",
+      "post_ln-lr0.003-seed0", "realformer-lr0.003-seed0"]
+  assert runs[0].lr_multiplier == pytest.approx(0.1)
+  assert len(runs) == 8
+
+
+def test_sweep_records_are_judged_and_summarized(tmp_path):
+  def record(variant, lr, seed, loss, curve=None):
+    final = {"step": 200, "mlm_accuracy": 0.2, "mlm_loss": loss,
+             "cpc_accuracy": 0.0, "cpc_loss": 0.0}
+    evals = curve or [{"step": 100, "mlm_loss": loss, "mlm_accuracy": 0.2}]
+    return compare.make_record(
+        compare.Run(variant, seed, lr / 0.01, lr, by_rate=True), 0,
+        ([[1, 7.0], [200, loss]], evals), final, 200, [], [], 1.0,
+        num_layers=6, baseline_loss=5.7)
+  records = [record(v, 0.003, s, 4.6 + 0.01 * s)
+             for v in ("post_ln", "realformer") for s in range(3)]
+  records += [record("post_ln", 0.01, s, 5.69) for s in range(3)]
+  records += [record("realformer", 0.01, s, 5.0 + 0.01 * s) for s in range(3)]
+  broke = record("realformer", 0.02, 0, 5.2,
+                 curve=[{"step": 100, "mlm_loss": 4.6}])
+  assert (broke["failed"], broke["failure"], broke["num_layers"]) == (
+      True, "broke", 6)
+  assert records[0]["failed"] is False and records[0]["diverged"] is False
+  assert records[6]["failure"] == "no better than unigram"
+  for r in records + [broke]:
+    compare.append_record(str(tmp_path / compare.RECORDS_FILE), r)
+  text = compare.write_summary(str(tmp_path))
+  assert "| post_ln | 0.01 | 3 (3) | no better than unigram | 0: 5.690!, " in (
+      text)
+  assert "stability claim: confirmed (learning rate 0.01)" in text
+  assert (tmp_path / compare.RATE_PLOT_FILE).stat().st_size > 0
+  verdict = json.loads((tmp_path / compare.VERDICT_FILE).read_text())
+  assert verdict["verdict"] == "confirmed"
