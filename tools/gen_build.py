@@ -52,8 +52,9 @@ RUNNER = "tools/bazel_pytest.py"
 # `library_unit_tests`, the suite `.ci/run` runs under Bazel after the whole
 # suite has run under pytest: library tests (tests/etc_realformer/) from each
 # of its parts, chosen fast. Each py_test is its own process, which imports
-# TensorFlow (~10 s of a loaded 2-core machine) before its first test, so the
-# 20 take ~2 minutes there; all 50 took 13, held up by the few that build
+# TensorFlow (~10 s of a 2-core machine) before its first test: the 20 took
+# 8-20 s each in a run of all 50 on a lightly loaded 2-core machine (~2
+# minutes, two at a time); the 50 took 13, held up by the few that build
 # models for minutes (layers/attention, networks/etc_model,
 # kernels/fused_attention, kernels/triton_attention, training/experiment) or
 # compile the kernels' C++ (kernels/custom_calls, kernels/ffi_library). Those
