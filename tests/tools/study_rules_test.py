@@ -117,3 +117,12 @@ def test_welch_needs_two_values_and_spread():
   assert rules.welch([1.0, 1.0], [2.0, 2.0]) is None
   d, r = rules.welch([0.30, 0.31, 0.29], [0.20, 0.22, 0.18])
   assert d == pytest.approx(0.10) and r > 0
+
+
+def test_stability_reads_seeds_0_to_2_only():
+  # Seeds 3 and 4 failing would break RealFormer at 2 of 5: not judged.
+  records = [_rec("post_ln", 0.003, s, 4.6) for s in range(5)] + [
+      _rec("realformer", 0.003, s, 4.6, failed=s >= 3) for s in range(5)]
+  v = rules.stability_verdict(records)
+  assert v["verdict"] == "not resolved"
+  assert v["evidence"][0]["realformer_runs"] == 3
