@@ -8,7 +8,9 @@ a server polling EXPORT_DIR never sees a half-written version.
 
 Signatures come from the task (`Task.serving_signatures`): at least
 `serving_default` (batched feature tensors) and `serve_examples` (serialized
-tf.Examples); tasks add raw-input ones (WikiHop: `serve_raw`).
+tf.Examples); tasks with a vocabulary add raw-input ones (`serve_raw`, one
+record, and `serve_raw_batch`, a batch TF Serving can form; see README.md,
+which lists every task's).
 """
 
 import os

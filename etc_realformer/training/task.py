@@ -22,8 +22,10 @@ configurable) and provides:
 * export: `serving_outputs(features, outputs)` and `serving_signatures(model)`;
   the base gives `serving_default` (feature tensors) and `serve_examples`
   (serialized tf.Examples); `RawInputTask` adds raw-input signatures, which
-  run the task's featurizer in the graph. All of them run the model through
-  one traced `serving_forward`.
+  run the task's featurizer in the graph: one record's (`serve_raw`) and a
+  batch's (`serve_raw_batch`: every input [B, ...], so that TF Serving can
+  batch requests; `etc_realformer.export.batching`). All of them run the
+  model through one traced `serving_forward`.
 
 The runner (`tasks/run.py` -> `etc_realformer.training.experiment`) uses only
 these methods: a new task is a folder `tasks/<name>/` and a gin file.
@@ -427,7 +429,11 @@ class RawInputTask(Task):
   preprocessing's from the task's `vocab_file` / `spm_model_file` /
   `lower_case` (set by the subclass). Without a vocabulary the export has
   only the base signatures. Subclasses provide `build_featurizer()` and
-  `raw_serving_signatures(forward, featurizer, names)`.
+  `raw_serving_signatures(forward, featurizer, names)`: `serve_raw`, one
+  record's raw fields, and `serve_raw_batch`, B records with every input
+  [B, ...] (variable-length parts padded, with per-record counts, checked
+  by `etc_realformer.export.batching`) and per-record outputs [B, ...]
+  equal to `serve_raw`'s; `etc_realformer/export/README.md` lists them.
   """
 
   _featurizer = None
@@ -482,8 +488,9 @@ class RawInputTask(Task):
   def raw_serving_signatures(
       self, forward: "ServingForward", featurizer, names: Tuple[str, ...]
   ) -> Dict[str, tf.types.experimental.ConcreteFunction]:
-    """The raw-input signatures; they run the model with `forward` on the
-    featurized batch; `names` = `model_features()`."""
+    """The raw-input signatures (see the class docstring); they run the
+    model with `forward` on the featurized records, all of a batch in one
+    call; `names` = `model_features()`."""
 
   def extra_serving_signatures(self, forward):
     if not self.has_vocabulary:  # No vocabulary: no raw-input signature.

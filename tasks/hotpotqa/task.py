@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import tensorflow as tf
 import tf_keras
 
+from etc_realformer.export import batching
 from etc_realformer.features import layouts
 from etc_realformer.training import task as task_lib
 from tasks.common import io
@@ -259,6 +260,18 @@ class HotpotQATask(task_lib.RawInputTask):
     return features_lib.HotpotFeaturizer(**self.featurizer_kwargs())
 
   def raw_serving_signatures(self, forward, featurizer, names):
+    # What decoding reads besides the model's outputs.
+    decoded = ("global_kinds", "global_paragraph_ids", "global_sentence_ids")
+
+    # One record's features; both signatures call this one trace.
+    @tf.function(input_signature=[
+        tf.TensorSpec([], tf.string), tf.TensorSpec([None], tf.string),
+        tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int32)])
+    def featurize(question, titles, sentences, num_sentences):
+      feats = featurizer.featurize_tf(question, titles, sentences,
+                                      num_sentences)
+      return {k: feats[k] for k in (*names, *decoded)}
+
     @tf.function(input_signature=[
         tf.TensorSpec([], tf.string, name="question"),
         tf.TensorSpec([None], tf.string, name="titles"),
@@ -279,11 +292,80 @@ class HotpotQATask(task_lib.RawInputTask):
       paragraph_sp_probabilities [P]: supporting-fact probabilities (-1 for
         what was cut to fit the sequences).
       """
-      feats = featurizer.featurize_tf(question, titles, sentences,
-                                      num_sentences)
+      feats = featurize(question, titles, sentences, num_sentences)
       batch = {k: feats[k][tf.newaxis] for k in names}
       out = forward(batch)
       return decode.raw_outputs(feats, {k: v[0] for k, v in out.items()},
                                 titles, sentences, num_sentences)
 
-    return {"serve_raw": serve_raw.get_concrete_function()}
+    raw_specs = {k: tf.TensorSpec(v.shape, v.dtype) for k, v in
+                 serve_raw.get_concrete_function().structured_outputs.items()}
+    name = "serve_raw_batch"
+
+    @tf.function(input_signature=[
+        tf.TensorSpec([None], tf.string, name="question"),
+        tf.TensorSpec([None, None], tf.string, name="titles"),
+        tf.TensorSpec([None], tf.int32, name="num_paragraphs"),
+        tf.TensorSpec([None, None], tf.string, name="sentences"),
+        tf.TensorSpec([None, None], tf.int32, name="num_sentences")])
+    def serve_raw_batch(question, titles, num_paragraphs, sentences,
+                        num_sentences):
+      """B records, every input [B, ...] (TF Serving can batch requests):
+      question [B]; titles [B, P] and num_sentences [B, P] (sentences per
+      paragraph), padded past num_paragraphs [B]; sentences [B, S] (the
+      record's sentences in paragraph order), padded past their sum;
+      padding of any value -> serve_raw's outputs per record ([B];
+      answer_type_probabilities [B, 3]; sentence_sp_probabilities [B, S],
+      title_sp_probabilities and paragraph_sp_probabilities [B, P], -1
+      past the record's)."""
+      inputs = dict(question=question, titles=titles,
+                    num_paragraphs=num_paragraphs, sentences=sentences,
+                    num_sentences=num_sentences)
+      # The row checks first: the others broadcast over the batch.
+      with tf.control_dependencies(batching.same_batch(name, inputs)):
+        counted_sentences = batching.counted(num_sentences, num_paragraphs)
+        record_sentences = tf.reduce_sum(counted_sentences, axis=1)
+        checks = batching.counts_fit(
+            name, "num_paragraphs", num_paragraphs,
+            {"titles": titles, "num_sentences": num_sentences})
+        checks += batching.non_negative(name, "num_sentences",
+                                        counted_sentences)
+        checks += batching.counts_fit(name, "num_sentences",
+                                      record_sentences,
+                                      {"sentences": sentences}, summed=True)
+      rows = (question, titles, num_paragraphs, sentences, num_sentences)
+
+      def record(row):
+        q, t, num_p, s, num_s = row
+        num_s = num_s[:num_p]
+        return q, t[:num_p], s[:tf.reduce_sum(num_s)], num_s
+
+      feature_specs = {k: tf.TensorSpec(v.shape, v.dtype)
+                       for k, v in featurize.get_concrete_function()
+                       .structured_outputs.items()}
+      with tf.control_dependencies(checks):
+        feats = tf.map_fn(lambda row: featurize(*record(row)), rows,
+                          fn_output_signature=feature_specs)
+      out = forward(feats)
+      num_titles = tf.shape(titles)[1]
+      num_all_sentences = tf.shape(sentences)[1]
+      padded_to = {"sentence_sp_probabilities": num_all_sentences,
+                   "title_sp_probabilities": num_titles,
+                   "paragraph_sp_probabilities": num_titles}
+
+      def decode_row(args):
+        row, f, o = args
+        _, t, s, num_s = record(row)
+        raw = decode.raw_outputs(f, o, t, s, num_s)
+        for k, width in padded_to.items():
+          raw[k] = batching.pad_vector(raw[k], width, -1.0)
+        return raw
+
+      used = ("sp_probs", "answer_type", "answer_type_probs",
+              "answer_global", "span_start_byte", "span_end_byte")
+      return tf.map_fn(
+          decode_row, (rows, feats, {k: out[k] for k in used}),
+          fn_output_signature=raw_specs)
+
+    return {"serve_raw": serve_raw.get_concrete_function(),
+            name: serve_raw_batch.get_concrete_function()}

@@ -20,7 +20,9 @@ Export: `serving_default` / `serve_examples` (per window), and with a
 vocabulary `serve_raw` (question + document tokens + HTML flags, candidates
 optional) and `serve_text` (question + simplified-format document text): the
 in-graph featurizer cuts the windows, the model runs on all of them and the
-document's answer is decoded in the graph.
+document's answer is decoded in the graph; `serve_raw_batch` and
+`serve_text_batch` do the same for a batch of documents, padded, with
+counts (`etc_realformer/export/README.md`).
 """
 
 import os
@@ -30,7 +32,7 @@ from absl import logging
 import tensorflow as tf
 import tf_keras
 
-from etc_realformer.features import layouts
+from etc_realformer.export import batching
 from etc_realformer.training import task as task_lib
 from tasks.common import io
 from tasks.common import records
@@ -217,15 +219,15 @@ class NaturalQuestionsTask(task_lib.RawInputTask):
         **self.featurizer_kwargs())
 
   def raw_serving_signatures(self, forward, featurizer, names):
-    del names  # `forward` takes the model's features from the windows.
     signatures = {}
+    window_specs = self.model_input_spec()  # [W, ...]: a document's windows
 
-    def answer(windows, doc_tokens, doc_token_is_html):
-      out = forward(windows)
+    def document(out, doc_tokens, doc_token_is_html):
+      """One document's answer from its windows' outputs."""
       doc = decode.document_answer(
           {k: out[k] for k in decode.WINDOW_OUTPUTS},
           out["answer_type_logits"])
-      doc["num_windows"] = tf.shape(windows[layouts.TOKEN_IDS])[0]
+      doc["num_windows"] = tf.shape(out["answer_type_logits"])[0]
       doc["long_answer_text"] = decode.span_text(
           doc_tokens, doc_token_is_html, doc["long_start_token"],
           doc["long_end_token"])
@@ -233,6 +235,21 @@ class NaturalQuestionsTask(task_lib.RawInputTask):
           doc_tokens, doc_token_is_html, doc["short_start_token"],
           doc["short_end_token"])
       return doc
+
+    def answer(windows, doc_tokens, doc_token_is_html):
+      return document(forward(windows), doc_tokens, doc_token_is_html)
+
+    def candidates_or_html(doc_tokens, doc_token_is_html, candidate_starts,
+                           candidate_ends, candidate_top_level):
+      """The given candidates, or, when none is given, those of the HTML
+      tags."""
+      html_starts, html_ends, html_top = features_lib.html_candidates(
+          doc_tokens, doc_token_is_html)
+      given = tf.size(candidate_starts) > 0
+      starts = tf.cond(given, lambda: candidate_starts, lambda: html_starts)
+      ends = tf.cond(given, lambda: candidate_ends, lambda: html_ends)
+      top = tf.cond(given, lambda: candidate_top_level, lambda: html_top)
+      return starts, ends, top
 
     @tf.function(input_signature=[
         tf.TensorSpec([], tf.string, name="question"),
@@ -249,14 +266,11 @@ class NaturalQuestionsTask(task_lib.RawInputTask):
       tags) -> the document's answer (`decode.document_answer`: token and
       byte spans, scores, yes_no_answer, answer type), num_windows, and the
       answers' text (their non-HTML tokens joined by spaces)."""
-      html_starts, html_ends, html_top = features_lib.html_candidates(
-          doc_tokens, doc_token_is_html)
-      given = tf.size(candidate_starts) > 0
-      starts = tf.cond(given, lambda: candidate_starts, lambda: html_starts)
-      ends = tf.cond(given, lambda: candidate_ends, lambda: html_ends)
-      top = tf.cond(given, lambda: candidate_top_level, lambda: html_top)
-      windows = featurizer.featurize(question, doc_tokens, doc_token_is_html,
-                                     starts, ends, top)
+      windows = featurizer.featurize(
+          question, doc_tokens, doc_token_is_html,
+          *candidates_or_html(doc_tokens, doc_token_is_html,
+                              candidate_starts, candidate_ends,
+                              candidate_top_level))
       return answer(windows, doc_tokens, doc_token_is_html)
 
     @tf.function(input_signature=[
@@ -274,5 +288,114 @@ class NaturalQuestionsTask(task_lib.RawInputTask):
 
     signatures["serve_raw"] = serve_raw.get_concrete_function()
     signatures["serve_text"] = serve_text.get_concrete_function()
+    answer_specs = {
+        k: tf.TensorSpec(v.shape, v.dtype) for k, v in
+        signatures["serve_raw"].structured_outputs.items()}
+
+    def answer_batch(rows, featurize_row, tokens_of_row):
+      """Every document's windows featurized (`featurize_row(row)` ->
+      [W, ...]), run through the model in one call, and decoded per
+      document (`tokens_of_row(row)` -> its tokens and HTML flags)."""
+      def windows_of(row):
+        windows = featurize_row(row)
+        return {k: windows[k] for k in names}
+
+      ragged = tf.map_fn(
+          windows_of, rows,
+          fn_output_signature={
+              k: tf.RaggedTensorSpec(s.shape, s.dtype, ragged_rank=0)
+              for k, s in window_specs.items()})  # [B, (W), ...]
+      splits = ragged[names[0]].row_splits
+      out = forward({k: v.flat_values for k, v in ragged.items()})
+      used = (*decode.WINDOW_OUTPUTS, "answer_type_logits")
+      per_document = {k: tf.RaggedTensor.from_row_splits(out[k], splits)
+                      for k in used}
+
+      def decode_row(args):
+        row, windows_out = args
+        return document(windows_out, *tokens_of_row(row))
+
+      return tf.map_fn(decode_row, (rows, per_document),
+                       fn_output_signature=answer_specs)
+
+    @tf.function(input_signature=[
+        tf.TensorSpec([None], tf.string, name="question"),
+        tf.TensorSpec([None, None], tf.string, name="doc_tokens"),
+        tf.TensorSpec([None, None], tf.bool, name="doc_token_is_html"),
+        tf.TensorSpec([None], tf.int32, name="num_doc_tokens"),
+        tf.TensorSpec([None, None], tf.int32, name="candidate_starts"),
+        tf.TensorSpec([None, None], tf.int32, name="candidate_ends"),
+        tf.TensorSpec([None, None], tf.bool, name="candidate_top_level"),
+        tf.TensorSpec([None], tf.int32, name="num_candidates")])
+    def serve_raw_batch(question, doc_tokens, doc_token_is_html,
+                        num_doc_tokens, candidate_starts, candidate_ends,
+                        candidate_top_level, num_candidates):
+      """B documents, every input [B, ...] (TF Serving can batch
+      requests): question [B]; doc_tokens and doc_token_is_html [B, T],
+      padded past num_doc_tokens [B]; candidate_starts, candidate_ends,
+      candidate_top_level [B, C], padded past num_candidates [B] (0 =
+      found from the HTML tags); padding of any value -> serve_raw's
+      outputs per document ([B]; answer_type_probs [B, 5]). All the
+      documents' windows run through the model in one call."""
+      name = "serve_raw_batch"
+      inputs = dict(question=question, doc_tokens=doc_tokens,
+                    doc_token_is_html=doc_token_is_html,
+                    num_doc_tokens=num_doc_tokens,
+                    candidate_starts=candidate_starts,
+                    candidate_ends=candidate_ends,
+                    candidate_top_level=candidate_top_level,
+                    num_candidates=num_candidates)
+      # The row checks first: the others broadcast over the batch.
+      with tf.control_dependencies(batching.same_batch(name, inputs)):
+        checks = batching.counts_fit(
+            name, "num_doc_tokens", num_doc_tokens,
+            {"doc_tokens": doc_tokens,
+             "doc_token_is_html": doc_token_is_html})
+        checks += batching.counts_fit(
+            name, "num_candidates", num_candidates,
+            {"candidate_starts": candidate_starts,
+             "candidate_ends": candidate_ends,
+             "candidate_top_level": candidate_top_level})
+      rows = (question, doc_tokens, doc_token_is_html, num_doc_tokens,
+              candidate_starts, candidate_ends, candidate_top_level,
+              num_candidates)
+
+      def tokens_of_row(row):
+        _, tokens, is_html, n = row[:4]
+        return tokens[:n], is_html[:n]
+
+      def featurize_row(row):
+        q, _, _, _, starts, ends, top, num_c = row
+        tokens, is_html = tokens_of_row(row)
+        return featurizer.featurize(
+            q, tokens, is_html,
+            *candidates_or_html(tokens, is_html, starts[:num_c],
+                                ends[:num_c], top[:num_c]))
+
+      with tf.control_dependencies(checks):
+        return answer_batch(rows, featurize_row, tokens_of_row)
+
+    @tf.function(input_signature=[
+        tf.TensorSpec([None], tf.string, name="question"),
+        tf.TensorSpec([None], tf.string, name="document_text")])
+    def serve_text_batch(question, document_text):
+      """B documents, question [B] and document_text [B] (TF Serving can
+      batch requests) -> serve_text's outputs per document."""
+      checks = batching.same_batch("serve_text_batch", {
+          "question": question, "document_text": document_text})
+
+      def featurize_row(row):
+        q, text = row
+        tokens, is_html = features_lib.split_document_text(text)
+        starts, ends, top = features_lib.html_candidates(tokens, is_html)
+        return featurizer.featurize(q, tokens, is_html, starts, ends, top)
+
+      with tf.control_dependencies(checks):
+        return answer_batch(
+            (question, document_text), featurize_row,
+            lambda row: features_lib.split_document_text(row[1]))
+
+    signatures["serve_raw_batch"] = serve_raw_batch.get_concrete_function()
+    signatures["serve_text_batch"] = serve_text_batch.get_concrete_function()
     return signatures
 

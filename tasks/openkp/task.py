@@ -24,6 +24,7 @@ from absl import logging
 import tensorflow as tf
 import tf_keras
 
+from etc_realformer.export import batching
 from etc_realformer.training import task as task_lib
 from tasks.common import records
 from tasks.openkp import decode
@@ -273,7 +274,38 @@ class OpenKPTask(task_lib.RawInputTask):
       return {"key_phrases": phrases[0], "scores": scores[0],
               "starts": starts[0], "lengths": lengths[0]}
 
+    name = "serve_raw_batch"
+    length = self.long_seq_len
+
+    @tf.function(input_signature=[
+        tf.TensorSpec([None], tf.string, name="text"),
+        tf.TensorSpec([None], tf.string, name="vdom")])
+    def serve_raw_batch(text, vdom):
+      """B documents, text [B] and vdom [B] (TF Serving can batch
+      requests) -> serve_raw's outputs per document: `key_phrases`,
+      `scores`, `starts`, `lengths` [B, 5]."""
+      checks = batching.same_batch(name, {"text": text, "vdom": vdom})
+
+      def featurize(row):
+        feats = featurizer.featurize_raw_tf(*row)
+        # The kept words (at most L) padded to L: one shape for every row.
+        feats["words"] = batching.pad_vector(feats["words"], length, "")
+        return {k: feats[k] for k in (*names, "words", "num_words")}
+
+      specs = dict(batching.row_specs(self.model_input_spec(), names),
+                   words=tf.TensorSpec([length], tf.string),
+                   num_words=tf.TensorSpec([], tf.int32))
+      with tf.control_dependencies(checks):
+        feats = tf.map_fn(featurize, (text, vdom), fn_output_signature=specs)
+      outputs = forward(feats)
+      phrases, scores, starts, lengths = decode.top_phrases(
+          outputs["logits"], feats["words"], feats["num_words"],
+          num_candidates=self.num_candidates)
+      return {"key_phrases": phrases, "scores": scores, "starts": starts,
+              "lengths": lengths}
+
     signatures["serve_raw"] = serve_raw.get_concrete_function()
+    signatures[name] = serve_raw_batch.get_concrete_function()
     return signatures
 
 

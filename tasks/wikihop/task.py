@@ -9,9 +9,11 @@ format, a JSON object `{id: answer}`; on the eval set, `official_scores` is
 the official metric (`evaluate.py`: accuracy) against the gold answers, from
 `gold_file` or else the labels stored in the TFRecords. Export: besides the
 tensor signatures, `serve_raw(query, candidates, sentences, num_sentences)`,
-which featurizes in the graph (needs `vocab_file` or `spm_model_file`); the
+which featurizes in the graph (needs `vocab_file` or `spm_model_file`), and
+`serve_raw_batch`, the same for a batch of records, padded, with counts; the
 client splits the supports into sentences first with
-`features.split_supports` (Punkt, as preprocessing does).
+`features.split_supports` (Punkt, as preprocessing does); `client.py` builds
+`serve_raw_batch`'s inputs from qangaroo records.
 """
 
 import os
@@ -20,6 +22,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import tensorflow as tf
 import tf_keras
 
+from etc_realformer.export import batching
 from etc_realformer.training import task as task_lib
 from tasks.common import records
 from tasks.wikihop import decode
@@ -147,6 +150,18 @@ class WikiHopTask(task_lib.RawInputTask):
         **self.featurizer_kwargs())
 
   def raw_serving_signatures(self, forward, featurizer, names):
+    one_record = [tf.TensorSpec([], tf.string),
+                  tf.TensorSpec([None], tf.string),
+                  tf.TensorSpec([None], tf.string),
+                  tf.TensorSpec([None], tf.int32)]
+
+    # One record's model features; both signatures call this one trace.
+    @tf.function(input_signature=one_record)
+    def featurize(query, candidates, sentences, num_sentences):
+      feats = featurizer.featurize_sentences_tf(query, candidates, sentences,
+                                                num_sentences)
+      return {k: feats[k] for k in names}
+
     @tf.function(input_signature=[
         tf.TensorSpec([], tf.string, name="query"),
         tf.TensorSpec([None], tf.string, name="candidates"),
@@ -158,12 +173,69 @@ class WikiHopTask(task_lib.RawInputTask):
       -> `answer` [] (the chosen candidate, as given) and
       `candidate_probabilities` [N] (N = number of candidates that fit the
       global input)."""
-      feats = featurizer.featurize_sentences_tf(query, candidates, sentences,
-                                                num_sentences)
-      batch = {k: feats[k][tf.newaxis] for k in names}
-      outputs = forward(batch)
+      feats = featurize(query, candidates, sentences, num_sentences)
+      outputs = forward({k: v[tf.newaxis] for k, v in feats.items()})
       num = tf.minimum(tf.size(candidates), self.global_seq_len)
       return {"answer": tf.gather(candidates, outputs["prediction"][0]),
               "candidate_probabilities": outputs["probabilities"][0, :num]}
 
-    return {"serve_raw": serve_raw.get_concrete_function()}
+    name = "serve_raw_batch"
+
+    @tf.function(input_signature=[
+        tf.TensorSpec([None], tf.string, name="query"),
+        tf.TensorSpec([None, None], tf.string, name="candidates"),
+        tf.TensorSpec([None], tf.int32, name="num_candidates"),
+        tf.TensorSpec([None, None], tf.string, name="sentences"),
+        tf.TensorSpec([None, None], tf.int32, name="num_sentences"),
+        tf.TensorSpec([None], tf.int32, name="num_supports")])
+    def serve_raw_batch(query, candidates, num_candidates, sentences,
+                        num_sentences, num_supports):
+      """B records, every input [B, ...] (TF Serving can batch requests):
+      query [B]; candidates [B, C], padded past num_candidates [B];
+      num_sentences [B, D] (sentences per support), padded past
+      num_supports [B]; sentences [B, S] (all the record's supports'
+      sentences in order), padded past their sum; padding of any value.
+      `client.batch_inputs` builds them from qangaroo records. ->
+      serve_raw's outputs per record: `answer` [B] and
+      `candidate_probabilities` [B, C] (0 past the record's candidates
+      that fit the global input)."""
+      inputs = dict(query=query, candidates=candidates,
+                    num_candidates=num_candidates, sentences=sentences,
+                    num_sentences=num_sentences, num_supports=num_supports)
+      # The row checks first: the others broadcast over the batch.
+      with tf.control_dependencies(batching.same_batch(name, inputs)):
+        counted_sentences = batching.counted(num_sentences, num_supports)
+        record_sentences = tf.reduce_sum(counted_sentences, axis=1)
+        checks = batching.counts_fit(name, "num_candidates", num_candidates,
+                                     {"candidates": candidates})
+        checks += batching.counts_fit(name, "num_supports", num_supports,
+                                      {"num_sentences": num_sentences})
+        checks += batching.non_negative(name, "num_sentences",
+                                        counted_sentences)
+        checks += batching.counts_fit(name, "num_sentences",
+                                      record_sentences,
+                                      {"sentences": sentences}, summed=True)
+
+      def featurize_row(row):
+        q, c, num_c, s, num_s, num_d = row
+        return featurize(q, c[:num_c], s[:tf.reduce_sum(num_s[:num_d])],
+                         num_s[:num_d])
+
+      with tf.control_dependencies(checks):
+        batch = tf.map_fn(
+            featurize_row, (query, candidates, num_candidates, sentences,
+                            num_sentences, num_supports),
+            fn_output_signature=batching.row_specs(
+                self.model_input_spec(), names))
+      outputs = forward(batch)
+      width = tf.shape(candidates)[1]
+      scored = tf.sequence_mask(
+          tf.minimum(num_candidates, self.global_seq_len), width)
+      probabilities = batching.pad_rows(outputs["probabilities"], width, 0.0)
+      return {"answer": tf.gather(candidates, outputs["prediction"],
+                                  batch_dims=1),
+              "candidate_probabilities": tf.where(scored, probabilities,
+                                                  0.0)}
+
+    return {"serve_raw": serve_raw.get_concrete_function(),
+            name: serve_raw_batch.get_concrete_function()}

@@ -130,7 +130,7 @@ print("RESULT " + json.dumps(out))
 """
   served = e2e_testing.serve_here(script, export_path)
   assert served["signatures"] == ["serve_examples", "serve_raw",
-                                  "serving_default"]
+                                  "serve_raw_batch", "serving_default"]
   raw = served["raw"]
   num_sentences = sum(len(s) for _, s in record["context"])
   assert len(raw["sentence_sp_probabilities"]) == num_sentences

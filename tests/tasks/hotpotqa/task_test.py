@@ -142,7 +142,7 @@ def test_no_gold_no_official_scores(tmp_path):
   assert not (tmp_path / T.THRESHOLD_SEARCH_FILE).exists()
 
 
-@pytest.mark.slow  # traces the three serving signatures (~30 s)
+@pytest.mark.slow  # traces the four serving signatures (~30 s)
 def test_serve_raw_agrees_with_python_decoding(vocab):
   task = _task(vocab, sp_threshold=0.0)  # every text admissible
   model = task.build_model()
@@ -160,7 +160,7 @@ def test_serve_raw_agrees_with_python_decoding(vocab):
 
   signatures = task.serving_signatures(model)
   assert set(signatures) == {"serving_default", "serve_examples",
-                             "serve_raw"}
+                             "serve_raw", "serve_raw_batch"}
   flat = [s for p in record.sentences for s in p]
   raw = signatures["serve_raw"](
       question=tf.constant(record.question),

@@ -162,8 +162,9 @@ out["examples_long_score_shape"], out["default_keys"] = stored_and_default(
 print("RESULT " + json.dumps(out))
 """
   served = e2e_testing.serve_here(script, export_path)
-  assert served["signatures"] == ["serve_examples", "serve_raw", "serve_text",
-                                  "serving_default"]
+  assert served["signatures"] == ["serve_examples", "serve_raw",
+                                  "serve_raw_batch", "serve_text",
+                                  "serve_text_batch", "serving_default"]
   raw = served["raw"]
   expected = by_id[record.example_id]
   # The raw path decodes as the batch predictions did (same windows).

@@ -181,7 +181,7 @@ print("RESULT " + json.dumps(out))
 """
   served = e2e_testing.serve_here(script, saved)
   assert served["signatures"] == ["serve_examples", "serve_raw",
-                                  "serving_default"]
+                                  "serve_raw_batch", "serving_default"]
   expected = [kp[0] for kp in predictions[0]["KeyPhrases"]]
   assert served["raw"] == expected
   assert served["examples"][0] == expected

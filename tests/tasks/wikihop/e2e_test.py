@@ -163,7 +163,7 @@ print("RESULT " + json.dumps(out))
 """
   served = e2e_testing.run_script(script, cwd=workdir["root"], timeout=120)
   assert served["signatures"] == ["serve_examples", "serve_raw",
-                                  "serving_default"]
+                                  "serve_raw_batch", "serving_default"]
   assert served["raw_answer"] in record["candidates"]
   assert len(served["raw_probs"]) == len(record["candidates"])
   assert sum(served["raw_probs"]) == pytest.approx(1.0, abs=1e-4)
