@@ -116,6 +116,7 @@ def served(tmp_path_factory):
                    [call("serve_text", t) for t in texts])}
 
 
+@pytest.mark.slow  # the fixture traces six signatures (~20-40 s)
 def test_batches_equal_each_document_alone(served):
   for kind in ("raw", "text"):
     batch, singles = served[kind]
