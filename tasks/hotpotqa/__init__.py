@@ -48,5 +48,7 @@ Signatures of the export: `serving_default` (the `MODEL_FEATURES` tensors),
 titles [P], sentences [S], num_sentences [P])` -> `answer`, `answer_type`,
 `answer_type_probabilities`, `answer_paragraph`, `answer_sentence`,
 `answer_start_byte`, `answer_end_byte`, `sentence_sp_probabilities [S]`,
-`title_sp_probabilities [P]`, `paragraph_sp_probabilities [P]`.
+`title_sp_probabilities [P]`, `paragraph_sp_probabilities [P]`; and
+`serve_raw_batch`, the same for B records, every input [B, ...] with
+per-record counts (`etc_realformer/export/README.md`).
 """
