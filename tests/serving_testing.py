@@ -323,3 +323,30 @@ def assert_same_outputs(got: Outputs, want: Outputs, where: str) -> None:
                                  err_msg=f"{where}: {k}")
     else:
       np.testing.assert_array_equal(got[k], v, err_msg=f"{where}: {k}")
+
+
+def assert_readme_documents_signatures_and_ops(
+    title: str, signatures: Mapping[str, Any],
+    sizes: Mapping[str, int]) -> None:
+  """The export README's section `title` lists these traced signatures
+  (`assert_readme_documents`) and exactly the non-core ops they use, and
+  which signatures use them (`readme_ops`)."""
+  from etc_realformer.export import ops  # pylint: disable=g-import-not-at-top
+  assert_readme_documents(title, function_specs(signatures), sizes)
+  by_signature = {k: ops.not_in_core(ops.function_op_types(f))
+                  for k, f in signatures.items()}
+  listed_ops, listed_signatures = readme_ops(title)
+  assert sorted(set().union(*by_signature.values())) == list(listed_ops)
+  assert sorted(k for k, v in by_signature.items() if v) == list(
+      listed_signatures)
+
+
+def assert_bad_inputs_named(signature, good: Mapping[str, Any],
+                            cases: Sequence[Tuple[str, Any, str]]) -> None:
+  """Each (input, bad value, message) of `cases`, put in place of that input
+  of `good`, fails with an InvalidArgumentError matching the message."""
+  import pytest  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  for name, value, message in cases:
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+      call(signature, {**good, name: value})

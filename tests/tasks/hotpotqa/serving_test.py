@@ -11,9 +11,7 @@ a fresh process.
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
-from etc_realformer.export import ops
 import hotpotqa_testing
 import serving_testing
 from tokenization_testing import write_test_vocab
@@ -119,20 +117,10 @@ def test_bad_batch_fails_naming_the_input(served):
        "`num_sentences` must be >= 0"),
       ("question", good["question"][:2], "`titles` must have one row"),
   ]
-  for name, value, message in cases:
-    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
-      serving_testing.call(served["signatures"]["serve_raw_batch"],
-                           {**good, name: value})
+  serving_testing.assert_bad_inputs_named(
+      served["signatures"]["serve_raw_batch"], good, cases)
 
 
 def test_readme_documents_the_signatures_and_their_ops(served):
-  signatures = served["signatures"]
-  serving_testing.assert_readme_documents(
-      "HotpotQA", serving_testing.function_specs(signatures),
-      {"L": L, "G": G})
-  by_signature = {k: ops.not_in_core(ops.function_op_types(f))
-                  for k, f in signatures.items()}
-  listed_ops, listed_signatures = serving_testing.readme_ops("HotpotQA")
-  assert sorted(set().union(*by_signature.values())) == list(listed_ops)
-  assert sorted(k for k, v in by_signature.items() if v) == list(
-      listed_signatures)
+  serving_testing.assert_readme_documents_signatures_and_ops(
+      "HotpotQA", served["signatures"], {"L": L, "G": G})

@@ -14,11 +14,9 @@ import random
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from demos.nq import synthetic
 from etc_realformer import EtcConfig
-from etc_realformer.export import ops
 import serving_testing
 from tasks.nq import task as nq_task
 from tokenization_testing import write_test_vocab
@@ -144,21 +142,10 @@ def test_bad_batch_fails_naming_the_input(served):
        "`num_candidates` exceeds the padded length"),
       ("doc_tokens", good["doc_tokens"][:2], "`doc_tokens` must have one"),
   ]
-  for name, value, message in cases:
-    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
-      serving_testing.call(served["signatures"]["serve_raw_batch"],
-                           {**good, name: value})
+  serving_testing.assert_bad_inputs_named(
+      served["signatures"]["serve_raw_batch"], good, cases)
 
 
 def test_readme_documents_the_signatures_and_their_ops(served):
-  signatures = served["signatures"]
-  serving_testing.assert_readme_documents(
-      "Natural Questions", serving_testing.function_specs(signatures),
-      {"L": L, "G": G})
-  by_signature = {k: ops.not_in_core(ops.function_op_types(f))
-                  for k, f in signatures.items()}
-  listed_ops, listed_signatures = serving_testing.readme_ops(
-      "Natural Questions")
-  assert sorted(set().union(*by_signature.values())) == list(listed_ops)
-  assert sorted(k for k, v in by_signature.items() if v) == list(
-      listed_signatures)
+  serving_testing.assert_readme_documents_signatures_and_ops(
+      "Natural Questions", served["signatures"], {"L": L, "G": G})

@@ -15,7 +15,6 @@ import pytest
 import tensorflow as tf
 
 from etc_realformer import EtcConfig
-from etc_realformer.export import ops
 import openkp_testing
 import serving_testing
 from tasks.openkp import task as openkp_task
@@ -73,13 +72,5 @@ def test_bad_batch_fails_naming_the_input(served):
 
 
 def test_readme_documents_the_signatures_and_their_ops(served):
-  signatures = served["signatures"]
-  serving_testing.assert_readme_documents(
-      "OpenKP", serving_testing.function_specs(signatures),
-      {"L": L, "G": G})
-  by_signature = {k: ops.not_in_core(ops.function_op_types(f))
-                  for k, f in signatures.items()}
-  listed_ops, listed_signatures = serving_testing.readme_ops("OpenKP")
-  assert sorted(set().union(*by_signature.values())) == list(listed_ops)
-  assert sorted(k for k, v in by_signature.items() if v) == list(
-      listed_signatures)
+  serving_testing.assert_readme_documents_signatures_and_ops(
+      "OpenKP", served["signatures"], {"L": L, "G": G})

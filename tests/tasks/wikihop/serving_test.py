@@ -142,10 +142,8 @@ def test_bad_batch_fails_naming_the_input(served):
        "`num_sentences` must be >= 0"),
       ("query", good["query"][:2], "`candidates` must have one row"),
   ]
-  for name, value, message in cases:
-    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
-      serving_testing.call(served["signatures"]["serve_raw_batch"],
-                           {**good, name: value})
+  serving_testing.assert_bad_inputs_named(
+      served["signatures"]["serve_raw_batch"], good, cases)
 
 
 def test_readme_documents_the_signatures(served):
