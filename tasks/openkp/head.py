@@ -15,7 +15,8 @@
 """
 
 import math
-from typing import Mapping, Optional, Sequence, Tuple
+import numbers
+from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 import tensorflow as tf
 import tf_keras
@@ -40,6 +41,56 @@ DEFAULT_COORD_RANGES = {"x": (-50.0, 1500.0), "y": (-50.0, 6000.0),
 _X, _WIDTH, _Y, _HEIGHT = 0, 1, 2, 3
 _BLOCK, _INLINE, _HEADING, _LEAF, _FONT, _BOLD = 4, 5, 6, 7, 8, 9
 _PARENT = 10
+
+
+def check_coord_ranges(coord_ranges: Optional[Mapping[str, Sequence[float]]],
+                       setting: str = "VdomEmbedding.coord_ranges"
+                       ) -> Dict[str, Tuple[float, float]]:
+  """`DEFAULT_COORD_RANGES` with the overrides of `coord_ranges`, checked.
+
+  Each override must name a coordinate of `DEFAULT_COORD_RANGES` and be a
+  pair of finite numbers (low, high) with high > low: an empty range divides
+  by zero (NaN losses) and a reversed one clips every value to one constant.
+
+  Args:
+    coord_ranges: name -> (low, high) overrides, or None.
+    setting: the configuration setting they come from, for the messages.
+
+  Returns:
+    name -> (low, high) for all four coordinates.
+
+  Raises:
+    UserInputError: naming the setting, the key and the bad value.
+  """
+  if coord_ranges is None:
+    coord_ranges = {}
+  if not isinstance(coord_ranges, Mapping):
+    raise UserInputError(
+        f"{setting} = {coord_ranges!r}: expected a dict of coordinate name "
+        f"-> (low, high), e.g. {{'y': (-50, 8000)}}")
+  out = dict(DEFAULT_COORD_RANGES)
+  for name, value in coord_ranges.items():
+    where = f"{setting}[{name!r}]"
+    if name not in DEFAULT_COORD_RANGES:
+      raise UserInputError(
+          f"{where}: unknown coordinate; known: "
+          f"{', '.join(sorted(DEFAULT_COORD_RANGES))}")
+    if (isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or
+        len(value) != 2 or
+        not all(isinstance(v, numbers.Real) and not isinstance(v, bool) and
+                math.isfinite(v) for v in value)):
+      raise UserInputError(
+          f"{where} = {value!r}: expected a (low, high) pair of finite "
+          "numbers")
+    low, high = float(value[0]), float(value[1])
+    if not high > low:
+      raise UserInputError(
+          f"{where} = {value!r}: high must be above low (the range scales "
+          "the coordinate to [-1, 1])")
+    out[name] = (low, high)
+  return out
+
+
 def font_ids(font_sizes: tf.Tensor) -> tf.Tensor:
   """<float>[...] font sizes -> <int32>[...] ids in [0, FONT_ID_VOCAB_SIZE)."""
   rounded = tf.round(tf.cast(font_sizes, tf.float32))  # half to even, as round
@@ -61,13 +112,18 @@ class VdomEmbedding(tf_keras.layers.Layer):
 
   def __init__(self, hidden_size: int, initializer_range: float = 0.02,
                coord_ranges: Optional[Mapping[str, Sequence[float]]] = None,
-               extra_dense_layers: int = 1, **kwargs):
+               extra_dense_layers: int = 1,
+               coord_ranges_setting: str = "VdomEmbedding.coord_ranges",
+               **kwargs):
+    """Args: `coord_ranges`: overrides of `DEFAULT_COORD_RANGES`, checked by
+    `check_coord_ranges` (messages name `coord_ranges_setting`)."""
     super().__init__(**kwargs)
     if extra_dense_layers not in (0, 1):
       raise UserInputError(f"extra_dense_layers must be 0 or 1, got "
                            f"{extra_dense_layers}")
     self.hidden_size = hidden_size
-    self.coord_ranges = dict(DEFAULT_COORD_RANGES, **(coord_ranges or {}))
+    self.coord_ranges = check_coord_ranges(coord_ranges,
+                                           coord_ranges_setting)
 
     def init():
       return tf_keras.initializers.TruncatedNormal(stddev=initializer_range)

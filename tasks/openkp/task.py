@@ -133,7 +133,7 @@ class OpenKPTask(task_lib.RawInputTask):
       extra_dense_feature_layers: 0 or 1 extra gelu layers on the dense
         visual features (original 1).
       coord_ranges: overrides of `head.DEFAULT_COORD_RANGES`, e.g.
-        {"y": (-50, 8000)}.
+        {"y": (-50, 8000)}; each a (low, high) pair with high > low.
       additive_smoothing_mass: label smoothing mass (original 1e-4).
       num_candidates: best cells considered when decoding (original 100).
       gold_file: the eval split's gold: a jsonl with `url` and `KeyPhrases`
@@ -147,7 +147,9 @@ class OpenKPTask(task_lib.RawInputTask):
     self.use_visual_features_in_global = use_visual_features_in_global
     self.use_visual_features_in_long = use_visual_features_in_long
     self.extra_dense_feature_layers = extra_dense_feature_layers
-    self.coord_ranges = dict(coord_ranges or {})
+    # Checked here, when the configuration is read, not at the first step.
+    self.coord_ranges = head.check_coord_ranges(coord_ranges,
+                                                "OpenKPTask.coord_ranges")
     self.additive_smoothing_mass = additive_smoothing_mass
     self.num_candidates = num_candidates
     self.gold_file = gold_file

@@ -217,3 +217,20 @@ def test_predictions_and_official_scores_of_hand_made_predictions(tmp_path):
   with open(tmp_path / T.METRICS_FILE) as f:
     assert json.load(f) == scores
   assert _task().official_scores(predictions, str(tmp_path)) is None
+
+
+@pytest.mark.parametrize("binding,texts", [
+    ("{'x': (10, 10)}", ("OpenKPTask.coord_ranges['x'] = (10, 10)",
+                         "high must be above low")),
+    ("{'X': (0, 10)}", ("OpenKPTask.coord_ranges['X']", "unknown coordinate")),
+    ("{'x': 5}", ("OpenKPTask.coord_ranges['x'] = 5", "(low, high) pair")),
+])
+def test_bad_coord_ranges_binding_is_one_line_from_the_binary(
+    tmp_path, binding, texts):
+  import cli_testing  # pylint: disable=g-import-not-at-top
+  cli_testing.user_error_line_here(
+      "tasks.openkp",
+      ["--mode=train", f"--model_dir={tmp_path / 'model'}",
+       f"--gin_bindings=OpenKPTask.coord_ranges = {binding}",
+       "--gin_bindings=etc_config.vocab_size = 100"], *texts)
+  assert not (tmp_path / "model").exists()
