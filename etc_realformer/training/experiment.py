@@ -24,6 +24,7 @@ from etc_realformer.checkpoints import initialization
 from etc_realformer.checkpoints.paths import resolve_checkpoint_path
 from etc_realformer.errors import UserInputError
 from etc_realformer.export import saved_model
+from etc_realformer.training import config_checks
 from etc_realformer.training import distribution
 from etc_realformer.training import optimization
 from etc_realformer.training import trainer as trainer_lib
@@ -214,6 +215,8 @@ def run_experiment(task, mode: str, model_dir: str,
   config = config or TrainerConfig()
   precision = distribution.set_precision()
   strategy = distribution.build_strategy()
+  config_checks.check_trainer_config(config, mode,
+                                     strategy.num_replicas_in_sync)
   logging.info("Strategy %s with %d replicas, precision %s",
                type(strategy).__name__, strategy.num_replicas_in_sync,
                precision or "float32")
