@@ -12,7 +12,17 @@ number of workers, the same outputs.
      through the runner's shuffle)
   -> stats: CombineGlobally of the per-bundle counts, to the work folder
   -> on success only: the stats JSONs, then every file moved to the output
-     folder (a failed pipeline leaves the output folder as it was).
+     folder (a failed pipeline leaves the output folder as it was), and the
+     files an earlier run of the same outputs left there removed (fewer
+     shards than before: `preprocessing.remove_stale_shards`).
+
+The work folder is `<output_dir>.tmp-<host>-<pid>-<random>`: removed when
+the run ends, fails, or is stopped by SIGTERM or Ctrl-C; a folder a killed
+run (kill -9) left is removed by the next run over the same output once its
+process is gone (`remove_stale_work_dirs`; a live run's is left alone).
+A run that wrote no example fails (`preprocessing.NothingWrittenError`),
+as does one that repeats an id (`records.DuplicateIdError`, unless the
+task's `skip_duplicate_ids`).
 
 What makes the outputs independent of the runner and the worker count:
 
@@ -46,7 +56,11 @@ import importlib
 import logging as std_logging
 import os
 import pickle
+import re
+import signal
+import socket
 import sys
+import threading
 import uuid
 import zlib
 from typing import (Any, Callable, Dict, Iterable, List, Optional,
@@ -54,6 +68,7 @@ from typing import (Any, Callable, Dict, Iterable, List, Optional,
 
 from absl import app
 from absl import flags
+from absl import logging
 import numpy as np
 import tensorflow as tf
 
@@ -94,6 +109,8 @@ class PipelineTask(abc.ABC):
   """
 
   strict: bool = False
+  # Skip and count a record repeating an id instead of refusing its file.
+  skip_duplicate_ids: bool = False
 
   @abc.abstractmethod
   def make_featurizer(self) -> Any:
@@ -274,7 +291,9 @@ class _Read(beam.DoFn):
   def process(self, element):
     index, unit = element
     group = self.task.group_of(unit)
-    stats = records.RecordStats(input_file=str(unit), strict=False)
+    stats = records.RecordStats(
+        input_file=str(unit), strict=False,
+        skip_duplicate_ids=self.task.skip_duplicate_ids)
     result = GroupResult(reader_stats=[(index, stats)])
     try:
       for number, record in enumerate(
@@ -476,25 +495,36 @@ def run(task: PipelineTask, files: Sequence[str], output_dir: str,
   options = pipeline_options_from(beam_args)
   task = importable(task)
   featurizer = task.make_featurizer()  # A bad vocabulary fails here, once.
-  work_dir = f"{output_dir.rstrip('/')}.tmp-{uuid.uuid4().hex[:8]}"
-  tf.io.gfile.makedirs(work_dir)
+  output_dir = output_dir.rstrip("/") or "/"
+  preprocessing.check_output_dir(output_dir)
+  remove_stale_work_dirs(output_dir)
+  work_dir = work_dir_of(output_dir)
   try:
-    with _quiet_beam_logs():
-      with beam.Pipeline(runner=local_runner(options), options=options) as p:
-        if spread_records is None:
-          spread_records = spreads_records(options, len(task.units(files)))
-        build(p, task, files, work_dir, spread_records=spread_records)
-    with tf.io.gfile.GFile(os.path.join(work_dir, _STATES_FILE), "rb") as f:
-      results: Dict[str, GroupResult] = pickle.loads(f.read())
-    tf.io.gfile.remove(os.path.join(work_dir, _STATES_FILE))
-    if tf.io.gfile.exists(os.path.join(work_dir, _PARTS)):
-      # Parts of bundles a runner retried: their outputs were not used.
-      tf.io.gfile.rmtree(os.path.join(work_dir, _PARTS))
-    for group in results:
-      _complete(task, featurizer, group, results[group], work_dir, output_dir)
-    _check(task, results)
-    lines = task.write_reports(featurizer, results, work_dir, output_dir)
-    _move_all(work_dir, output_dir)
+    with _stop_signals_raise():
+      with preprocessing.writing(work_dir):
+        tf.io.gfile.makedirs(work_dir)
+      with _quiet_beam_logs():
+        with beam.Pipeline(runner=local_runner(options),
+                           options=options) as p:
+          if spread_records is None:
+            spread_records = spreads_records(options, len(task.units(files)))
+          build(p, task, files, work_dir, spread_records=spread_records)
+      with tf.io.gfile.GFile(os.path.join(work_dir, _STATES_FILE), "rb") as f:
+        results: Dict[str, GroupResult] = pickle.loads(f.read())
+      tf.io.gfile.remove(os.path.join(work_dir, _STATES_FILE))
+      if tf.io.gfile.exists(os.path.join(work_dir, _PARTS)):
+        # Parts of bundles a runner retried: their outputs were not used.
+        tf.io.gfile.rmtree(os.path.join(work_dir, _PARTS))
+      for group in results:
+        _complete(task, featurizer, group, results[group], work_dir,
+                  output_dir)
+      _check(task, results)
+      with preprocessing.writing(work_dir):
+        lines = task.write_reports(featurizer, results, work_dir, output_dir)
+      _move_all(work_dir, output_dir)
+      preprocessing.remove_stale_shards([
+          os.path.join(output_dir, name) for group in results
+          for names in task.outputs(group).values() for name in names])
   finally:
     if tf.io.gfile.exists(work_dir):
       tf.io.gfile.rmtree(work_dir)
@@ -559,8 +589,9 @@ def spreads_records(options: pipeline_options.PipelineOptions,
 
 
 def _check(task: PipelineTask, results: Dict[str, GroupResult]) -> None:
-  """The failure a single-process run would have: an unreadable input, or
-  under strict the first bad record."""
+  """The failure a single-process run would have: an unreadable input (or
+  a repeated id), under strict the first bad record, or an output without
+  any example."""
   errors = sorted(e for r in results.values() for e in r.input_errors)
   if errors:
     raise records.InputFileError(errors[0][1])
@@ -569,6 +600,85 @@ def _check(task: PipelineTask, results: Dict[str, GroupResult]) -> None:
       error = results[group].first_bad_record()
       if error is not None:
         raise error
+  for group in in_input_order(results):
+    sink = results[group].sink
+    if not sink.num_written():
+      raise preprocessing.nothing_written_error(
+          sink.stats.input_file or group, sink.stats.examples_read,
+          sink.stats.skipped, sink.dropped())
+
+
+# The work folder of a run: `<output_dir>.tmp-<host>-<pid>-<random>`.
+_WORK_DIR = re.compile(r"\.tmp-(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]{8}$")
+
+
+def work_dir_of(output_dir: str) -> str:
+  """A new work folder beside `output_dir`, named by this host and
+  process (`remove_stale_work_dirs` tells a dead run's by them)."""
+  return (f"{output_dir}.tmp-{socket.gethostname()}-{os.getpid()}-"
+          f"{uuid.uuid4().hex[:8]}")
+
+
+def _process_alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True  # Another user's process.
+  return True
+
+
+def remove_stale_work_dirs(output_dir: str) -> List[str]:
+  """Removes the work folders of earlier runs over `output_dir` that were
+  killed (kill -9, a lost machine) before they could remove their own: those
+  of this host whose process is gone. A live run's folder, or another
+  host's, is left alone. Returns the removed folders."""
+  parent, base = os.path.split(output_dir)
+  parent = parent or "."
+  if not tf.io.gfile.isdir(parent):
+    return []
+  removed = []
+  host = socket.gethostname()
+  for name in tf.io.gfile.listdir(parent):
+    name = name.rstrip("/")
+    match = _WORK_DIR.match(name[len(base):]) if name.startswith(
+        base) else None
+    if (match is None or match.group("host") != host or
+        _process_alive(int(match.group("pid")))):
+      continue
+    path = os.path.join(parent, name)
+    tf.io.gfile.rmtree(path)
+    removed.append(path)
+  if removed:
+    logging.info("removed the work folders of killed runs: %s", removed)
+  return removed
+
+
+class Stopped(SystemExit):
+  """SIGTERM arrived: raised in the main thread so that the run's `finally`
+  blocks remove its work folder (the default action would kill the process
+  at once); the process then exits with 128 + the signal's number, as a
+  killed one, without a traceback."""
+
+
+@contextlib.contextmanager
+def _stop_signals_raise():
+  """SIGTERM raises `Stopped` while the block runs (SIGINT raises
+  `KeyboardInterrupt` already); outside the main thread nothing changes."""
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+
+  def handler(signum, frame):
+    del frame  # Unused.
+    raise Stopped(128 + signum)
+
+  previous = signal.signal(signal.SIGTERM, handler)
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGTERM, previous)
 
 
 def importable(value: Any) -> Any:
@@ -616,10 +726,12 @@ def _complete(task: PipelineTask, featurizer: Any, group: str,
 
 
 def _move_all(work_dir: str, output_dir: str) -> None:
-  tf.io.gfile.makedirs(output_dir)
+  with preprocessing.writing(output_dir):
+    tf.io.gfile.makedirs(output_dir)
   for name in tf.io.gfile.listdir(work_dir):
-    tf.io.gfile.rename(os.path.join(work_dir, name),
-                       os.path.join(output_dir, name), overwrite=True)
+    with preprocessing.writing(os.path.join(output_dir, name)):
+      tf.io.gfile.rename(os.path.join(work_dir, name),
+                         os.path.join(output_dir, name), overwrite=True)
 
 
 @contextlib.contextmanager

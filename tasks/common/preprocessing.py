@@ -27,17 +27,35 @@ Also shared by the CLIs:
 - `default_is_training`: the "file name holds 'train'" default;
 - `ordered_map`: a deterministic parallel `tf.data` map;
 - `log_written` / `summary_line`: the log line and the printed summary;
-- `define_featurizer_flags`: the flags every preprocessing binary has, and
+- `define_featurizer_flags`: the flags every preprocessing binary has
+  (`define_duplicate_ids_flag`: of those whose records have ids), and
   `require_flags` / `check_command_line`: the checks of the command line (a
   `UserInputError`, so that `etc_realformer.cli` prints one line, not
   absl's usage text).
+
+What a run must not do quietly, checked here for every task:
+
+- write nothing: a run whose records were all skipped or dropped (a file of
+  another task, binary garbage) fails (`NothingWrittenError`, naming what
+  was read and the top skip reasons) and leaves no output;
+- mix runs: once an output is written, the files of the same output family
+  an earlier run left (`train-*-of-00004` beside a new `-of-00002`) are
+  removed (`remove_stale_shards`), so that the documented glob reads this
+  run's examples only;
+- fail unnamed: an output that cannot be written (under a regular file, a
+  full disk, no permission) is an `OutputFileError` naming the path, and
+  the partial files are removed.
 """
 
 import abc
 import collections
+import contextlib
 import dataclasses
+import errno
+import fnmatch
 import os
-from typing import (Any, Callable, Dict, Generic, Iterable, Iterator,
+import re
+from typing import (Any, Callable, Dict, Generic, Iterable, Iterator, List,
                     Mapping, Optional, Sequence, Tuple, TypeVar, Union)
 
 from absl import flags
@@ -82,6 +100,113 @@ class Dropped:
 
 
 Outcome = Union[Featurized, Dropped, records.BadRecordError]
+
+
+class NothingWrittenError(UserInputError):
+  """A run wrote no example: every record was skipped or dropped (most often
+  a file of another task or format)."""
+
+
+class OutputFileError(UserInputError):
+  """An output cannot be written: its folder is a regular file, the disk is
+  full, it is read-only or not permitted."""
+
+
+def nothing_written_error(name: str, read: int,
+                          skipped: Mapping[str, int],
+                          dropped: Mapping[str, int] = ()
+                          ) -> NothingWrittenError:
+  """The error of a run over `name` that wrote no example: how many records
+  were read, and the top reasons they were skipped or dropped."""
+  reasons = collections.Counter(skipped)
+  reasons.update(dict(dropped))
+  top = ", ".join(f"{reason} {count}" for reason, count in
+                  reasons.most_common(3))
+  why = f"skipped or dropped: {top}" if top else "no record was usable"
+  if len(reasons) > 3:
+    why += f", and {len(reasons) - 3} more reasons"
+  return NothingWrittenError(
+      f"{name}: no example written: read {read} records, {why} (is it a "
+      f"file of this task?)")
+
+
+@contextlib.contextmanager
+def writing(path: str) -> Iterator[None]:
+  """Turns the errors of writing `path` into an `OutputFileError` naming it
+  (the folder is a regular file, no space left, read-only, no permission),
+  or a tf.errors equivalent."""
+  try:
+    yield
+  except OSError as e:
+    raise OutputFileError(
+        f"{path}: cannot write output: {e.strerror or e}") from e
+  except (tf.errors.FailedPreconditionError, tf.errors.NotFoundError,
+          tf.errors.PermissionDeniedError, tf.errors.ResourceExhaustedError,
+          tf.errors.AlreadyExistsError, tf.errors.UnknownError) as e:
+    raise OutputFileError(f"{path}: cannot write output: {e.message}") from e
+
+
+def check_output_dir(output_dir: str) -> None:
+  """Fails early when `output_dir`, or a folder above it, is a regular file.
+
+  Raises:
+    OutputFileError: naming the regular file.
+  """
+  path = output_dir.rstrip("/") or "/"
+  while path and not tf.io.gfile.exists(path):
+    parent = os.path.dirname(path)
+    if parent == path:
+      return
+    path = parent
+  if path and not tf.io.gfile.isdir(path):
+    raise OutputFileError(
+        f"{output_dir}: cannot write output: {path} is a regular file, not "
+        f"a folder ({os.strerror(errno.ENOTDIR)})")
+
+
+# `<stem>-00000-of-00004.<ext>`: one shard of a sharded output.
+_SHARD = re.compile(r"^(?P<stem>.+)-\d{5}-of-\d{5}(?P<ext>\.[^.]+)$")
+
+
+def output_family(name: str) -> Tuple[str, str]:
+  """The file name patterns of every layout of the output `name`: one file
+  (`<stem>.tfrecord`) or shards (`<stem>-*-of-*.tfrecord`)."""
+  match = _SHARD.match(name)
+  if match:
+    stem, ext = match.group("stem"), match.group("ext")
+  else:
+    stem, ext = os.path.splitext(name)
+  return f"{stem}{ext}", f"{stem}-[0-9][0-9][0-9][0-9][0-9]-of-" \
+      f"[0-9][0-9][0-9][0-9][0-9]{ext}"
+
+
+def remove_stale_shards(paths: Sequence[str]) -> List[str]:
+  """Removes the files of an earlier run of the same outputs: those of the
+  `output_family` of one of `paths` (in the same folder) that are not among
+  `paths`. Returns the removed paths.
+
+  Called once the new files are in place: a failed run leaves the earlier
+  output whole, a successful one leaves only its own.
+  """
+  keep = set(paths)
+  families: Dict[str, set] = collections.defaultdict(set)
+  for path in paths:
+    families[os.path.dirname(path)].update(
+        output_family(os.path.basename(path)))
+  removed = []
+  for folder, patterns in families.items():
+    if not tf.io.gfile.isdir(folder or "."):
+      continue
+    for name in tf.io.gfile.listdir(folder or "."):
+      path = os.path.join(folder, name)
+      if path not in keep and any(fnmatch.fnmatchcase(name, p)
+                                  for p in patterns):
+        tf.io.gfile.remove(path)
+        removed.append(path)
+  if removed:
+    logging.info("removed %d files of an earlier run: %s", len(removed),
+                 removed)
+  return removed
 
 
 # ---------------------------------------------------------------------- steps
@@ -199,8 +324,11 @@ class TFRecordShards:
   shards.
 
   Every file is written as `<path>.tmp`: `commit` renames them all once
-  everything is written; `abort` (after any error: a bad record under
-  strict, an interrupt) removes them, so no partial output is left.
+  everything is written, and removes the shards an earlier run of the same
+  outputs left (`remove_stale_shards`); `abort` (after any error: a bad
+  record under strict, an interrupt, a full disk) removes them, so no
+  partial output is left. Write errors are `OutputFileError`s naming the
+  file.
   """
 
   def __init__(self, paths: Mapping[str, Sequence[str]]):
@@ -210,33 +338,48 @@ class TFRecordShards:
       paths: split -> its shards' paths (e.g. {"": [DIR/dev.tfrecord]}).
     """
     self.paths = {split: list(shards) for split, shards in paths.items()}
-    self._writers = {split: [tf.io.TFRecordWriter(p + ".tmp") for p in ps]
-                     for split, ps in self.paths.items()}
+    self._writers: Dict[str, List[Any]] = {}
     self._written = collections.Counter()
+    try:
+      for split, shards in self.paths.items():
+        self._writers[split] = []
+        for path in shards:
+          with writing(path):
+            self._writers[split].append(tf.io.TFRecordWriter(path + ".tmp"))
+    except BaseException:
+      self.abort()
+      raise
 
   def write(self, serialized: bytes, split: str = "") -> None:
     """Writes one record to the split's next shard."""
-    writers = self._writers[split]
-    writers[self._written[split] % len(writers)].write(serialized)
+    index = self._written[split] % len(self._writers[split])
+    with writing(self.paths[split][index]):
+      self._writers[split][index].write(serialized)
     self._written[split] += 1
 
   def commit(self) -> None:
     self._close()
     for shards in self.paths.values():
       for path in shards:
-        tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+        with writing(path):
+          tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+    remove_stale_shards([p for ps in self.paths.values() for p in ps])
 
   def abort(self) -> None:
-    self._close()
+    try:
+      self._close()
+    except OutputFileError:
+      pass  # The files are removed anyway; the first error is reported.
     for shards in self.paths.values():
       for path in shards:
         if tf.io.gfile.exists(path + ".tmp"):
           tf.io.gfile.remove(path + ".tmp")
 
   def _close(self) -> None:
-    for writers in self._writers.values():
-      for writer in writers:
-        writer.close()
+    for split, writers in self._writers.items():
+      for path, writer in zip(self.paths[split], writers):
+        with writing(path):
+          writer.close()
 
 
 class ExampleSink:
@@ -270,6 +413,15 @@ class ExampleSink:
     for example in featurized.examples:
       self.write(example, featurized.split)
 
+  def num_written(self) -> int:
+    """The records whose examples were written (0: the run failed)."""
+    return self.stats.examples_written
+
+  def dropped(self) -> Mapping[str, int]:
+    """The records left out by design, by reason (the default drops
+    none)."""
+    return {}
+
   def drop(self, record: Any, reason: str) -> None:
     """Counts a record left out by design (no step of the default drops)."""
     del record  # Unused.
@@ -296,6 +448,8 @@ def run(items: Iterable[R], step: RecordStep[R], sink: ExampleSink) -> None:
   Raises:
     records.BadRecordError: under strict (`sink.stats.strict`), the first
       bad record, from the reader or the step; nothing is left written.
+    NothingWrittenError: no record was written (`check_written`); nothing
+      is left written.
   """
   try:
     for record, outcome in step.process_all(items):
@@ -305,10 +459,21 @@ def run(items: Iterable[R], step: RecordStep[R], sink: ExampleSink) -> None:
         sink.drop(record, outcome.reason)
       else:
         sink.add(record, outcome)
+    check_written(sink)
   except BaseException:
     sink.files.abort()
     raise
   sink.files.commit()
+
+
+def check_written(sink: ExampleSink) -> None:
+  """A run must write something: raises `NothingWrittenError` (what was
+  read, why it was skipped) when `sink` wrote no record."""
+  if not sink.num_written():
+    stats = sink.stats
+    raise nothing_written_error(stats.input_file or "input",
+                                stats.examples_read, stats.skipped,
+                                sink.dropped())
 
 
 def featurize_file(items: Iterable[R], step: RecordStep[R],
@@ -318,7 +483,8 @@ def featurize_file(items: Iterable[R], step: RecordStep[R],
   and the log line; returns `stats`."""
   sink = ExampleSink(stats, step.feature_spec(), {"": [record_path]})
   run(items, step, sink)
-  stats.write_json(stats_path)
+  with writing(stats_path):
+    stats.write_json(stats_path)
   log_written(stats.input_file, record_path, stats)
   return stats
 
@@ -328,7 +494,9 @@ def featurize_into(output_dir: str, items: Iterable[R], step: RecordStep[R],
   """`featurize_file` into `output_dir` (created if missing): the
   `output_paths` of `stats.input_file`, e.g. DIR/dev.tfrecord and
   DIR/dev.stats.json."""
-  tf.io.gfile.makedirs(output_dir)
+  check_output_dir(output_dir)
+  with writing(output_dir):
+    tf.io.gfile.makedirs(output_dir)
   record_path, stats_path = output_paths(stats.input_file, output_dir)
   return featurize_file(items, step, stats, record_path, stats_path)
 
@@ -389,6 +557,14 @@ def define_featurizer_flags(global_seq_len: int,
   flags.DEFINE_integer("global_seq_len", global_seq_len,
                        "Global input length.")
   flags.DEFINE_bool("lower_case", True, "Uncased vocabulary.")
+
+
+def define_duplicate_ids_flag() -> None:
+  """`--skip_duplicate_ids`, of the binaries whose records have ids."""
+  flags.DEFINE_bool(
+      "skip_duplicate_ids", False,
+      "Skip (and count as duplicate_id) a record whose id an earlier record "
+      "of the file has, instead of refusing the file.")
 
 
 def featurizer_flag_values() -> Dict[str, Any]:

@@ -9,6 +9,10 @@ Every task reader follows the same contract:
   `RecordStats.handle_bad_record` then either re-raises it (`strict=True`)
   or skips it, counting it per reason and naming it in the stats JSON.
 
+Ids must be unique within a file (`UniqueIds`): a repeated id is refused
+(`DuplicateIdError`, naming both records) unless the policy skips and counts
+it (`RecordStats.skip_duplicate_ids`, reason `DUPLICATE_ID`).
+
 `read_json_records` is that contract for a file holding one JSON array;
 `skipping_bad_records` is the TFDS builders' version (skip, log once). Also
 here: `write_json` (how the tasks write their reports and submissions),
@@ -22,7 +26,7 @@ import dataclasses
 import json
 import os
 from typing import (Any, Callable, Dict, Iterator, List, Mapping, Optional,
-                    Sequence, TypeVar)
+                    Sequence, Tuple, TypeVar)
 
 from absl import logging
 import tensorflow as tf
@@ -34,10 +38,18 @@ MISSING_FIELD = "missing_field"
 WRONG_TYPE = "wrong_type"
 UNDECODABLE_TEXT = "undecodable_text"
 EMPTY_TEXT = "empty_text"
+# A record whose id an earlier record of the same file has (with
+# `RecordStats.skip_duplicate_ids`).
+DUPLICATE_ID = "duplicate_id"
 
 
 class InputFileError(UserInputError):
   """The input file as a whole cannot be used (missing, empty, not JSON)."""
+
+
+class DuplicateIdError(InputFileError):
+  """Two records of one file share an id: which one holds the truth is
+  unknown, so the file is refused (`UniqueIds`)."""
 
 
 class BadRecordError(UserInputError):
@@ -59,16 +71,95 @@ class BadRecordError(UserInputError):
                 reason=self.reason, detail=self.detail)
 
 
-def load_json(path: str) -> Any:
+class UniqueIds:
+  """The ids of one file's records so far: each id once.
+
+  A repeated id raises `DuplicateIdError` (naming the file, the id and both
+  records), or, with `skip`, a `BadRecordError` (`DUPLICATE_ID`) for the
+  reader to skip and count: the first record with the id is the one kept.
+
+    ids = UniqueIds(path, skip=stats.skip_duplicate_ids)
+    for number, raw in ...:
+      ids.check(raw["id"], f"line {number}")
+  """
+
+  def __init__(self, file: str, skip: bool = False, field: str = "id",
+               hint: str = " (or --skip_duplicate_ids to skip the repeats)"):
+    """The ids of `file`.
+
+    Args:
+      file: the file (named in the errors).
+      skip: skip and count repeats instead of refusing the file.
+      field: the id's field, named in the errors.
+      hint: appended to the refusal: how to get past it.
+    """
+    self.file = file
+    self.skip = skip
+    self.field = field
+    self.hint = hint
+    self._first: Dict[Any, str] = {}
+
+  def check(self, record_id: Any, where: str) -> None:
+    """Notes `record_id`, of the record at `where` ("line 3", "record #2").
+
+    Raises:
+      DuplicateIdError: an earlier record has the id (not `skip`).
+      BadRecordError: the same, under `skip` (`DUPLICATE_ID`).
+    """
+    first = self._first.setdefault(record_id, where)
+    if first == where:
+      return
+    if self.skip:
+      raise BadRecordError(self.file, str(record_id), self.field,
+                           DUPLICATE_ID, f"{where} repeats {first}")
+    raise DuplicateIdError(
+        f"{self.file}: {self.field} {record_id!r} is duplicated: {first} "
+        f"and {where}; ids must be unique{self.hint}")
+
+  def __len__(self) -> int:
+    return len(self._first)
+
+
+def reject_duplicate_keys(path: str) -> Callable[[List[Tuple[str, Any]]],
+                                                 Dict[str, Any]]:
+  """A `json.load` `object_pairs_hook` that refuses an object with a key
+  twice (`json` keeps the last silently: a submission `{id: answer}` whose
+  id repeats would be scored on one of its answers).
+
+  Raises (from the hook):
+    DuplicateIdError: naming `path`, the key and both positions in the
+      object.
+  """
+  def hook(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+    first: Dict[str, int] = {}
+    for position, (key, _) in enumerate(pairs):
+      if key in first:
+        raise DuplicateIdError(
+            f"{path}: key {key!r} is duplicated: entries #{first[key]} and "
+            f"#{position} of the same object; ids must be unique")
+      first[key] = position
+    return dict(pairs)
+  return hook
+
+
+def load_json(path: str, unique_keys: bool = False) -> Any:
   """Loads a file holding one JSON value, with errors that name the file.
 
   Invalid UTF-8 bytes do not fail the whole file: they are decoded as lone
   surrogates (`surrogateescape`), so the record holding them can be reported
   as `undecodable_text` by `check_text` and skipped on its own.
 
+  Args:
+    path: the file.
+    unique_keys: refuse an object with a repeated key
+      (`reject_duplicate_keys`): submissions keyed by id.
+
   Raises:
-    InputFileError: the file is missing, unreadable, empty or not JSON.
+    InputFileError: the file is missing, unreadable (a directory), empty or
+      not JSON; a `DuplicateIdError` for a repeated key under `unique_keys`.
   """
+  if tf.io.gfile.isdir(path):
+    raise InputFileError(f"{path}: is a directory, not an input file")
   try:
     with tf.io.gfile.GFile(path, "rb") as f:
       raw = f.read()
@@ -78,7 +169,8 @@ def load_json(path: str) -> Any:
   if not text.strip():
     raise InputFileError(f"{path}: input file is empty")
   try:
-    data = json.loads(text)
+    data = json.loads(text, object_pairs_hook=(
+        reject_duplicate_keys(path) if unique_keys else None))
   except json.JSONDecodeError as e:
     raise InputFileError(f"{path}: not valid JSON: {e}") from e
   return data
@@ -134,6 +226,9 @@ class RecordStats:
   Attributes:
     input_file: the file read.
     strict: whether bad records fail (True) or are skipped (False).
+    skip_duplicate_ids: whether a record repeating an earlier one's id is
+      skipped and counted (`DUPLICATE_ID`) instead of refusing the file
+      (`UniqueIds`); a setting, not written to the JSON (the skips are).
     examples_read: records found in the file, good or bad.
     examples_written: records turned into cached examples.
     examples_truncated: written examples that lost some input to fit.
@@ -143,6 +238,7 @@ class RecordStats:
   """
   input_file: str = ""
   strict: bool = False
+  skip_duplicate_ids: bool = False
   examples_read: int = 0
   examples_written: int = 0
   examples_truncated: int = 0
@@ -195,7 +291,9 @@ R = TypeVar("R")
 
 def read_json_records(path: str, validate: Callable[[Any, str, int], R],
                       stats: Optional["RecordStats"] = None,
-                      strict: bool = False) -> Iterator[R]:
+                      strict: bool = False,
+                      id_of: Optional[Callable[[R], Any]] = None,
+                      id_field: str = "id") -> Iterator[R]:
   """Yields the valid records of a file holding one JSON array of records.
 
   Args:
@@ -205,10 +303,13 @@ def read_json_records(path: str, validate: Callable[[Any, str, int], R],
     stats: where reads and skips are counted; a fresh one if None.
     strict: fail on the first bad record instead of skipping it. Ignored when
       `stats` is given (its own `strict` applies).
+    id_of: a valid record's id, which must be unique in the file
+      (`UniqueIds`, under `stats.skip_duplicate_ids`); None: not checked.
+    id_field: the id's field, for the errors.
 
   Raises:
     InputFileError: the file is missing, empty, not a JSON array or holds no
-      records.
+      records; a `DuplicateIdError` for a repeated id.
     BadRecordError: a bad record, in strict mode.
   """
   if stats is None:
@@ -216,10 +317,14 @@ def read_json_records(path: str, validate: Callable[[Any, str, int], R],
   data = load_json_array(path)
   if not data:
     raise InputFileError(f"{path}: input file holds no records")
+  ids = UniqueIds(path, stats.skip_duplicate_ids, id_field)
   for index, raw in enumerate(data):
     stats.examples_read += 1
     try:
-      yield validate(raw, path, index)
+      record = validate(raw, path, index)
+      if id_of is not None:
+        ids.check(id_of(record), f"record #{index}")
+      yield record
     except BadRecordError as e:
       stats.handle_bad_record(e)
 

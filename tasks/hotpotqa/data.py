@@ -27,7 +27,7 @@ from tasks.common import validation
 # Skip reasons, as they appear in the stats JSON, besides those of
 # `records` (missing_field, wrong_type, undecodable_text, empty_text).
 EMPTY_CONTEXT = "empty_context"
-DUPLICATE_ID = "duplicate_id"
+DUPLICATE_ID = records.DUPLICATE_ID
 # Training-only skips, raised once the features are built (as the original:
 # such examples give no usable training signal).
 NO_SUPPORTING_FACTS = "no_supporting_facts"  # none among the kept tokens
@@ -173,16 +173,13 @@ def read_records(path: str,
     require_labels: records without answer/supporting facts are bad.
 
   Raises:
-    records.InputFileError: the file is missing, empty or not a JSON array.
+    records.InputFileError: the file is missing, empty or not a JSON array;
+      a `records.DuplicateIdError` for an `_id` given twice (unless
+      `stats.skip_duplicate_ids`).
     records.BadRecordError: a bad record, in strict mode.
   """
-  seen = set()
-
   def validate(raw: Any, file: str, index: int) -> HotpotRecord:
-    record = validate_record(raw, file, index, require_labels)
-    if record.id in seen:
-      raise records.BadRecordError(file, record.id, "_id", DUPLICATE_ID)
-    seen.add(record.id)
-    return record
+    return validate_record(raw, file, index, require_labels)
 
-  return records.read_json_records(path, validate, stats, strict)
+  return records.read_json_records(path, validate, stats, strict,
+                                   id_of=lambda r: r.id, id_field="_id")

@@ -149,6 +149,7 @@ class HotpotPipeline(beam_pipeline.FileTask):
   featurizer_args: Dict[str, Any]
   is_training: Optional[bool] = None
   strict: bool = False
+  skip_duplicate_ids: bool = False
 
   def _training(self, path: str) -> bool:
     return (preprocessing.default_is_training(path)
@@ -186,6 +187,7 @@ def _define_flags():
   the same names)."""
   flags.DEFINE_string("input", None, "A HotpotQA JSON file.")
   preprocessing.define_featurizer_flags(global_seq_len=256)
+  preprocessing.define_duplicate_ids_flag()
   flags.DEFINE_bool("is_training", None,
                     "Apply the training filter (default: file name contains "
                     "'train').")
@@ -202,7 +204,8 @@ def main(argv):
   task = HotpotPipeline(
       dict(global_token_ids=f.global_token_ids,
            **preprocessing.featurizer_flag_values()),
-      is_training=f.is_training, strict=f.strict)
+      is_training=f.is_training, strict=f.strict,
+      skip_duplicate_ids=f.skip_duplicate_ids)
   _, lines = beam_pipeline.run(task, [f.input], f.output_dir, beam_args)
   print("\n".join(lines))
 

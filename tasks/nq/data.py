@@ -53,7 +53,7 @@ BAD_JSON = "bad_json"
 BAD_VALUE = "bad_value"
 EMPTY_DOCUMENT = "empty_document"
 SPAN_OUT_OF_RANGE = "span_out_of_range"
-DUPLICATE_ID = "duplicate_id"
+DUPLICATE_ID = records.DUPLICATE_ID
 NO_ANNOTATIONS = "no_annotations"  # only when labels are required
 
 FULL = "full"
@@ -370,12 +370,14 @@ def read_records(path: str,
     require_labels: records without annotations are bad (training).
 
   Raises:
-    records.InputFileError: the file is unreadable, corrupt or empty.
+    records.InputFileError: the file is unreadable, corrupt or empty; a
+      `records.DuplicateIdError` for an `example_id` given twice (unless
+      `stats.skip_duplicate_ids`).
     records.BadRecordError: a bad line or record, in strict mode.
   """
   if stats is None:
     stats = records.RecordStats(input_file=path, strict=strict)
-  seen = set()
+  ids = records.UniqueIds(path, stats.skip_duplicate_ids, "example_id")
   for number, line in io_lib.read_record_lines(path):
     stats.examples_read += 1
     try:
@@ -387,10 +389,7 @@ def read_records(path: str,
       if isinstance(raw, dict):
         raw.pop("document_html", None)  # large and unused
       record = validate_record(raw, path, number, require_labels)
-      if record.example_id in seen:
-        raise records.BadRecordError(path, str(record.example_id),
-                                     "example_id", DUPLICATE_ID)
-      seen.add(record.example_id)
+      ids.check(record.example_id, f"line {number}")
       yield record
     except records.BadRecordError as e:
       stats.handle_bad_record(e)

@@ -248,7 +248,9 @@ def preprocess_file(input_path: str,
       return data.read_records(input_path, stats=stats,
                                require_labels=require_labels)
   check_rates(include_unknown_rate, include_unknown_rate_for_unanswerable)
-  tf.io.gfile.makedirs(output_dir)
+  preprocessing.check_output_dir(output_dir)
+  with preprocessing.writing(output_dir):
+    tf.io.gfile.makedirs(output_dir)
   record_path, stats_path = output_paths(input_path, output_dir)
   step = NqStep(featurizer, predict_la_when_no_sa)
   sink = make_sink(featurizer, input_path, record_path, is_training, strict,
@@ -339,6 +341,7 @@ class NqPipeline(beam_pipeline.PipelineTask):
   featurizer_args: Dict[str, Any]
   is_training: Optional[bool] = None
   strict: bool = False
+  skip_duplicate_ids: bool = False
   include_unknown_rate: float = 1.0
   include_unknown_rate_for_unanswerable: Optional[float] = None
   seed: int = 0
@@ -420,6 +423,7 @@ def _define_flags():
   flags.DEFINE_string("tfds_data_dir", None, "TFDS data_dir.")
   preprocessing.define_featurizer_flags(
       global_seq_len=230, long_seq_len_help="Long input length (window).")
+  preprocessing.define_duplicate_ids_flag()
   flags.DEFINE_bool("is_training", None,
                     "Training file: require annotations and downsample null "
                     "windows (default: file name contains 'train').")
@@ -469,7 +473,8 @@ def main(argv):
                             data_dir=f.tfds_data_dir, **kwargs)
     print(summary_line(f.tfds, stats))
     return
-  task = NqPipeline(featurizer_args, num_shards=f.num_shards, **kwargs)
+  task = NqPipeline(featurizer_args, num_shards=f.num_shards,
+                    skip_duplicate_ids=f.skip_duplicate_ids, **kwargs)
   _, lines = beam_pipeline.run(task, inputs, f.output_dir, beam_args)
   print("\n".join(lines))
 

@@ -215,6 +215,12 @@ class PretrainSink(preprocessing.ExampleSink):
     del record  # Unused.
     self.filtered[reason] += 1
 
+  def num_written(self) -> int:
+    return sum(self.documents.values())
+
+  def dropped(self):
+    return self.filtered
+
   def add(self, record: data.Document,
           featurized: preprocessing.Featurized) -> None:
     del record  # Unused.
@@ -287,8 +293,12 @@ def preprocess_documents(documents: Iterable[data.Document],
   Raises:
     records.BadRecordError: in strict mode, the first bad input (nothing is
       left in `output_dir`).
+    preprocessing.NothingWrittenError: no document gave an example (nothing
+      is left in `output_dir`).
   """
-  tf.io.gfile.makedirs(output_dir)
+  preprocessing.check_output_dir(output_dir)
+  with preprocessing.writing(output_dir):
+    tf.io.gfile.makedirs(output_dir)
   step = PretrainStep(featurizer, settings)
   sink = PretrainSink(
       stats, step.feature_spec(), output_dir, settings,

@@ -96,7 +96,10 @@ def read_records(path: str,
       `stats` is given (its own `strict` applies).
 
   Raises:
-    records.InputFileError: the file is missing, empty or not a JSON array.
+    records.InputFileError: the file is missing, empty or not a JSON array;
+      a `records.DuplicateIdError` for an id given twice (unless
+      `stats.skip_duplicate_ids`).
     records.BadRecordError: a bad record, in strict mode.
   """
-  return records.read_json_records(path, validate_record, stats, strict)
+  return records.read_json_records(path, validate_record, stats, strict,
+                                   id_of=lambda r: r.id)

@@ -118,6 +118,7 @@ class WikiHopPipeline(beam_pipeline.FileTask):
   outputs; `featurizer_args`: `make_featurizer`'s arguments."""
   featurizer_args: Dict[str, Any]
   strict: bool = False
+  skip_duplicate_ids: bool = False
 
   def make_featurizer(self) -> features_lib.WikiHopFeaturizer:
     return make_featurizer(**self.featurizer_args)
@@ -154,6 +155,7 @@ def _define_flags():
   flags.DEFINE_string(
       "input", None, "A qangaroo WikiHop json file (train.json / dev.json).")
   preprocessing.define_featurizer_flags(global_seq_len=430)
+  preprocessing.define_duplicate_ids_flag()
   flags.DEFINE_integer(
       "max_num_sentences", None,
       "Optional cap on document sentences per example (original: 200).")
@@ -176,7 +178,8 @@ def main(argv):
       dict(max_num_sentences=f.max_num_sentences,
            global_token_ids=f.global_token_ids,
            mark_query_subject=f.mark_query_subject,
-           **preprocessing.featurizer_flag_values()), strict=f.strict)
+           **preprocessing.featurizer_flag_values()), strict=f.strict,
+      skip_duplicate_ids=f.skip_duplicate_ids)
   _, lines = beam_pipeline.run(task, [f.input], f.output_dir, beam_args)
   print("\n".join(lines))
 

@@ -175,10 +175,13 @@ def test_featurize_into_writes_the_cache_and_its_stats(tmp_path):
   record_path, stats_path = preprocessing.output_paths("dev.json", str(out))
   assert len(_read(record_path)) == 2
   assert records.read_stats_json(stats_path)["examples_written"] == 2
-  # No records: an empty cache.
-  preprocessing.featurize_into(str(out), [], _SumStep(None, "f.json"),
-                               records.RecordStats(input_file="dev.json"))
-  assert _read(record_path) == []
+  # No record written: a failure naming the input, the earlier cache kept.
+  with pytest.raises(preprocessing.NothingWrittenError,
+                     match="dev.json: no example written: read 0"):
+    preprocessing.featurize_into(str(out), [], _SumStep(None, "f.json"),
+                                 records.RecordStats(input_file="dev.json"))
+  assert len(_read(record_path)) == 2
+  assert sorted(os.listdir(out)) == ["dev.stats.json", "dev.tfrecord"]
 
 
 def test_tfrecord_shards_round_robin_all_or_nothing(tmp_path):

@@ -33,7 +33,12 @@ def test_reader_skips_counts_and_names_bad_records(tmp_path):
                  '[["T", ["s."]]]}')
   path = _write(tmp_path / "dev.json", [good(0)] + bad + [good(0)],
                 raw_tail=undecodable)
-  stats = records.RecordStats(input_file=path)
+  # A repeated _id is refused unless the policy skips and counts it.
+  with pytest.raises(records.DuplicateIdError,
+                     match=r"dev.json: _id 'id0' is duplicated: record #0 "
+                     r"and record #\d"):
+    list(data.read_records(path))
+  stats = records.RecordStats(input_file=path, skip_duplicate_ids=True)
   kept = list(data.read_records(path, stats=stats))
   assert [r.id for r in kept] == ["id0"]
   assert stats.examples_read == 7

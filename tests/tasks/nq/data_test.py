@@ -207,7 +207,11 @@ def test_bad_lines_and_records_are_skipped_and_named(tmp_path):
   lines.insert(3, '{"example_id": 5, "question_text": ')  # not JSON
   lines += ["", full_record(1), full_record(2)]  # blank, duplicate, good
   path = write_lines(tmp_path / "nq-train-00.jsonl.gz", lines)
-  stats = records.RecordStats(input_file=path)
+  # A repeated example_id is refused unless the policy skips and counts it.
+  with pytest.raises(records.DuplicateIdError,
+                     match=r"example_id 1 is duplicated: line 1 and line "):
+    list(data.read_records(path))
+  stats = records.RecordStats(input_file=path, skip_duplicate_ids=True)
   got = list(data.read_records(path, stats=stats))
   assert [r.example_id for r in got] == [1, 2]
   assert stats.examples_read == len(lines) - 1  # the blank line is no record
