@@ -27,6 +27,14 @@ def _check_max_distance(max_distance: int) -> None:
         f"{max_distance!r}")
 
 
+def _check_positive(value: IntOrTensor, name: str) -> None:
+  """A Python int must be >= 1 (as the original ETC, which raises for an
+  empty sequence or batch); a tensor is not checked (its value is known
+  only at run time)."""
+  if isinstance(value, (int, np.integer)) and value < 1:
+    raise ValueError(f"{name} must be positive, got {value}")
+
+
 def distance_vocab_size(max_distance: int) -> int:
   """Number of distance ids, `2 * max_distance + 1`."""
   _check_max_distance(max_distance)
@@ -112,10 +120,16 @@ def make_local_relative_att_ids(seq_len: IntOrTensor,
 
   Returns:
     <int32>[B, L, 2r + 1] tensor.
+
+  Raises:
+    ValueError: `seq_len` or `batch_size` is an int below 1, or
+      `local_radius` is not a positive int.
   """
+  _check_positive(seq_len, "seq_len")
   if not isinstance(local_radius, (int, np.integer)) or local_radius < 1:
     raise ValueError(f"local_radius must be a positive int, got "
                      f"{local_radius!r}")
+  _check_positive(batch_size, "batch_size")
   pattern = make_relative_id_pattern(2 * local_radius + 1, max_distance)
   return tf.tile(pattern[tf.newaxis, tf.newaxis, :], [batch_size, seq_len, 1])
 
@@ -134,7 +148,12 @@ def make_relative_att_ids(seq_len: IntOrTensor,
 
   Returns:
     <int32>[B, G, G] tensor; `[b, q, k]` is the id of key k for query q.
+
+  Raises:
+    ValueError: `seq_len` or `batch_size` is an int below 1.
   """
+  _check_positive(seq_len, "seq_len")
+  _check_positive(batch_size, "batch_size")
   positions = tf.range(seq_len, dtype=tf.int32)
   ids = relative_ids_from_offsets(
       positions[tf.newaxis, :] - positions[:, tf.newaxis], max_distance)

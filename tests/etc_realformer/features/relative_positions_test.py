@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from etc_realformer.features import relative_positions as rp
 
@@ -65,3 +66,19 @@ def test_overwrite_outside_segments():
 def test_negative_max_distance():
   with pytest.raises(ValueError, match="relative_pos_max_distance"):
     rp.make_relative_att_ids(3, -1)
+
+
+@pytest.mark.parametrize("make", [
+    lambda n, b: rp.make_relative_att_ids(n, 2, batch_size=b),
+    lambda n, b: rp.make_local_relative_att_ids(n, 1, 2, batch_size=b),
+])
+def test_empty_sequence_or_batch_raises_as_the_original(make):
+  with pytest.raises(ValueError, match="seq_len must be positive, got 0"):
+    make(0, 1)
+  with pytest.raises(ValueError, match="batch_size must be positive, got 0"):
+    make(3, 0)
+  with pytest.raises(ValueError, match="seq_len must be positive, got -2"):
+    make(np.int64(-2), 1)
+  # Tensors are only known at run time: not checked, as the original.
+  assert make(tf.constant(0), tf.constant(2)).shape[:2] == (2, 0)
+  assert make(3, 1).shape[:2] == (1, 3)
