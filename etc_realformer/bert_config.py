@@ -63,6 +63,7 @@ class BertConfig(json_config.JsonConfig):
     def fail(field, why):
       raise UserInputError(f"BertConfig.{field}: {why}")
 
+    json_config.check_field_types(self, "BertConfig")
     for field in ("vocab_size", "hidden_size", "num_hidden_layers",
                   "num_attention_heads", "intermediate_size",
                   "max_position_embeddings", "type_vocab_size"):

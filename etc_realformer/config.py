@@ -142,6 +142,7 @@ class EtcConfig(json_config.JsonConfig):
     def fail(field, why):
       raise UserInputError(f"EtcConfig.{field}: {why}")
 
+    json_config.check_field_types(self, "EtcConfig")
     for field in ("vocab_size", "segment_vocab_size", "hidden_size",
                   "num_hidden_layers", "num_attention_heads", "local_radius",
                   "intermediate_size"):

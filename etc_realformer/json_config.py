@@ -8,6 +8,7 @@ required key or a bad value is one `UserInputError` naming the file.
 
 import dataclasses
 import json
+import typing
 from typing import Any, Dict, Sequence, Tuple, Type, TypeVar
 
 from absl import logging
@@ -60,6 +61,71 @@ def build(cls: Type, values: Dict[str, Any], source: str,
     return cls(**kwargs, unknown_keys=unknown)
   except (TypeError, ValueError) as e:
     raise UserInputError(f"{source}: {e}") from e
+
+
+def _matches(value: Any, hint: Any) -> bool:
+  """Whether `value` is of the field type `hint` (int is a float; a bool is
+  not an int; a list is a tuple, as JSON and gin write them)."""
+  origin, args = typing.get_origin(hint), typing.get_args(hint)
+  if hint is Any:
+    return True
+  if origin is typing.Union:
+    return any(_matches(value, arg) for arg in args)
+  if hint is type(None):
+    return value is None
+  if hint is bool:
+    return isinstance(value, bool)
+  if hint is int:
+    return isinstance(value, int) and not isinstance(value, bool)
+  if hint is float:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+  if hint is str:
+    return isinstance(value, str)
+  if origin is tuple or hint is tuple:
+    if not isinstance(value, (tuple, list)):
+      return False
+    if len(args) == 2 and args[1] is Ellipsis:
+      return all(_matches(v, args[0]) for v in value)
+    return not args or (len(args) == len(value) and
+                        all(_matches(v, a) for v, a in zip(value, args)))
+  if origin is dict or hint is dict:
+    return isinstance(value, dict)
+  return True  # A type this check does not know: the class checks it.
+
+
+def _describe(hint: Any) -> str:
+  """A field type in a user's words ("an integer or null")."""
+  origin, args = typing.get_origin(hint), typing.get_args(hint)
+  if origin is typing.Union:
+    return " or ".join(_describe(arg) for arg in args)
+  if origin is tuple or hint is tuple:
+    return (f"a list of {_describe(args[0]).split(' ', 1)[-1]}s"
+            if args else "a list")
+  names = {type(None): "null", bool: "a boolean (True/False)",
+           int: "an integer", float: "a number", str: "a string",
+           dict: "a dict"}
+  return names.get(hint, names.get(origin, getattr(hint, "__name__",
+                                                   str(hint))))
+
+
+def check_field_types(instance: Any, owner: str = "") -> None:
+  """Checks every field of a dataclass instance against its type hint: a
+  value from gin or JSON is not converted, so a string where a number
+  belongs would otherwise fail later, far from its setting.
+
+  Raises:
+    UserInputError: "<owner>.<field>: expected <type>, got <value>".
+  """
+  owner = owner or type(instance).__name__
+  hints = typing.get_type_hints(type(instance))
+  for field in dataclasses.fields(instance):
+    if field.name == "unknown_keys" or field.name not in hints:
+      continue
+    value = getattr(instance, field.name)
+    if not _matches(value, hints[field.name]):
+      raise UserInputError(
+          f"{owner}.{field.name}: expected {_describe(hints[field.name])}, "
+          f"got {value!r}")
 
 
 def known_fields(cls: Type) -> Tuple[str, ...]:
