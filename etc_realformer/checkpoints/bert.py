@@ -21,6 +21,8 @@ import numpy as np
 import tensorflow as tf
 
 from etc_realformer.checkpoints.official import mismatch_report
+from etc_realformer.checkpoints.paths import list_checkpoint_variables
+from etc_realformer.checkpoints.paths import read_checkpoint_tensors
 from etc_realformer.checkpoints.paths import resolve_checkpoint_path
 from etc_realformer.errors import UserInputError
 
@@ -102,10 +104,7 @@ def _build(model) -> None:
 
 def read_checkpoint(path: str) -> Dict[str, np.ndarray]:
   """Every tensor of a name-based checkpoint (prefix, directory or index)."""
-  prefix = resolve_checkpoint_path(path)
-  reader = tf.train.load_checkpoint(prefix)
-  return {name: reader.get_tensor(name)
-          for name in reader.get_variable_to_shape_map()}
+  return read_checkpoint_tensors(resolve_checkpoint_path(path))
 
 
 def load_bert_checkpoint(model, path: str) -> BertLoadReport:
@@ -125,8 +124,7 @@ def load_bert_checkpoint(model, path: str) -> BertLoadReport:
       them); the model is left untouched.
   """
   prefix = resolve_checkpoint_path(path)
-  reader = tf.train.load_checkpoint(prefix)
-  shapes = reader.get_variable_to_shape_map()
+  shapes = dict(list_checkpoint_variables(prefix))
   expected = variable_map(model)
 
   skipped, unexpected = [], []
@@ -146,10 +144,10 @@ def load_bert_checkpoint(model, path: str) -> BertLoadReport:
   if report:
     raise BertCheckpointMismatchError(report)
 
+  values = read_checkpoint_tensors(prefix, expected)  # all, then assign
   for name, variables in expected.items():
-    value = reader.get_tensor(name)
     for var in variables:
-      var.assign(tf.cast(value, var.dtype))
+      var.assign(tf.cast(values[name], var.dtype))
   logging.info("loaded %d BERT variables from %s (skipped %d)",
                len(expected), prefix, len(skipped))
   return BertLoadReport(prefix, sorted(expected), skipped)

@@ -11,13 +11,20 @@ Three kinds are recognised by their variable names:
 """
 
 import enum
-from typing import List
+import re
+from typing import Dict, List
 
 from absl import logging
 import tensorflow as tf
+from tensorflow.python.checkpoint import graph_view
 
+from etc_realformer.checkpoints.official import CheckpointMismatchError
 from etc_realformer.checkpoints.official import load_official_checkpoint
+from etc_realformer.checkpoints.official import mismatch_report
+from etc_realformer.checkpoints.paths import list_checkpoint_variables
 from etc_realformer.checkpoints.paths import resolve_checkpoint_path
+from etc_realformer.checkpoints.paths import UNREADABLE
+from etc_realformer.checkpoints.paths import unreadable_detail
 from etc_realformer.errors import UserInputError
 
 OFFICIAL_ROOT = "etc_document_bert/"
@@ -31,7 +38,7 @@ class CheckpointKind(enum.Enum):
 
 
 def checkpoint_kind(prefix: str) -> CheckpointKind:
-  names: List[str] = [n for n, _ in tf.train.list_variables(prefix)]
+  names: List[str] = [n for n, _ in list_checkpoint_variables(prefix)]
   if any(n.startswith(OFFICIAL_ROOT) for n in names):
     return CheckpointKind.OFFICIAL_TF1
   if _OBJECT_GRAPH in names:
@@ -58,7 +65,7 @@ _OPTIONAL_TABLES = (
 
 
 def _check_optional_tables(encoder: tf.Module, prefix: str) -> None:
-  names = [n for n, _ in tf.train.list_variables(prefix)]
+  names = [n for n, _ in list_checkpoint_variables(prefix)]
   config = getattr(encoder, "config", None)
   for path, field in _OPTIONAL_TABLES:
     if config is not None and not getattr(config, field) and any(
@@ -69,11 +76,71 @@ def _check_optional_tables(encoder: tf.Module, prefix: str) -> None:
           f"checkpoint's config")
 
 
+_VALUE = "/.ATTRIBUTES/VARIABLE_VALUE"
+_LAYER = re.compile(r"^blocks/(\d+)/")
+
+
+def _model_keys(encoder: tf.Module) -> Dict[str, List[int]]:
+  """The encoder's variables as a TF2 checkpoint of it keys them (the path
+  of attribute names from the encoder, the first of a shared variable's
+  paths, as `Checkpoint.write` takes them) -> shape."""
+  root = tf.train.Checkpoint(encoder=encoder)  # the view keeps a weakref
+  view = graph_view.ObjectGraphView(root)
+  objects, paths = view.breadth_first_traversal()
+  keys = {}
+  for obj in objects:
+    if isinstance(obj, tf.Variable):
+      names = [ref.name for ref in paths[obj]]
+      keys["/".join(names[1:])] = obj.shape.as_list()
+  return keys
+
+
+def _layer_count(keys) -> int:
+  return len({m[1] for m in map(_LAYER.match, keys) if m})
+
+
+def _check_tf2(encoder: tf.Module, prefix: str, root: str) -> None:
+  """Checks every encoder variable of the checkpoint (under `root`) against
+  the model before anything is assigned: a TF2 read assigns variable after
+  variable and stops at the first one of another shape, and skips
+  checkpoint values the model has no variable for (the layers above the
+  model's depth), so neither may reach it.
+
+  Raises:
+    CheckpointMismatchError: naming the checkpoint, every missing,
+      unexpected and mis-shaped variable, and both layer counts when they
+      differ.
+  """
+  shapes = {}
+  for name, shape in list_checkpoint_variables(prefix):
+    if (name.startswith(root) and name.endswith(_VALUE) and
+        "OPTIMIZER_SLOT" not in name):
+      shapes[name[len(root):-len(_VALUE)]] = shape
+  expected = _model_keys(encoder)
+  title = f"checkpoint {prefix} does not match the model config:"
+  layers = (_layer_count(shapes), _layer_count(expected))
+  if layers[0] != layers[1]:
+    title = (f"checkpoint {prefix} has {layers[0]} layers, the model "
+             f"{layers[1]} (EtcConfig.num_hidden_layers); it does not match "
+             "the model config:")
+  report = mismatch_report(title, shapes, expected,
+                           sorted(set(shapes) - set(expected)), (), "")
+  if report:
+    raise CheckpointMismatchError(report)
+
+
 def initialize_encoder(encoder: tf.Module, path: str) -> CheckpointKind:
   """Loads encoder weights from `path` (a directory or a prefix).
 
   The encoder must already be built (variables created). Optimizer slots,
-  `global_step` and head variables in the checkpoint are ignored.
+  `global_step` and head variables in the checkpoint are ignored. All or
+  nothing: a checkpoint whose encoder does not match the model (a variable
+  missing, left over or of another shape, e.g. more layers) raises before
+  any variable is assigned.
+
+  Raises:
+    UserInputError: naming the checkpoint (a `CheckpointMismatchError` when
+      it does not fit).
   """
   prefix = resolve_checkpoint_path(path)
   kind = checkpoint_kind(prefix)
@@ -82,13 +149,19 @@ def initialize_encoder(encoder: tf.Module, path: str) -> CheckpointKind:
     load_official_checkpoint(encoder, prefix)
     return kind
   _check_optional_tables(encoder, prefix)
+  _check_tf2(encoder, prefix, "model/encoder/"
+             if kind == CheckpointKind.TF2_TASK_MODEL else "encoder/")
   if kind == CheckpointKind.TF2_TASK_MODEL:
     ckpt = tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=encoder))
   else:
     ckpt = tf.train.Checkpoint(encoder=encoder)
   # `read`, not `restore`: a checkpoint written with `Checkpoint.write` (the
   # converter's) has no save counter, which `restore` would expect.
-  status = ckpt.read(prefix)
+  try:
+    status = ckpt.read(prefix)
+  except UNREADABLE as e:  # the names fit (checked above): a damaged file
+    raise UserInputError(f"{prefix}: the checkpoint cannot be read "
+                         f"({unreadable_detail(e)})") from e
   # Every encoder variable must come from the checkpoint; anything else in it
   # (head, optimizer) is fine to skip.
   status.expect_partial().assert_existing_objects_matched()

@@ -17,6 +17,8 @@ from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tup
 from absl import logging
 import tensorflow as tf
 
+from etc_realformer.checkpoints.paths import list_checkpoint_variables
+from etc_realformer.checkpoints.paths import read_checkpoint_tensors
 from etc_realformer.checkpoints.paths import resolve_checkpoint_path
 from etc_realformer.errors import UserInputError
 from etc_realformer.networks.etc_model import ROOT_LEVEL_TABLES
@@ -43,7 +45,7 @@ class CheckpointMismatchError(UserInputError):
 def is_official_checkpoint(path: str, root: str = "etc_document_bert") -> bool:
   """Whether `path` is a name-based checkpoint with ETC encoder variables."""
   prefix = resolve_checkpoint_path(path)
-  names = tf.train.list_variables(prefix)
+  names = list_checkpoint_variables(prefix)
   return any(name.startswith(root + "/") for name, _ in names)
 
 
@@ -76,8 +78,7 @@ def load_official_checkpoint(model, path: str,
       variable; the model is left untouched.
   """
   prefix = resolve_checkpoint_path(path)
-  reader = tf.train.load_checkpoint(prefix)
-  shapes = reader.get_variable_to_shape_map()
+  shapes = dict(list_checkpoint_variables(prefix))
   expected = checkpoint_names(model, root)
 
   skipped, ignored, unexpected = [], [], []
@@ -99,8 +100,11 @@ def load_official_checkpoint(model, path: str,
   if report:
     raise CheckpointMismatchError(report)
 
+  # Every value read before the first is assigned: a damaged data file
+  # fails here with the model untouched.
+  values = read_checkpoint_tensors(prefix, expected)
   for name, var in expected.items():
-    var.assign(tf.cast(reader.get_tensor(name), var.dtype))
+    var.assign(tf.cast(values[name], var.dtype))
   if ignored:
     logging.info("%s: %d variables outside %s/ ignored (e.g. %s)", prefix,
                  len(ignored), root, ignored[0])

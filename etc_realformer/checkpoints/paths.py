@@ -1,7 +1,9 @@
 """Finding a checkpoint's prefix from what a user gives."""
 
 import os
+from typing import Dict, Iterable, List, Optional, Tuple
 
+import numpy as np
 import tensorflow as tf
 
 from etc_realformer.errors import UserInputError
@@ -37,3 +39,47 @@ def resolve_checkpoint_path(path: str) -> str:
   if not tf.io.gfile.exists(path + ".index"):
     raise FileNotFoundError(f"checkpoint not found: {path} (no {path}.index)")
   return path
+
+
+# What reading a damaged checkpoint raises: an OpError (DataLossError for a
+# corrupt block, NotFoundError for a missing shard, ...), or IndexError from
+# TF's restore when a data file is shorter than its index says (truncated).
+UNREADABLE = (tf.errors.OpError, IndexError)
+
+
+def unreadable_detail(error: BaseException) -> str:
+  """The first line of what TF said about an unreadable checkpoint."""
+  text = getattr(error, "message", None) or str(error)
+  lines = text.strip().splitlines()
+  return lines[0] if lines else type(error).__name__
+
+
+def list_checkpoint_variables(prefix: str) -> List[Tuple[str, List[int]]]:
+  """`tf.train.list_variables(prefix)`, or UserInputError naming the path
+  when its index is not a checkpoint's (a file of something else, a
+  truncated or damaged index)."""
+  try:
+    return tf.train.list_variables(prefix)
+  except (*UNREADABLE, ValueError) as e:
+    raise UserInputError(f"{prefix}: not a readable checkpoint "
+                         f"({unreadable_detail(e)})") from e
+
+
+def read_checkpoint_tensors(prefix: str,
+                            names: Optional[Iterable[str]] = None
+                            ) -> Dict[str, np.ndarray]:
+  """The values of `names` (default: all) of a name-based checkpoint, every
+  one read before any is used, so that a loader that assigns them after
+  this leaves its model untouched when the file is damaged.
+
+  Raises:
+    UserInputError: naming the path, when it cannot be read.
+  """
+  try:
+    reader = tf.train.load_checkpoint(prefix)
+    if names is None:
+      names = reader.get_variable_to_shape_map()
+    return {name: reader.get_tensor(name) for name in names}
+  except UNREADABLE as e:
+    raise UserInputError(f"{prefix}: the checkpoint cannot be read "
+                         f"({unreadable_detail(e)})") from e

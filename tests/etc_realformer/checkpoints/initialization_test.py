@@ -1,6 +1,8 @@
 """`initialize_encoder` (init_checkpoint): released TF1 checkpoints, TF2
 encoder and task-model ones."""
 
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -8,6 +10,7 @@ import tensorflow as tf
 from encoder_testing import tiny_config
 from etc_realformer import EtcConfig, EtcModel
 from etc_realformer.checkpoints import initialization
+from etc_realformer.checkpoints import official
 from etc_realformer.checkpoints.converted import save_converted_checkpoint
 from etc_realformer.checkpoints.paths import resolve_checkpoint_path
 from etc_realformer.errors import UserInputError
@@ -106,3 +109,73 @@ def test_bad_checkpoints(tmp_path):
       str(tmp_path / "x"))
   with pytest.raises(ValueError, match="not a recognised checkpoint"):
     initialization.checkpoint_kind(prefix)
+
+
+def _task_checkpoint(tmp_path, config):
+  """A trainer-style task checkpoint (model/encoder/...) of a fresh encoder."""
+  source = EtcModel(config)
+  source.build()
+  return tf.train.Checkpoint(model=tf.train.Checkpoint(
+      encoder=source)).save(str(tmp_path / "task/ckpt"))
+
+
+@pytest.mark.parametrize("overrides,texts", [
+    # Deeper than the model: a TF2 read would drop layer 2 without a word.
+    ({"num_hidden_layers": 1}, ["has 2 layers, the model 1",
+                                "unexpected in the checkpoint (24)"]),
+    # A shape that differs in every layer: a TF2 read would stop at the
+    # first, after the variables before it were overwritten.
+    ({"intermediate_size": 20}, ["mis-shaped (6)",
+                                 "blocks/1/long_ff/layer_1/kernel"]),
+], ids=["more_layers", "mis_shaped"])
+def test_a_tf2_checkpoint_that_does_not_fit_assigns_nothing(
+    tmp_path, overrides, texts):
+  prefix = _task_checkpoint(tmp_path, tiny_config())
+  target = EtcModel(tiny_config(**overrides))
+  target.build()
+  before = _weights(target)
+  with pytest.raises(UserInputError) as error:
+    initialization.initialize_encoder(target, prefix)
+  message = str(error.value)
+  assert message.startswith(f"checkpoint {prefix} ")
+  for text in texts:
+    assert text in message
+  for a, b in zip(before, _weights(target)):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_a_file_that_is_not_a_checkpoint_is_named(tmp_path):
+  target = EtcModel(tiny_config())
+  target.build()
+  (tmp_path / "notes.txt").write_text("hello")
+  # A random file, a directory without a checkpoint, a random index.
+  with pytest.raises(FileNotFoundError, match="notes.txt"):
+    initialization.initialize_encoder(target, str(tmp_path / "notes.txt"))
+  with pytest.raises(FileNotFoundError, match=str(tmp_path)):
+    initialization.initialize_encoder(target, str(tmp_path))
+  (tmp_path / "fake.index").write_text("hello")
+  with pytest.raises(UserInputError,
+                     match=f"{tmp_path / 'fake'}: not a readable checkpoint"):
+    initialization.initialize_encoder(target, str(tmp_path / "fake"))
+
+
+@pytest.mark.parametrize("kind", ["tf2", "official"])
+def test_a_truncated_data_file_is_named_and_assigns_nothing(tmp_path, kind):
+  config = tiny_config()
+  source = EtcModel(config)
+  source.build()
+  if kind == "tf2":
+    prefix = tf.train.Checkpoint(encoder=source).save(str(tmp_path / "c"))
+  else:
+    prefix = official.save_official_checkpoint(source,
+                                               str(tmp_path / "model.ckpt"))
+  data = tmp_path / (os.path.basename(prefix) + ".data-00000-of-00001")
+  data.write_bytes(data.read_bytes()[:data.stat().st_size // 2])
+  target = EtcModel(config)
+  target.build()
+  before = _weights(target)
+  with pytest.raises(UserInputError,
+                     match=f"{prefix}: the checkpoint cannot be read"):
+    initialization.initialize_encoder(target, prefix)
+  for a, b in zip(before, _weights(target)):
+    np.testing.assert_array_equal(a, b)
