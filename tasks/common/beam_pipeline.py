@@ -605,7 +605,7 @@ def _check(task: PipelineTask, results: Dict[str, GroupResult]) -> None:
     if not sink.num_written():
       raise preprocessing.nothing_written_error(
           sink.stats.input_file or group, sink.stats.examples_read,
-          sink.stats.skipped, sink.dropped())
+          sink.stats.skipped, sink.dropped_counts())
 
 
 # The work folder of a run: `<output_dir>.tmp-<host>-<pid>-<random>`.

@@ -417,7 +417,7 @@ class ExampleSink:
     """The records whose examples were written (0: the run failed)."""
     return self.stats.examples_written
 
-  def dropped(self) -> Mapping[str, int]:
+  def dropped_counts(self) -> Mapping[str, int]:
     """The records left out by design, by reason (the default drops
     none)."""
     return {}
@@ -473,7 +473,7 @@ def check_written(sink: ExampleSink) -> None:
     stats = sink.stats
     raise nothing_written_error(stats.input_file or "input",
                                 stats.examples_read, stats.skipped,
-                                sink.dropped())
+                                sink.dropped_counts())
 
 
 def featurize_file(items: Iterable[R], step: RecordStep[R],

@@ -106,6 +106,8 @@ class UniqueIds:
       DuplicateIdError: an earlier record has the id (not `skip`).
       BadRecordError: the same, under `skip` (`DUPLICATE_ID`).
     """
+    if not isinstance(record_id, (str, int)):
+      record_id = repr(record_id)  # An id of another type: as written.
     first = self._first.setdefault(record_id, where)
     if first == where:
       return

@@ -218,7 +218,7 @@ class PretrainSink(preprocessing.ExampleSink):
   def num_written(self) -> int:
     return sum(self.documents.values())
 
-  def dropped(self):
+  def dropped_counts(self):
     return self.filtered
 
   def add(self, record: data.Document,

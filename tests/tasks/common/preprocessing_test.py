@@ -3,6 +3,8 @@ sinks, run: skip and count or fail under strict, all-or-nothing outputs) and
 the command-line checks (require_flags, check_command_line) of the
 preprocessing and generator binaries."""
 
+import errno
+import glob
 import os
 
 from absl import flags
@@ -204,3 +206,69 @@ def test_tfrecord_shards_round_robin_all_or_nothing(tmp_path):
   aborted.write(b"y")
   aborted.abort()
   assert sorted(os.listdir(tmp_path)) == ["e", "t0", "t1", "t2"]
+
+
+def test_nothing_written_names_what_was_read_and_the_top_reasons(tmp_path):
+  stats = records.RecordStats(input_file="other_task.json")
+  path = str(tmp_path / "f.tfrecord")
+  # Every record bad: a failure, no output.
+  with pytest.raises(preprocessing.NothingWrittenError) as error:
+    preprocessing.run(_RECORDS[1:3], _SumStep(None, "f.json"),
+                      _CountingSink(stats, _SPEC, {"": [path]}))
+  assert str(error.value).startswith(
+      "other_task.json: no example written: read 0 records, skipped or "
+      "dropped: ")
+  assert not os.listdir(tmp_path)
+  message = str(preprocessing.nothing_written_error(
+      "in.txt", 9, {"a": 1, "b": 5, "c": 2, "d": 1}, {"too_short": 3}))
+  assert message == ("in.txt: no example written: read 9 records, skipped "
+                     "or dropped: b 5, too_short 3, c 2, and 2 more reasons "
+                     "(is it a file of this task?)")
+
+
+def test_shards_replace_an_earlier_runs_output_whole(tmp_path):
+  def write(num_shards, count):
+    paths = [str(tmp_path / f"train-{i:05d}-of-{num_shards:05d}.tfrecord")
+             for i in range(num_shards)]
+    shards = preprocessing.TFRecordShards({"train": paths})
+    for i in range(count):
+      shards.write(b"%d" % i, "train")
+    shards.commit()
+
+  other = tmp_path / "dev.tfrecord"  # Another output: left alone.
+  other.write_bytes(b"")
+  write(4, 8)
+  write(2, 3)
+  names = sorted(os.listdir(tmp_path))
+  assert names == ["dev.tfrecord", "train-00000-of-00002.tfrecord",
+                   "train-00001-of-00002.tfrecord"]
+  files = glob.glob(str(tmp_path / "train-*.tfrecord"))
+  assert sum(1 for _ in tf.data.TFRecordDataset(files)) == 3
+  write(1, 2)  # One shard is still of the family.
+  assert len(glob.glob(str(tmp_path / "train-*"))) == 1
+
+
+def test_an_unwritable_output_names_its_path_and_leaves_nothing(
+    tmp_path, monkeypatch):
+  regular = tmp_path / "somefile"
+  regular.write_text("x")
+  with pytest.raises(preprocessing.OutputFileError,
+                     match=f"{regular}/out: cannot write output: {regular} "
+                     "is a regular file"):
+    preprocessing.featurize_into(str(regular / "out"), [_RECORDS[0]],
+                                 _SumStep(None, "f.json"),
+                                 records.RecordStats(input_file="dev.json"))
+
+  class FullDisk(tf.io.TFRecordWriter):
+    def write(self, record):
+      raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+  monkeypatch.setattr(tf.io, "TFRecordWriter", FullDisk)
+  out = tmp_path / "out"
+  with pytest.raises(preprocessing.OutputFileError,
+                     match=f"{out}/dev.tfrecord: cannot write output: No "
+                     "space left on device"):
+    preprocessing.featurize_into(str(out), [_RECORDS[0]],
+                                 _SumStep(None, "f.json"),
+                                 records.RecordStats(input_file="dev.json"))
+  assert os.listdir(out) == []

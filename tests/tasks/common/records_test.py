@@ -93,3 +93,50 @@ def test_find_manual_file_looks_in_the_subdirs_in_order(tmp_path):
                      match=r"y.json not found .*/sub'\]\). Download it"):
     records.find_manual_file(str(tmp_path), "y.json", ("", "sub"),
                              "Download it.")
+
+
+def test_unique_ids_refuse_a_repeat_or_skip_and_count_it(tmp_path):
+  path = tmp_path / "dev.json"
+  path.write_text(json.dumps([{"id": "a", "v": 1}, {"id": "b", "v": 2},
+                              {"id": "a", "v": 3}]))
+
+  def validate(raw, file, index):
+    del file, index  # Unused.
+    return raw
+
+  def read(**kwargs):
+    stats = records.RecordStats(input_file=str(path), **kwargs)
+    kept = list(records.read_json_records(str(path), validate, stats,
+                                          id_of=lambda r: r["id"]))
+    return kept, stats
+
+  with pytest.raises(records.DuplicateIdError,
+                     match=r"dev.json: id 'a' is duplicated: record #0 and "
+                     r"record #2; .*--skip_duplicate_ids"):
+    read()
+  kept, stats = read(skip_duplicate_ids=True)
+  assert [r["v"] for r in kept] == [1, 2]  # The first one is kept.
+  assert stats.skipped == {records.DUPLICATE_ID: 1}
+  assert stats.skipped_records == [dict(
+      file=str(path), id="a", field="id", reason=records.DUPLICATE_ID,
+      detail="record #2 repeats record #0")]
+  assert "skip_duplicate_ids" not in stats.to_dict()  # A setting.
+  # Under strict, the skip is a failure like any bad record.
+  with pytest.raises(records.BadRecordError, match="duplicate_id"):
+    read(skip_duplicate_ids=True, strict=True)
+  # Ids of other types are compared as written.
+  ids = records.UniqueIds("f", hint="")
+  ids.check(["x"], "line 1")
+  with pytest.raises(records.DuplicateIdError, match=r"\['x'\].*unique$"):
+    ids.check(["x"], "line 2")
+  assert issubclass(records.DuplicateIdError, UserInputError)
+
+
+def test_load_json_unique_keys_refuses_a_repeated_key(tmp_path):
+  path = tmp_path / "predictions.json"
+  path.write_text('{"q1": "a", "q2": "b", "q1": "c"}')
+  assert records.load_json(str(path)) == {"q1": "c", "q2": "b"}
+  with pytest.raises(records.DuplicateIdError,
+                     match=r"predictions.json: key 'q1' is duplicated: "
+                     r"entries #0 and #2"):
+    records.load_json(str(path), unique_keys=True)
