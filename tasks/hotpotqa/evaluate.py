@@ -17,7 +17,9 @@ Predictions are the submission format `{"answer": {id: text}, "sp": {id:
 
 Every metric is averaged over ALL gold records: a record missing from the
 predictions' "answer" (or "sp") adds 0 to the answer (sp) metrics and to the
-joint metrics.
+joint metrics. A gold file that holds no record or repeats an `_id`, and a
+submission that predicts nothing or repeats an id, are refused (one line
+naming the file, the id and both records).
 """
 
 import collections
@@ -115,24 +117,32 @@ def evaluate_files(prediction_file: str, gold_file: str) -> Dict[str, float]:
 
   Raises:
     records.InputFileError: a file is missing or not JSON, the submission
-      is not an object with "answer" / "sp" objects, or the gold is not an
-      array.
+      is not an object with "answer" / "sp" objects or predicts nothing,
+      or the gold is not an array or holds no record; a
+      `records.DuplicateIdError` for an id given twice in either.
     records.BadRecordError: a gold record lacks `_id`, `answer` or
       `supporting_facts`.
   """
-  prediction = records.load_json(prediction_file)
+  prediction = records.load_json(prediction_file, unique_keys=True)
   if not isinstance(prediction, dict) or not all(
       isinstance(prediction.get(k, {}), dict) for k in ("answer", "sp")):
     raise records.InputFileError(
         f"{prediction_file}: expected a JSON object "
         '{"answer": {id: text}, "sp": {id: [[title, sent_id], ...]}}')
+  if not prediction.get("answer") and not prediction.get("sp"):
+    raise records.InputFileError(f"{prediction_file}: predictions file "
+                                 "holds no predictions")
   gold = records.load_json_array(gold_file)
+  if not gold:
+    raise records.InputFileError(f"{gold_file}: gold file holds no records")
+  ids = records.UniqueIds(gold_file, field="_id", hint="")
   for index, record in enumerate(gold):
     for field in ("_id", "answer", "supporting_facts"):
       if not isinstance(record, dict) or field not in record:
         raise records.BadRecordError(
             gold_file, records.record_id_of(record, index, "_id"), field,
             records.MISSING_FIELD)
+    ids.check(record["_id"], f"record #{index}")
   return evaluate(prediction, gold)
 
 

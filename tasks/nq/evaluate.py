@@ -83,16 +83,35 @@ def gold_files(gold_path: str) -> List[str]:
 
 
 def read_gold(gold_path: str) -> Dict[int, list]:
-  """example_id -> the annotations (`eval_utils.NQLabel`s) of every file."""
+  """example_id -> the annotations (`eval_utils.NQLabel`s) of every file.
+
+  Raises:
+    UserInputError: a file is not an NQ gold file or holds no example, or
+      an example id is in two files (a `records.DuplicateIdError`).
+  """
   eval_utils, _ = _official()
   gold = {}
+  first_file: Dict[int, str] = {}
   for path in gold_files(gold_path):
+    if tf.io.gfile.isdir(path):
+      raise records.InputFileError(f"{path}: is a directory, not an NQ "
+                                   "gold file")
     with tf.io.gfile.GFile(path, "rb") as f:
       try:
-        gold.update(eval_utils.read_annotation_from_one_split(f))
-      except (OSError, EOFError, ValueError, KeyError, TypeError) as e:
+        annotations = eval_utils.read_annotation_from_one_split(f)
+      except (OSError, EOFError, ValueError, KeyError, TypeError,
+              tf.errors.OpError) as e:
         raise UserInputError(f"{path}: not an NQ gold file (gzipped JSON "
                              f"lines with annotations): {e!r}") from e
+    if not annotations:
+      raise records.InputFileError(f"{path}: gold file holds no examples")
+    for example_id in annotations:
+      if example_id in first_file:
+        raise records.DuplicateIdError(
+            f"{path}: example_id {example_id!r} is duplicated: in "
+            f"{first_file[example_id]} and in {path}; ids must be unique")
+      first_file[example_id] = path
+    gold.update(annotations)
   return gold
 
 
@@ -184,9 +203,19 @@ def parse_predictions(submission: Dict[str, Any],
   predictions object (it only reads files: a temporary one).
 
   Raises:
-    UserInputError: not the official format (the message names `name`).
+    UserInputError: not the official format, no prediction, or an example
+      id predicted twice (the message names `name`).
   """
   eval_utils, _ = _official()
+  entries = submission.get("predictions") if isinstance(
+      submission, dict) else None
+  if isinstance(entries, list):
+    if not entries:
+      raise records.InputFileError(f"{name}: holds no predictions")
+    ids = records.UniqueIds(name, field="example_id", hint="")
+    for index, entry in enumerate(entries):
+      if isinstance(entry, dict) and "example_id" in entry:
+        ids.check(entry["example_id"], f"predictions[{index}]")
   with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
     json.dump(submission, f)
     f.flush()

@@ -20,6 +20,10 @@ a list of strings). As the official MS MARCO OpenKP `evaluate.py`:
 Beyond the official script (which would fail): a reference document without
 a prediction scores 0 (counted as `missing_predictions`), a reference
 document with no keyphrase is left out (counted as `empty_references`).
+A file that holds no document, or gives one url two different KeyPhrases
+lists, is refused (one line naming the file, the url and both lines); a
+url repeated with the same KeyPhrases is the same document (the released
+files repeat some urls, which the original's preprocessing de-duplicates).
 """
 
 import json
@@ -119,16 +123,21 @@ def evaluate(references: Mapping[str, Sequence[Any]],
 
 
 def read_keyphrases(path: str) -> Dict[str, List[Any]]:
-  """url -> KeyPhrases from a jsonl file (first line wins for a url; a line
-  without KeyPhrases has none).
+  """url -> KeyPhrases from a jsonl file (a line without KeyPhrases has
+  none).
 
   Raises:
     UserInputError: a line is not a JSON object with a string `url` (the
-      message names the file and line); FileNotFoundError: no file.
+      message names the file and line), the file is a directory or holds
+      no document, or a url repeats with other KeyPhrases (a
+      `records.DuplicateIdError`); FileNotFoundError: no file.
   """
   out: Dict[str, List[Any]] = {}
+  first_line: Dict[str, int] = {}
+  if tf.io.gfile.isdir(path):
+    raise records.InputFileError(f"{path}: is a directory, not a jsonl file")
   with tf.io.gfile.GFile(path, "r") as f:
-    for number, line in enumerate(f, 1):
+    for number, line in enumerate(_lines(f, path), 1):
       if not line.strip():
         continue
       try:
@@ -144,8 +153,26 @@ def read_keyphrases(path: str) -> Dict[str, List[Any]]:
       if not isinstance(keyphrases, list):
         raise UserInputError(f"{path}: line {number}, field 'KeyPhrases': "
                              "expected a list of keyphrases")
-      out.setdefault(record["url"], keyphrases)
+      url = record["url"]
+      if url in out and out[url] != keyphrases:
+        raise records.DuplicateIdError(
+            f"{path}: url {url!r} is duplicated with different KeyPhrases: "
+            f"line {first_line[url]} and line {number}; urls must be unique")
+      first_line.setdefault(url, number)
+      out.setdefault(url, keyphrases)
+  if not out:
+    raise records.InputFileError(f"{path}: holds no documents")
   return out
+
+
+def _lines(f: Any, path: str):
+  """The text lines of an open file; bytes that are not UTF-8 are one line
+  naming the file."""
+  try:
+    yield from f
+  except UnicodeDecodeError as e:
+    raise records.InputFileError(
+        f"{path}: not UTF-8 text") from e
 
 
 def evaluate_files(reference_path: str, predictions_path: str

@@ -6,7 +6,9 @@ Predictions are the submission format `{id: answer}` (what `--mode=predict`
 writes); gold is a qangaroo file (`dev.json`: records with `id` and
 `answer`). Answers are compared after `data.normalize_candidate`
 (`strip().lower()`), as candidates are. The accuracy is over ALL gold
-records: a record without a prediction counts as wrong.
+records: a record without a prediction counts as wrong. A gold file that
+holds no record or repeats an id, and a submission that is empty or repeats
+an id, are refused (one line naming the file, the id and both records).
 """
 
 from typing import Any, Dict, Mapping
@@ -37,11 +39,16 @@ def gold_answers(path: str) -> Dict[str, str]:
   """`{id: normalized answer}` of a qangaroo file.
 
   Raises:
-    records.InputFileError: the file is missing, empty or not a JSON array.
+    records.InputFileError: the file is missing, empty, not a JSON array or
+      holds no record; a `records.DuplicateIdError` for an id given twice.
     records.BadRecordError: a record without a usable `id` or `answer`.
   """
   gold = {}
-  for index, raw in enumerate(records.load_json_array(path)):
+  ids = records.UniqueIds(path, hint="")
+  raws = records.load_json_array(path)
+  if not raws:
+    raise records.InputFileError(f"{path}: gold file holds no records")
+  for index, raw in enumerate(raws):
     record_id = records.record_id_of(raw, index)
     if not isinstance(raw, dict):
       raise records.BadRecordError(path, record_id, "<record>",
@@ -52,6 +59,7 @@ def gold_answers(path: str) -> Dict[str, str]:
         raise records.BadRecordError(path, record_id, field,
                                      records.MISSING_FIELD)
       records.check_text(raw[field], path, record_id, field)
+    ids.check(raw["id"], f"record #{index}")
     gold[raw["id"]] = data.normalize_candidate(raw["answer"])
   return gold
 
@@ -60,14 +68,18 @@ def load_predictions(path: str) -> Dict[str, str]:
   """A submission file `{id: answer}`.
 
   Raises:
-    records.InputFileError: the file is missing, not JSON, or not an object
-      of strings.
+    records.InputFileError: the file is missing, not JSON, not an object
+      of strings, or empty; a `records.DuplicateIdError` for an id given
+      twice.
   """
-  value = records.load_json(path)
+  value = records.load_json(path, unique_keys=True)
   if not isinstance(value, dict) or not all(
       isinstance(v, str) for v in value.values()):
     raise records.InputFileError(
         f"{path}: expected a JSON object {{id: answer}} of strings")
+  if not value:
+    raise records.InputFileError(f"{path}: predictions file holds no "
+                                 "predictions")
   return value
 
 
