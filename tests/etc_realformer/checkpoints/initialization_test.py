@@ -161,7 +161,7 @@ def test_a_file_that_is_not_a_checkpoint_is_named(tmp_path):
 
 @pytest.mark.parametrize("kind", ["tf2", "official"])
 def test_a_truncated_data_file_is_named_and_assigns_nothing(tmp_path, kind):
-  config = tiny_config()
+  config = tiny_config(num_hidden_layers=1)
   source = EtcModel(config)
   source.build()
   if kind == "tf2":
