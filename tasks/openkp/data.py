@@ -149,23 +149,32 @@ def keyphrase_positions(record: OpenKPRecord) -> List[Tuple[int, int]]:
 
   As the original featurization: a keyphrase is matched case-insensitively as
   whole words inside one VDOM element (it may not straddle two), the first
-  element that holds it wins. Keyphrases are taken in sorted lower-cased
-  order (deterministic); ones found nowhere inside an element are omitted.
+  element that holds it wins. The positions come in the original's label
+  order: by that element, then, within one element, by the phrase padded
+  with a space on each side, sorted (the original's search keys). Keyphrases
+  found nowhere inside an element are omitted.
   """
   if not record.keyphrases:
     return []
-  wanted = sorted({kp.lower() for kp in record.keyphrases})
-  found: Dict[str, Tuple[int, int]] = {}
+  # The original sorts its search keys " phrase "; the padding only matters
+  # for characters below the space, but it is its order.
+  wanted = sorted({kp.lower() for kp in record.keyphrases},
+                  key=lambda p: f" {p} ")
+  missing = set(wanted)
+  positions: List[Tuple[int, int]] = []
   for element in record.vdom:
+    if not missing:
+      break
     haystack = " " + element.text.lower() + " "
     for phrase in wanted:
-      if phrase in found:
+      if phrase not in missing:
         continue
       offset = haystack.find(" " + phrase + " ")
       if offset >= 0:
         start = element.start_idx + haystack[:offset].count(" ")
-        found[phrase] = (start, phrase.count(" ") + 1)
-  return [found[p] for p in wanted if p in found]
+        positions.append((start, phrase.count(" ") + 1))
+        missing.remove(phrase)
+  return positions
 
 
 # ------------------------------------------------------------- validation

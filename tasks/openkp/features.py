@@ -5,7 +5,9 @@ and serving (inside a SavedModel signature, see `task.py`).
 
 Layout (as the original ETC OpenKP featurization):
 
-  global: one token per VDOM element (id 1), padding (id 0);
+  global: one token per VDOM element (id 1), padding also id 1 (the
+          original's `[1] * global_max_length`; `global_input_mask` tells
+          the padding);
   long:   the wordpieces of the words, each word tokenized on its own
           (words = `text.split(" ")`), padding (id 0).
 
@@ -21,7 +23,8 @@ Layout (as the original ETC OpenKP featurization):
 - Labels (`label_start`, `label_length`, 3 slots, -1 padding): the (start
   word, length) of each gold keyphrase's first whole-word occurrence inside a
   VDOM element (`data.keyphrase_positions`), when it lies in the kept words
-  and has at most `MAX_PHRASE_WORDS` words.
+  and has at most `MAX_PHRASE_WORDS` words; in the original's order (by
+  element, then by phrase).
 
 Truncation keeps a prefix of the words: word w is kept while w < L, its
 element < G and the wordpieces up to and including it fit L. (The original
@@ -44,7 +47,8 @@ MAX_PHRASE_WORDS = 5
 MAX_LABELS = data.MAX_KEYPHRASES
 NUM_VDOM_FEATURES = data.NUM_VDOM_FEATURES
 # Global token id of a VDOM element (the pre-training sentence token, id 1 in
-# both the WordPiece and the SentencePiece ETC vocabularies).
+# both the WordPiece and the SentencePiece ETC vocabularies). The global
+# padding carries it too, as the original's features do.
 ELEMENT_TOKEN_ID = 1
 PAD_ID = 0
 
@@ -70,7 +74,7 @@ def feature_spec(
   long_sentence_ids [L]: VDOM element (global index) of each wordpiece; 0 for
     padding.
   word_mask [L]: 1 for the kept words (word axis).
-  global_token_ids [G]: 1 per kept VDOM element, 0 = padding.
+  global_token_ids [G]: 1 (kept VDOM elements and padding alike).
   global_input_mask [G]: 1 per kept VDOM element.
   global_vdom_features [G, 20]: raw VDOM `feature` numbers per element.
   label_start [3], label_length [3]: gold (start word, words); -1 padding.
@@ -300,8 +304,7 @@ class OpenKPFeaturizer(featurizing.Featurizer):
         "long_word_ids": fit(piece_word, L, 0),
         "long_sentence_ids": fit(piece_element, L, 0),
         "word_mask": fit(tf.ones([num_words], i32), L, 0),
-        "global_token_ids": fit(
-            tf.fill([num_elements], ELEMENT_TOKEN_ID), G, PAD_ID),
+        "global_token_ids": tf.fill([G], ELEMENT_TOKEN_ID),
         "global_input_mask": fit(tf.ones([num_elements], i32), G, 0),
         "global_vdom_features": fit(element_features[:num_elements], G, 0.0),
         "num_words": num_words,

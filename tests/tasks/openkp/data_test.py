@@ -88,8 +88,15 @@ def test_keyphrase_positions_first_occurrence_inside_one_element():
                     [["deep", "learning"], ["Deep"], ["y"]])
   record, _ = data.validate_record(rec, "f", 0, labeled=True)
   # "deep learning" straddles elements 0/1 first; its first occurrence
-  # inside one element is at word 4. Sorted lower-cased order.
-  assert data.keyphrase_positions(record) == [(1, 1), (4, 2), (3, 1)]
+  # inside one element is at word 4. The original's order: by the element
+  # that holds the phrase ("deep" 0, "y" 1, "deep learning" 2), not by the
+  # phrase.
+  assert data.keyphrase_positions(record) == [(1, 1), (3, 1), (4, 2)]
+  # Within one element, by the sorted phrase, not by position: "c" at word
+  # 0 comes last.
+  rec = make_record("u", [["c", "a", "b"]], [["c"], ["a", "b"], ["a"]])
+  record, _ = data.validate_record(rec, "f", 0, labeled=True)
+  assert data.keyphrase_positions(record) == [(1, 1), (1, 2), (0, 1)]
 
 
 def test_bad_records_are_skipped_counted_and_named(tmp_path):

@@ -47,13 +47,15 @@ def test_layout_by_hand(vocab):
   assert f["num_words"] == 6
   assert [w.decode() for w in f["words"]] == ["kp1", "b,", "", "Cafés", "c",
                                               "kp2"]
-  assert f["global_token_ids"].tolist() == [1, 1, 1, 0]
+  # Padding is id 1 too, as the original (the mask tells it).
+  assert f["global_token_ids"].tolist() == [1, 1, 1, 1]
   assert f["global_input_mask"].tolist() == [1, 1, 1, 0]
   np.testing.assert_allclose(f["global_vdom_features"][:3], feats)
   assert not f["global_vdom_features"][3].any()
-  # Sorted: "c kp2" at word 4 (2 words), "cafés" at word 3.
-  assert f["label_start"].tolist() == [4, 3, -1]
-  assert f["label_length"].tolist() == [2, 1, -1]
+  # The original's order, by element: "cafés" (element 0) at word 3, then
+  # "c kp2" (element 2) at word 4 (2 words).
+  assert f["label_start"].tolist() == [3, 4, -1]
+  assert f["label_length"].tolist() == [1, 2, -1]
   assert list(f["keyphrases"]) == ["c kp2", "cafés"]
   assert f["url"] == "http://x"
   assert stats == dict(words_dropped=0, wordpieces_dropped=0,

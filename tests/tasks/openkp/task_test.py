@@ -39,7 +39,7 @@ def _features(num_words=5, labels=((1, 2),)):
       "token_ids": tokens, "long_input_mask": mask,
       "long_word_ids": np.arange(L)[None].repeat(2, 0) * mask,
       "long_sentence_ids": (np.arange(L)[None].repeat(2, 0) >= 3) * mask,
-      "word_mask": mask, "global_token_ids": np.array([[1, 1, 0, 0]] * 2),
+      "word_mask": mask, "global_token_ids": np.ones([2, G], np.int32),
       "global_input_mask": np.array([[1, 1, 0, 0]] * 2),
       "global_vdom_features": vdom, "label_start": starts,
       "label_length": lengths, "num_words": np.array([num_words] * 2),
