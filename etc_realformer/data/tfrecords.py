@@ -154,6 +154,64 @@ def match_files(file_patterns: Union[str, Sequence[str]],
   return list(files)
 
 
+def _stored_kind(dtype: tf.DType) -> str:
+  """The `tf.train.Feature` list a feature of `dtype` is stored in."""
+  if dtype == tf.string:
+    return "bytes_list"
+  return "float_list" if dtype.is_floating else "int64_list"
+
+
+def check_first_record(path: str, spec: FeatureSpec, hint: str = "") -> None:
+  """Checks the first record of a TFRecord file against a feature spec.
+
+  TFRecords made at other sequence lengths than the reader's (128 tokens
+  read at 256) fail only inside tf.data, in the middle of a run, with an
+  error that names neither file nor setting. One record read when the
+  input is opened catches them with the file, the feature and both lengths.
+  Only fixed-shape features are checked; an empty file passes (its
+  reader reports that it read nothing).
+
+  Args:
+    path: a TFRecord file.
+    spec: the reader's feature spec.
+    hint: appended to a length mismatch's message (the reader's settings).
+
+  Raises:
+    UserInputError: not a TFRecord file of tf.Examples, or a fixed-shape
+      feature missing, of another type or of another length.
+  """
+  try:
+    first = next(iter(tf.data.TFRecordDataset(path).take(1)), None)
+  except tf.errors.DataLossError as e:
+    raise UserInputError(f"{path}: not a TFRecord file ({e.message})") from e
+  if first is None:
+    return
+  try:
+    example = tf.train.Example.FromString(first.numpy())
+  except Exception as e:  # protobuf's DecodeError
+    raise UserInputError(f"{path}: record 0 is not a tf.train.Example "
+                         f"({e})") from e
+  stored = example.features.feature
+  for name, (dtype, shape) in spec.items():
+    if None in shape:
+      continue
+    if name not in stored:
+      raise UserInputError(f"{path}: record 0 has no feature {name!r} "
+                           f"(has: {sorted(stored)})")
+    kind = stored[name].WhichOneof("kind")
+    if kind != _stored_kind(dtype):
+      raise UserInputError(f"{path}: record 0, feature {name!r}: stored as "
+                           f"{kind}, expected {_stored_kind(dtype)} "
+                           f"({dtype.name})")
+    count = len(getattr(stored[name], kind).value)
+    expected = int(np.prod(shape, dtype=np.int64))
+    if count != expected:
+      raise UserInputError(
+          f"{path}: record 0, feature {name!r} has {count} values where "
+          f"the reader expects {expected} (shape {list(shape)})" +
+          (f"; {hint}" if hint else ""))
+
+
 def make_dataset(file_patterns: Union[str, Sequence[str]],
                  spec: FeatureSpec,
                  deterministic: bool = True) -> tf.data.Dataset:

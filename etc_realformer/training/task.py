@@ -41,6 +41,7 @@ import tf_keras
 
 from etc_realformer.config import EtcConfig
 from etc_realformer.data import tfrecords
+from etc_realformer.errors import UserInputError
 from etc_realformer.execution import ExecutionConfig
 from etc_realformer.features import layouts
 from etc_realformer.features import side_inputs as side_inputs_lib
@@ -226,14 +227,34 @@ class Task(abc.ABC):
     return tfrecords.parse(serialized, self.feature_spec())
 
   def input_files(self, mode: str) -> List[str]:
+    """The TFRecord files of `mode`'s input; the first file's first record
+    is checked against `feature_spec()` (its lengths against the task's).
+
+    Raises:
+      UserInputError: no input is set for `mode`, a pattern matches no
+        file, or the first record does not fit the task.
+    """
+    setting = f"{type(self).__name__}.{mode}_input"
     pattern = self.input_patterns.get(mode)
     if not pattern:
-      raise ValueError(f"{self.name}: no input files for mode {mode!r}; set "
-                       f"{type(self).__name__}.{mode}_input in gin")
+      raise UserInputError(f"{self.name}: no input files for mode {mode!r}; "
+                           f"set {setting} in gin")
     try:
-      return tfrecords.match_files(pattern)
-    except FileNotFoundError as e:
-      raise FileNotFoundError(f"{self.name} {mode} input: {e}") from e
+      files = tfrecords.match_files(pattern)
+    except tfrecords.NoMatchingFileError as e:
+      raise tfrecords.NoMatchingFileError(f"{setting}: {e}") from e
+    if tf.executing_eagerly():  # Not while a function traces the pipeline.
+      tfrecords.check_first_record(files[0], self.feature_spec(),
+                                   hint=self.lengths_hint())
+    return files
+
+  def lengths_hint(self) -> str:
+    """How a length mismatch of the TFRecords is named: the settings that
+    give the task's lengths."""
+    cls = type(self).__name__
+    return (f"made at other lengths than {cls}.long_seq_len = "
+            f"{self.long_seq_len}, {cls}.global_seq_len = "
+            f"{self.global_seq_len}?")
 
   def build_inputs(self, mode: str, global_batch_size: int,
                    input_context: Optional[tf.distribute.InputContext] = None

@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 from etc_realformer.data import tfrecords
+from etc_realformer.errors import UserInputError
 
 
 def test_tfrecord_round_trip_with_spec(tmp_path):
@@ -36,3 +37,30 @@ def test_tfrecord_round_trip_with_spec(tmp_path):
     tfrecords.to_tf_example(dict(rows[0], ids=np.zeros(4)), spec)
   with pytest.raises(FileNotFoundError, match="no TFRecord file"):
     tfrecords.make_dataset(str(tmp_path / "none*"), spec)
+
+
+def test_first_record_is_checked_against_the_readers_spec(tmp_path):
+  made = {"token_ids": (tf.int32, (4,)), "name": (tf.string, ())}
+  path = str(tmp_path / "x.tfrecord")
+  tfrecords.write_tfrecord(path, [tfrecords.to_tf_example(
+      {"token_ids": np.arange(4), "name": "a"}, made)])
+  tfrecords.check_first_record(path, made)
+  # Read at another length: the file, the feature and both lengths.
+  with pytest.raises(UserInputError, match=r"x\.tfrecord: record 0, feature "
+                     r"'token_ids' has 4 values where the reader expects 8 "
+                     r".*; lengths\?"):
+    tfrecords.check_first_record(path, {"token_ids": (tf.int32, (8,))},
+                                 hint="lengths?")
+  with pytest.raises(UserInputError, match="no feature 'labels'"):
+    tfrecords.check_first_record(path, {"labels": (tf.int32, ())})
+  with pytest.raises(UserInputError, match="'name': stored as bytes_list"):
+    tfrecords.check_first_record(path, {"name": (tf.int32, ())})
+  # Variable lengths are not checked; an empty file has nothing to check.
+  tfrecords.check_first_record(path, {"token_ids": (tf.int32, (None,))})
+  empty = str(tmp_path / "empty.tfrecord")
+  tfrecords.write_tfrecord(empty, [])
+  tfrecords.check_first_record(empty, made)
+  text = tmp_path / "notes.txt"
+  text.write_text("these are not records\n" * 10)
+  with pytest.raises(UserInputError, match="notes.txt: not a TFRecord"):
+    tfrecords.check_first_record(str(text), made)

@@ -10,6 +10,7 @@ import tf_keras
 from encoder_testing import tiny_config
 from etc_realformer import ExecutionConfig
 from etc_realformer.data import tfrecords
+from etc_realformer.errors import UserInputError
 from etc_realformer.training import experiment
 from etc_realformer.training import task as task_lib
 
@@ -111,8 +112,21 @@ def test_missing_inputs_name_the_mode_and_pattern(task, tmp_path):
   with pytest.raises(ValueError, match="predict_input"):
     task.input_files("predict")
   task.input_patterns["predict"] = str(tmp_path / "none*.tfrecord")
-  with pytest.raises(FileNotFoundError, match="none"):
+  with pytest.raises(FileNotFoundError, match="predict_input: .*none"):
     task.input_files("predict")
+
+
+def test_tfrecords_of_other_lengths_are_refused_when_opened(task, tmp_path):
+  spec = task.feature_spec()
+  short = dict(spec, token_ids=(tf.int32, (L - 4,)))
+  path = str(tmp_path / "short.tfrecord")
+  tfrecords.write_tfrecord(path, [tfrecords.to_tf_example(
+      dict(_example(0), token_ids=np.ones(L - 4)), short)])
+  task.input_patterns["eval"] = path
+  with pytest.raises(UserInputError, match=(
+      rf"short\.tfrecord: record 0, feature 'token_ids' has {L - 4} values "
+      rf"where the reader expects {L} .*long_seq_len = {L}")):
+    task.build_inputs("eval", 2)
 
 
 def test_side_inputs_by_layout_and_in_the_pipeline(task):
