@@ -665,18 +665,28 @@ class Stopped(SystemExit):
 @contextlib.contextmanager
 def _stop_signals_raise():
   """SIGTERM raises `Stopped` while the block runs (SIGINT raises
-  `KeyboardInterrupt` already); outside the main thread nothing changes."""
+  `KeyboardInterrupt` already); outside the main thread nothing changes.
+
+  Beam wraps what a transform raises (a RuntimeError naming the step): the
+  block's error, once the signal came, is `Stopped` again.
+  """
   if threading.current_thread() is not threading.main_thread():
     yield
     return
+  received = []
 
   def handler(signum, frame):
     del frame  # Unused.
+    received.append(signum)
     raise Stopped(128 + signum)
 
   previous = signal.signal(signal.SIGTERM, handler)
   try:
     yield
+  except BaseException:
+    if received:
+      raise Stopped(128 + received[0]) from None
+    raise
   finally:
     signal.signal(signal.SIGTERM, previous)
 

@@ -8,9 +8,12 @@ is the FnApiRunner's, never Beam's download of the Prism runner."""
 
 import collections
 import copy
+import dataclasses
 import glob
 import json
 import os
+import signal
+import socket
 
 import pytest
 import tensorflow as tf
@@ -366,3 +369,39 @@ def test_local_runner_is_the_fn_api_runner_with_the_options(args, local):
   # DirectRunner's own FnApiRunner's do.
   provided = runner._provision_info.provision_info.pipeline_options  # pylint: disable=protected-access
   assert str(provided["beam:option:direct_num_workers:v1"]) == "3"
+
+
+def test_killed_runs_work_folders_are_removed_live_ones_kept(tmp_path):
+  out = str(tmp_path / "out")
+  host = socket.gethostname()
+  dead = tmp_path / f"out.tmp-{host}-{2**22 + 1}-0123abcd"  # > pid_max.
+  live = tmp_path / f"out.tmp-{host}-{os.getpid()}-0123abcd"
+  elsewhere = tmp_path / f"out.tmp-another-host-{2**22 + 1}-0123abcd"
+  other_output = tmp_path / f"out2.tmp-{host}-{2**22 + 1}-0123abcd"
+  for folder in (dead, live, elsewhere, other_output):
+    (folder / "_parts").mkdir(parents=True)
+  assert beam_pipeline.remove_stale_work_dirs(out) == [str(dead)]
+  assert sorted(os.listdir(tmp_path)) == sorted(
+      p.name for p in (live, elsewhere, other_output))
+  name = os.path.basename(beam_pipeline.work_dir_of(out))
+  assert name.startswith(f"out.tmp-{host}-{os.getpid()}-")
+
+
+@dataclasses.dataclass
+class _TerminatedWikiHop(wikihop_preprocess.WikiHopPipeline):
+  """A run that SIGTERM stops while it reads."""
+
+  def read(self, unit, stats, work_dir):
+    tf.io.gfile.makedirs(os.path.join(work_dir, "_parts"))
+    os.kill(os.getpid(), signal.SIGTERM)
+    return super().read(unit, stats, work_dir)
+
+
+def test_sigterm_removes_the_work_folder(built, tmp_path):
+  case = built("wikihop")
+  task = _TerminatedWikiHop(**dataclasses.asdict(case.task))
+  with pytest.raises(SystemExit) as stopped:
+    beam_pipeline.run(task, case.files[1:], str(tmp_path / "out"))
+  assert stopped.value.code == 128 + signal.SIGTERM
+  assert not os.listdir(tmp_path)
+  assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
