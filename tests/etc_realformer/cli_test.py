@@ -1,7 +1,10 @@
 """A user's mistake is one line on stderr and exit code 2; a bug keeps its
 traceback."""
 
+import errno
+
 import pytest
+import tensorflow as tf
 
 from etc_realformer import cli
 from etc_realformer.errors import UserInputError
@@ -38,3 +41,53 @@ def test_bugs_are_not_swallowed():
 
 def test_success_passes_through():
   assert cli.guarded(lambda argv: 0)(["prog"]) == 0
+
+
+@pytest.mark.parametrize("error,line", [
+    # A disk full: Python's and TensorFlow's file writes.
+    (OSError(errno.ENOSPC, "No space left on device", "/out/train.tfrecord"),
+     "error: /out/train.tfrecord: No space left on device"),
+    (tf.errors.ResourceExhaustedError(
+        None, None, "/out/ckpt-1.data; No space left on device"),
+     "error: /out/ckpt-1.data; No space left on device"),
+    # An output path under a regular file.
+    (NotADirectoryError(errno.ENOTDIR, "Not a directory", "/out/file/x"),
+     "error: /out/file/x: Not a directory"),
+    (tf.errors.FailedPreconditionError(
+        None, None, "{{function_node __wrapped__CreateSummaryFileWriter}} "
+        "/out/file is not a directory [Op:CreateSummaryFileWriter] name: "),
+     "error: /out/file is not a directory"),
+    (FileExistsError(errno.EEXIST, "File exists", "/out/file"),
+     "error: /out/file: File exists"),
+    (PermissionError(errno.EACCES, "Permission denied", "/root/out"),
+     "error: /root/out: Permission denied"),
+    (tf.errors.PermissionDeniedError(None, None, "/ro/x; Permission denied"),
+     "error: /ro/x; Permission denied"),
+    (OSError(errno.EROFS, "Read-only file system", "/ro/x"),
+     "error: /ro/x: Read-only file system"),
+])
+def test_unwritable_paths_are_one_line_and_exit_2(capsys, error, line):
+  def main(argv):
+    raise error
+
+  with pytest.raises(SystemExit) as exited:
+    cli.guarded(main)(["prog"])
+  assert exited.value.code == 2
+  assert capsys.readouterr().err.strip() == line
+
+
+@pytest.mark.parametrize("error", [
+    # Out of memory for a tensor, an uninitialized variable: not a path's.
+    tf.errors.ResourceExhaustedError(
+        None, None, "OOM when allocating tensor with shape[4096,4096]"),
+    tf.errors.FailedPreconditionError(
+        None, None, "Could not find variable dense/kernel"),
+    OSError(errno.EBADF, "Bad file descriptor"),
+    ConnectionResetError(errno.ECONNRESET, "Connection reset by peer"),
+])
+def test_errors_not_about_a_path_keep_their_traceback(error):
+  def main(argv):
+    raise error
+
+  with pytest.raises(type(error)):
+    cli.guarded(main)(["prog"])
