@@ -84,7 +84,30 @@ def _cli_cases(root, vocab):
     duplicate_vocab.write_text(f.read() + "of\n")
   strict = _write(root / "strict.json",
                   [GOOD, dict(GOOD, id="bad7", answer="zz")])
+  repeated = _write(root / "repeated.json",
+                    [GOOD, dict(GOOD, answer="A"), dict(GOOD, answer="A")])
+  hotpot = _write(root / "hotpot_dev.json", [
+      {"_id": f"h{i}", "question": "Who?", "answer": "b",
+       "context": [["T", ["x is in b."]]], "supporting_facts": [["T", 0]]}
+      for i in range(3)])
+  nuls = root / "nuls.json"
+  nuls.write_bytes(b"\0" * 64)
+  regular = root / "regular_file"
+  regular.write_text("x")
   return {
+      "duplicate_ids": ([f"--input={repeated}", f"--vocab={vocab}"],
+                        repeated, "id 'g0' is duplicated: record #0 and "
+                        "record #1"),
+      "other_task_file": ([f"--input={hotpot}", f"--vocab={vocab}"], hotpot,
+                          "no example written: read 3 records, skipped or "
+                          "dropped: missing_field 3"),
+      "binary_garbage": ([f"--input={nuls}", f"--vocab={vocab}"], nuls,
+                         "not valid JSON"),
+      "input_is_a_directory": ([f"--input={root}", f"--vocab={vocab}"], root,
+                               "is a directory"),
+      "output_under_a_file": ([f"--input={good}", f"--vocab={vocab}",
+                               f"--output_dir={regular}/out"], regular,
+                              "is a regular file"),
       "missing_input": ([f"--input={root / 'missing.json'}",
                          f"--vocab={vocab}"], root / "missing.json",
                         "cannot read input file"),
@@ -109,20 +132,47 @@ def cli_runs(tmp_path_factory, vocab):
   cases = _cli_cases(root, vocab)
   out = {}
   for name, (args, _, _) in cases.items():
-    args = [*args, f"--output_dir={root / name}", "--long_seq_len=32",
-            "--global_seq_len=16"]
+    if not any(a.startswith("--output_dir=") for a in args):
+      args.append(f"--output_dir={root / name}")
+    args += ["--long_seq_len=32", "--global_seq_len=16"]
     run = (cli_testing.run if name == "strict_bad_record"
            else cli_testing.run_here)
     proc = run("tasks.wikihop.preprocess", args)
     out[name] = (proc.returncode, proc.stdout, proc.stderr, cases[name])
+  out["root"] = root
   return out
 
 
 @pytest.mark.parametrize("case", ["missing_input", "truncated_json",
                                   "duplicate_vocab", "strict_bad_record",
-                                  "no_input_flag"])
+                                  "no_input_flag", "duplicate_ids",
+                                  "other_task_file", "binary_garbage",
+                                  "input_is_a_directory",
+                                  "output_under_a_file"])
 def test_cli_user_mistake_is_one_line_and_exit_code_2(cli_runs, case):
   returncode, stdout, stderr, (_, path, text) = cli_runs[case]
   cli_testing.assert_user_error(returncode, stderr, text,
                                 *([str(path)] if path else []))
   assert not stdout
+  # Nothing written, no work folder left.
+  assert not [p for p in os.listdir(cli_runs["root"]) if p.startswith(case)]
+
+
+def test_cli_skip_duplicate_ids_keeps_the_first_and_counts_the_rest(
+    tmp_path, vocab):
+  recs = [GOOD, dict(GOOD, answer="A"), dict(GOOD, id="g1"),
+          dict(GOOD, answer="A")]
+  path = _write(tmp_path / "dev.json", recs)
+  out = tmp_path / "out"
+  stdout = cli_testing.output_here("tasks.wikihop.preprocess", [
+      f"--input={path}", f"--vocab={vocab}", f"--output_dir={out}",
+      "--long_seq_len=32", "--global_seq_len=16", "--skip_duplicate_ids"])
+  assert "read 4, written 2" in stdout and "'duplicate_id': 2" in stdout
+  stats = records.read_stats_json(str(out / "dev.stats.json"))
+  assert [(s["id"], s["detail"]) for s in stats["skipped_records"]] == [
+      ("g0", "record #1 repeats record #0"),
+      ("g0", "record #3 repeats record #0")]
+  ids = [f["example_id"] for f in tfrecords.make_dataset(
+      str(out / "dev.tfrecord"), F.feature_spec(32, 16)).as_numpy_iterator()]
+  assert ids == [b"g0", b"g1"]
+  assert sorted(os.listdir(tmp_path)) == ["dev.json", "out"]
