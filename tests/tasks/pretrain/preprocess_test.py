@@ -107,3 +107,37 @@ def test_binary_skips_and_counts_or_fails_with_strict(tiny, tmp_path):
       *args, f"--output_dir={tmp_path / 'lenient'}"])
   assert "used 1 (train 1, eval 0)" in stdout
   assert "'undecodable_text': 1" in stdout
+
+
+def test_binary_rerun_with_fewer_shards_replaces_the_output_whole(
+    tiny, tmp_path):
+  out = tmp_path / "out"
+  args = [f"--input={tiny['corpus']}", f"--vocab={tiny['vocab']}",
+          f"--output_dir={out}", f"--long_seq_len={pretrain_testing.LONG}",
+          f"--global_seq_len={pretrain_testing.GLOBAL}",
+          "--eval_fraction=0.25"]
+  cli_testing.output_here("tasks.pretrain.preprocess",
+                          [*args, "--num_shards=4"])
+  cli_testing.output_here("tasks.pretrain.preprocess",
+                          [*args, "--num_shards=2"])
+  assert sorted(os.listdir(out)) == [
+      "eval-00000-of-00001.tfrecord", preprocess.STATS_FILE,
+      "train-00000-of-00002.tfrecord", "train-00001-of-00002.tfrecord"]
+  with open(out / preprocess.STATS_FILE) as f:
+    stats = json.load(f)
+  spec = features.feature_spec(pretrain_testing.LONG, pretrain_testing.GLOBAL)
+  # The documented glob reads this run's examples, as many as its stats say.
+  read = sum(1 for _ in tfrecords.make_dataset(
+      str(out / "train-*.tfrecord"), spec).as_numpy_iterator())
+  assert read == stats["examples"]["train"] > 0
+  assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_binary_input_of_nul_bytes_writes_nothing_and_fails(tiny, tmp_path):
+  nuls = tmp_path / "nuls.txt"
+  nuls.write_bytes(b"\0" * 4096)
+  out = tmp_path / "out"
+  cli_testing.user_error_line_here("tasks.pretrain.preprocess", [
+      f"--input={nuls}", f"--vocab={tiny['vocab']}", f"--output_dir={out}"],
+      str(nuls), "no example written: read 1 records")
+  assert sorted(os.listdir(tmp_path)) == ["nuls.txt"]
