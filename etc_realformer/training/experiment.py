@@ -6,13 +6,14 @@ Task-agnostic: everything task-specific comes from the
 task class, `etc_config` and `execution_config`).
 """
 
+import contextlib
 import dataclasses
 import json
 import logging as logging_lib
 import os
 import re
 import tempfile
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from absl import logging
 import gin
@@ -21,11 +22,15 @@ import tensorflow as tf
 import tf_keras
 
 from etc_realformer.checkpoints import initialization
+from etc_realformer.checkpoints.paths import list_checkpoint_variables
 from etc_realformer.checkpoints.paths import resolve_checkpoint_path
+from etc_realformer.checkpoints.paths import UNREADABLE
+from etc_realformer.checkpoints.paths import unreadable_detail
 from etc_realformer.errors import UserInputError
 from etc_realformer.export import saved_model
 from etc_realformer.training import config_checks
 from etc_realformer.training import distribution
+from etc_realformer.training import model_dir_lock
 from etc_realformer.training import optimization
 from etc_realformer.training import trainer as trainer_lib
 
@@ -65,6 +70,10 @@ class TrainerConfig:
       default: it takes more memory above 4096 tokens, where attention
       chunking is off under XLA (docs/benchmarks.md, "XLA is off by default
       on CPU").
+    deterministic: TensorFlow's op determinism
+      (`tf.config.experimental.enable_op_determinism`, as
+      TF_DETERMINISTIC_OPS=1), so that with the task's seed one command
+      gives one loss curve; ops without a deterministic kernel then raise.
   """
   train_steps: int = 1000
   train_batch_size: int = 32
@@ -78,6 +87,7 @@ class TrainerConfig:
   eval_interval: int = 1000
   init_checkpoint: Optional[str] = None
   jit_compile: bool = False
+  deterministic: bool = False
 
 
 def _is_chief(strategy: tf.distribute.Strategy) -> bool:
@@ -110,7 +120,7 @@ def _write_dir(model_dir: str, strategy: tf.distribute.Strategy) -> str:
 def _save_operative_config(model_dir: str, mode: str) -> None:
   name = ("operative_config.gin" if mode in ("train", "train_and_eval")
           else f"operative_config_{mode}.gin")
-  tf.io.gfile.makedirs(model_dir)
+  model_dir_lock.make_output_dir(model_dir, "model_dir")
   with tf.io.gfile.GFile(os.path.join(model_dir, name), "w") as f:
     f.write(gin.operative_config_str())
 
@@ -134,6 +144,17 @@ def build_model(task, strategy: tf.distribute.Strategy) -> tf_keras.Model:
 
 def restore_checked(checkpoint: tf.train.Checkpoint, path: str,
                     partial: bool = False) -> None:
+  """As `_restore_checked`, for a checkpoint of any path a user gives: a
+  damaged or foreign file is a UserInputError naming it."""
+  try:
+    _restore_checked(checkpoint, path, partial)
+  except UNREADABLE as e:
+    raise UserInputError(f"{path}: the checkpoint cannot be read "
+                         f"({unreadable_detail(e)})") from e
+
+
+def _restore_checked(checkpoint: tf.train.Checkpoint, path: str,
+                     partial: bool = False) -> None:
   """Restores `path` into `checkpoint`, or raises UserInputError, one line
   naming the checkpoint (and the model's variables it has no value for)
   when it does not fit the model, i.e. the model was built from another
@@ -159,24 +180,79 @@ def restore_checked(checkpoint: tf.train.Checkpoint, path: str,
          f"in it: {shown or str(e).splitlines()[0]}")
 
 
+def _report_start(restored: Optional[str], step: int, model_dir: str,
+                  config: TrainerConfig) -> None:
+  """One line that tells a resumed run from a fresh start."""
+  if restored:
+    line = f"train | resumed from step {step} of checkpoint {restored}"
+  elif config.init_checkpoint:
+    line = (f"train | fresh start (no checkpoint in {model_dir}), encoder "
+            f"from {config.init_checkpoint}")
+  else:
+    line = f"train | fresh start (no checkpoint in {model_dir})"
+  logging.info("%s", line)
+  print(line, flush=True)
+
+
+def restore_latest_readable(checkpoint: tf.train.Checkpoint,
+                            paths: List[str], directory: str) -> str:
+  """Restores the newest of `paths` (oldest first, as a CheckpointManager
+  lists them) that can be read, through `_restore_checked`; returns it.
+
+  A checkpoint that cannot be read (a truncated or damaged file: a disk that
+  filled up or a copy cut short) is named in a warning and the one before
+  it is tried; one that reads but does not fit the model is the user's
+  mistake and raised at once. Every worker of a multi-worker run reads the
+  same files, so all of them restore the same checkpoint.
+
+  Raises:
+    UserInputError: none can be read, or the newest readable does not fit.
+  """
+  for path in reversed(paths):
+    try:
+      _restore_checked(checkpoint, path)
+      return path
+    except UNREADABLE as e:
+      logging.warning("%s: the checkpoint cannot be read (%s); trying the "
+                      "one before it", path, unreadable_detail(e))
+  raise UserInputError(
+      f"model_dir {directory}: none of its checkpoints can be read "
+      f"({', '.join(os.path.basename(p) for p in paths)}); move them aside "
+      "to train from the start")
+
+
 class CheckedCheckpointManager(tf.train.CheckpointManager):
   """`tf.train.CheckpointManager` whose `restore_or_initialize` (what orbit's
-  Controller calls to resume) restores the latest checkpoint through
-  `restore_checked`: the parent restores without any check, so a model_dir
-  written with another config raised a traceback (a variable of another
-  shape) or silently kept initial values (a variable it lacks). One restore
-  either way: under a multi-worker strategy every worker must run the same
-  restore ops."""
+  Controller calls to resume) restores through `restore_latest_readable`:
+  the parent restores the latest without any check, so a model_dir written
+  with another config raised a traceback (a variable of another shape) or
+  silently kept initial values (a variable it lacks), and a truncated
+  latest checkpoint stopped the run although older ones were intact. One
+  restore either way: under a multi-worker strategy every worker must run
+  the same restore ops. `save` names the directory when writing fails (a
+  full disk's error names no file). `restored`: the checkpoint it resumed
+  from, or None."""
+
+  restored: Optional[str] = None
 
   def restore_or_initialize(self):
-    latest = self.latest_checkpoint
-    if latest is None:
+    if self.latest_checkpoint is None:
       return super().restore_or_initialize()
-    restore_checked(self.checkpoint, latest)
+    restored = restore_latest_readable(self.checkpoint, self.checkpoints,
+                                       self.directory)
+    self.restored = restored
     if self.checkpoint_interval is not None:
       # As the parent: the interval counts from the restored step.
       self._last_checkpoint_step = int(self._step_counter.numpy())  # pylint: disable=protected-access
-    return latest
+    return restored
+
+  def save(self, *args, **kwargs):
+    try:
+      return super().save(*args, **kwargs)
+    except tf.errors.OpError as e:
+      raise OSError(f"{self.directory}: cannot save the checkpoint of step "
+                    f"{int(self._step_counter.numpy())} "  # pylint: disable=protected-access
+                    f"({e.message or type(e).__name__})") from e
 
 
 def restore_for_inference(model: tf_keras.Model, model_dir: str,
@@ -186,8 +262,9 @@ def restore_for_inference(model: tf_keras.Model, model_dir: str,
   if not path:
     raise FileNotFoundError(f"no checkpoint in {model_dir}; train first or "
                             "pass --checkpoint")
-  if tf.io.gfile.isdir(path):
-    path = resolve_checkpoint_path(path)
+  # A directory, a prefix, or a file that is no checkpoint (named).
+  path = resolve_checkpoint_path(path)
+  list_checkpoint_variables(path)
   restore_checked(tf.train.Checkpoint(model=model), path, partial=True)
   logging.info("Restored model weights from %s", path)
   return path
@@ -220,7 +297,11 @@ def run_experiment(task, mode: str, model_dir: str,
   logging.info("Strategy %s with %d replicas, precision %s",
                type(strategy).__name__, strategy.num_replicas_in_sync,
                precision or "float32")
+  if config.deterministic:
+    tf.config.experimental.enable_op_determinism()
   if task.seed is not None:
+    # tf_keras's form: it also seeds tf_keras's own seed generator, which
+    # tf.random.set_seed alone would not (both clear TF's kernel cache).
     # The task's seed also draws the initialisation (and the per-call
     # dropout seeds, which come from TensorFlow's global generator), so
     # that one seed names one run rather than only its data order.
@@ -256,13 +337,14 @@ def run_experiment(task, mode: str, model_dir: str,
         task, model, strategy,
         _distributed(strategy, task, "predict", config.eval_batch_size))
     out_dir = predictions_dir or os.path.join(model_dir, "predictions")
-    tf.io.gfile.makedirs(out_dir)
+    model_dir_lock.make_output_dir(out_dir, "predictions_dir")
     path = task.write_predictions(predictions, out_dir)
     print(f"predictions | {path}", flush=True)
     return {"predictions_file": path}
   # export
-  path = saved_model.export_task_model(
-      task, model, export_dir or os.path.join(model_dir, "export"))
+  export_dir = export_dir or os.path.join(model_dir, "export")
+  model_dir_lock.make_output_dir(export_dir, "export_dir")
+  path = saved_model.export_task_model(task, model, export_dir)
   print(f"export | {path}", flush=True)
   return {"export_path": path}
 
@@ -304,7 +386,35 @@ def _log_orbit_lines_once() -> None:
 
 def _train(task, model, strategy, mode, model_dir, config: TrainerConfig,
            precision: Optional[str]) -> Dict[str, Any]:
+  """Trains under the model_dir's lock: one writer per model_dir, the
+  chief (the other workers write to scratch dirs of their own, so they take
+  no lock and cannot wait on the chief's)."""
   _log_orbit_lines_once()
+  with (model_dir_lock.hold(model_dir) if _is_chief(strategy)
+        else contextlib.nullcontext()):
+    return _train_locked(task, model, strategy, mode, model_dir, config,
+                         precision)
+
+
+def _checkpointed_iterator(strategy, task, micro_batch: int):
+  """The training input's iterator, and whether a checkpoint can hold it.
+
+  Saved with the model, it resumes a killed run at the batch where the
+  checkpoint was written (the shuffle buffer included) instead of
+  restarting the shuffle. tf.distribute's iterators of several replicas are
+  not trackable: there a resumed run restarts its input (warned).
+  """
+  iterator = iter(_distributed(strategy, task, "train", micro_batch))
+  if isinstance(iterator, tf.__internal__.tracking.Trackable):
+    return iterator, True
+  logging.warning("%s's input iterator cannot be checkpointed: a resumed "
+                  "run restarts its input", type(strategy).__name__)
+  return iterator, False
+
+
+def _train_locked(task, model, strategy, mode, model_dir,
+                  config: TrainerConfig,
+                  precision: Optional[str]) -> Dict[str, Any]:
   if config.train_batch_size % (config.grad_accum_steps *
                                 strategy.num_replicas_in_sync):
     raise ValueError(
@@ -322,15 +432,18 @@ def _train(task, model, strategy, mode, model_dir, config: TrainerConfig,
       optimizer._create_all_weights(model.trainable_variables)  # pylint: disable=protected-access
   global_step = optimizer.iterations
   write_dir = _write_dir(model_dir, strategy)
-  checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+  train_iterator, saved_input = _checkpointed_iterator(strategy, task,
+                                                       micro_batch)
+  checkpoint = tf.train.Checkpoint(
+      model=model, optimizer=optimizer,
+      **({"iterator": train_iterator} if saved_input else {}))
+  restored: List[str] = []  # the checkpoint resumed from, if any
 
   def init_fn():
-    latest = tf.train.latest_checkpoint(model_dir)
-    if latest and write_dir != model_dir:  # non-chief worker resuming
-      restore_checked(checkpoint, latest)
-      # The chief's line (orbit's) on every worker, so each log says where
-      # its run resumed.
-      print(f"restored from checkpoint: {latest}", flush=True)
+    state = tf.train.get_checkpoint_state(model_dir)
+    if state and write_dir != model_dir:  # non-chief worker resuming
+      restored.append(restore_latest_readable(
+          checkpoint, list(state.all_model_checkpoint_paths), model_dir))
     elif config.init_checkpoint:
       initialization.initialize_encoder(model.encoder, config.init_checkpoint)
 
@@ -338,8 +451,9 @@ def _train(task, model, strategy, mode, model_dir, config: TrainerConfig,
       checkpoint, directory=write_dir,
       max_to_keep=config.max_checkpoints_to_keep, step_counter=global_step,
       checkpoint_interval=config.checkpoint_interval, init_fn=init_fn)
-  train_ds = _distributed(strategy, task, "train", micro_batch)
-  trainer = trainer_lib.EtcTrainer(task, model, optimizer, strategy, train_ds,
+  # orbit takes an iterator as its dataset (`iter` of it is itself).
+  trainer = trainer_lib.EtcTrainer(task, model, optimizer, strategy,
+                                   train_iterator,
                                    grad_accum_steps=config.grad_accum_steps,
                                    jit_compile=config.jit_compile)
   evaluator = None
@@ -366,7 +480,13 @@ def _train(task, model, strategy, mode, model_dir, config: TrainerConfig,
       train_actions=[progress, history(TRAIN_HISTORY_FILE)],
       eval_actions=[history(EVAL_HISTORY_FILE)])
   progress.start()  # the Controller has restored the checkpoint
+  _report_start(manager.restored or (restored[0] if restored else None),
+                int(global_step.numpy()), model_dir, config)
   if _is_chief(strategy):
+    # What a killed run logged after its last checkpoint is trained again.
+    for name in (TRAIN_HISTORY_FILE, EVAL_HISTORY_FILE):
+      trainer_lib.truncate_history(os.path.join(model_dir, name),
+                                   int(global_step.numpy()))
     _save_operative_config(model_dir, mode)
   results: Dict[str, Any] = {}
   if mode == "train":

@@ -187,9 +187,8 @@ class HistoryAction:
   Each line is {"step": the global step, "metrics": {name: value}}, from
   the output of a training loop (train action) or of an evaluation (eval
   action). A value that is not finite is written as null, so every line is
-  strict JSON. Appended, so that a resumed run continues its history (the
-  steps after its last checkpoint then appear twice; the later line is
-  the one the run continued from).
+  strict JSON. Appended, so that a resumed run continues its history
+  (`truncate_history` first drops the lines after the restored step).
   """
 
   def __init__(self, global_step: tf.Variable, path: Optional[str]):
@@ -208,15 +207,46 @@ class HistoryAction:
         continue
       value = float(value.reshape(()))
       metrics[name] = value if math.isfinite(value) else None
-    line = json.dumps({"step": int(self.global_step.numpy()),
-                       "metrics": metrics}, sort_keys=True)
-    with tf.io.gfile.GFile(self.path, "a") as f:
-      f.write(line + "\n")
+    step = int(self.global_step.numpy())
+    line = json.dumps({"step": step, "metrics": metrics}, sort_keys=True)
+    try:
+      with tf.io.gfile.GFile(self.path, "a") as f:
+        f.write(line + "\n")
+    except tf.errors.OpError as e:  # a full disk's says nothing of the path
+      raise OSError(f"{self.path}: cannot append the history line of step "
+                    f"{step} ({e.message or type(e).__name__})") from e
+
+
+def truncate_history(path: str, step: int) -> int:
+  """Drops the lines of a `HistoryAction` file after `step` (and a
+  half-written last line): what a killed run logged after its last
+  checkpoint, which the resumed run, restored at `step`, trains again.
+  Rewritten whole and renamed over the file, so that a kill meanwhile
+  leaves the old file or the new one. Returns the number of lines dropped.
+  """
+  if not tf.io.gfile.exists(path):
+    return 0
+  with tf.io.gfile.GFile(path, "r") as f:
+    lines = f.read().splitlines()
+  kept = []
+  for line in lines:
+    try:
+      if int(json.loads(line)["step"]) <= step:
+        kept.append(line)
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+      continue
+  if len(kept) == len(lines):
+    return 0
+  temporary = path + ".tmp"
+  with tf.io.gfile.GFile(temporary, "w") as f:
+    f.write("".join(line + "\n" for line in kept))
+  tf.io.gfile.rename(temporary, path, overwrite=True)
+  return len(lines) - len(kept)
 
 
 def read_history(path: str) -> List[Dict[str, Any]]:
   """The lines of a `HistoryAction` file in step order, the last one per
-  step (a resumed run repeats the steps after its last checkpoint); a
+  step (a history written before `truncate_history` may repeat steps); a
   half-written last line (a killed run) is skipped. No file: []."""
   if not tf.io.gfile.exists(path):
     return []

@@ -204,5 +204,30 @@ def test_history_lines_are_strict_json_read_back_last_per_step(tmp_path):
   trainer_lib.HistoryAction(step, None)({"loss": 1.0})  # writes nothing
 
 
+def test_truncate_history_keeps_the_lines_up_to_the_restored_step(tmp_path):
+  from etc_realformer.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  path = tmp_path / "history.jsonl"
+  lines = [json.dumps({"step": s, "metrics": {"loss": 1.0 / s}})
+           for s in (10, 20, 30, 40)]
+  # A killed run's lines after its checkpoint at 20, and a half line.
+  path.write_text("\n".join(lines) + '\n{"metrics": {"lo')
+  assert trainer_lib.truncate_history(str(path), 20) == 3
+  assert path.read_text() == "\n".join(lines[:2]) + "\n"
+  assert trainer_lib.truncate_history(str(path), 20) == 0
+  assert trainer_lib.truncate_history(str(tmp_path / "none.jsonl"), 0) == 0
+  assert not (tmp_path / "history.jsonl.tmp").exists()
+
+
+def test_a_history_that_cannot_be_written_names_its_file():
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from etc_realformer.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  if not os.path.exists("/dev/full"):
+    pytest.skip("no /dev/full (a device that is always full)")
+  action = trainer_lib.HistoryAction(tf.Variable(7), "/dev/full")
+  with pytest.raises(OSError, match="^/dev/full: cannot append the history "
+                     "line of step 7"):
+    action({"loss": 1.0})
+
+
 if __name__ == "__main__":
   _child()
