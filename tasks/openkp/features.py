@@ -32,7 +32,7 @@ drops the whole element that does not fit; keeping its fitting words loses
 less text and a single huge first element no longer empties the document.)
 """
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
@@ -132,7 +132,22 @@ _FEATURE_RE = r'"feature"\s*:\s*\[[^\]]*\]'
 _ANY_KEY_RE = f"{_START_RE}|{_END_RE}|{_FEATURE_RE}"
 
 
-def parse_vdom_tf(vdom: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+# A released VDOM: a JSON array (of element objects).
+_ARRAY_RE = r"(?s)\s*\[.*\]\s*"
+# A JSON number (what the released files hold; Python's json also writes
+# NaN, Infinity and -Infinity, which are refused).
+_NUMBER_RE = r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?"
+# Strings: a name for the messages, fixed or built in the graph.
+Where = Union[str, tf.Tensor]
+
+
+def _check(condition: tf.Tensor, where: Where, what: str) -> tf.Operation:
+  """Fails the run with "<where>: <what>" (an InvalidArgumentError)."""
+  return tf.debugging.Assert(condition, [tf.strings.join([where, ": ", what])])
+
+
+def parse_vdom_tf(vdom: tf.Tensor, where: Where = "VDOM"
+                  ) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
   """Parses the released VDOM JSON string in the graph (for serving).
 
   Only `start_idx`, `end_idx` and `feature` are read (the element texts are
@@ -141,13 +156,17 @@ def parse_vdom_tf(vdom: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
 
   Args:
     vdom: <string>[] a VDOM JSON string.
+    where: names the input (and record) in the messages.
 
   Returns:
     (start_idx <int32>[E], end_idx <int32>[E], features <float32>[E, 20]).
 
   Raises:
-    tf.errors.InvalidArgumentError (at run time): the three keys do not
-      appear equally often, or a feature list does not hold 20 numbers.
+    tf.errors.InvalidArgumentError (at run time), naming `where`: the string
+      is not a JSON array holding at least one element, the three keys do
+      not appear equally often, a feature list does not hold 20 numbers, or
+      a feature number is not finite (NaN, Infinity, or out of float32's
+      range): a bad number would turn every logit into NaN.
   """
   vdom = tf.reshape(tf.convert_to_tensor(vdom, tf.string), [1])
   pieces = tf_text.regex_split(vdom, _ANY_KEY_RE, _ANY_KEY_RE).flat_values
@@ -161,21 +180,34 @@ def parse_vdom_tf(vdom: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
   ends = tf.strings.to_number(values(_END_RE), tf.int32)
   lists = tf.strings.regex_replace(values(_FEATURE_RE), r"[\[\]\s]", "")
   numbers = tf.strings.split(lists, ",")  # [E, (20)]
-  with tf.control_dependencies([
-      tf.debugging.assert_equal(
-          tf.size(starts), tf.size(ends),
-          message="VDOM: start_idx and end_idx counts differ"),
-      tf.debugging.assert_equal(
-          tf.size(starts), tf.size(lists),
-          message="VDOM: start_idx and feature counts differ"),
-      tf.debugging.assert_equal(
-          numbers.row_lengths(),
-          tf.fill([tf.size(lists)], tf.constant(NUM_VDOM_FEATURES, tf.int64)),
-          message=f"VDOM: a feature list without {NUM_VDOM_FEATURES} numbers"),
-  ]):
+  checks = [
+      # Text that is not the VDOM JSON (e.g. plain text) holds no element:
+      # it would silently featurize as a document without elements.
+      _check(tf.reduce_all(tf.strings.regex_full_match(vdom, _ARRAY_RE)) &
+             (tf.size(starts) > 0), where,
+             "not a VDOM JSON array of elements with start_idx, end_idx and "
+             "feature"),
+      _check(tf.equal(tf.size(starts), tf.size(ends)), where,
+             "start_idx and end_idx counts differ"),
+      _check(tf.equal(tf.size(starts), tf.size(lists)), where,
+             "start_idx and feature counts differ"),
+      _check(tf.reduce_all(tf.equal(numbers.row_lengths(),
+                                    NUM_VDOM_FEATURES)), where,
+             f"a feature list without {NUM_VDOM_FEATURES} numbers"),
+      _check(tf.reduce_all(
+          tf.strings.regex_full_match(numbers.flat_values, _NUMBER_RE)),
+             where, "a feature value that is not a finite JSON number "
+             "(NaN, Infinity or not a number)"),
+  ]
+  with tf.control_dependencies(checks):
+    starts, ends = tf.identity(starts), tf.identity(ends)
     features = tf.reshape(
         tf.strings.to_number(numbers.flat_values, tf.float32),
         [-1, NUM_VDOM_FEATURES])
+  with tf.control_dependencies([_check(
+      tf.reduce_all(tf.math.is_finite(features)), where,
+      "a feature number out of float32's range")]):
+    features = tf.identity(features)
   return starts, ends, features
 
 
@@ -249,10 +281,25 @@ class OpenKPFeaturizer(featurizing.Featurizer):
         tf.cast(element_starts, tf.int32),
         tf.cast(element_features, tf.float32))
 
-  def featurize_raw_tf(self, text: tf.Tensor, vdom: tf.Tensor
-                       ) -> Dict[str, tf.Tensor]:
-    """`featurize_tf` from the released VDOM JSON string (serving)."""
-    starts, _, feats = parse_vdom_tf(vdom)
+  def featurize_raw_tf(self, text: tf.Tensor, vdom: tf.Tensor,
+                       where: Where = "VDOM") -> Dict[str, tf.Tensor]:
+    """`featurize_tf` from the released VDOM JSON string (serving).
+
+    The VDOM is checked as preprocessing checks it (`parse_vdom_tf`, and its
+    elements contiguous from word 0 to the last word of `text`); a bad one
+    fails the run with an InvalidArgumentError naming `where`.
+    """
+    starts, ends, feats = parse_vdom_tf(vdom, where)
+    num_words = tf.size(tf.strings.split(text, sep=" "), out_type=tf.int32)
+    contiguous = (tf.reduce_all(tf.equal(starts[:1], 0)) &
+                  tf.reduce_all(tf.equal(starts[1:], ends[:-1])) &
+                  tf.reduce_all(ends >= starts) &
+                  tf.reduce_all(tf.equal(ends[-1:], num_words)))
+    with tf.control_dependencies([_check(
+        contiguous, where, "the elements do not cover the words of `text` "
+        "one after another (start_idx of each = end_idx of the one before, "
+        "from word 0 to the last word)")]):
+      starts = tf.identity(starts)
     features, _ = self.featurize_tf(text, starts, feats)
     return features
 

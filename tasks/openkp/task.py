@@ -267,7 +267,7 @@ class OpenKPTask(task_lib.RawInputTask):
       """One document -> the top 5 `key_phrases` [5] (lower-cased, "" when
       fewer), their `scores` [5] (cell probabilities), `starts`, `lengths`
       [5] (word positions, -1 when fewer)."""
-      feats = featurizer.featurize_raw_tf(text, vdom)
+      feats = featurizer.featurize_raw_tf(text, vdom, "serve_raw: `vdom`")
       batch = {k: feats[k][tf.newaxis] for k in names}
       outputs = forward(batch)
       phrases, scores, starts, lengths = decode.top_phrases(
@@ -289,7 +289,10 @@ class OpenKPTask(task_lib.RawInputTask):
       checks = batching.same_batch(name, {"text": text, "vdom": vdom})
 
       def featurize(row):
-        feats = featurizer.featurize_raw_tf(*row)
+        text, vdom, index = row
+        feats = featurizer.featurize_raw_tf(
+            text, vdom,
+            tf.strings.format(f"{name}: `vdom` of record {{}}", index))
         # The kept words (at most L) padded to L: one shape for every row.
         feats["words"] = batching.pad_vector(feats["words"], length, "")
         return {k: feats[k] for k in (*names, "words", "num_words")}
@@ -298,7 +301,8 @@ class OpenKPTask(task_lib.RawInputTask):
                    words=tf.TensorSpec([length], tf.string),
                    num_words=tf.TensorSpec([], tf.int32))
       with tf.control_dependencies(checks):
-        feats = tf.map_fn(featurize, (text, vdom), fn_output_signature=specs)
+        feats = tf.map_fn(featurize, (text, vdom, tf.range(tf.size(text))),
+                          fn_output_signature=specs)
       outputs = forward(feats)
       phrases, scores, starts, lengths = decode.top_phrases(
           outputs["logits"], feats["words"], feats["num_words"],

@@ -53,6 +53,13 @@ def _bad_records():
       (dict(GOOD, url="u-kptype", KeyPhrases=[["ok", 3]]), records.WRONG_TYPE,
        "KeyPhrases[0]"),
       (dict(GOOD, url="u-empty", text=" "), records.EMPTY_TEXT, "text"),
+      # Python's json writes (and reads) NaN and Infinity.
+      (_with_vdom(dict(GOOD, url="u-nan"),
+                  set_(0, "feature", vdom_features(y=float("nan")))),
+       data.INVALID_VDOM_FEATURE, "VDOM[0].feature"),
+      (_with_vdom(dict(GOOD, url="u-inf"),
+                  set_(1, "feature", vdom_features(width=float("-inf")))),
+       data.INVALID_VDOM_FEATURE, "VDOM[1].feature"),
   ]
 
 

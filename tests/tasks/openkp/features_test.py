@@ -147,3 +147,48 @@ def test_sentencepiece_vocabulary(tmp_path):
   word_ids = f["long_word_ids"][:n].tolist()
   assert word_ids == sorted(word_ids) and set(word_ids) == {0, 1, 2, 3}
   assert f["label_start"].tolist() == [0, -1, -1]
+
+
+def _vdom(features, starts=(0,), ends=(2,)):
+  return json.dumps([{"Id": 0, "text": "", "feature": f, "start_idx": s,
+                      "end_idx": e} for f, s, e in zip(features, starts, ends)])
+
+
+NOT_FINITE = "a feature value that is not a finite JSON number"
+NOT_VDOM = "not a VDOM JSON array"
+
+
+@pytest.mark.parametrize("vdom,message", [
+    # Python's json writes NaN and Infinity; a number past float32 is inf.
+    (_vdom([vdom_features(y=float("nan"))]), NOT_FINITE),
+    (_vdom([vdom_features(width=float("-inf"))]), NOT_FINITE),
+    (_vdom([vdom_features()]).replace("300.0", "1e999"),
+     "a feature number out of float32's range"),
+    (_vdom([vdom_features()]).replace("300.0", '"300"'), NOT_FINITE),
+    # Text that is not the VDOM JSON holds no element.
+    ("a plain text", NOT_VDOM),
+    ("[]", NOT_VDOM),
+    ('{"start_idx": 0, "end_idx": 2, "feature": [' + "1," * 19 + "1]}",
+     NOT_VDOM),
+])
+def test_bad_vdom_in_the_graph_fails_naming_the_input(vdom, message):
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=f"my_input: {message}"):
+    F.parse_vdom_tf(tf.constant(vdom), "my_input")
+
+
+def test_raw_vdom_must_cover_the_text_as_preprocessing_checks(vocab):
+  featurizer = F.OpenKPFeaturizer(vocab_path=vocab, long_seq_len=8,
+                                  global_seq_len=2)
+  feats = [vdom_features()] * 2
+  for starts, ends in (((0, 1), (1, 3)),   # ends at word 3 of 2
+                       ((1, 1), (1, 2)),   # starts at word 1
+                       ((0, 2), (1, 2))):  # a gap
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="in: the elements do not cover the words"):
+      featurizer.featurize_raw_tf(tf.constant("a b"),
+                                  tf.constant(_vdom(feats, starts, ends)),
+                                  "in")
+  good = featurizer.featurize_raw_tf(
+      tf.constant("a b"), tf.constant(_vdom(feats, (0, 1), (1, 2))), "in")
+  assert good["global_input_mask"].numpy().tolist() == [1, 1]

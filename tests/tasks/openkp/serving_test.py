@@ -1,6 +1,7 @@
 """OpenKP's serving signatures: `serve_raw_batch` equals `serve_raw`
-document by document and rejects inputs of different batch sizes; the
-export README documents the signatures and the ops they need.
+document by document; both reject bad inputs (different batch sizes, a bad
+VDOM) naming the input and record; the export README documents the
+signatures and the ops they need.
 
 One trace of the signatures and one set of answers, made by the module's
 fixture (the tests' autouse reseeding clears TensorFlow's kernel caches:
@@ -8,6 +9,7 @@ every test that ran a signature would instantiate it again). The export
 itself is served in `e2e_test.py`.
 """
 
+import json
 import random
 
 import numpy as np
@@ -63,12 +65,30 @@ def test_batch_equals_each_document_alone(served):
                                               singles, padding={})
 
 
-def test_bad_batch_fails_naming_the_input(served):
+def test_bad_inputs_fail_naming_the_input_and_record(served):
+  """Inputs of different batch sizes; a NaN VDOM number (it would empty
+  every keyphrase) or VDOM text that is not the VDOM JSON (it would read as
+  a page without elements). One test: each test instantiates the
+  signatures it runs anew."""
   good = served["batch"]
   with pytest.raises(tf.errors.InvalidArgumentError,
                      match="`vdom` must have one row"):
     serving_testing.call(served["signatures"]["serve_raw_batch"],
                          {**good, "vdom": good["vdom"][:2]})
+  elements = json.loads(good["vdom"][1])
+  elements[0]["feature"][2] = float("nan")  # json writes NaN
+  rows = good["vdom"].copy()
+  rows[1] = json.dumps(elements)
+  # Both kinds go through one parser (features_test checks each kind there).
+  serving_testing.assert_bad_inputs_named(
+      served["signatures"]["serve_raw_batch"], good,
+      [("vdom", rows, "serve_raw_batch: `vdom` of record 1: a feature value "
+                      "that is not a finite JSON number")])
+  serving_testing.assert_bad_inputs_named(
+      served["signatures"]["serve_raw"],
+      {"text": np.array(good["text"][1], object)},
+      [("vdom", np.array("plain text", object),
+        "serve_raw: `vdom`: not a VDOM JSON array")])
 
 
 def test_readme_documents_the_signatures_and_their_ops(served):
