@@ -23,8 +23,10 @@ import importlib
 import logging as logging_lib
 import os
 import pkgutil
+import re
 import sys
-from typing import Sequence
+import tokenize
+from typing import Optional, Sequence
 
 from absl import flags
 from absl import logging
@@ -95,19 +97,105 @@ def parse_gin(gin_files: Sequence[str], gin_bindings: Sequence[str]) -> None:
   """Parses gin files (relative to gin/ or the repository) and bindings.
 
   Raises:
-    UserInputError: a file is missing or a binding does not parse.
+    UserInputError: a file is missing or a file or binding does not parse
+      (or names a configurable or parameter that does not exist); the
+      message names the file (or `--gin_bindings`) and line.
   """
-  gin.add_config_file_search_path(GIN_ROOT)
-  gin.add_config_file_search_path(os.path.dirname(GIN_ROOT))
+  global _search_paths_added
+  if not _search_paths_added:  # Once: gin lists them all in its errors.
+    gin.add_config_file_search_path(GIN_ROOT)
+    gin.add_config_file_search_path(os.path.dirname(GIN_ROOT))
+    _search_paths_added = True
   root = logging_lib.getLogger()
   if not any(isinstance(f, _QuietGinResourceLookup) for f in root.filters):
     root.addFilter(_QuietGinResourceLookup())
-  try:
-    gin.parse_config_files_and_bindings(gin_files, gin_bindings,
-                                        finalize_config=False)
-  except (IOError, ValueError, NameError, SyntaxError) as e:
-    line = str(e).strip().splitlines()[0] if str(e).strip() else repr(e)
-    raise UserInputError(f"gin: {line}") from e
+  # As `gin.parse_config_files_and_bindings`, one source at a time: an
+  # error that does not say where it is (an unbalanced bracket) is then
+  # named by its source.
+  sources = [(path, lambda p=path: gin.parse_config_file(p))
+             for path in gin_files]
+  if gin_bindings:
+    sources.append(("--gin_bindings",
+                    lambda: gin.parse_config(list(gin_bindings))))
+  for source, parse in sources:
+    try:
+      parse()
+    except (IOError, ValueError, NameError, SyntaxError,
+            tokenize.TokenError) as e:
+      raise UserInputError(
+          f"gin: {gin_error_text(e, gin_bindings, source)}") from e
+
+
+_search_paths_added = False
+
+
+# Where gin says a bad binding is: `In file "<path>", line N` or
+# `In bindings string line N`, on a line of its own after the message.
+_GIN_LOCATION = re.compile(
+    r'^\s*In (?:file "(?P<file>[^"]*)", line (?P<line>\d+)|'
+    r"bindings string line (?P<binding_line>\d+))\s*$")
+# The location a gin syntax error puts at the end of its message:
+# "(<file name>, line N)" or "(line N)".
+_GIN_SYNTAX_LOCATION = re.compile(r"\s*\((?:[^()]*, )?line \d+\)\s*$")
+
+
+def gin_error_text(error: BaseException, gin_bindings: Sequence[str] = (),
+                   source: Optional[str] = None) -> str:
+  """One line of a gin parse error: "<file>, line N: <what>: <the line>".
+
+  Gin's message puts the location on a line of its own (a bad value or an
+  unknown name) or, for a syntax error, into the exception's `filename`
+  and `lineno`, after a first line from Python's `ast` that names neither
+  ("malformed node or string ... <ast.Name object at 0x...>"). Bindings
+  are parsed as one string, one binding per line: line N is the Nth
+  binding. `source`: the file (or `--gin_bindings`) being parsed, named
+  when gin's message names no place (an unbalanced bracket's
+  `tokenize.TokenError`, a file that is not found).
+  """
+  if isinstance(error, tokenize.TokenError):
+    what, (lineno, _) = error.args
+    return f"{source or 'gin'}: {what} (unbalanced bracket or quote?) " \
+           f"ending at line {lineno}"
+  text = str(error).strip() or type(error).__name__
+  lines = [line.rstrip() for line in text.splitlines() if line.strip()]
+  where, source_line = None, None
+  if isinstance(error, SyntaxError) and error.lineno is not None:
+    where = (f"{error.filename}, line {error.lineno}" if error.filename
+             else f"--gin_bindings line {error.lineno}")
+    what = [line.strip() for line in lines if "<ast." not in line]
+    what = [_GIN_SYNTAX_LOCATION.sub("", line) for line in what]
+    if error.text and error.text.strip():
+      source_line = error.text.strip()
+    elif not error.filename:
+      source_line = _binding_line(gin_bindings, error.lineno)
+  else:
+    what = []
+    for i, line in enumerate(lines):
+      match = _GIN_LOCATION.match(line)
+      if match is None:
+        if where is None:
+          what.append(line.strip())
+        continue
+      if match["file"] is not None:
+        where = f"{match['file']}, line {match['line']}"
+      else:
+        where = f"--gin_bindings line {match['binding_line']}"
+      # Gin quotes the offending line next (and a caret under it).
+      if i + 1 < len(lines):
+        source_line = lines[i + 1].strip()
+      break
+  message = "; ".join(w.rstrip(".") for w in what if w) or type(error).__name__
+  if source_line:
+    message += f": {source_line}"
+  if where is None and source and source not in message:
+    where = source
+  return f"{where}: {message}" if where else message
+
+
+def _binding_line(gin_bindings: Sequence[str], lineno: int) -> Optional[str]:
+  """Line `lineno` (1-based) of the bindings as gin joins them."""
+  lines = "\n".join(gin_bindings).splitlines()
+  return lines[lineno - 1].strip() if 0 < lineno <= len(lines) else None
 
 
 def run(mode: str, model_dir: str, **kwargs):
@@ -116,11 +204,34 @@ def run(mode: str, model_dir: str, **kwargs):
   return experiment.run_experiment(task, mode, model_dir, **kwargs)
 
 
+def check_output_dir(flag: str, path: Optional[str]) -> None:
+  """Raises UserInputError, naming the flag, when an output folder cannot
+  be made because a regular file stands on its way (the folder itself or
+  one above it): before the model is built, not at the first write.
+  Other file systems (gs://) are left to their writes."""
+  if not path or "://" in path:
+    return
+  here = os.path.abspath(path)
+  while True:
+    if os.path.exists(here):
+      if not os.path.isdir(here):
+        where = ("is a regular file" if here == os.path.abspath(path) else
+                 f"is under {here}, a regular file")
+        raise UserInputError(f"--{flag}={path}: {where}, not a folder")
+      return
+    parent = os.path.dirname(here)
+    if parent == here:
+      return
+    here = parent
+
+
 def main(argv):
   if len(argv) > 1:
     raise UserInputError(f"unexpected arguments: {argv[1:]}")
   if not FLAGS.model_dir:
     raise UserInputError("--model_dir is required")
+  for flag in ("model_dir", "export_dir", "predictions_dir"):
+    check_output_dir(flag, FLAGS[flag].value)
   register_tasks()
   parse_gin(FLAGS.gin_file, FLAGS.gin_bindings)
   logging.info("mode=%s model_dir=%s", FLAGS.mode, FLAGS.model_dir)

@@ -32,6 +32,7 @@ these methods: a new task is a folder `tasks/<name>/` and a gin file.
 """
 
 import abc
+import dataclasses
 from typing import (Any, Callable, Dict, List, Mapping, Optional, Tuple,
                     TypeVar)
 
@@ -39,6 +40,7 @@ import gin
 import tensorflow as tf
 import tf_keras
 
+from etc_realformer import json_config
 from etc_realformer.config import EtcConfig
 from etc_realformer.data import tfrecords
 from etc_realformer.errors import UserInputError
@@ -83,6 +85,17 @@ def get_task_class(name: str) -> type:
 
 
 # ---------------------------------------------------------------- gin glue
+def _check_field_names(cls: type, names, binding: str) -> None:
+  """Raises UserInputError for a keyword that is no field of `cls` (gin
+  cannot check the names of `**kwargs`)."""
+  fields = {f.name for f in dataclasses.fields(cls)} - {"unknown_keys"}
+  unknown = sorted(set(names) - fields)
+  if unknown:
+    raise UserInputError(
+        f"{binding}.{unknown[0]}: {cls.__name__} has no field "
+        f"{unknown[0]!r}; its fields: {', '.join(sorted(fields))}")
+
+
 @gin.configurable
 def etc_config(config_file: Optional[str] = None, **overrides: Any
                ) -> EtcConfig:
@@ -92,9 +105,19 @@ def etc_config(config_file: Optional[str] = None, **overrides: Any
     config_file: optional `etc_config.json` (e.g. shipped with a released
       checkpoint); its values are the base, `overrides` win.
     **overrides: any `EtcConfig` field.
+
+  Raises:
+    UserInputError: a field that does not exist, a bad value, or no
+      `vocab_size` (which no model gin file sets: it is the vocabulary's).
   """
+  _check_field_names(EtcConfig, overrides, "etc_config")
   if config_file:
     return EtcConfig.from_json_file(config_file).replace(**overrides)
+  if "vocab_size" not in overrides:
+    raise UserInputError(
+        "etc_config.vocab_size is not set: bind it to the vocabulary's size "
+        "(--gin_bindings='etc_config.vocab_size = 30522'), or set "
+        "etc_config.config_file to a released etc_config.json")
   return EtcConfig(**overrides)
 
 
@@ -102,12 +125,25 @@ def etc_config(config_file: Optional[str] = None, **overrides: Any
 def execution_config(**options: Any) -> ExecutionConfig:
   """How the encoder runs, from gin (`execution_config.attention_chunk_len =
   2048`); any `ExecutionConfig` field."""
-  return ExecutionConfig(**options)
+  _check_field_names(ExecutionConfig, options, "execution_config")
+  execution = ExecutionConfig(**options)
+  json_config.check_field_types(execution, "execution_config")
+  return execution
 
 
 @gin.configurable
-def task_class(cls=gin.REQUIRED):
-  """The Task subclass to run (bind `task_class.cls = @WikiHopTask`)."""
+def task_class(cls=None):
+  """The Task subclass to run (bind `task_class.cls = @WikiHopTask`).
+
+  Raises:
+    UserInputError: no task is bound.
+  """
+  if cls is None:
+    names = ", ".join(f"@{c.__name__}" for c in _TASKS.values())
+    raise UserInputError(
+        "no task chosen: give a task's gin file (--gin_file=tasks/<name>.gin, "
+        "or run python -m tasks.<name>) or bind task_class.cls to one of "
+        f"{names}")
   return cls
 
 

@@ -7,13 +7,18 @@ import subprocess
 import sys
 
 import gin
+import numpy as np
 import pytest
+import tensorflow as tf
 import tf_keras
 
+import cli_testing
+from etc_realformer.data import tfrecords
 from etc_realformer.errors import UserInputError
 from etc_realformer.training import experiment
 from etc_realformer.training import task as task_lib
 from tasks import run
+import wikihop_testing
 
 GIN_DIR = run.GIN_ROOT
 REPO = os.path.dirname(GIN_DIR)
@@ -124,3 +129,105 @@ def test_help_lists_the_binarys_own_flags():
   proc = cli_testing.run_here("tasks.wikihop", ["--help"])
   for flag in ("--gin_file", "--gin_bindings", "--mode", "--model_dir"):
     assert flag in proc.stdout, proc.stdout[-2000:]
+
+
+@pytest.mark.parametrize("files,bindings,where,what", [
+    # Python's ast says "malformed node ... <ast.Name object at 0x...>":
+    # the file, the line and the line's text say where.
+    (["TrainerConfig.train_steps = 3", "TrainerConfig.eval_steps = foo bar"],
+     [], "bad.gin, line 2", "TrainerConfig.eval_steps = foo bar"),
+    ([], ["TrainerConfig.train_steps = 3", "TrainerConfig.eval_steps = x y"],
+     "--gin_bindings line 2", "TrainerConfig.eval_steps = x y"),
+    (["TrainerConfig.train_stepz = 3"], [], "bad.gin, line 1",
+     "doesn't have a parameter named 'train_stepz'"),
+    ([], ["TrainerConfig.train_stepz = 3"], "--gin_bindings line 1",
+     "train_stepz"),
+    (["TrainerConfig.train_steps = (3"], [], "bad.gin", "unbalanced"),
+])
+def test_gin_errors_name_the_file_and_line(tmp_path, files, bindings, where,
+                                           what):
+  gin_files = []
+  if files:
+    (tmp_path / "bad.gin").write_text("\n".join(files) + "\n")
+    gin_files = [str(tmp_path / "bad.gin")]
+  with pytest.raises(UserInputError) as raised:
+    run.parse_gin(gin_files, bindings)
+  message = str(raised.value)
+  assert where in message and what in message, message
+  assert "\n" not in message and "<ast." not in message, message
+
+
+# A WikiHop run small enough to build its model in a second.
+_TINY = ["--gin_file=models/etc_tiny.gin",
+         "--gin_bindings=etc_config.vocab_size = 120",
+         "--gin_bindings=WikiHopTask.long_seq_len = 64",
+         "--gin_bindings=WikiHopTask.global_seq_len = 16"]
+
+
+@pytest.mark.parametrize("module,args,texts", [
+    # No model gin sets the vocabulary's size.
+    ("tasks.wikihop", [], ["etc_config.vocab_size is not set"]),
+    ("tasks.run", ["--gin_file=models/etc_tiny.gin"], ["no task chosen",
+                                                       "@WikiHopTask"]),
+    ("tasks.wikihop", ["--gin_bindings=TrainerConfig.train_stepz = 3"],
+     ["gin: --gin_bindings line 1", "train_stepz"]),
+    ("tasks.wikihop", ["--gin_bindings=TrainerConfig.train_steps = 'abc'",
+                       "--gin_bindings=etc_config.vocab_size = 120"],
+     ["TrainerConfig.train_steps: expected an integer, got 'abc'"]),
+    ("tasks.wikihop", ["--gin_bindings=TrainerConfig.train_steps = -3",
+                       "--gin_bindings=etc_config.vocab_size = 120"],
+     ["TrainerConfig.train_steps", "-3"]),
+    ("tasks.wikihop", ["--gin_bindings=etc_config.hidden_size = 'wide'",
+                       "--gin_bindings=etc_config.vocab_size = 120"],
+     ["EtcConfig.hidden_size: expected an integer, got 'wide'"]),
+    ("tasks.wikihop", ["--gin_bindings=TrainerConfig.grad_accum_steps = 3",
+                       "--gin_bindings=etc_config.vocab_size = 120"],
+     ["TrainerConfig.train_batch_size 32", "TrainerConfig.grad_accum_steps 3"]),
+    # The model is built, then the input is opened.
+    ("tasks.wikihop", _TINY, ["WikiHopTask.train_input"]),
+])
+def test_configuration_mistakes_are_one_line(tmp_path, module, args, texts):
+  cli_testing.user_error_line_here(
+      module, ["--mode=train", f"--model_dir={tmp_path / 'model'}", *args],
+      *texts)
+
+
+def test_a_gin_file_with_a_bad_line_is_named_by_the_binary(tmp_path):
+  bad = tmp_path / "mine.gin"
+  bad.write_text("etc_config.vocab_size = 120\n"
+                 "TrainerConfig.train_steps = ten\n")
+  cli_testing.user_error_line_here(
+      "tasks.wikihop", ["--mode=train", f"--model_dir={tmp_path / 'model'}",
+                        f"--gin_file={bad}"],
+      "mine.gin, line 2", "TrainerConfig.train_steps = ten")
+
+
+@pytest.mark.parametrize("mode,flag", [
+    ("train", "model_dir"), ("export", "export_dir"),
+    ("predict", "predictions_dir"), ("eval", "predictions_dir")])
+def test_an_output_folder_under_a_regular_file_is_one_line(tmp_path, mode,
+                                                           flag):
+  regular = tmp_path / "a_file"
+  regular.write_text("not a folder")
+  paths = {"model_dir": tmp_path / "model", flag: regular / "out"}
+  cli_testing.user_error_line_here(
+      "tasks.wikihop", [f"--mode={mode}", *_TINY,
+                        *(f"--{k}={v}" for k, v in paths.items())],
+      f"--{flag}={regular / 'out'}", f"under {regular}, a regular file")
+
+
+def test_tfrecords_of_other_lengths_are_named_with_both_lengths(tmp_path):
+  # One record as preprocessing at L = 32 tokens writes it, read at 64.
+  spec = wikihop_testing.tiny_task().feature_spec()
+  record = {name: np.zeros([n or 1 for n in shape],
+                           np.str_ if dtype == tf.string else np.int64)
+            for name, (dtype, shape) in spec.items()}
+  path = str(tmp_path / "train.tfrecord")
+  tfrecords.write_tfrecord(path, [tfrecords.to_tf_example(record, spec)])
+  cli_testing.user_error_line_here(
+      "tasks.wikihop", [
+          "--mode=train", f"--model_dir={tmp_path / 'model'}", *_TINY,
+          f"--gin_bindings=WikiHopTask.train_input = '{path}'"],
+      f"train.tfrecord: record 0, feature 'token_ids' has "
+      f"{wikihop_testing.L} values where the reader expects 64",
+      "WikiHopTask.long_seq_len = 64")
