@@ -129,3 +129,24 @@ def test_cli(tmp_path):
   cli_testing.user_error_line("tasks.hotpotqa.evaluate",
                               [str(pred), str(tmp_path / "none.json")],
                               "none.json: cannot read input file")
+
+
+def test_repeated_ids_and_empty_files_are_refused(tmp_path):
+  pred, gold = tmp_path / "pred.json", tmp_path / "gold.json"
+  pred.write_text(json.dumps(PREDICTION))
+  gold.write_text(json.dumps([GOLD[0], GOLD[1], GOLD[0]]))
+  with pytest.raises(records.DuplicateIdError,
+                     match=rf"gold.json: _id '{GOLD[0]['_id']}' is "
+                     r"duplicated: record #0 and record #2"):
+    E.evaluate_files(str(pred), str(gold))
+  gold.write_text("[]")
+  with pytest.raises(records.InputFileError, match="gold.json: gold file "
+                     "holds no records"):
+    E.evaluate_files(str(pred), str(gold))
+  pred.write_text('{"answer": {"a": "x", "a": "y"}, "sp": {}}')
+  with pytest.raises(records.DuplicateIdError,
+                     match="pred.json: key 'a' is duplicated"):
+    E.evaluate_files(str(pred), str(gold))
+  pred.write_text('{"answer": {}, "sp": {}}')
+  with pytest.raises(records.InputFileError, match="holds no predictions"):
+    E.evaluate_files(str(pred), str(gold))

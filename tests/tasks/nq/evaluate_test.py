@@ -218,3 +218,26 @@ def test_cli_missing_gold_is_one_line_and_exit_code_2(tmp_path):
   assert proc.returncode == 2, proc.stderr[-2000:]
   lines = proc.stderr.strip().splitlines()
   assert len(lines) == 1 and "nope-*.jsonl.gz" in lines[0], lines
+
+
+def test_repeated_and_missing_examples_are_refused(tmp_path, gold_path):
+  with pytest.raises(UserInputError,
+                     match=r"mine.json: example_id 1 is duplicated: "
+                     r"predictions\[0\] and predictions\[4\]"):
+    E.score_predictions(gold_path, {"predictions": PERFECT + PERFECT[:1]},
+                        predictions_name="mine.json")
+  with pytest.raises(UserInputError, match="mine.json: holds no predictions"):
+    E.score_predictions(gold_path, {"predictions": []},
+                        predictions_name="mine.json")
+  # The same example in two gold files.
+  with gzip.open(tmp_path / "nq-dev-02.jsonl.gz", "wt") as f:
+    f.write(json.dumps(GOLD[0]) + "\n")
+  with pytest.raises(UserInputError,
+                     match=r"nq-dev-02.jsonl.gz: example_id 1 is duplicated: "
+                     r"in .*nq-dev-00.jsonl.gz and in"):
+    E.read_gold(gold_path)
+  with gzip.open(tmp_path / "nq-dev-02.jsonl.gz", "wt") as f:
+    f.write("")
+  with pytest.raises(UserInputError,
+                     match="nq-dev-02.jsonl.gz: gold file holds no examples"):
+    E.read_gold(gold_path)

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+import cli_testing
 import e2e_testing
 from etc_realformer.errors import UserInputError
 from tasks.openkp import evaluate as E
@@ -104,3 +105,32 @@ def test_malformed_files_name_the_file_line_and_field(tmp_path):
   no_url.write_text('{"KeyPhrases": [["a"]]}\n')
   with pytest.raises(UserInputError, match="no_url.jsonl: line 1, field 'url'"):
     E.read_keyphrases(str(no_url))
+
+
+def test_a_directory_an_empty_file_and_conflicting_urls_are_refused(
+    tmp_path):
+  ref = tmp_path / "ref.jsonl"
+  ref.write_text(json.dumps({"url": "u", "KeyPhrases": [["a"]]}) + "\n")
+  # The binary: one line naming the directory, no all-zero metrics.
+  cli_testing.user_error_line_here(
+      "tasks.openkp.evaluate",
+      [f"--reference={tmp_path}", f"--predictions={ref}"],
+      f"{tmp_path}: is a directory")
+  empty = tmp_path / "empty.jsonl"
+  empty.write_text("\n")
+  with pytest.raises(UserInputError, match="empty.jsonl: holds no documents"):
+    E.evaluate_files(str(ref), str(empty))
+  nuls = tmp_path / "nuls.jsonl"
+  nuls.write_bytes(b"\0" * 32)
+  with pytest.raises(UserInputError, match="nuls.jsonl: line 1: not valid"):
+    E.read_keyphrases(str(nuls))
+  twice = tmp_path / "twice.jsonl"
+  same = json.dumps({"url": "u", "KeyPhrases": [["a"]]})
+  twice.write_text("\n".join([same, json.dumps({"url": "v"}), same]) + "\n")
+  assert E.read_keyphrases(str(twice)) == {"u": [["a"]], "v": []}
+  twice.write_text("\n".join(
+      [same, json.dumps({"url": "u", "KeyPhrases": [["b"]]})]) + "\n")
+  with pytest.raises(UserInputError,
+                     match=r"twice.jsonl: url 'u' is duplicated with "
+                     r"different KeyPhrases: line 1 and line 2"):
+    E.read_keyphrases(str(twice))

@@ -48,3 +48,26 @@ def test_cli(tmp_path):
                               "gold.json: not valid JSON")
   cli_testing.user_error_line_here("tasks.wikihop.evaluate", [str(pred)],
                                    "usage: ")
+
+
+def test_repeated_ids_and_empty_files_are_refused(tmp_path):
+  gold = tmp_path / "gold.json"
+  gold.write_text(json.dumps([GOLD[0], GOLD[1], dict(GOLD[0], answer="x")]))
+  with pytest.raises(records.DuplicateIdError,
+                     match=r"gold.json: id '1' is duplicated: record #0 and "
+                     r"record #2; ids must be unique$"):
+    E.gold_answers(str(gold))
+  gold.write_text("[]")
+  with pytest.raises(records.InputFileError, match="gold.json: gold file "
+                     "holds no records"):
+    E.gold_answers(str(gold))
+  pred = tmp_path / "pred.json"
+  pred.write_text('{"1": "paris", "2": "oslo", "1": "rome"}')
+  gold.write_text(json.dumps(GOLD))
+  # The binary: one line naming the file and the key.
+  cli_testing.user_error_line_here(
+      "tasks.wikihop.evaluate", [str(pred), str(gold)],
+      f"{pred}: key '1' is duplicated: entries #0 and #2")
+  pred.write_text("{}")
+  with pytest.raises(records.InputFileError, match="holds no predictions"):
+    E.load_predictions(str(pred))
