@@ -107,6 +107,13 @@ def _flat_int32(*tensors: tf.RaggedTensor) -> Tuple[tf.RaggedTensor, ...]:
   return tuple(out)
 
 
+def _not_a_directory(path: str, what: str) -> None:
+  """Raises UserInputError when `path`, given as a file, is a folder (e.g.
+  a released checkpoint's folder instead of the vocabulary in it)."""
+  if tf.io.gfile.isdir(path):
+    raise UserInputError(f"{path}: is a directory, not a {what}")
+
+
 def read_vocab(vocab_path: str) -> List[str]:
   """Reads a BERT `vocab.txt` (one token per line, id = line number).
 
@@ -117,6 +124,7 @@ def read_vocab(vocab_path: str) -> List[str]:
   """
   if not tf.io.gfile.exists(vocab_path):
     raise FileNotFoundError(f"{vocab_path}: vocabulary file not found")
+  _not_a_directory(vocab_path, "vocabulary file (vocab.txt)")
   with tf.io.gfile.GFile(vocab_path, "rb") as f:
     raw = f.read()
   try:
@@ -306,6 +314,10 @@ class SentencePieceTokenizer(Tokenizer):
         normalizer).
     """
     super().__init__(name="sentencepiece_tokenizer")
+    if not tf.io.gfile.exists(model_path):
+      raise FileNotFoundError(f"{model_path}: SentencePiece model file not "
+                              f"found")
+    _not_a_directory(model_path, "SentencePiece model file (.model)")
     with tf.io.gfile.GFile(model_path, "rb") as f:
       model = f.read()
     if not model:

@@ -6,6 +6,8 @@ import os
 import pytest
 import tensorflow as tf
 
+import cli_testing
+from etc_realformer.errors import UserInputError
 from tasks.common import tokenization
 from tokenization_testing import train_sentencepiece
 from tokenization_testing import write_test_vocab
@@ -135,6 +137,21 @@ def test_make_tokenizer_needs_exactly_one_vocabulary(tmp_path):
   with pytest.raises(ValueError, match="empty vocabulary"):
     (tmp_path / "empty.txt").write_text("")
     tokenization.make_tokenizer(vocab_path=str(tmp_path / "empty.txt"))
+
+
+def test_a_directory_given_as_the_vocabulary_is_one_line(tmp_path):
+  folder = tmp_path / "released_checkpoint"
+  folder.mkdir()
+  with pytest.raises(UserInputError, match="is a directory, not a vocab"):
+    tokenization.make_tokenizer(vocab_path=str(folder))
+  with pytest.raises(UserInputError, match="is a directory, not a Sentence"):
+    tokenization.make_tokenizer(spm_model_path=str(folder))
+  data = tmp_path / "dev.json"
+  data.write_text("[]")
+  cli_testing.user_error_line_here(
+      "tasks.wikihop.preprocess", [f"--input={data}", f"--vocab={folder}",
+                                   f"--output_dir={tmp_path / 'out'}"],
+      f"{folder}: is a directory, not a vocabulary file")
 
 
 def _original_tokenization():
