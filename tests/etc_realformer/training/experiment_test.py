@@ -1,11 +1,14 @@
 """`run_experiment` under the loop's gin switches on the real WikiHop model:
 float16 with loss scaling, bfloat16, XLA and gradient accumulation, a few
 steps each, with the training and evaluation histories; restoring a
-checkpoint that does not fit the model."""
+checkpoint that does not fit the model, or that cannot be read; one
+training per model_dir; a run killed with SIGKILL and resumed that ends as
+the uninterrupted run."""
 
 import json
 import os
 import tempfile
+import time
 
 import gin
 import numpy as np
@@ -16,8 +19,10 @@ import tf_keras
 from etc_realformer import cli
 from etc_realformer.errors import UserInputError
 from etc_realformer.training import experiment
+from etc_realformer.training import model_dir_lock
 from etc_realformer.training import trainer
 from tasks import run
+import cli_testing
 import wikihop_testing
 
 
@@ -178,3 +183,142 @@ def test_orbit_controller_lines_are_logged_once():
                      logging_lib.WARNING))
   assert keep(record(os.path.join("etc_realformer", "training",
                                   "experiment.py")))
+
+
+def _train_here(gin_file, model_dir, bindings=()):
+  run.register_tasks()
+  gin.clear_config()
+  try:
+    run.parse_gin(["tasks/wikihop.gin", gin_file], list(bindings))
+    return run.run("train", model_dir)
+  finally:
+    gin.clear_config()
+
+
+def _history_steps(model_dir):
+  with open(os.path.join(model_dir, experiment.TRAIN_HISTORY_FILE)) as f:
+    return [json.loads(line)["step"] for line in f]
+
+
+def _truncate(prefix):
+  data = prefix + ".data-00000-of-00001"
+  with open(data, "r+b") as f:
+    f.truncate(os.path.getsize(data) // 2)
+
+
+def test_a_resume_past_an_unreadable_checkpoint_repeats_no_history(
+    tiny_gin, tmp_path, capsys):
+  model_dir = str(tmp_path / "model")
+  every_2 = ["TrainerConfig.checkpoint_interval = 2"]
+  _train_here(tiny_gin, model_dir, every_2)
+  assert _history_steps(model_dir) == [2, 4]
+  assert "fresh start (no checkpoint in" in capsys.readouterr().out
+  # A run killed after logging step 6 but before its checkpoint, whose
+  # disk filled up while writing ckpt-4.
+  with open(os.path.join(model_dir, experiment.TRAIN_HISTORY_FILE),
+            "a") as f:
+    f.write('{"metrics": {"loss": 1.0}, "step": 6}\n')
+  _truncate(os.path.join(model_dir, "ckpt-4"))
+  results = _train_here(tiny_gin, model_dir,
+                        every_2 + ["TrainerConfig.train_steps = 6"])
+  assert results["global_step"] == 6
+  out = capsys.readouterr().out
+  assert (f"resumed from step 2 of checkpoint {model_dir}/ckpt-2\n" in out)
+  assert _history_steps(model_dir) == [2, 4, 6]
+
+
+def test_restore_latest_readable(tmp_path):
+  variable = tf.Variable(1.0)
+  checkpoint = tf.train.Checkpoint(v=variable)
+  manager = tf.train.CheckpointManager(checkpoint, str(tmp_path), 3)
+  first = manager.save()
+  variable.assign(2.0)
+  second = manager.save()
+  _truncate(second)
+  variable.assign(3.0)
+  assert experiment.restore_latest_readable(
+      checkpoint, manager.checkpoints, str(tmp_path)) == first
+  assert variable.numpy() == 1.0
+  _truncate(first)
+  with pytest.raises(UserInputError,
+                     match=f"^model_dir {tmp_path}: none of its checkpoints "
+                     "can be read"):
+    experiment.restore_latest_readable(checkpoint, manager.checkpoints,
+                                       str(tmp_path))
+
+
+def test_a_checkpoint_flag_that_is_no_checkpoint_is_named(tmp_path):
+  model = tf_keras.Sequential([tf_keras.layers.Dense(2)])
+  model(tf.zeros([1, 3]))
+  notes = tmp_path / "notes.txt"
+  notes.write_text("hello")
+  (tmp_path / "fake.index").write_text("hello")
+  for path, error in ((notes, FileNotFoundError),
+                      (tmp_path / "fake", UserInputError),
+                      (tmp_path / "empty", FileNotFoundError)):
+    (tmp_path / "empty").mkdir(exist_ok=True)
+    with pytest.raises(error, match=str(path)):
+      experiment.restore_for_inference(model, str(tmp_path), str(path))
+
+
+def test_a_second_training_into_a_model_dir_exits_2(tiny_gin, tmp_path):
+  model_dir = str(tmp_path / "model")
+  with model_dir_lock.hold(model_dir):  # a training that is running
+    cli_testing.user_error_line_here(
+        "tasks.run", ["--gin_file=tasks/wikihop.gin",
+                      f"--gin_file={tiny_gin}", "--mode=train",
+                      f"--model_dir={model_dir}"],
+        f"model_dir {model_dir}: another training", f"(pid {os.getpid()})")
+  assert not tf.io.gfile.glob(os.path.join(model_dir, "ckpt-*"))
+
+
+def test_a_run_killed_and_resumed_ends_where_an_uninterrupted_one_ends(
+    tmp_path_factory):
+  # A small shuffle buffer over 16 records, 8 a batch: every two steps a
+  # new epoch and a new order, so a resume that restarted the input (or
+  # its shuffle) would train on other batches.
+  root = tmp_path_factory.mktemp("kill")
+  data_dir = str(root / "data")
+  wikihop_testing.write_tiny_wikihop(data_dir, num_train=16, num_dev=8)
+  wikihop_testing.preprocess(data_dir)
+  steps = 24
+  gin_file = wikihop_testing.tiny_gin(data_dir, str(root / "kill.gin"), **{
+      "etc_config.num_hidden_layers": 1,
+      "WikiHopTask.shuffle_buffer_size": 8,
+      "TrainerConfig.train_steps": steps,
+      "TrainerConfig.steps_per_loop": 2,
+      "TrainerConfig.checkpoint_interval": 4,
+      "TrainerConfig.max_checkpoints_to_keep": 2,
+  })
+  whole, killed = str(root / "whole"), str(root / "killed")
+  process = cli_testing.start("tasks.run", [
+      "--gin_file=tasks/wikihop.gin", f"--gin_file={gin_file}",
+      "--mode=train", f"--model_dir={killed}"])
+  try:
+    deadline = time.time() + 120
+    while (not tf.train.latest_checkpoint(killed) and
+           process.poll() is None and time.time() < deadline):
+      time.sleep(0.02)
+    process.kill()  # SIGKILL: no handler runs, the OS drops the lock
+  finally:
+    process.kill()
+    process.communicate()
+  assert process.returncode == -9
+  latest = tf.train.latest_checkpoint(killed)
+  assert latest and int(latest.rsplit("-", 1)[1]) < steps
+
+  _train_here(gin_file, whole)
+  _train_here(gin_file, killed)  # resumes
+  assert _history_steps(killed) == list(range(2, steps + 1, 2))
+  ends = [trainer.read_history(os.path.join(d, experiment.TRAIN_HISTORY_FILE))
+          [-1]["metrics"]["loss"] for d in (whole, killed)]
+  assert ends[1] == pytest.approx(ends[0], rel=1e-6)
+  readers = [tf.train.load_checkpoint(tf.train.latest_checkpoint(d))
+             for d in (whole, killed)]
+  names = [n for n in readers[0].get_variable_to_shape_map()
+           if n.startswith("model/") and "OPTIMIZER_SLOT" not in n]
+  assert len(names) > 20
+  for name in names:
+    a, b = (r.get_tensor(name) for r in readers)
+    np.testing.assert_allclose(b, a, rtol=1e-6,
+                               atol=1e-6 * float(np.abs(a).max()))
