@@ -828,8 +828,13 @@ def beam_args_of(argv: Sequence[str]) -> List[str]:
 
 def run_binary(main: Callable[[List[str]], Optional[int]]) -> None:
   """`cli.run` for a preprocess binary: flags absl does not know are left
-  in `main`'s argv for Beam (`beam_args_of`)."""
-  app.run(cli.guarded(main), flags_parser=_parse_known_flags)
+  in `main`'s argv for Beam (`beam_args_of`); SIGTERM stops it as Ctrl-C
+  does, through its cleanup (`Stopped`), on every path (a TFDS input's
+  single-process run too)."""
+  def stoppable(argv):
+    with _stop_signals_raise():
+      return main(argv)
+  app.run(cli.guarded(stoppable), flags_parser=_parse_known_flags)
 
 
 def check_command_line(argv: Sequence[str], required: Sequence[str],

@@ -127,12 +127,14 @@ def write_jsonl(path: str, values: Iterable[Any]) -> int:
 
   A path ending in `.gz` is written as gzip data with a zero timestamp and no
   file name in its header (as `gzip.compress(..., mtime=0)`), so that the
-  same values always give the same bytes. The values are streamed.
+  same values always give the same bytes. The values are streamed, and the
+  file written whole (`records.whole_file`: a failure leaves no partial
+  file and is an `OutputFileError` naming `path`).
   """
   compressor = (zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
                 if path.endswith(".gz") else None)
   count = 0
-  with tf.io.gfile.GFile(path, "wb") as f:
+  with records.whole_file(path) as tmp, tf.io.gfile.GFile(tmp, "wb") as f:
     for value in values:
       line = (json.dumps(value, ensure_ascii=False) + "\n").encode("utf-8")
       f.write(compressor.compress(line) if compressor else line)

@@ -49,7 +49,6 @@ What a run must not do quietly, checked here for every task:
 
 import abc
 import collections
-import contextlib
 import dataclasses
 import errno
 import fnmatch
@@ -107,9 +106,7 @@ class NothingWrittenError(UserInputError):
   a file of another task or format)."""
 
 
-class OutputFileError(UserInputError):
-  """An output cannot be written: its folder is a regular file, the disk is
-  full, it is read-only or not permitted."""
+OutputFileError = records.OutputFileError
 
 
 def nothing_written_error(name: str, read: int,
@@ -130,20 +127,7 @@ def nothing_written_error(name: str, read: int,
       f"file of this task?)")
 
 
-@contextlib.contextmanager
-def writing(path: str) -> Iterator[None]:
-  """Turns the errors of writing `path` into an `OutputFileError` naming it
-  (the folder is a regular file, no space left, read-only, no permission),
-  or a tf.errors equivalent."""
-  try:
-    yield
-  except OSError as e:
-    raise OutputFileError(
-        f"{path}: cannot write output: {e.strerror or e}") from e
-  except (tf.errors.FailedPreconditionError, tf.errors.NotFoundError,
-          tf.errors.PermissionDeniedError, tf.errors.ResourceExhaustedError,
-          tf.errors.AlreadyExistsError, tf.errors.UnknownError) as e:
-    raise OutputFileError(f"{path}: cannot write output: {e.message}") from e
+writing = records.writing
 
 
 def check_output_dir(output_dir: str) -> None:

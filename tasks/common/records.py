@@ -22,6 +22,7 @@ files).
 """
 
 import collections
+import contextlib
 import dataclasses
 import json
 import os
@@ -45,6 +46,47 @@ DUPLICATE_ID = "duplicate_id"
 
 class InputFileError(UserInputError):
   """The input file as a whole cannot be used (missing, empty, not JSON)."""
+
+
+class OutputFileError(UserInputError):
+  """An output cannot be written: its folder is a regular file, the disk is
+  full, it is read-only or not permitted."""
+
+
+@contextlib.contextmanager
+def writing(path: str) -> Iterator[None]:
+  """Turns the errors of writing `path` (an OSError: no space left, not a
+  folder, read-only, no permission; or a tf.errors equivalent) into an
+  `OutputFileError` naming it."""
+  try:
+    yield
+  except OSError as e:
+    raise OutputFileError(
+        f"{path}: cannot write output: {e.strerror or e}") from e
+  except (tf.errors.FailedPreconditionError, tf.errors.NotFoundError,
+          tf.errors.PermissionDeniedError, tf.errors.ResourceExhaustedError,
+          tf.errors.AlreadyExistsError, tf.errors.UnknownError) as e:
+    raise OutputFileError(f"{path}: cannot write output: {e.message}") from e
+
+
+@contextlib.contextmanager
+def whole_file(path: str) -> Iterator[str]:
+  """Yields the temporary sibling to write `path` as; renames it to `path`
+  when the block succeeds, removes it when it fails (a full disk, an
+  interrupt), so that `path` is never left half written. Errors name
+  `path` (`writing`)."""
+  tmp = f"{path}.tmp-{os.getpid()}"
+  try:
+    with writing(path):
+      yield tmp
+      if not tf.io.gfile.exists(tmp):
+        # A GFile creates its file at the first write: none was made.
+        with tf.io.gfile.GFile(tmp, "wb") as f:
+          f.write(b"")
+      tf.io.gfile.rename(tmp, path, overwrite=True)
+  finally:
+    if tf.io.gfile.exists(tmp):
+      tf.io.gfile.remove(tmp)
 
 
 class DuplicateIdError(InputFileError):
@@ -283,7 +325,8 @@ class RecordStats:
     )
 
   def write_json(self, path: str) -> None:
-    with tf.io.gfile.GFile(path, "w") as f:
+    """Writes the stats whole (`whole_file`)."""
+    with whole_file(path) as tmp, tf.io.gfile.GFile(tmp, "w") as f:
       json.dump(self.to_dict(), f, indent=2, sort_keys=False)
       f.write("\n")
 
@@ -358,8 +401,10 @@ def record_id_of(record: Any, index: int, id_field: str = "id") -> str:
 
 def write_json(path: str, value: Any, sort_keys: bool = False) -> None:
   """Writes `value` as UTF-8 JSON (non-ASCII kept, one-space indent, a final
-  newline): the tasks' submissions and reports."""
-  with tf.io.gfile.GFile(path, "w") as f:
+  newline): the tasks' submissions and reports. Written whole
+  (`whole_file`): a failure (a full disk) leaves no partial file, and is an
+  `OutputFileError` naming `path`."""
+  with whole_file(path) as tmp, tf.io.gfile.GFile(tmp, "w") as f:
     json.dump(value, f, indent=1, sort_keys=sort_keys, ensure_ascii=False)
     f.write("\n")
 

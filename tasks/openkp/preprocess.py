@@ -97,8 +97,11 @@ def preprocess_file(input_path: str,
   Raises:
     records.InputFileError: the input is missing, empty or malformed.
     records.BadRecordError: in strict mode, the first bad record.
+    preprocessing.NothingWrittenError: no record was written.
   """
-  tf.io.gfile.makedirs(output_dir)
+  preprocessing.check_output_dir(output_dir)
+  with preprocessing.writing(output_dir):
+    tf.io.gfile.makedirs(output_dir)
   record_path, stats_path, dedup_path = output_paths(input_path, output_dir)
   if labeled is None:
     labeled = data.infer_labeled(input_path)
@@ -108,10 +111,11 @@ def preprocess_file(input_path: str,
   # Validate everything first (pure Python; dedup needs the whole file), so
   # that strict mode fails before any TF work.
   valid = data.read_records(input_path, stats=stats, labeled=labeled)
-  io_lib.write_jsonl(dedup_path, (r.to_json() for r in valid))
   step = OpenKPStep(featurizer, input_path, skip_unlabeled)
-  return preprocessing.featurize_file(valid, step, stats, record_path,
-                                      stats_path)
+  preprocessing.featurize_file(valid, step, stats, record_path, stats_path)
+  # After the features: a run that fails (nothing written) leaves no file.
+  io_lib.write_jsonl(dedup_path, (r.to_json() for r in valid))
+  return stats
 
 
 @dataclasses.dataclass

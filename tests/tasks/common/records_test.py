@@ -1,9 +1,12 @@
 """Tests for tasks.common.records: JSON inputs, bad records, stats, the JSON
 writer and the manual-download lookup."""
 
+import errno
 import json
+import os
 
 import pytest
+import tensorflow as tf
 
 from etc_realformer.errors import UserInputError
 from tasks.common import records
@@ -140,3 +143,26 @@ def test_load_json_unique_keys_refuses_a_repeated_key(tmp_path):
                      match=r"predictions.json: key 'q1' is duplicated: "
                      r"entries #0 and #2"):
     records.load_json(str(path), unique_keys=True)
+
+
+def test_reports_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
+  path = tmp_path / "metrics.json"
+  records.write_json(str(path), {"f1": 0.5})
+  regular = tmp_path / "somefile"
+  regular.write_text("x")
+  with pytest.raises(records.OutputFileError,
+                     match=f"{regular}/m.json: cannot write output"):
+    records.write_json(str(regular / "m.json"), {"f1": 1.0})
+
+  class FullDisk(tf.io.gfile.GFile):
+    def write(self, data):
+      raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+  monkeypatch.setattr(tf.io.gfile, "GFile", FullDisk)
+  with pytest.raises(records.OutputFileError,
+                     match=f"{path}: cannot write output: No space left"):
+    records.write_json(str(path), {"f1": 1.0})
+  monkeypatch.undo()
+  # The earlier file is whole, and no temporary file is left.
+  assert json.loads(path.read_text()) == {"f1": 0.5}
+  assert sorted(os.listdir(tmp_path)) == ["metrics.json", "somefile"]
