@@ -272,24 +272,24 @@ def test_a_second_training_into_a_model_dir_exits_2(tiny_gin, tmp_path):
   assert not tf.io.gfile.glob(os.path.join(model_dir, "ckpt-*"))
 
 
+@pytest.mark.slow  # ~20 s: a process's start, three short trainings
 def test_a_run_killed_and_resumed_ends_where_an_uninterrupted_one_ends(
-    tmp_path_factory):
+    tiny_gin, tmp_path):
   # A small shuffle buffer over 16 records, 8 a batch: every two steps a
   # new epoch and a new order, so a resume that restarted the input (or
   # its shuffle) would train on other batches.
-  root = tmp_path_factory.mktemp("kill")
-  data_dir = str(root / "data")
-  wikihop_testing.write_tiny_wikihop(data_dir, num_train=16, num_dev=8)
-  wikihop_testing.preprocess(data_dir)
-  steps = 24
-  gin_file = wikihop_testing.tiny_gin(data_dir, str(root / "kill.gin"), **{
-      "etc_config.num_hidden_layers": 1,
-      "WikiHopTask.shuffle_buffer_size": 8,
-      "TrainerConfig.train_steps": steps,
-      "TrainerConfig.steps_per_loop": 2,
-      "TrainerConfig.checkpoint_interval": 4,
-      "TrainerConfig.max_checkpoints_to_keep": 2,
-  })
+  steps = 16
+  gin_file = wikihop_testing.tiny_gin(
+      os.path.join(os.path.dirname(tiny_gin), "data"),
+      str(tmp_path / "kill.gin"), **{
+          "etc_config.num_hidden_layers": 1,
+          "WikiHopTask.shuffle_buffer_size": 8,
+          "TrainerConfig.train_steps": steps,
+          "TrainerConfig.steps_per_loop": 2,
+          "TrainerConfig.checkpoint_interval": 4,
+          "TrainerConfig.max_checkpoints_to_keep": 2,
+      })
+  root = tmp_path
   whole, killed = str(root / "whole"), str(root / "killed")
   process = cli_testing.start("tasks.run", [
       "--gin_file=tasks/wikihop.gin", f"--gin_file={gin_file}",
