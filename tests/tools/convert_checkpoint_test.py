@@ -6,6 +6,7 @@ import sys
 
 import numpy as np
 
+import cli_testing
 from conftest import GOLDEN_DIR
 from etc_realformer import EtcModel, load_official_checkpoint
 from etc_realformer.checkpoints.converted import (load_converted_checkpoint,
@@ -37,3 +38,18 @@ def test_converted_checkpoint_gives_bit_identical_outputs(tmp_path):
     b = converted(feats, att_implementation=impl)
     assert np.array_equal(a[0].numpy(), b[0].numpy())
     assert np.array_equal(a[1].numpy(), b[1].numpy())
+
+
+def test_a_directory_without_a_readable_checkpoint_is_one_line(tmp_path):
+  official = tmp_path / "official"
+  official.mkdir()
+  shutil.copy(GOLDEN_DIR / "etc_config.json", official)
+  args = [f"--official_dir={official}", f"--output_dir={tmp_path / 'out'}"]
+  cli_testing.user_error_line_here("tools.convert_checkpoint", args,
+                                   f"no checkpoint (*.index) in directory "
+                                   f"{official}")
+  (official / "model.ckpt.index").write_text("not a checkpoint")
+  cli_testing.user_error_line_here("tools.convert_checkpoint", args,
+                                   f"{official / 'model.ckpt'}: not a "
+                                   "readable checkpoint")
+  assert not (tmp_path / "out").exists()

@@ -9,6 +9,7 @@ import sys
 import tensorflow as tf
 
 from bert_testing import write_bert_dir
+import cli_testing
 from etc_realformer import EtcConfig, EtcModel, load_official_checkpoint
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -54,3 +55,16 @@ def test_a_missing_directory_is_one_line_and_exit_2(tmp_path):
   assert result.stderr.strip().splitlines()[-1].startswith("error: ")
   assert "bert_config.json" in result.stderr
   assert "Traceback" not in result.stderr
+
+
+def test_a_checkpoint_that_cannot_be_read_is_one_line(tmp_path):
+  bert = tmp_path / "bert"
+  write_bert_dir(str(bert), BERT)
+  data = next(bert.glob("*.data-00000-of-00001"))
+  data.write_bytes(data.read_bytes()[:data.stat().st_size // 2])
+  prefix = str(data)[:-len(".data-00000-of-00001")]
+  cli_testing.user_error_line_here(
+      "tools.lift_checkpoint", [f"--bert_dir={bert}",
+                                f"--output_dir={tmp_path / 'etc'}"],
+      f"{prefix}: the checkpoint cannot be read")
+  assert not (tmp_path / "etc").exists()
