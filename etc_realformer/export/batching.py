@@ -69,6 +69,32 @@ def non_negative(signature: str, name: str, values: tf.Tensor) -> Checks:
       values, message=f"{signature}: `{name}` must be >= 0")]
 
 
+def valid_utf8(signature: str, name: str, texts: tf.Tensor,
+               where: Sequence = ()) -> Checks:
+  """Every string of `texts` is valid UTF-8 (a tokenizer would otherwise
+  drop or replace the bad bytes and answer for another text).
+
+  A valid string is its own UTF-8 -> UTF-8 transcoding; an invalid byte
+  sequence comes back replaced.
+
+  Args:
+    signature: the signature's name, for the message.
+    name: the input `texts` comes from.
+    texts: <string>[...].
+    where: leading `data` of the failure (e.g. ["record", b]).
+  """
+  flat = tf.reshape(texts, [-1])
+  bad = tf.not_equal(tf.strings.unicode_transcode(
+      flat, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD),
+                     flat)
+  first_bad = tf.reduce_min(tf.concat(
+      [tf.cast(tf.where(bad)[:, 0], tf.int32), [-1]], 0)[:1])
+  return [tf.debugging.Assert(
+      tf.logical_not(tf.reduce_any(bad)),
+      [f"{signature}: `{name}` is not valid UTF-8", *where,
+       "string", first_bad])]
+
+
 def pad_rows(x: tf.Tensor, length: tf.Tensor, value) -> tf.Tensor:
   """[B, N] -> [B, length]: cut, or padded with `value`."""
   x = x[:, :length]

@@ -95,9 +95,10 @@ def predict_request(records: Sequence[Any], signature_name: str = SIGNATURE
 def answers(outputs: Mapping[str, Any], inputs: Mapping[str, Any]
             ) -> List[Dict[str, Any]]:
   """Per record: `answer` (the chosen candidate, as given) and
-  `candidate_probabilities` (one per candidate; 0 for those that did not
-  fit the global input), from the signature's outputs (tensors, arrays or
-  the REST response's `outputs` lists) and the inputs sent."""
+  `candidate_probabilities` (one per candidate), from the signature's
+  outputs (tensors, arrays or the REST response's `outputs` lists) and the
+  inputs sent. (A record with more candidates than the model's global
+  input holds fails the request: no answer is chosen among some.)"""
   chosen = np.asarray(outputs["answer"]).tolist()
   probabilities = np.asarray(outputs["candidate_probabilities"], np.float32)
   counts = np.asarray(inputs["num_candidates"]).tolist()

@@ -61,6 +61,7 @@ from typing import ClassVar, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
+from etc_realformer.export import batching
 from etc_realformer.features import layouts
 from tasks.common import featurizing
 from tasks.common import layout
@@ -288,6 +289,64 @@ class WikiHopFeaturizer(featurizing.Featurizer):
     if not has_answer:
       features[LABEL] = tf.constant(-1, tf.int32)
     return features, stats
+
+  def input_checks(self, signature: str, query: tf.Tensor,
+                   candidates: tf.Tensor, sentences: tf.Tensor,
+                   num_sentences: tf.Tensor,
+                   record: Optional[tf.Tensor] = None
+                   ) -> List[tf.Operation]:
+    """Assertions that one served record can be answered whole.
+
+    Preprocessing skips a record whose candidates do not fit (`overflow`:
+    more candidates than global tokens, or more candidate wordpieces than
+    long tokens) as `too_long`; served, it would be answered from the
+    candidates that fit, and so would a record whose sentence counts
+    disagree with its sentences. A failed check fails the request with an
+    `InvalidArgumentError` naming the signature, the input, the record
+    and the numbers.
+
+    Args:
+      signature: the signature's name, for the messages.
+      query, candidates, sentences, num_sentences: as
+        `featurize_sentences_tf`.
+      record: <int32>[] the record's index in a batch (named in the
+        messages), or None for a one-record signature.
+    """
+    L, G = self.long_seq_len, self.global_seq_len  # pylint: disable=invalid-name
+    where = [] if record is None else ["record", record]
+    num_cands = tf.size(candidates, out_type=tf.int32)
+    cand_tokens = tf.size(
+        self.tokenizer.tokenize(tf.strings.lower(
+            tf.strings.strip(candidates), encoding="utf-8")).flat_values,
+        out_type=tf.int32)
+    num_sentences = tf.cast(num_sentences, tf.int32)
+    checks = []
+    for name, texts in (("query", query), ("candidates", candidates),
+                        ("sentences", sentences)):
+      checks += batching.valid_utf8(signature, name, texts, where)
+    checks += [
+        tf.debugging.Assert(num_cands > 0, [
+            f"{signature}: `candidates` is empty; a record needs at least "
+            f"one candidate", *where]),
+        tf.debugging.Assert(num_cands <= G, [
+            f"{signature}: more `candidates` than the global input holds: "
+            f"the answer would be chosen among the first {G} only", *where,
+            "candidates", num_cands, "limit (global_seq_len)", G]),
+        tf.debugging.Assert(cand_tokens <= L, [
+            f"{signature}: the `candidates`' wordpieces do not fit the long "
+            f"input", *where, "wordpieces", cand_tokens,
+            "limit (long_seq_len)", L]),
+        tf.debugging.Assert(tf.reduce_all(num_sentences >= 0), [
+            f"{signature}: `num_sentences` must be >= 0", *where,
+            "num_sentences", num_sentences]),
+        tf.debugging.Assert(
+            tf.equal(tf.reduce_sum(num_sentences),
+                     tf.size(sentences, out_type=tf.int32)),
+            [f"{signature}: the sum of `num_sentences` must equal the number "
+             f"of `sentences`", *where, "sum", tf.reduce_sum(num_sentences),
+             "sentences", tf.size(sentences, out_type=tf.int32)]),
+    ]
+    return checks
 
   def featurize_tf(self, query, candidates, supports: Sequence[str],
                    answer=None, example_id=None) -> Dict[str, tf.Tensor]:

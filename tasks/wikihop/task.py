@@ -171,9 +171,14 @@ class WikiHopTask(task_lib.RawInputTask):
       """One qangaroo record's fields, its supports split into sentences
       (`features.split_supports`: [S] sentences, [D] sentences per support)
       -> `answer` [] (the chosen candidate, as given) and
-      `candidate_probabilities` [N] (N = number of candidates that fit the
-      global input)."""
-      feats = featurize(query, candidates, sentences, num_sentences)
+      `candidate_probabilities` [C]. A record that cannot be answered
+      whole (no candidate, more than G, counts that disagree with
+      `sentences`, text that is not UTF-8) fails the request
+      (`WikiHopFeaturizer.input_checks`)."""
+      checks = featurizer.input_checks("serve_raw", query, candidates,
+                                       sentences, num_sentences)
+      with tf.control_dependencies(checks):
+        feats = featurize(query, candidates, sentences, num_sentences)
       outputs = forward({k: v[tf.newaxis] for k, v in feats.items()})
       num = tf.minimum(tf.size(candidates), self.global_seq_len)
       return {"answer": tf.gather(candidates, outputs["prediction"][0]),
@@ -197,8 +202,9 @@ class WikiHopTask(task_lib.RawInputTask):
       sentences in order), padded past their sum; padding of any value.
       `client.batch_inputs` builds them from qangaroo records. ->
       serve_raw's outputs per record: `answer` [B] and
-      `candidate_probabilities` [B, C] (0 past the record's candidates
-      that fit the global input)."""
+      `candidate_probabilities` [B, C] (0 past the record's candidates).
+      A record that serve_raw refuses fails the request, its index
+      named."""
       inputs = dict(query=query, candidates=candidates,
                     num_candidates=num_candidates, sentences=sentences,
                     num_sentences=num_sentences, num_supports=num_supports)
@@ -217,14 +223,18 @@ class WikiHopTask(task_lib.RawInputTask):
                                       {"sentences": sentences}, summed=True)
 
       def featurize_row(row):
-        q, c, num_c, s, num_s, num_d = row
-        return featurize(q, c[:num_c], s[:tf.reduce_sum(num_s[:num_d])],
-                         num_s[:num_d])
+        index, q, c, num_c, s, num_s, num_d = row
+        num_s = num_s[:num_d]
+        c, s = c[:num_c], s[:tf.reduce_sum(num_s)]
+        with tf.control_dependencies(featurizer.input_checks(
+            name, q, c, s, num_s, record=index)):
+          return featurize(q, c, s, num_s)
 
       with tf.control_dependencies(checks):
         batch = tf.map_fn(
-            featurize_row, (query, candidates, num_candidates, sentences,
-                            num_sentences, num_supports),
+            featurize_row, (tf.range(tf.size(query)), query, candidates,
+                            num_candidates, sentences, num_sentences,
+                            num_supports),
             fn_output_signature=batching.row_specs(
                 self.model_input_spec(), names))
       outputs = forward(batch)

@@ -28,14 +28,14 @@ L, G = wikihop_testing.L, wikihop_testing.G
 
 def _records(data_dir: str):
   """Three dev records of different sizes: as written (4 candidates, 4
-  supports); 2 candidates and 2 supports; 10 candidates (more than G) and
-  a blank support."""
+  supports); 2 candidates and 2 supports; G candidates (as many as the
+  global input holds) and a blank support."""
   with open(f"{data_dir}/dev.json") as f:
     first, second, third = json.load(f)[:3]
   second["candidates"] = second["candidates"][:1] + [second["answer"]]
   second["supports"] = second["supports"][:2]
   third["candidates"] += [f"ent{i}" for i in range(30)
-                          if f"ent{i}" not in third["candidates"]][:6]
+                          if f"ent{i}" not in third["candidates"]][:G - 4]
   third["supports"].insert(1, "")
   return [first, second, third]
 
@@ -104,9 +104,8 @@ def test_batch_equals_each_record_alone(served):
   answers = served["answers"]
   batch = answers["batch"]
   singles = [answers[f"record{i}"] for i in range(3)]
-  # Candidates past G get no probability (serve_raw returns the first G).
   assert [len(s["candidate_probabilities"]) for s in singles] == [4, 2, G]
-  assert batch["candidate_probabilities"].shape == (3, 10)
+  assert batch["candidate_probabilities"].shape == (3, G)
   serving_testing.assert_batch_equals_records(
       batch, singles, padding={"candidate_probabilities": 0.0})
   # The padding's values are ignored.
@@ -144,6 +143,39 @@ def test_bad_batch_fails_naming_the_input(served):
   ]
   serving_testing.assert_bad_inputs_named(
       served["signatures"]["serve_raw_batch"], good, cases)
+
+
+def test_records_that_cannot_be_answered_whole_are_refused(served):
+  """More candidates than G (preprocessing's `too_long`), none, sentence
+  counts that disagree with the sentences, text that is not UTF-8: an
+  error naming the input (and the record of a batch), never an answer
+  from the candidates that fit."""
+  good = served["calls"]["record0"][1]
+  many = np.array([f"ent{i}" for i in range(G + 1)], object)
+  cases = [
+      ("candidates", many, rf"more `candidates` than the global input "
+       rf"holds: the answer would be chosen among the first {G} only.*"
+       rf"{G + 1}.*global_seq_len.*{G}"),
+      ("candidates", np.array([], object), "`candidates` is empty"),
+      ("num_sentences", good["num_sentences"] + _int([1, 0, 0, 0]),
+       "the sum of `num_sentences` must equal the number of `sentences`"),
+      ("query", np.array(b"country \xff", object),
+       "`query` is not valid UTF-8"),
+  ]
+  serving_testing.assert_bad_inputs_named(served["signatures"]["serve_raw"],
+                                          good, cases)
+  # A batch names the record: its second has G + 1 candidates.
+  batch = dict(served["calls"]["batch"][1])
+  candidates = np.full([3, G + 1], "", object)
+  candidates[:, :batch["candidates"].shape[1]] = batch["candidates"]
+  candidates[1] = many
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"serve_raw_batch: more `candidates`.*record\] "
+                           rf"\[1\] \[candidates\] \[{G + 1}\]"):
+    serving_testing.call(
+        served["signatures"]["serve_raw_batch"],
+        {**batch, "candidates": candidates,
+         "num_candidates": batch["num_candidates"] + _int([0, G - 1, 0])})
 
 
 def test_readme_documents_the_signatures(served):
