@@ -75,8 +75,24 @@ def _os_error_text(error: OSError) -> str:
   return " -> ".join(os.fsdecode(p) for p in paths) + f": {what}"
 
 
+def unwrap_gin(error: BaseException) -> BaseException:
+  """The exception that a gin configurable re-raised.
+
+  Gin re-raises an error from inside a configurable as an instance of a
+  subclass of its type whose `str` appends "In call to configurable ...";
+  that instance lacks the original's `OSError` fields (errno, filename),
+  so the original, its `__context__`, is the one to read.
+  """
+  while (error.__context__ is not None and error.__suppress_context__ and
+         type(error).__bases__ == (type(error.__context__),) and
+         type(error).__name__ == type(error.__context__).__name__):
+    error = error.__context__
+  return error
+
+
 def user_error_line(error: BaseException) -> str:
   """The one line printed for a user's mistake."""
+  error = unwrap_gin(error)
   text = str(error).strip() or type(error).__name__
   if isinstance(error, tf.errors.NotFoundError):
     text = error.message
@@ -102,7 +118,7 @@ def guarded(main: Callable[[List[str]], Optional[int]]
     except USER_ERRORS as e:
       fail(e)
     except (OSError, *TF_FILE_ERRORS) as e:
-      if not is_path_error(e):
+      if not is_path_error(unwrap_gin(e)):
         raise
       fail(e)
   return wrapped

@@ -2,7 +2,9 @@
 traceback."""
 
 import errno
+import os
 
+import gin
 import pytest
 import tensorflow as tf
 
@@ -91,3 +93,36 @@ def test_errors_not_about_a_path_keep_their_traceback(error):
 
   with pytest.raises(type(error)):
     cli.guarded(main)(["prog"])
+
+
+@gin.configurable
+def _writes(write):
+  write()
+
+
+@pytest.mark.parametrize("write,text", [
+    (lambda out: tf.io.gfile.makedirs(str(out / "model")),
+     "a_file is not a directory"),
+    (lambda out: tf.io.gfile.GFile(str(out / "x.json"), "w").write("{}"),
+     "a_file/x.json; Not a directory"),
+    (lambda out: (out / "x.json").write_text("{}"),
+     "a_file/x.json: Not a directory"),
+    (lambda out: os.makedirs(out), "a_file: File exists"),
+    (lambda out: tf.io.gfile.GFile("/dev/full", "w").write("x" * 2**20),
+     "/dev/full; No space left on device"),
+])
+def test_real_write_errors_name_the_path(capsys, tmp_path, write, text):
+  # As the file systems raise them, and re-raised by a gin configurable
+  # (as the runner's are).
+  regular = tmp_path / "a_file"
+  regular.write_text("")
+
+  def main(argv):
+    _writes(lambda: write(regular))
+
+  with pytest.raises(SystemExit) as exited:
+    cli.guarded(main)(["prog"])
+  assert exited.value.code == 2
+  err = capsys.readouterr().err.strip()
+  assert err.startswith("error: ") and text in err, err
+  assert "\n" not in err and "In call to" not in err, err
