@@ -222,6 +222,17 @@ class Task(abc.ABC):
         of the model graph (useful on TPU).
       seed: shuffle seed (None = nondeterministic).
     """
+    cls = type(self).__name__
+    for setting, value in (("long_seq_len", long_seq_len),
+                           ("global_seq_len", global_seq_len),
+                           ("shuffle_buffer_size", shuffle_buffer_size)):
+      if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise UserInputError(f"{cls}.{setting}: must be a positive integer, "
+                             f"got {value!r}")
+    if seed is not None and (not isinstance(seed, int) or
+                             isinstance(seed, bool)):
+      raise UserInputError(f"{cls}.seed: must be an integer or None, got "
+                           f"{seed!r}")
     self.model_config = model_config or etc_config()
     self.execution = execution or execution_config()
     self.long_seq_len = long_seq_len

@@ -73,3 +73,19 @@ def test_replace_validates():
     config.replace(attention_chunk_len=3)
   with pytest.raises(UserInputError, match="hidden_size"):
     config.replace(hidden_size=0)
+
+
+@pytest.mark.parametrize("field,value,expected", [
+    ("hidden_size", "wide", "an integer"),
+    ("hidden_size", 64.0, "an integer"),
+    ("residual_attention", "yes", r"a boolean \(True/False\)"),
+    ("hidden_dropout_prob", "0.1", "a number"),
+    ("embedding_size", "16", "an integer or null"),
+    ("residual_patterns", ["l2l", 2], "a list of strings"),
+])
+def test_values_of_another_type_name_the_field(field, value, expected):
+  with pytest.raises(UserInputError,
+                     match=f"EtcConfig.{field}: expected {expected}, got"):
+    EtcConfig(vocab_size=10, **{field: value})
+  # An int is a float; a list is a tuple (as JSON writes them).
+  EtcConfig(vocab_size=10, hidden_dropout_prob=0, residual_patterns=["l2l"])

@@ -194,3 +194,13 @@ def test_official_eval_predicts_writes_and_scores(task, tmp_path):
   assert result["count"] == 5 and 0.0 <= result["accuracy"] <= 1.0
   with open(f"{out_dir}/predictions.txt") as f:
     assert f.read().split() == [f"ex{i}" for i in range(5)]
+
+
+@pytest.mark.parametrize("setting,value", [
+    ("long_seq_len", "4096"), ("global_seq_len", 0),
+    ("shuffle_buffer_size", -1), ("seed", "7")])
+def test_task_settings_are_checked_where_they_enter(setting, value):
+  with pytest.raises(UserInputError, match=f"SpineTestTask.{setting}: must "
+                     f"be .*, got {value!r}"):
+    SpineTestTask(model_config=tiny_config(), execution=ExecutionConfig(),
+                  **{setting: value})
