@@ -8,10 +8,12 @@ required key or a bad value is one `UserInputError` naming the file.
 
 import dataclasses
 import json
+import numbers
 import typing
 from typing import Any, Dict, Sequence, Tuple, Type, TypeVar
 
 from absl import logging
+import numpy as np
 import tensorflow as tf
 
 from etc_realformer.errors import UserInputError
@@ -74,11 +76,13 @@ def _matches(value: Any, hint: Any) -> bool:
   if hint is type(None):
     return value is None
   if hint is bool:
-    return isinstance(value, bool)
-  if hint is int:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, (bool, np.bool_))
+  if hint is int:  # NumPy's integers too (a shape read from an array).
+    return (isinstance(value, numbers.Integral) and
+            not isinstance(value, (bool, np.bool_)))
   if hint is float:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return (isinstance(value, numbers.Real) and
+            not isinstance(value, (bool, np.bool_)))
   if hint is str:
     return isinstance(value, str)
   if origin is tuple or hint is tuple:

@@ -33,6 +33,7 @@ these methods: a new task is a folder `tasks/<name>/` and a gin file.
 
 import abc
 import dataclasses
+import numbers
 from typing import (Any, Callable, Dict, List, Mapping, Optional, Tuple,
                     TypeVar)
 
@@ -226,10 +227,11 @@ class Task(abc.ABC):
     for setting, value in (("long_seq_len", long_seq_len),
                            ("global_seq_len", global_seq_len),
                            ("shuffle_buffer_size", shuffle_buffer_size)):
-      if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+      if (not isinstance(value, numbers.Integral) or
+          isinstance(value, bool) or value < 1):
         raise UserInputError(f"{cls}.{setting}: must be a positive integer, "
                              f"got {value!r}")
-    if seed is not None and (not isinstance(seed, int) or
+    if seed is not None and (not isinstance(seed, numbers.Integral) or
                              isinstance(seed, bool)):
       raise UserInputError(f"{cls}.seed: must be an integer or None, got "
                            f"{seed!r}")
