@@ -747,10 +747,12 @@ def _move_all(work_dir: str, output_dir: str) -> None:
 @contextlib.contextmanager
 def _quiet_beam_logs():
   """Beam's progress logs (info, some on the root logger; warnings on its
-  own) would reach a binary's stderr, where its errors must be one line."""
+  own) would reach a binary's stderr, where its errors must be one line;
+  so would its log of an error a transform raised (a full disk), which
+  the run raises anyway."""
   logger = std_logging.getLogger("apache_beam")
   level = logger.level
-  logger.setLevel(std_logging.ERROR)
+  logger.setLevel(std_logging.CRITICAL)
   std_logging.disable(std_logging.INFO)
   try:
     yield

@@ -24,6 +24,8 @@ from typing import Iterator, List, Sequence, Tuple
 
 import tensorflow as tf
 
+from tasks.common import records
+
 Key = Tuple[int, int, int]
 
 _KEY_BYTES = 24
@@ -53,17 +55,25 @@ class PartWriter:
     self.in_order = True
     self.count = 0
     self._last = None
-    self._writer = tf.io.TFRecordWriter(path)
+    with records.writing(path):
+      self._writer = tf.io.TFRecordWriter(path)
 
   def write(self, key: Key, value: bytes) -> None:
+    """Appends one record.
+
+    Raises:
+      records.OutputFileError: naming the part (a full disk).
+    """
     if self._last is not None and key < self._last:
       self.in_order = False
     self._last = key
-    self._writer.write(_pack(key) + value)
+    with records.writing(self.path):
+      self._writer.write(_pack(key) + value)
     self.count += 1
 
   def close(self) -> None:
-    self._writer.close()
+    with records.writing(self.path):
+      self._writer.close()
 
 
 def read_part(path: str) -> Iterator[Tuple[Key, bytes]]:
@@ -82,7 +92,7 @@ def merge(parts: Sequence[Tuple[str, bool]], path: str,
                                                 key=lambda kv: kv[0]))
       for p, in_order in parts]
   count = 0
-  with tf.io.TFRecordWriter(path) as writer:
+  with records.writing(path), tf.io.TFRecordWriter(path) as writer:
     for _, value in heapq.merge(*streams, key=lambda kv: kv[0]):
       writer.write(value)
       count += 1

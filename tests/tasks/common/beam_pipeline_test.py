@@ -9,6 +9,7 @@ is the FnApiRunner's, never Beam's download of the Prism runner."""
 import collections
 import copy
 import dataclasses
+import errno
 import glob
 import json
 import os
@@ -405,3 +406,20 @@ def test_sigterm_removes_the_work_folder(built, tmp_path):
   assert stopped.value.code == 128 + signal.SIGTERM
   assert not os.listdir(tmp_path)
   assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_a_full_disk_names_the_file_and_leaves_nothing(built, tmp_path,
+                                                       monkeypatch):
+  case = built("wikihop")
+
+  class FullDisk(tf.io.TFRecordWriter):
+    def write(self, record):
+      raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+  monkeypatch.setattr(tf.io, "TFRecordWriter", FullDisk)
+  out = tmp_path / "out"
+  with pytest.raises(records.OutputFileError,
+                     match=r"_parts/dev.tfrecord\.[0-9a-f]+: cannot write "
+                     r"output: No space left on device"):
+    beam_pipeline.run(case.task, case.files[1:], str(out))
+  assert not os.listdir(tmp_path)
