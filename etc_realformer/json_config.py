@@ -65,14 +65,14 @@ def build(cls: Type, values: Dict[str, Any], source: str,
     raise UserInputError(f"{source}: {e}") from e
 
 
-def _matches(value: Any, hint: Any) -> bool:
+def value_matches(value: Any, hint: Any) -> bool:
   """Whether `value` is of the field type `hint` (int is a float; a bool is
   not an int; a list is a tuple, as JSON and gin write them)."""
   origin, args = typing.get_origin(hint), typing.get_args(hint)
   if hint is Any:
     return True
   if origin is typing.Union:
-    return any(_matches(value, arg) for arg in args)
+    return any(value_matches(value, arg) for arg in args)
   if hint is type(None):
     return value is None
   if hint is bool:
@@ -89,21 +89,21 @@ def _matches(value: Any, hint: Any) -> bool:
     if not isinstance(value, (tuple, list)):
       return False
     if len(args) == 2 and args[1] is Ellipsis:
-      return all(_matches(v, args[0]) for v in value)
+      return all(value_matches(v, args[0]) for v in value)
     return not args or (len(args) == len(value) and
-                        all(_matches(v, a) for v, a in zip(value, args)))
+                        all(value_matches(v, a) for v, a in zip(value, args)))
   if origin is dict or hint is dict:
     return isinstance(value, dict)
   return True  # A type this check does not know: the class checks it.
 
 
-def _describe(hint: Any) -> str:
+def describe_type(hint: Any) -> str:
   """A field type in a user's words ("an integer or null")."""
   origin, args = typing.get_origin(hint), typing.get_args(hint)
   if origin is typing.Union:
-    return " or ".join(_describe(arg) for arg in args)
+    return " or ".join(describe_type(arg) for arg in args)
   if origin is tuple or hint is tuple:
-    return (f"a list of {_describe(args[0]).split(' ', 1)[-1]}s"
+    return (f"a list of {describe_type(args[0]).split(' ', 1)[-1]}s"
             if args else "a list")
   names = {type(None): "null", bool: "a boolean (True/False)",
            int: "an integer", float: "a number", str: "a string",
@@ -126,9 +126,9 @@ def check_field_types(instance: Any, owner: str = "") -> None:
     if field.name == "unknown_keys" or field.name not in hints:
       continue
     value = getattr(instance, field.name)
-    if not _matches(value, hints[field.name]):
+    if not value_matches(value, hints[field.name]):
       raise UserInputError(
-          f"{owner}.{field.name}: expected {_describe(hints[field.name])}, "
+          f"{owner}.{field.name}: expected {describe_type(hints[field.name])}, "
           f"got {value!r}")
 
 

@@ -20,19 +20,22 @@ applied first (`entry`).
 """
 
 import importlib
+import inspect
 import logging as logging_lib
 import os
 import pkgutil
 import re
 import sys
 import tokenize
-from typing import Optional, Sequence
+import typing
+from typing import Any, Optional, Sequence
 
 from absl import flags
 from absl import logging
 import gin
 
 from etc_realformer import cli
+from etc_realformer import json_config
 from etc_realformer.errors import UserInputError
 from etc_realformer.training import experiment
 from etc_realformer.training import task as task_lib
@@ -124,6 +127,63 @@ def parse_gin(gin_files: Sequence[str], gin_bindings: Sequence[str]) -> None:
             tokenize.TokenError) as e:
       raise UserInputError(
           f"gin: {gin_error_text(e, gin_bindings, source)}") from e
+  check_gin_value_types()
+
+
+def _holds_gin_reference(value: Any) -> bool:
+  """Whether a bound value is (or holds) a gin reference or macro, whose
+  value is known only when it is called."""
+  if type(value).__module__.split(".")[0] == "gin":
+    return True
+  if isinstance(value, (list, tuple)):
+    return any(_holds_gin_reference(v) for v in value)
+  if isinstance(value, dict):
+    return any(_holds_gin_reference(v) for v in value.values())
+  return False
+
+
+def check_gin_value_types() -> None:
+  """Checks every bound value against its parameter's type hint.
+
+  Gin passes a value as written: `TrainerConfig.train_steps = 'abc'` or
+  `optimizer.learning_rate = 'fast'` would otherwise fail far from its
+  binding. Parameters without a hint, `**kwargs` (`etc_config`'s fields,
+  checked by `EtcConfig`) and references (`@name`, `%MACRO`) are left to
+  the code that reads them.
+
+  Raises:
+    UserInputError: "gin: <Configurable>.<parameter> = <value>: expected
+      <type>".
+  """
+  # Gin has no public listing of its bindings; without these the check is
+  # skipped (the code that reads the values still checks the ones it can).
+  bindings = getattr(gin.config, "_CONFIG", None)
+  registry = getattr(gin.config, "_REGISTRY", None)
+  if bindings is None or registry is None:
+    return
+  for (scope, selector), params in list(bindings.items()):
+    configurable = registry.get_match(selector)
+    if configurable is None:
+      continue
+    target = configurable.wrapped
+    if inspect.isclass(target):
+      target = target.__init__
+    try:
+      hints = typing.get_type_hints(target)
+      defaults = {k: p.default for k, p in
+                  inspect.signature(target).parameters.items()}
+    except Exception:  # pylint: disable=broad-except
+      continue  # Hints that do not resolve: nothing to check against.
+    for name, value in params.items():
+      if name not in hints or _holds_gin_reference(value):
+        continue
+      if value is None and defaults.get(name, inspect.Parameter.empty) is None:
+        continue  # `x: str = None`: None is the parameter's own default.
+      if not json_config.value_matches(value, hints[name]):
+        where = f"{scope}/" if scope else ""
+        raise UserInputError(
+            f"gin: {where}{configurable.name}.{name} = {value!r}: expected "
+            f"{json_config.describe_type(hints[name])}")
 
 
 _search_paths_added = False
