@@ -9,7 +9,10 @@ features of `features.feature_spec`) and `DIR/<stem>.stats.json` (records
 read, written, truncated and by how much, skipped per reason with the list of
 skipped records: file, id, field, reason). Bad records are skipped unless
 `--strict`, which fails on the first one with an error naming file, record
-id and field.
+id and field. An `_id` given twice refuses the file (naming both records)
+unless `--skip_duplicate_ids`, which keeps the first and counts the others
+as `duplicate_id`; a run that writes no example (e.g. a file of another
+task) fails.
 
 `--is_training` (default: on when the file name contains "train") applies
 the original's training filter: examples with no supporting fact among the

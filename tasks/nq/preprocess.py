@@ -16,7 +16,11 @@ read / written / skipped per reason with the list of skipped records (file,
 example id or line, field, reason), windows written (per answer type),
 windows downsampled, question wordpieces dropped, candidates left without a
 global token. Bad lines and records are skipped unless `--strict`, which
-fails on the first one (the partial output file is removed).
+fails on the first one (the partial output file is removed). An
+`example_id` given twice in a file refuses it (naming both lines) unless
+`--skip_duplicate_ids`, which keeps the first and counts the others as
+`duplicate_id`; a run that writes no example (e.g. a file of another task)
+fails.
 
 `--is_training` (default: on when the file name contains "train") requires
 annotations and downsamples windows whose answer type is null: each is kept

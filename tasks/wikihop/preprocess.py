@@ -8,6 +8,10 @@ features of `features.feature_spec`) and `DIR/dev.stats.json` (examples read,
 written, truncated and by how much, skipped per reason with the list of
 skipped records: file, id, field). Bad records are skipped unless `--strict`,
 which fails on the first one with an error naming file, record id and field.
+An id given twice refuses the file (naming both records) unless
+`--skip_duplicate_ids`, which keeps the first and counts the others as
+`duplicate_id`; a run that writes no example (e.g. a file of another task)
+fails.
 A missing or malformed input file or vocabulary is one line on stderr and
 exit code 2.
 
