@@ -17,7 +17,8 @@ number of workers, the same outputs.
      shards than before: `preprocessing.remove_stale_shards`).
 
 The work folder is `<output_dir>.tmp-<host>-<pid>-<random>`: removed when
-the run ends, fails, or is stopped by SIGTERM or Ctrl-C; a folder a killed
+the run ends, fails, or is stopped by SIGTERM or Ctrl-C (`Stopped`: exit
+code 128 + the signal's number); a folder a killed
 run (kill -9) left is removed by the next run over the same output once its
 process is gone (`remove_stale_work_dirs`; a live run's is left alone).
 A run that wrote no example fails (`preprocessing.NothingWrittenError`),
@@ -656,7 +657,7 @@ def remove_stale_work_dirs(output_dir: str) -> List[str]:
 
 
 class Stopped(SystemExit):
-  """SIGTERM arrived: raised in the main thread so that the run's `finally`
+  """SIGTERM (or SIGINT) arrived: raised in the main thread so that the run's `finally`
   blocks remove its work folder (the default action would kill the process
   at once); the process then exits with 128 + the signal's number, as a
   killed one, without a traceback."""
@@ -664,8 +665,8 @@ class Stopped(SystemExit):
 
 @contextlib.contextmanager
 def _stop_signals_raise():
-  """SIGTERM raises `Stopped` while the block runs (SIGINT raises
-  `KeyboardInterrupt` already); outside the main thread nothing changes.
+  """SIGTERM and SIGINT (Ctrl-C) raise `Stopped` while the block runs;
+  outside the main thread nothing changes.
 
   Beam wraps what a transform raises (a RuntimeError naming the step): the
   block's error, once the signal came, is `Stopped` again.
@@ -680,7 +681,8 @@ def _stop_signals_raise():
     received.append(signum)
     raise Stopped(128 + signum)
 
-  previous = signal.signal(signal.SIGTERM, handler)
+  previous = {signum: signal.signal(signum, handler)
+              for signum in (signal.SIGTERM, signal.SIGINT)}
   try:
     yield
   except BaseException:
@@ -688,7 +690,8 @@ def _stop_signals_raise():
       raise Stopped(128 + received[0]) from None
     raise
   finally:
-    signal.signal(signal.SIGTERM, previous)
+    for signum, action in previous.items():
+      signal.signal(signum, action)
 
 
 def importable(value: Any) -> Any:

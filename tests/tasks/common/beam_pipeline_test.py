@@ -406,6 +406,7 @@ def test_sigterm_removes_the_work_folder(built, tmp_path):
   assert stopped.value.code == 128 + signal.SIGTERM
   assert not os.listdir(tmp_path)
   assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_a_full_disk_names_the_file_and_leaves_nothing(built, tmp_path,
