@@ -194,6 +194,22 @@ def _report_start(restored: Optional[str], step: int, model_dir: str,
   print(line, flush=True)
 
 
+def _restorable_part(checkpoint: tf.train.Checkpoint,
+                     path: str) -> tf.train.Checkpoint:
+  """`checkpoint`, less its input iterator when `path` holds none (written
+  before the input position was saved): the run resumes its weights and
+  restarts its input, warned, instead of failing as a checkpoint of
+  another model."""
+  iterator = getattr(checkpoint, "iterator", None)
+  if iterator is None or any(name.startswith("iterator/") for name, _ in
+                             tf.train.list_variables(path)):
+    return checkpoint
+  logging.warning("%s holds no input position: the training input restarts",
+                  path)
+  return tf.train.Checkpoint(model=checkpoint.model,
+                             optimizer=checkpoint.optimizer)
+
+
 def restore_latest_readable(checkpoint: tf.train.Checkpoint,
                             paths: List[str], directory: str) -> str:
   """Restores the newest of `paths` (oldest first, as a CheckpointManager
@@ -210,7 +226,9 @@ def restore_latest_readable(checkpoint: tf.train.Checkpoint,
   """
   for path in reversed(paths):
     try:
-      _restore_checked(checkpoint, path)
+      part = _restorable_part(checkpoint, path)
+      # Without the iterator, the old checkpoint's save counter is unused.
+      _restore_checked(part, path, partial=part is not checkpoint)
       return path
     except UNREADABLE as e:
       logging.warning("%s: the checkpoint cannot be read (%s); trying the "
@@ -250,8 +268,9 @@ class CheckedCheckpointManager(tf.train.CheckpointManager):
     try:
       return super().save(*args, **kwargs)
     except tf.errors.OpError as e:
-      raise OSError(f"{self.directory}: cannot save the checkpoint of step "
-                    f"{int(self._step_counter.numpy())} "  # pylint: disable=protected-access
+      step = getattr(self, "_step_counter", None)  # with an interval only
+      which = f" of step {int(step.numpy())}" if step is not None else ""
+      raise OSError(f"{self.directory}: cannot save the checkpoint{which} "
                     f"({e.message or type(e).__name__})") from e
 
 
