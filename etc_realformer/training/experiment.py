@@ -38,7 +38,8 @@ MODES = ("train", "eval", "train_and_eval", "predict", "export")
 # What training appends to in model_dir (`trainer.HistoryAction`): one JSON
 # line per training loop (its mean loss and learning rate) and per
 # evaluation of train_and_eval (its metrics), {"step": N, "metrics": {...}};
-# read them with `trainer.read_history`.
+# read them with `trainer.read_history`. A resumed run first drops the
+# lines after the step it restored (`trainer.truncate_history`).
 TRAIN_HISTORY_FILE = "train_history.jsonl"
 EVAL_HISTORY_FILE = "eval_history.jsonl"
 
@@ -325,11 +326,16 @@ def run_experiment(task, mode: str, model_dir: str,
     # dropout seeds, which come from TensorFlow's global generator), so
     # that one seed names one run rather than only its data order.
     tf_keras.utils.set_random_seed(task.seed)
-  model = build_model(task, strategy)
-
   if mode in ("train", "train_and_eval"):
-    return _train(task, model, strategy, mode, model_dir, config, precision)
+    # One writer per model_dir, the chief, locked before the model is built
+    # so that a second run fails at once. The other workers write to
+    # scratch dirs of their own: they take no lock and cannot wait on it.
+    with (model_dir_lock.hold(model_dir) if _is_chief(strategy)
+          else contextlib.nullcontext()):
+      return _train(task, build_model(task, strategy), strategy, mode,
+                    model_dir, config, precision)
 
+  model = build_model(task, strategy)
   _save_operative_config(model_dir, mode)
   restored = restore_for_inference(model, model_dir, checkpoint)
   if mode == "eval":
@@ -403,18 +409,6 @@ def _log_orbit_lines_once() -> None:
     handler.addFilter(OrbitPrintedLines())
 
 
-def _train(task, model, strategy, mode, model_dir, config: TrainerConfig,
-           precision: Optional[str]) -> Dict[str, Any]:
-  """Trains under the model_dir's lock: one writer per model_dir, the
-  chief (the other workers write to scratch dirs of their own, so they take
-  no lock and cannot wait on the chief's)."""
-  _log_orbit_lines_once()
-  with (model_dir_lock.hold(model_dir) if _is_chief(strategy)
-        else contextlib.nullcontext()):
-    return _train_locked(task, model, strategy, mode, model_dir, config,
-                         precision)
-
-
 def _checkpointed_iterator(strategy, task, micro_batch: int):
   """The training input's iterator, and whether a checkpoint can hold it.
 
@@ -431,9 +425,9 @@ def _checkpointed_iterator(strategy, task, micro_batch: int):
   return iterator, False
 
 
-def _train_locked(task, model, strategy, mode, model_dir,
-                  config: TrainerConfig,
-                  precision: Optional[str]) -> Dict[str, Any]:
+def _train(task, model, strategy, mode, model_dir, config: TrainerConfig,
+           precision: Optional[str]) -> Dict[str, Any]:
+  _log_orbit_lines_once()
   if config.train_batch_size % (config.grad_accum_steps *
                                 strategy.num_replicas_in_sync):
     raise ValueError(
