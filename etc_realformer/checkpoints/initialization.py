@@ -100,16 +100,20 @@ def _layer_count(keys) -> int:
 
 
 def _check_tf2(encoder: tf.Module, prefix: str, root: str) -> None:
-  """Checks every encoder variable of the checkpoint (under `root`) against
-  the model before anything is assigned: a TF2 read assigns variable after
-  variable and stops at the first one of another shape, and skips
-  checkpoint values the model has no variable for (the layers above the
-  model's depth), so neither may reach it.
+  """Checks the encoder variables of the checkpoint (under `root`) against
+  the model before anything is assigned: a TF2 read skips checkpoint values
+  the model has no variable for (the layers above the model's depth), and
+  assigns variable after variable until one of another shape stops it.
+
+  A model variable keyed elsewhere in the checkpoint is not missing: a
+  variable shared with a head (the pre-training head's token embeddings)
+  is written under whichever path the writer reached first. Those are
+  left to the read's own matching (`initialize_encoder` undoes a read that
+  fails).
 
   Raises:
-    CheckpointMismatchError: naming the checkpoint, every missing,
-      unexpected and mis-shaped variable, and both layer counts when they
-      differ.
+    CheckpointMismatchError: naming the checkpoint, every unexpected and
+      mis-shaped variable, and both layer counts when they differ.
   """
   shapes = {}
   for name, shape in list_checkpoint_variables(prefix):
@@ -123,8 +127,11 @@ def _check_tf2(encoder: tf.Module, prefix: str, root: str) -> None:
     title = (f"checkpoint {prefix} has {layers[0]} layers, the model "
              f"{layers[1]} (EtcConfig.num_hidden_layers); it does not match "
              "the model config:")
-  report = mismatch_report(title, shapes, expected,
-                           sorted(set(shapes) - set(expected)), (), "")
+  report = mismatch_report(
+      title, shapes,
+      {k: v for k, v in expected.items() if k in shapes or layers[0] !=
+       layers[1] and _LAYER.match(k)},
+      sorted(set(shapes) - set(expected)), (), "")
   if report:
     raise CheckpointMismatchError(report)
 
@@ -157,12 +164,23 @@ def initialize_encoder(encoder: tf.Module, path: str) -> CheckpointKind:
     ckpt = tf.train.Checkpoint(encoder=encoder)
   # `read`, not `restore`: a checkpoint written with `Checkpoint.write` (the
   # converter's) has no save counter, which `restore` would expect.
+  # What the check above cannot see (a damaged file, a variable stored
+  # under a head's path that does not fit) fails the read part-way: the
+  # values from before it are put back, so nothing is partially loaded.
+  before = [(v, v.numpy()) for v in encoder.weights]
   try:
     status = ckpt.read(prefix)
-  except UNREADABLE as e:  # the names fit (checked above): a damaged file
-    raise UserInputError(f"{prefix}: the checkpoint cannot be read "
-                         f"({unreadable_detail(e)})") from e
-  # Every encoder variable must come from the checkpoint; anything else in it
-  # (head, optimizer) is fine to skip.
-  status.expect_partial().assert_existing_objects_matched()
+    # Every encoder variable must come from the checkpoint; anything else
+    # in it (head, optimizer) is fine to skip.
+    status.expect_partial().assert_existing_objects_matched()
+  except (*UNREADABLE, ValueError, AssertionError) as e:
+    for variable, value in before:
+      variable.assign(value)
+    if isinstance(e, UNREADABLE):
+      raise UserInputError(f"{prefix}: the checkpoint cannot be read "
+                           f"({unreadable_detail(e)})") from e
+    names = sorted(set(re.findall(r"<tf\.Variable '([^']+)'", str(e))))
+    raise CheckpointMismatchError(
+        f"checkpoint {prefix} does not match the model config: "
+        f"{', '.join(names) or str(e).splitlines()[0]}") from e
   return kind

@@ -123,11 +123,14 @@ def _task_checkpoint(tmp_path, config):
     # Deeper than the model: a TF2 read would drop layer 2 without a word.
     ({"num_hidden_layers": 1}, ["has 2 layers, the model 1",
                                 "unexpected in the checkpoint (24)"]),
+    # Shallower: the read would leave layer 2 at its initial values.
+    ({"num_hidden_layers": 3}, ["has 2 layers, the model 3",
+                                "missing from the checkpoint (24)"]),
     # A shape that differs in every layer: a TF2 read would stop at the
     # first, after the variables before it were overwritten.
     ({"intermediate_size": 20}, ["mis-shaped (6)",
                                  "blocks/1/long_ff/layer_1/kernel"]),
-], ids=["more_layers", "mis_shaped"])
+], ids=["more_layers", "fewer_layers", "mis_shaped"])
 def test_a_tf2_checkpoint_that_does_not_fit_assigns_nothing(
     tmp_path, overrides, texts):
   prefix = _task_checkpoint(tmp_path, tiny_config())
