@@ -457,6 +457,9 @@ def _train(task, model, strategy, mode, model_dir, config: TrainerConfig,
     if state and write_dir != model_dir:  # non-chief worker resuming
       restored.append(restore_latest_readable(
           checkpoint, list(state.all_model_checkpoint_paths), model_dir))
+      # The chief's line (orbit's) on every worker, so each log says where
+      # its run resumed.
+      print(f"restored from checkpoint: {restored[-1]}", flush=True)
     elif config.init_checkpoint:
       initialization.initialize_encoder(model.encoder, config.init_checkpoint)
 
