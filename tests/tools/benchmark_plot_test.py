@@ -43,7 +43,8 @@ def schema2_record(length, median_s, peak, pass_="fwd", global_len=256):
 
 
 # A schema-1 row (configs' fields at the top level) and an original-ETC row
-# (no schema, no baseline, no G mode), trimmed from docs/benchmarks_cpu.jsonl.
+# (no schema, no baseline, no G mode), trimmed from
+# docs/records/benchmarks_cpu.jsonl.
 SCHEMA1_ROW = {
     "schema_version": 1, "record_type": "encoder", "status": "ok",
     "variant": "sparse-res-f32-G=L/16", "pass": "fwd", "long_len": 1024,
@@ -201,7 +202,7 @@ def test_main_filters_labels_and_writes_the_plot(tmp_path, capsys):
 def test_earlier_records_still_plot_and_summarise(tmp_path):
   # The checked-in records (schema 1: the configs' fields at the top level)
   # beside a new one.
-  old = benchmark_plot.read_jsonl(os.path.join(REPO, "docs",
+  old = benchmark_plot.read_jsonl(os.path.join(REPO, "docs", "records",
                                                "benchmarks_cpu.jsonl"))
   # Schema 1, and the original ETC's rows (no schema).
   assert {r.get("schema_version") for r in old} == {1, None}
