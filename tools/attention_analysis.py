@@ -48,7 +48,7 @@ from etc_realformer.config import EtcConfig
 from etc_realformer.data import tfrecords
 from etc_realformer.errors import UserInputError
 from etc_realformer.execution import ExecutionConfig
-from etc_realformer.features import layouts
+from etc_realformer.features import side_input_sources
 from etc_realformer.features import side_inputs as side_inputs_lib
 from etc_realformer.networks.etc_model import EtcModel
 from tools import attention_stats as stats
@@ -69,7 +69,7 @@ def define_flags() -> None:
                             "beside each checkpoint).")
   flags.DEFINE_string("data", None, "Glob(s) of a task's feature TFRecords.")
   flags.DEFINE_string("output_dir", None, "Where the JSON and plots go.")
-  flags.DEFINE_enum("layout", None, sorted(layouts.LAYOUT_FEATURES),
+  flags.DEFINE_enum("layout", None, sorted(side_input_sources.SOURCE_FEATURES),
                     "The side-input layout (default: the one whose features "
                     "the records hold).")
   flags.DEFINE_integer("max_examples", 1000, "Examples read (<= 0: all).")
@@ -155,7 +155,7 @@ def read_spec(files: Sequence[str], layout: Optional[str]
                          f"records ({e})") from e
   feature = example.features.feature
   known = set(_MODEL_INPUTS + _OPTIONAL_LAYOUT_INPUTS).union(
-      *layouts.LAYOUT_FEATURES.values())
+      *side_input_sources.SOURCE_FEATURES.values())
   spec = {name: (tf.int32, (len(feature[name].int64_list.value),))
           for name in sorted(known) if name in feature and
           feature[name].WhichOneof("kind") == "int64_list"}
@@ -163,16 +163,18 @@ def read_spec(files: Sequence[str], layout: Optional[str]
   if missing:
     raise UserInputError(f"--data: {files[0]}: the records have no "
                          f"{missing} (int64 features)")
-  fits = [name for name, needed in sorted(layouts.LAYOUT_FEATURES.items())
+  sources = side_input_sources.SOURCE_FEATURES
+  fits = [name for name, needed in sorted(sources.items())
           if all(k in spec for k in needed)]
   if layout is None:
     if len(fits) != 1:
       raise UserInputError(
           f"--data: the records fit the side-input layouts {fits}; pass "
-          f"--layout (one of {sorted(layouts.LAYOUT_FEATURES)})")
+          f"--layout (one of {sorted(side_input_sources.SOURCE_FEATURES)})")
     layout = fits[0]
   elif layout not in fits:
-    lacking = [k for k in layouts.LAYOUT_FEATURES[layout] if k not in spec]
+    lacking = [k for k in side_input_sources.SOURCE_FEATURES[layout]
+               if k not in spec]
     raise UserInputError(f"--layout={layout}: the records lack {lacking}")
   return spec, layout
 
@@ -226,7 +228,7 @@ def _step_fn(model: EtcModel, spec: tfrecords.FeatureSpec, layout: str,
 
   @tf.function(input_signature=[signature], autograph=False)
   def step(features):
-    side = layouts.from_features(config, features, layout)
+    side = side_input_sources.from_features(config, features, layout)
     inputs = dict(features, **side_inputs_lib.drop_none_values(side))
     if not config.max_absolute_position_embeddings:
       inputs.pop("position_ids", None)

@@ -140,7 +140,7 @@ def wikihop_raw_features(long_len: int, global_len: int, batch: int,
   import tempfile
   import numpy as np
   import tensorflow as tf
-  from etc_realformer.features import layouts
+  from etc_realformer.features import feature_names
   from tasks.common import tokenization
   from tasks.wikihop import features as wikihop
   # pylint: enable=g-import-not-at-top
@@ -185,9 +185,9 @@ def wikihop_raw_features(long_len: int, global_len: int, batch: int,
   names = wikihop.MODEL_FEATURES + (wikihop.LABEL,)
   f = {k: np.stack([r[k].numpy() for r in records]) for k in names}
   # Every wordpiece and global token id is > 0 (0 is padding).
-  f["real_long_tokens"] = int(np.count_nonzero(f[layouts.TOKEN_IDS][0]))
+  f["real_long_tokens"] = int(np.count_nonzero(f[feature_names.TOKEN_IDS][0]))
   f["real_global_tokens"] = int(np.count_nonzero(
-      f[layouts.GLOBAL_TOKEN_IDS][0]))
+      f[feature_names.GLOBAL_TOKEN_IDS][0]))
   return f
 
 

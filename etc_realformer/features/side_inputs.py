@@ -15,8 +15,8 @@ multi-hop variant, 2M+3 for g2g pairs in different paragraphs. Everything here
 reproduces the original ETC feature code exactly (see `tests/`).
 
 The multi-hop variant (paragraph structure, WikiHop and HotpotQA) is in
-`multihop`; `layouts.from_features` builds the side inputs of a task's raw
-features by its layout, the one place the tasks call.
+`multihop`; `side_input_sources.from_features` builds the side inputs of a
+task's raw features by its source, the one place the tasks call.
 
 When `relative_pos_max_distance` is 0 the four `*_relative_att_ids` entries
 are present with value None (as in the original); the model then adds no

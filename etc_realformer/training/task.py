@@ -6,8 +6,9 @@ registers itself with `@register_task("name")` (which also makes it gin
 configurable) and provides:
 
 * data: `feature_spec()` (the raw per-example features stored in TFRecords)
-  and `side_input_layout` (which raw features the ETC masks and relative ids
-  come from; `etc_realformer.features.layouts.LAYOUT_FEATURES`). The base
+  and `side_input_source` (which raw features the ETC masks and relative ids
+  come from;
+  `etc_realformer.features.side_input_sources.SOURCE_FEATURES`). The base
   turns them into the input pipeline (`build_inputs`: TFRecords -> parsed,
   batched, sharded per worker) and into the side inputs, built inside the
   model from the raw features so that every exported signature takes raw
@@ -46,7 +47,7 @@ from etc_realformer.config import EtcConfig
 from etc_realformer.data import tfrecords
 from etc_realformer.errors import UserInputError
 from etc_realformer.execution import ExecutionConfig
-from etc_realformer.features import layouts
+from etc_realformer.features import side_input_sources
 from etc_realformer.features import side_inputs as side_inputs_lib
 from etc_realformer.networks.etc_model import EtcModel
 
@@ -161,7 +162,7 @@ class EtcTaskModel(tf_keras.Model):
                side_inputs_fn: Callable[[Features], Dict[str, Any]],
                **kwargs):
     super().__init__(**kwargs)
-    # The attribute name `encoder` is part of the checkpoint layout
+    # The attribute name `encoder` is part of the checkpoint's variable names
     # (`model/encoder/...`), which `checkpoints.initialization` relies on.
     self.encoder = encoder
     self._side_inputs_fn = side_inputs_fn
@@ -195,8 +196,8 @@ class Task(abc.ABC):
 
   name: str = "task"
   # Which raw features the side inputs come from
-  # (`etc_realformer.features.layouts.LAYOUT_FEATURES`).
-  side_input_layout: str = "breakpoints"
+  # (`etc_realformer.features.side_input_sources.SOURCE_FEATURES`).
+  side_input_source: str = "breakpoints"
 
   def __init__(self,
                model_config: Optional[EtcConfig] = None,
@@ -256,8 +257,8 @@ class Task(abc.ABC):
 
   def side_inputs(self, features: Features) -> Dict[str, Optional[tf.Tensor]]:
     """The eight side inputs from batched raw features ([B, L] / [B, G])."""
-    return layouts.from_features(self.model_config, features,
-                                 self.side_input_layout)
+    return side_input_sources.from_features(self.model_config, features,
+                                 self.side_input_source)
 
   def model_features(self) -> Tuple[str, ...]:
     """Names of the features the model reads (default: the fixed-shape

@@ -22,7 +22,7 @@
   fills (`RecordStep` -> `ExampleSink` -> the all-or-nothing cache write and
   stats), output paths, log and summary lines, common flags and
   command-line checks.
-- `layout`: the ETC input layout, segments -> fitted long/global features,
+- `segments`: an example's segments -> fitted long/global features,
   their spec and the model's feature names.
 - `logits`: `NEG_INF`, the logit of an excluded choice.
 - `tfds_files`: the base of the TFDS builders of the released files

@@ -3,7 +3,7 @@
 - `fit`: crop or pad a tensor's first axis to a static length (every
   featurizer's last step: the fixed [L] / [G] shapes of the TFRecords);
 - `last_of_run`: 1 at the last position of each run of equal ids (the
-  breakpoints of a paragraph / sentence layout);
+  breakpoints of a paragraph / sentence structure);
 - `special_ids` and `SpecialTokenIds`: the ids a featurizer writes besides
   the text's own pieces (global CLS / sentence / question tokens, ...), per
   vocabulary kind. A task declares its ids as a frozen dataclass that
@@ -173,7 +173,7 @@ class Featurizer(tf.Module):
       global_seq_len: G, the global input length.
       lower_case: uncased vocabulary (lower-case; WordPiece also strips
         accents).
-      min_seq_len: the shortest L and G the task's layout can use.
+      min_seq_len: the shortest L and G the task's segments can use.
 
     Raises:
       UserInputError: a length below `min_seq_len` (checked before the

@@ -153,7 +153,7 @@ _SHARD = re.compile(r"^(?P<stem>.+)-\d{5}-of-\d{5}(?P<ext>\.[^.]+)$")
 
 
 def output_family(name: str) -> Tuple[str, str]:
-  """The file name patterns of every layout of the output `name`: one file
+  """The file name patterns of every form of the output `name`: one file
   (`<stem>.tfrecord`) or shards (`<stem>-*-of-*.tfrecord`)."""
   match = _SHARD.match(name)
   if match:

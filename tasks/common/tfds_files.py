@@ -75,7 +75,7 @@ class ManualFilesBuilder(tfds.core.GeneratorBasedBuilder,
   name}), `SUBDIRS` (folders of `manual_dir` to look in, "" = itself),
   `read_records` (the task's reader: `(path, stats=...)` -> records), the
   `DESCRIPTION`, `HOMEPAGE` and `CITATION` of the dataset info, and implement
-  `features()` (the example layout) and `example(record)`.
+  `features()` (the example's features) and `example(record)`.
   """
 
   SPLIT_FILES: ClassVar[Mapping[str, str]] = {}

@@ -5,7 +5,7 @@ the same code runs in preprocessing (through `tf.data`) and in the raw-input
 serving signature. Labels need the gold answer and supporting facts and are
 added in Python by `add_labels` from the features and the record.
 
-Layout (as the original ETC HotpotQA preprocessing):
+Segments (as the original ETC HotpotQA preprocessing):
 
   global: [CLS][one per question wordpiece]
           [paragraph token, title token, one token per sentence] per
@@ -58,9 +58,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from etc_realformer.features import layouts
+from etc_realformer.features import feature_names
 from tasks.common import featurizing
-from tasks.common import layout
+from tasks.common import segments
 from tasks.common import tokenization
 from tasks.hotpotqa import data
 
@@ -106,17 +106,17 @@ GLOBAL_KINDS = "global_kinds"
 EXAMPLE_ID = "example_id"
 
 # The long and global features (see the module docstring).
-LAYOUT = layout.Layout(
-    layout.MULTIHOP,
-    long_features=(layout.Feature(LONG_TOKEN_START, -1),
-                   layout.Feature(LONG_TOKEN_END, -1)),
-    global_features=(layout.Feature(GLOBAL_PARAGRAPH_IDS, -1),
-                     layout.Feature(GLOBAL_SENTENCE_IDS, -1),
-                     layout.Feature(GLOBAL_KINDS, KIND_PAD),
-                     layout.Feature(layouts.IGNORE_HARD_G2L_MASK)))
+SEGMENT_PLAN = segments.SegmentPlan(
+    segments.MULTIHOP,
+    long_features=(segments.Feature(LONG_TOKEN_START, -1),
+                   segments.Feature(LONG_TOKEN_END, -1)),
+    global_features=(segments.Feature(GLOBAL_PARAGRAPH_IDS, -1),
+                     segments.Feature(GLOBAL_SENTENCE_IDS, -1),
+                     segments.Feature(GLOBAL_KINDS, KIND_PAD),
+                     segments.Feature(feature_names.IGNORE_HARD_G2L_MASK)))
 # The int32 features the model reads (encoder inputs, side-input sources and
 # what the head needs to locate spans); the inputs of `serving_default`.
-MODEL_FEATURES: Tuple[str, ...] = LAYOUT.model_features
+MODEL_FEATURES: Tuple[str, ...] = SEGMENT_PLAN.model_features
 LABEL_FEATURES: Tuple[str, ...] = (
     "supporting_facts", "answer_type", "answer_start", "answer_end",
     "answer_bio_ids")
@@ -151,7 +151,7 @@ def feature_spec(
   """
   long_ = (long_seq_len,)
   global_ = (global_seq_len,)
-  spec = LAYOUT.spec(long_seq_len, global_seq_len)
+  spec = SEGMENT_PLAN.spec(long_seq_len, global_seq_len)
   spec.update({
       "supporting_facts": (tf.int32, global_),
       "answer_type": (tf.int32, ()),
@@ -287,15 +287,15 @@ class HotpotFeaturizer(featurizing.Featurizer):
                         global_budget=G - 1 - q_keep)
     context, stats = self._context(text_pieces, *items)
 
-    features = LAYOUT.build([
+    features = SEGMENT_PLAN.build([
         # CLS sees the whole long input under hard g2l masking (the answer
         # type is read from it); its long token belongs to no global token.
-        layout.Segment(
+        segments.Segment(
             [ids.cls], [ids.cls], sentence_ids=[-1],
             segment_ids=SENTENCE_TOKEN_TYPE_ID,
             global_features={GLOBAL_KINDS: KIND_CLS,
-                             layouts.IGNORE_HARD_G2L_MASK: 1}),
-        layout.per_token(q_ids[:q_keep], ids.question,
+                             feature_names.IGNORE_HARD_G2L_MASK: 1}),
+        segments.per_token(q_ids[:q_keep], ids.question,
                          QUESTION_TOKEN_TYPE_ID, GLOBAL_TOKEN_TYPE_ID,
                          global_features={GLOBAL_KINDS: KIND_QUESTION}),
         context,
@@ -305,7 +305,7 @@ class HotpotFeaturizer(featurizing.Featurizer):
 
   def _context(self, text_pieces: Tuple[tf.RaggedTensor, ...],
                item_para: tf.Tensor, item_pos: tf.Tensor, item_keep: tf.Tensor
-               ) -> Tuple[layout.Segment, Dict[str, tf.Tensor]]:
+               ) -> Tuple[segments.Segment, Dict[str, tf.Tensor]]:
     """The context's segment (global: the kept paragraph, title and sentence
     tokens; long: the kept texts' wordpieces) and its truncation stats, from
     the texts' pieces [T, (n)] (ids, start and end bytes) and the items of
@@ -337,7 +337,7 @@ class HotpotFeaturizer(featurizing.Featurizer):
     def kept(pieces):  # the kept texts' pieces
       return tf.boolean_mask(pieces.flat_values, token_keep)
 
-    segment = layout.Segment(
+    segment = segments.Segment(
         token_ids=kept(text_ids),
         global_token_ids=tf.where(k_pos == 0, ids.paragraph, ids.sentence),
         sentence_ids=tf.gather(text_global, ctx_text),
@@ -417,7 +417,7 @@ def text_of(record: data.HotpotRecord, paragraph: int, sentence: int) -> str:
 def text_token_ranges(features: Mapping[str, np.ndarray]
                       ) -> Dict[int, Tuple[int, int]]:
   """Global index of each title / sentence token -> its long range [a, b)."""
-  sentence_ids = np.asarray(features[layouts.LONG_SENTENCE_IDS])
+  sentence_ids = np.asarray(features[feature_names.LONG_SENTENCE_IDS])
   kinds = np.asarray(features[GLOBAL_KINDS])
   ranges = {}
   for g in np.flatnonzero((kinds == KIND_TITLE) | (kinds == KIND_SENTENCE)):
@@ -617,8 +617,8 @@ def add_labels(features: Dict[str, np.ndarray], record: data.HotpotRecord,
     kept supporting texts, nor in a dropped one) or `data.ANSWER_TRUNCATED`
     (in a supporting text dropped to fit only).
   """
-  long_len = features[layouts.TOKEN_IDS].shape[0]
-  global_len = features[layouts.GLOBAL_TOKEN_IDS].shape[0]
+  long_len = features[feature_names.TOKEN_IDS].shape[0]
+  global_len = features[feature_names.GLOBAL_TOKEN_IDS].shape[0]
   features["record_json"] = np.array(
       json.dumps(record.to_json(), ensure_ascii=False).encode("utf-8"))
   sp = np.zeros([global_len], np.int32)
@@ -663,7 +663,7 @@ def add_labels(features: Dict[str, np.ndarray], record: data.HotpotRecord,
       spans.extend(
           (a + start, a + end) for start, end in locator.spans(
               text_of(record, para, sent), record.answer,
-              features[layouts.TOKEN_IDS][a:b],
+              features[feature_names.TOKEN_IDS][a:b],
               features[LONG_TOKEN_START][a:b]))
     spans.sort(key=lambda s: s[1])
     if spans:

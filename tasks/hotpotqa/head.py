@@ -13,7 +13,7 @@ holding the answer at `sp_threshold` (`decode.sentence_best_spans`,
 import tensorflow as tf
 import tf_keras
 
-from etc_realformer.features import layouts
+from etc_realformer.features import feature_names
 from etc_realformer.training import task as task_lib
 from tasks.common import logits as logits_lib
 from tasks.hotpotqa import decode
@@ -71,7 +71,7 @@ class HotpotQAModel(task_lib.EtcTaskModel):
         tf.squeeze(self.supporting_facts_layer(global_output), -1), f32)
     type_logits = tf.cast(self.answer_type_layer(global_output[:, 0]), f32)
     span_logits = tf.cast(self.span_layer(long_output), f32)
-    real = long_input_mask(features[layouts.LONG_PARAGRAPH_BREAKPOINTS])
+    real = long_input_mask(features[feature_names.LONG_PARAGRAPH_BREAKPOINTS])
     outputs = {
         "sp_logits": sp_logits,
         "sp_probs": tf.sigmoid(sp_logits),
@@ -96,7 +96,7 @@ class HotpotQAModel(task_lib.EtcTaskModel):
       start_probs = p_begin
       end_probs = (p_begin + p_inside) * (1.0 - next_inside)
     spans = decode.sentence_best_spans(
-        start_probs, end_probs, features[layouts.LONG_SENTENCE_IDS],
+        start_probs, end_probs, features[feature_names.LONG_SENTENCE_IDS],
         features[features_lib.GLOBAL_KINDS],
         features[features_lib.LONG_TOKEN_START],
         features[features_lib.LONG_TOKEN_END], self.max_answer_length)

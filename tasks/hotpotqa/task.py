@@ -1,13 +1,13 @@
 """HotpotQA (distractor): the registered task, `@register_task("hotpotqa")`.
 
-Data: the TFRecords of `preprocess.py` (`features.feature_spec`); side inputs
-from the paragraph / sentence layout ("multihop"). Model: `head.HotpotQAModel`
-(supporting facts, answer type, span). Loss: the mean of the supporting-fact
-loss (binary cross-entropy summed over the real global tokens), the
-answer-type cross-entropy and the span loss (mean of the start and end
-cross-entropies; BIO: cross-entropy summed over the real long tokens).
-Unlabelled examples add 0; a dev example whose answer was not located adds
-no span loss.
+Data: the TFRecords of `preprocess.py` (`features.feature_spec`); side
+inputs from the paragraph / sentence side-input source ("multihop"). Model:
+`head.HotpotQAModel` (supporting facts, answer type, span). Loss: the mean
+of the supporting-fact loss (binary cross-entropy summed over the real
+global tokens), the answer-type cross-entropy and the span loss (mean of the
+start and end cross-entropies; BIO: cross-entropy summed over the real long
+tokens). Unlabelled examples add 0; a dev example whose answer was not
+located adds no span loss.
 
 Predictions (`write_predictions`): the official submission JSON `{"answer":
 {id: text}, "sp": {id: [[title, sent_id], ...]}}` at `sp_threshold`,
@@ -26,7 +26,7 @@ import tensorflow as tf
 import tf_keras
 
 from etc_realformer.export import batching
-from etc_realformer.features import layouts
+from etc_realformer.features import feature_names
 from etc_realformer.training import task as task_lib
 from tasks.common import io
 from tasks.common import records
@@ -46,7 +46,7 @@ THRESHOLD_SEARCH_FILE = "threshold_search.json"
 class HotpotQATask(task_lib.RawInputTask):
   """HotpotQA distractor setting (see `tasks/hotpotqa/features.py`)."""
 
-  side_input_layout = features_lib.LAYOUT.side_inputs
+  side_input_source = features_lib.SEGMENT_PLAN.side_input_source
 
   def __init__(self,
                long_seq_len: int = 4096,
@@ -125,7 +125,8 @@ class HotpotQATask(task_lib.RawInputTask):
     else:
       bio = tf.cast(features["answer_bio_ids"], tf.int32)
       located = labelled & tf.reduce_any(bio >= 0, axis=-1)
-      real = head.long_input_mask(features[layouts.LONG_PARAGRAPH_BREAKPOINTS])
+      real = head.long_input_mask(
+          features[feature_names.LONG_PARAGRAPH_BREAKPOINTS])
       per_token = tf.nn.sparse_softmax_cross_entropy_with_logits(
           labels=tf.maximum(bio, 0), logits=outputs["bio_logits"])
       span = tf.reduce_sum(tf.where(real & (bio >= 0), per_token, 0.0),

@@ -39,7 +39,7 @@ _CITATION = """\
 
 
 def to_tfds_example(record: data.HotpotRecord) -> dict:
-  """A validated record in the builder's feature layout."""
+  """A validated record in the builder's feature structure."""
   facts = record.supporting_facts or ()
   return {
       "id": record.id,

@@ -42,7 +42,7 @@ Model inputs (`MODEL_FEATURES`):
   global_segment_ids int32 [G]  all 0.
   global_breakpoints int32 [G]  1 at the last real global token.
   The task builds the eight ETC side inputs from the breakpoints and
-  sentence ids (its `side_input_layout` "breakpoints":
+  sentence ids (its `side_input_source` "breakpoints":
   `make_global_local_side_inputs`, as the original).
 
 Bookkeeping (for decoding / scoring; int32 unless noted):
@@ -106,7 +106,7 @@ import tensorflow as tf
 
 from etc_realformer.errors import UserInputError
 from tasks.common import featurizing
-from tasks.common import layout
+from tasks.common import segments
 from tasks.common import tokenization
 from tasks.nq import data
 
@@ -132,16 +132,16 @@ WINDOW_INDEX = "window_index"
 NUM_WINDOWS = "num_windows"
 
 
-def _bookkeeping(name: str, dtype: tf.DType = tf.int32) -> layout.Feature:
+def _bookkeeping(name: str, dtype: tf.DType = tf.int32) -> segments.Feature:
   """A feature decoding reads: -1 where it does not apply."""
-  return layout.Feature(name, -1, dtype, model_input=False)
+  return segments.Feature(name, -1, dtype, model_input=False)
 
 
-# A window's long and global features: the breakpoints side-input layout
+# A window's long and global features: the breakpoints side-input source
 # (long tokens past a full global input, and the padding, share its last
 # token, as the original) and the bookkeeping of decoding.
-LAYOUT = layout.Layout(
-    layout.BREAKPOINTS,
+SEGMENT_PLAN = segments.SegmentPlan(
+    segments.BREAKPOINTS,
     long_features=(_bookkeeping(DOC_TOKEN_MAP),
                    _bookkeeping(LONG_CANDIDATE_INDEX),
                    _bookkeeping(LONG_START_BYTE, tf.int64),
@@ -155,13 +155,13 @@ LAYOUT = layout.Layout(
                      _bookkeeping(GLOBAL_CANDIDATE_END_BYTE, tf.int64)),
     share_last_global=True)
 
-MODEL_FEATURES: Tuple[str, ...] = LAYOUT.model_features
+MODEL_FEATURES: Tuple[str, ...] = SEGMENT_PLAN.model_features
 LABEL_FEATURES: Tuple[str, ...] = (
     "answer_type", "long_start", "long_end", "short_start", "short_end")
 # Per-window bookkeeping the decoder reads.
 BOOKKEEPING_FEATURES: Tuple[str, ...] = (
     (EXAMPLE_ID, WINDOW_INDEX, NUM_WINDOWS) +
-    tuple(name for name in LAYOUT.names if name not in MODEL_FEATURES))
+    tuple(name for name in SEGMENT_PLAN.names if name not in MODEL_FEATURES))
 
 
 def feature_spec(
@@ -172,7 +172,7 @@ def feature_spec(
 
   See the module docstring for the meaning of each feature.
   """
-  spec = LAYOUT.spec(long_seq_len, global_seq_len)
+  spec = SEGMENT_PLAN.spec(long_seq_len, global_seq_len)
   spec[EXAMPLE_ID] = (tf.int64, ())
   spec[WINDOW_INDEX] = (tf.int32, ())
   spec[NUM_WINDOWS] = (tf.int32, ())
@@ -319,7 +319,7 @@ class NqFeaturizer(featurizing.Featurizer):
       UserInputError: lengths that leave no room for the document or for the
         question's global tokens, or a vocabulary without the special tokens.
     """
-    # The layout's own limits, checked before the vocabulary is read.
+    # The segment plan's own limits, checked before the vocabulary is read.
     if max_question_len < 1:
       raise UserInputError(f"max_question_len must be >= 1, got "
                            f"{max_question_len}")
@@ -487,7 +487,7 @@ class NqFeaturizer(featurizing.Featurizer):
           (cand_start, cand_end, cand_start_byte, cand_end_byte))
 
     signature = {name: tf.TensorSpec(shape, dtype)
-                 for name, (dtype, shape) in LAYOUT.spec(L, G).items()}
+                 for name, (dtype, shape) in SEGMENT_PLAN.spec(L, G).items()}
     features, cand_runs = tf.map_fn(
         window, (starts, win_len),
         fn_output_signature=(signature, tf.TensorSpec([], i32)))
@@ -557,7 +557,7 @@ class NqFeaturizer(featurizing.Featurizer):
               cand: tf.Tensor, token_bytes: Tuple[tf.Tensor, tf.Tensor],
               candidates: Tuple[tf.Tensor, ...]
               ) -> Tuple[Dict[str, tf.Tensor], tf.Tensor]:
-    """One window's `LAYOUT` features and <int32>[] its candidate runs.
+    """One window's `SEGMENT_PLAN` features and <int32>[] its candidate runs.
 
     Long: `[CLS] question [SEP] window [SEP]`. Global: [CLS], a question
     token per question wordpiece, then one token per run of equal
@@ -601,10 +601,10 @@ class NqFeaturizer(featurizing.Featurizer):
                        tf.where(is_cand, ids.global_sentence,
                                 ids.global_trailing))
     start_byte, end_byte = token_bytes
-    return LAYOUT.build([
-        layout.Segment([ids.cls], [ids.global_cls], sentence_ids=[0]),
-        layout.per_token(q_ids, ids.global_question),
-        layout.grouped(
+    return SEGMENT_PLAN.build([
+        segments.Segment([ids.cls], [ids.global_cls], sentence_ids=[0]),
+        segments.per_token(q_ids, ids.global_question),
+        segments.grouped(
             tf.concat([[ids.sep], ids_, [ids.sep]], 0), run, num_runs,
             run_ids,
             long_features={

@@ -3,7 +3,7 @@ scores, export).
 
 Model (`head.NqModel`): the ETC-RealFormer encoder over each window
 (`features.py`), four position heads (long / short answer start and end) and
-a 5-way answer type head. Side inputs: the "breakpoints" layout (long and
+a 5-way answer type head. Side inputs: the "breakpoints" source (long and
 global breakpoints, sentence ids), as the original.
 Loss: the mean of the five cross-entropies (four position labels, each 0 =
 [CLS] when the window does not hold that end of the span; the answer type),
@@ -50,7 +50,7 @@ POSITION_HEADS = head.POSITION_HEADS
 class NaturalQuestionsTask(task_lib.RawInputTask):
   """Natural Questions (see `tasks/nq/features.py` for the windows)."""
 
-  side_input_layout = features_lib.LAYOUT.side_inputs
+  side_input_source = features_lib.SEGMENT_PLAN.side_input_source
   raw_signatures_name = "raw-input signatures"
 
   def __init__(self,

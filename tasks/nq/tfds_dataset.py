@@ -28,7 +28,7 @@ import numpy as np
 from tasks.common import records
 from tasks.nq import data
 
-# Dotted feature paths (TFDS / Hugging Face layout) the NQ pipeline needs,
+# Dotted feature paths (TFDS / Hugging Face format) the NQ pipeline needs,
 # with why.
 REQUIRED_FIELDS: Dict[str, str] = {
     "id": "the example id",
@@ -151,7 +151,7 @@ def _spans(group: Dict[str, Any], with_candidate: bool = False
 
 def tfds_example_to_json(example: Dict[str, Any]) -> Dict[str, Any]:
   """A numpy TFDS example (with every `REQUIRED_FIELDS`) in the released
-  JSON layout. `yes_no_answer` is the TFDS ClassLabel (0 NO, 1 YES, -1 none)
+  JSON form. `yes_no_answer` is the TFDS ClassLabel (0 NO, 1 YES, -1 none)
   or a string."""
   doc = example["document"]
   tokens = doc["tokens"]

@@ -3,7 +3,7 @@
 One code path serves preprocessing (through `tf.data`, see `preprocess.py`)
 and serving (inside a SavedModel signature, see `task.py`).
 
-Layout (as the original ETC OpenKP featurization):
+Segments (as the original ETC OpenKP featurization):
 
   global: one token per VDOM element (id 1), padding also id 1 (the
           original's `[1] * global_max_length`; `global_input_mask` tells

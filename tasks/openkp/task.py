@@ -3,7 +3,7 @@ export).
 
 - Model (`head.OpenKPModel`): the ETC-RealFormer encoder with the VDOM
   visual embeddings, then one logit per (n-gram length, start word). Side
-  inputs: the "input_masks" layout (each long token attends its own VDOM
+  inputs: the "input_masks" source (each long token attends its own VDOM
   element's global token).
 - Loss: softmax cross-entropy over all cells; the gold mass is spread evenly
   over the gold phrases plus `additive_smoothing_mass` spread over the valid
@@ -109,7 +109,7 @@ def keyphrase_scores(phrases: tf.Tensor, gold: tf.Tensor
 class OpenKPTask(task_lib.RawInputTask):
   """MS MARCO OpenKP keyphrase extraction (see `tasks/openkp/features.py`)."""
 
-  side_input_layout = "input_masks"
+  side_input_source = "input_masks"
 
   def __init__(self,
                long_seq_len: int = 4096,

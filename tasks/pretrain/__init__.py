@@ -3,10 +3,10 @@ Contrastive Predictive Coding on the sentence summary tokens, from raw text
 to a checkpoint the fine-tuning tasks start from (docs/pretraining.md).
 
 Modules:
-- `data`: plain text in BERT's layout (one sentence per line, a blank line
+- `data`: plain text in BERT's format (one sentence per line, a blank line
   between documents; globs, gzip), with the bad-input policy;
 - `tfds_dataset`: documents of a TFDS text dataset (Wikipedia, wiki40b), and
-  a builder of BERT-layout text files;
+  a builder of BERT-format text files;
 - `features`: the stored (unmasked) example and the featurizer that cuts
   documents at sentence boundaries;
 - `masking`: whole-word MLM and CPC masks drawn per batch in tf.data;
@@ -16,7 +16,7 @@ Modules:
 - `decode`: predicted wordpieces at the masked positions;
 - `evaluate`: MLM / CPC accuracy and their baselines;
 - `preprocess`: the binary that writes the sharded TFRecords and stats;
-- `export_encoder`: the trained encoder in the released ETC layout.
+- `export_encoder`: the trained encoder in the released ETC format.
 
 Commands:
 

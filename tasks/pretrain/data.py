@@ -1,7 +1,7 @@
-"""Reading raw text for pre-training: BERT's plain-text layout, with the
+"""Reading raw text for pre-training: BERT's plain-text format, with the
 bad-input policy of `tasks.common.records`.
 
-The layout is BERT's `create_pretraining_data.py` input: one sentence per
+The format is BERT's `create_pretraining_data.py` input: one sentence per
 line, a blank line between documents, UTF-8, any number of files (globs,
 comma-separated; gzip files are decompressed, `tasks.common.io`). A
 document is the sentences between blank lines (or a file's start and end).
@@ -58,7 +58,7 @@ def read_documents(patterns: Union[str, Sequence[str]],
                    stats: records.RecordStats,
                    max_line_chars: int = DEFAULT_MAX_LINE_CHARS
                    ) -> Iterator[Document]:
-  """Yields the documents of plain-text files in BERT's layout.
+  """Yields the documents of plain-text files in BERT's format.
 
   Args:
     patterns: glob patterns (comma-separated string or a list).

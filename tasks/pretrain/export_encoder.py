@@ -1,4 +1,4 @@
-r"""Exports a pre-trained encoder in the released ETC layout.
+r"""Exports a pre-trained encoder in the released ETC format.
 
   python -m tasks.pretrain.export_encoder --model_dir=M --output_dir=OUT \
       [--checkpoint=M/ckpt-63000] [--gin_file=... --gin_bindings=...]
@@ -84,6 +84,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  flags.DEFINE_string("output_dir", None, "Where the released-layout "
+  flags.DEFINE_string("output_dir", None, "Where the released-format "
                       "checkpoint goes.")
   cli.run(main)

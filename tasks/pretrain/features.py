@@ -13,7 +13,8 @@ An example is a piece of one document, cut at sentence boundaries:
                                   sentence, then 0
   global_breakpoints  <int32>[G]  1 at the last sentence's global token
 
-the "breakpoints" side-input layout (`etc_realformer.features.layouts`):
+the "breakpoints" side-input source
+(`etc_realformer.features.side_input_sources`):
 long tokens attend within the example, each sentence's summary token is
 linked to its tokens by `sentence_ids` (with hard g2l masking it sees only
 them). Masks are not stored: `masking.py` draws new ones for every batch.

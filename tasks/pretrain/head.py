@@ -14,7 +14,7 @@ left in the global input),
   prediction = the summary token's global output in the masked example;
   target     = the global output of the same encoder run on that sentence
                alone (its unmasked pieces, `cpc_token_ids`) with one global
-               token that sees only it (breakpoints layout, hard g2l when
+               token that sees only it (breakpoints source, hard g2l when
                the config says so) -- the second pass, inside `call`.
 
 Both go through the projection (`CpcHeadConfig.projection`), are
@@ -198,7 +198,7 @@ class PretrainModel(task_lib.EtcTaskModel):
                           ) -> Dict[str, tf.Tensor]:
     """The second pass's inputs: each CPC sentence alone, [B*C, S], then
     the negatives, [B*C*K, S], when the batch has them; one global token
-    each (the layout of `features.py`)."""
+    each (the order of `features.py`)."""
     tokens = tf.cast(features["cpc_token_ids"], tf.int32)
     max_len = tokens.shape[-1]
     tokens = tf.reshape(tokens, [-1, max_len])

@@ -7,7 +7,7 @@ r"""Caches pre-training examples: raw text -> sharded TFRecords + a stats JSON.
       --tfds_split=train --tfds_data_dir=~/tensorflow_datasets \
       --spm_model=30k-clean.model --output_dir=DATA
 
-reads documents (`data.py`: BERT's layout, one sentence per line, a blank
+reads documents (`data.py`: BERT's format, one sentence per line, a blank
 line between documents; or `tfds_dataset.py`: a TFDS text dataset, split
 into sentences without downloads), drops documents with fewer than
 `--min_sentences` sentences (7, as the ETC paper), assigns each document to
@@ -423,7 +423,7 @@ def _define_flags():
   """Flags only when run as a binary (the training binaries define flags of
   the same names)."""
   flags.DEFINE_list("input", None,
-                    "Text files in BERT's layout (globs, comma-separated; "
+                    "Text files in BERT's format (globs, comma-separated; "
                     "gzip files are decompressed).")
   flags.DEFINE_string("tfds_name", None,
                       "A TFDS text dataset instead of --input, e.g. "

@@ -6,7 +6,7 @@ documents cut at sentence boundaries, one global token per sentence); the
 input pipeline masks every batch anew (`masking.py`: whole-word MLM, CPC
 sentences), with stateless draws seeded by (seed, batch number), so a run is
 reproducible given `seed` and evaluation always sees the same masks. Side
-inputs: the "breakpoints" layout. Model: `head.PretrainModel` (encoder, MLM
+inputs: the "breakpoints" source. Model: `head.PretrainModel` (encoder, MLM
 head, CPC head with the second encoder pass). Loss per example:
 `mlm_weight` x its mean MLM cross-entropy + `cpc_weight` x its mean CPC
 InfoNCE loss (0.8 / 0.2, the paper's). Metrics: `mlm_accuracy`, `mlm_loss`,
@@ -23,7 +23,7 @@ The masking choices (`masking.MaskingConfig`) and the CPC head
 name (`MaskingConfig.max_predictions_per_seq = 640`,
 `CpcHeadConfig.projection = 'linear'`: gin/tasks/pretrain.gin).
 
-An MLM head in BERT's layout (`cls/predictions/*`, as
+An MLM head in BERT's format (`cls/predictions/*`, as
 `python -m tools.lift_checkpoint` keeps it) is loaded from
 `mlm_head_checkpoint`, or else from `TrainerConfig.init_checkpoint` when
 that checkpoint holds one (the trainer's `init_checkpoint` loads the
@@ -87,7 +87,7 @@ def read_stats(path: str) -> Dict[str, Any]:
 class PretrainTask(task_lib.Task):
   """ETC pre-training: MLM + CPC (see the module docstring)."""
 
-  side_input_layout = "breakpoints"
+  side_input_source = "breakpoints"
 
   def __init__(self,
                long_seq_len: int = 4096,

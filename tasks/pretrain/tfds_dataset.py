@@ -13,7 +13,7 @@ Two things:
   `tasks.common.tokenization.split_sentences` (a regex, no model download),
   batched in the graph.
 * the builder `EtcPretrainText` ("etc_pretrain_text"): plain-text files in
-  BERT's layout (`data.py`) from `manual_dir` as a TFDS dataset with one
+  BERT's format (`data.py`) from `manual_dir` as a TFDS dataset with one
   record per document (`text`: its sentences, one a line), splits
   `train` (`train*.txt[.gz]`) and `validation` (`valid*`/`dev*`), so a
   corpus can be shared and versioned like any TFDS dataset.
@@ -129,15 +129,15 @@ def read_documents(name: str, split: str,
 
 
 class EtcPretrainText(tfds_files.ManualFilesBuilder):
-  """Plain-text files in BERT's layout as a TFDS dataset (one record per
+  """Plain-text files in BERT's format as a TFDS dataset (one record per
   document)."""
 
   VERSION = tfds.core.Version("1.0.0")
-  RELEASE_NOTES = {"1.0.0": "Documents of BERT-layout text files."}
+  RELEASE_NOTES = {"1.0.0": "Documents of BERT-format text files."}
   DESCRIPTION = ("Documents of plain-text files in BERT's pre-training "
-                 "layout, for ETC pre-training.")
+                 "format, for ETC pre-training.")
   MANUAL_DOWNLOAD_INSTRUCTIONS = """\
-Put the corpus in manual_dir as text files in BERT's layout (one sentence
+Put the corpus in manual_dir as text files in BERT's format (one sentence
 per line, a blank line between documents; .gz allowed): train*.txt[.gz] for
 the train split and valid*.txt[.gz] or dev*.txt[.gz] for validation.
 """

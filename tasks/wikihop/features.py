@@ -8,7 +8,7 @@ by NLTK's Punkt (`tasks.common.sentences`), in Python, before the graph:
 `split_supports` gives the graph's `sentences` and `num_sentences` inputs,
 in preprocessing and for a client of the raw serving signature alike.
 
-Layout (as the original ETC WikiHop preprocessing):
+Segments (as the original ETC WikiHop preprocessing):
 
   global: [one token per candidate][one per query wordpiece]
           [paragraph token, one token per sentence] per kept document, padding
@@ -62,9 +62,9 @@ import numpy as np
 import tensorflow as tf
 
 from etc_realformer.export import batching
-from etc_realformer.features import layouts
+from etc_realformer.features import feature_names
 from tasks.common import featurizing
-from tasks.common import layout
+from tasks.common import segments
 from tasks.common import sentences as sentences_lib
 from tasks.common import tokenization
 
@@ -107,16 +107,16 @@ NUM_CANDIDATES = "num_candidates"
 EXAMPLE_ID = "example_id"
 CANDIDATES = "candidates"
 
-# The long and global features: the multihop side-input layout, the
+# The long and global features: the multihop side-input source, the
 # candidates' mentions and the candidate tokens (the answer's support).
-LAYOUT = layout.Layout(
-    layout.MULTIHOP,
-    long_features=(layout.Feature(layouts.L2G_LINKED_IDS, -1,
+SEGMENT_PLAN = segments.SegmentPlan(
+    segments.MULTIHOP,
+    long_features=(segments.Feature(feature_names.L2G_LINKED_IDS, -1,
                                   global_index=True),),
-    global_features=(layout.Feature(layouts.IGNORE_HARD_G2L_MASK),
-                     layout.Feature(CANDIDATE_MASK)))
+    global_features=(segments.Feature(feature_names.IGNORE_HARD_G2L_MASK),
+                     segments.Feature(CANDIDATE_MASK)))
 # The int32 features the model (with the side-input code) consumes.
-MODEL_FEATURES: Tuple[str, ...] = LAYOUT.model_features
+MODEL_FEATURES: Tuple[str, ...] = SEGMENT_PLAN.model_features
 # Truncation amounts returned by `featurize_with_stats_tf`.
 TRUNCATION_STATS: Tuple[str, ...] = (
     "sentences_dropped", "docs_emptied", "doc_tokens_dropped",
@@ -152,7 +152,7 @@ def feature_spec(
   example_id []: the record id.
   candidates [None]: the normalized candidate strings, for decoding.
   """
-  spec = LAYOUT.spec(long_seq_len, global_seq_len)
+  spec = SEGMENT_PLAN.spec(long_seq_len, global_seq_len)
   spec.update({
       LABEL: (tf.int32, ()),
       NUM_CANDIDATES: (tf.int32, ()),
@@ -443,19 +443,19 @@ class WikiHopFeaturizer(featurizing.Featurizer):
         tf.RaggedTensor.from_row_splits(keep_sent, sentences.row_splits),
         i32), axis=1)  # [D]
 
-    features = LAYOUT.build([
+    features = SEGMENT_PLAN.build([
         # Candidates: one global token each, shared by its wordpieces.
-        layout.grouped(
+        segments.grouped(
             cand_tokens.flat_values, cand_row, num_cands, ids.candidate,
             CANDIDATE_TOKEN_TYPE_ID, CANDIDATE_GLOBAL_TOKEN_TYPE_ID,
-            long_features={layouts.L2G_LINKED_IDS: cand_row},
-            global_features={layouts.IGNORE_HARD_G2L_MASK: 1,
+            long_features={feature_names.L2G_LINKED_IDS: cand_row},
+            global_features={feature_names.IGNORE_HARD_G2L_MASK: 1,
                              CANDIDATE_MASK: 1}),
         # The kept query wordpieces: each is its own "sentence".
-        layout.per_token(
+        segments.per_token(
             query_tokens[:query_keep], ids.question, QUESTION_TOKEN_TYPE_ID,
             QUESTION_GLOBAL_TOKEN_TYPE_ID,
-            global_features={layouts.IGNORE_HARD_G2L_MASK: 1}),
+            global_features={feature_names.IGNORE_HARD_G2L_MASK: 1}),
         self._documents(query, candidates, cand_tokens, sentences,
                         sent_tokens, keep_sent, kept_per_doc),
     ], L, G)
@@ -485,7 +485,7 @@ class WikiHopFeaturizer(featurizing.Featurizer):
   def _documents(self, query: tf.Tensor, candidates: tf.Tensor,
                  cand_tokens: tf.RaggedTensor, sentences: tf.RaggedTensor,
                  sent_tokens: tf.RaggedTensor, keep_sent: tf.Tensor,
-                 kept_per_doc: tf.Tensor) -> layout.Segment:
+                 kept_per_doc: tf.Tensor) -> segments.Segment:
     """The documents' segment: per document its paragraph token, then one
     global token per kept sentence, over the kept sentences' wordpieces.
 
@@ -538,7 +538,7 @@ class WikiHopFeaturizer(featurizing.Featurizer):
           doc_tokens, doc_token_sent_id)
       segment_ids = tf.where(subject_linked >= 0,
                              QUERY_SUBJECT_TOKEN_TYPE_ID, segment_ids)
-    return layout.Segment(
+    return segments.Segment(
         token_ids=doc_tokens,
         global_token_ids=tf.where(is_paragraph, ids.paragraph, ids.sentence),
         sentence_ids=doc_token_sent_id,
@@ -549,7 +549,7 @@ class WikiHopFeaturizer(featurizing.Featurizer):
         paragraph_ids=tf.gather(doc_offset, doc_token_doc),
         long_paragraphs=doc_token_doc,
         global_paragraphs=global_doc,
-        long_features={layouts.L2G_LINKED_IDS: linked})
+        long_features={feature_names.L2G_LINKED_IDS: linked})
 
   def _link_mentions(self, cand_tokens: tf.RaggedTensor, cand_lens: tf.Tensor,
                      doc_tokens: tf.Tensor, doc_token_sent_id: tf.Tensor,

@@ -1,19 +1,19 @@
 """WikiHop (qangaroo): the registered task, `@register_task("wikihop")`.
 
-Data: the TFRecords of `preprocess.py` (`features.feature_spec`); side inputs
-from the paragraph / sentence layout ("multihop"). Model: `head.WikiHopModel`
-(one logit per candidate global token). Loss: cross-entropy over the
-candidates against `label` (the answer's candidate index); unlabelled
-examples add 0. Metric: accuracy. Predictions: the official submission
-format, a JSON object `{id: answer}`; on the eval set, `official_scores` is
-the official metric (`evaluate.py`: accuracy) against the gold answers, from
-`gold_file` or else the labels stored in the TFRecords. Export: besides the
-tensor signatures, `serve_raw(query, candidates, sentences, num_sentences)`,
-which featurizes in the graph (needs `vocab_file` or `spm_model_file`), and
-`serve_raw_batch`, the same for a batch of records, padded, with counts; the
-client splits the supports into sentences first with
-`features.split_supports` (Punkt, as preprocessing does); `client.py` builds
-`serve_raw_batch`'s inputs from qangaroo records.
+Data: the TFRecords of `preprocess.py` (`features.feature_spec`); side
+inputs from the paragraph / sentence side-input source ("multihop"). Model:
+`head.WikiHopModel` (one logit per candidate global token). Loss:
+cross-entropy over the candidates against `label` (the answer's candidate
+index); unlabelled examples add 0. Metric: accuracy. Predictions: the
+official submission format, a JSON object `{id: answer}`; on the eval set,
+`official_scores` is the official metric (`evaluate.py`: accuracy) against
+the gold answers, from `gold_file` or else the labels stored in the
+TFRecords. Export: besides the tensor signatures, `serve_raw(query,
+candidates, sentences, num_sentences)`, which featurizes in the graph (needs
+`vocab_file` or `spm_model_file`), and `serve_raw_batch`, the same for a
+batch of records, padded, with counts; the client splits the supports into
+sentences first with `features.split_supports` (Punkt, as preprocessing
+does); `client.py` builds `serve_raw_batch`'s inputs from qangaroo records.
 """
 
 import os
@@ -37,7 +37,7 @@ PREDICTIONS_FILE = "predictions.json"
 class WikiHopTask(task_lib.RawInputTask):
   """qangaroo WikiHop multiple-choice QA (see `tasks/wikihop/features.py`)."""
 
-  side_input_layout = wikihop_features.LAYOUT.side_inputs
+  side_input_source = wikihop_features.SEGMENT_PLAN.side_input_source
   raw_signatures_name = "raw-text signature"
 
   def __init__(self,

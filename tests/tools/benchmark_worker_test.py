@@ -4,7 +4,7 @@ task's own featurizer."""
 import numpy as np
 import tensorflow as tf
 
-from etc_realformer.features import layouts
+from etc_realformer.features import feature_names
 from tasks.wikihop import features as wikihop
 from tools import benchmark_worker
 import wikihop_testing
@@ -23,14 +23,14 @@ def test_wikihop_raw_features_are_the_featurizers():
   # + 9 <= 48, a second would need 57 global tokens).
   assert f["real_long_tokens"] == 30 + 12 + 128
   assert f["real_global_tokens"] == 10 + 12 + 9
-  ids = f[layouts.GLOBAL_TOKEN_IDS][0]
+  ids = f[feature_names.GLOBAL_TOKEN_IDS][0]
   assert (ids[:10] == 4).all() and (ids[10:22] == 3).all()
   assert ids[22] == 5 and (ids[23:31] == 1).all()
-  assert (f[layouts.LONG_PARAGRAPH_BREAKPOINTS].sum(axis=1) == 10 + 1 + 1
+  assert (f[feature_names.LONG_PARAGRAPH_BREAKPOINTS].sum(axis=1) == 10 + 1 + 1
           ).all()
   # The answer is one of the candidates; some sentences mention one.
   assert ((f[wikihop.LABEL] >= 0) & (f[wikihop.LABEL] < 10)).all()
-  links = f[layouts.L2G_LINKED_IDS][:, 42:]
+  links = f[feature_names.L2G_LINKED_IDS][:, 42:]
   assert (links >= 0).any() and (links < 10).all()
   # Deterministic in the seed.
   again = benchmark_worker.wikihop_raw_features(256, 48, 2, 300, seed=3)

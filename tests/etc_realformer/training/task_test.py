@@ -1,5 +1,5 @@
 """The Task spine: registry, gin glue, the TFRecord input pipeline, side
-inputs by layout, the base serving signatures and official scoring."""
+inputs by source, the base serving signatures and official scoring."""
 
 import gin
 import numpy as np
@@ -31,7 +31,7 @@ class _Head(task_lib.EtcTaskModel):
 class SpineTestTask(task_lib.Task):
   """One label per example over G global tokens; breakpoint side inputs."""
 
-  side_input_layout = "breakpoints"
+  side_input_source = "breakpoints"
 
   def feature_spec(self):
     return {"token_ids": (tf.int32, (L,)),
@@ -129,7 +129,7 @@ def test_tfrecords_of_other_lengths_are_refused_when_opened(task, tmp_path):
     task.build_inputs("eval", 2)
 
 
-def test_side_inputs_by_layout_and_in_the_pipeline(task):
+def test_side_inputs_by_source_and_in_the_pipeline(task):
   batch = next(iter(task.build_inputs("eval", 2)))
   side = task.side_inputs(batch)
   assert side["l2l_att_mask"].shape == (2, L, 2 * 2 + 1)

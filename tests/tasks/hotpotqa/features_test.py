@@ -1,11 +1,11 @@
-"""Tests for tasks.hotpotqa.features: layout, offsets, truncation, labels."""
+"""Tests for tasks.hotpotqa.features: segments, offsets, truncation, labels."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from etc_realformer.config import EtcConfig
-from etc_realformer.features import layouts
+from etc_realformer.features import side_input_sources
 from hotpotqa_testing import WORDS
 from hotpotqa_testing import record as _record
 from tasks.hotpotqa import data
@@ -38,7 +38,7 @@ def _ids(vocab_path, text):
   return [v.index(w) for w in text.split()]
 
 
-def test_hand_checked_layout_and_labels(vocab):
+def test_hand_checked_segments_and_labels(vocab):
   featurizer = _featurizer(vocab, 30, 14)
   cls = _ids(vocab, "[CLS]")[0]
   assert featurizer.global_token_ids == F.GlobalTokenIds(
@@ -228,7 +228,7 @@ def test_side_inputs_exempt_cls_from_hard_g2l(vocab):
   config = EtcConfig(vocab_size=60, local_radius=4,
                      relative_pos_max_distance=2, relative_vocab_size=8,
                      use_hard_g2l_mask=True)
-  side = layouts.from_features(
+  side = side_input_sources.from_features(
       config, {k: v[None] for k, v in f.items()}, "multihop")
   g2l = side["g2l_att_mask"][0].numpy()
   assert g2l[0, :26].all() and not g2l[0, 26:].any()  # CLS sees everything

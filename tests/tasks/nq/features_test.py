@@ -1,5 +1,5 @@
 """Tests for tasks.nq.features: windows, global tokens, labels, side inputs
-(the task's "breakpoints" layout over the features), special ids."""
+(the task's "breakpoints" source over the features), special ids."""
 
 from typing import Tuple
 
@@ -227,7 +227,7 @@ def test_full_global_input_shares_the_last_token(vocab):
   assert (g["sentence_ids"][real[real >= last]] == last).all()
 
 
-# Window layout for the default test featurizer (L 24, q 4, stride 8):
+# Window segments for the default test featurizer (L 24, q 4, stride 8):
 # doc_len = 24 - 4 - 3 = 17, windows hold document wordpieces [0, 16],
 # [8, 24], [16, 28]; wordpiece k sits at long position 6 + k - 8 * w
 # (6 = [CLS] + 4 question wordpieces + [SEP]). Document token t >= 8 is

@@ -14,7 +14,7 @@ from tasks.nq import tfds_dataset
 
 
 def tfds_example(record):
-  """A numpy TFDS-layout example (with the fields TFDS 0.1.0 lacks)."""
+  """A numpy TFDS-format example (with the fields TFDS 0.1.0 lacks)."""
   toks = record["document_tokens"]
   cands = record["long_answer_candidates"]
   anns = record["annotations"]

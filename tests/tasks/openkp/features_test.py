@@ -1,4 +1,4 @@
-"""Tests for tasks.openkp.features: hand-checked layout, truncation, labels,
+"""Tests for tasks.openkp.features: hand-checked segments, truncation, labels,
 the in-graph VDOM parser, serving = preprocessing, SentencePiece."""
 
 import json
@@ -27,7 +27,7 @@ def _record(elements, keyphrases=None, features=None):
   return data.validate_record(rec, "f", 0, labeled=keyphrases is not None)[0]
 
 
-def test_layout_by_hand(vocab):
+def test_segments_by_hand(vocab):
   # Words: 0 "kp1" 1 "b," 2 "" (double space) 3 "Cafés" | 4 "c" 5 "kp2".
   feats = [vdom_features(x=float(i), heading=float(i == 0)) for i in range(3)]
   record = _record([["kp1", "b,", "", "Cafés"], [], ["c", "kp2"]],

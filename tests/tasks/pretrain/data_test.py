@@ -1,4 +1,4 @@
-"""Tests for tasks.pretrain.data: BERT's plain-text layout (documents between
+"""Tests for tasks.pretrain.data: BERT's plain-text format (documents between
 blank lines, globs, gzip) and bad input skipped, counted and named, or
 failing with --strict."""
 

@@ -4,7 +4,7 @@ A tiny one-layer model is pre-trained on a tiny corpus over the tiny WikiHop
 vocabulary (`pretrain_testing`) and stops after its step-2 checkpoint, as a
 killed run leaves it (a real SIGKILL, on two workers:
 `multi_worker_test.py`); the same command with more steps resumes from that
-checkpoint. The encoder is exported in the released ETC layout (heads
+checkpoint. The encoder is exported in the released ETC format (heads
 dropped), both the training checkpoint and the export initialise a WikiHop
 model to the pre-trained weights, and WikiHop fine-tunes from the export.
 The pre-trained model has a sentence length table, which fine-tuning has
@@ -65,7 +65,7 @@ def test_pretrain_resume_export_and_finetune(tmp_path, capsys):
     steps = e2e_testing.progress(printed)
     assert [s for s, _ in steps] == [3] and np.isfinite(steps[0][1])
 
-    # The encoder in the released layout, heads dropped.
+    # The encoder in the released format, heads dropped.
     out = str(tmp_path / "released")
     prefix = export_encoder.export_encoder(model_dir, out)
     names = [n for n, _ in tf.train.list_variables(prefix)]

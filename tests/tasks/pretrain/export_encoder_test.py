@@ -1,5 +1,5 @@
 """Tests for tasks.pretrain.export_encoder: a training run's encoder written
-in the released layout (heads dropped, values restored, config and
+in the released format (heads dropped, values restored, config and
 vocabulary beside it), and the command line's mistakes."""
 
 import json

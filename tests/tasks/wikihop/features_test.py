@@ -1,4 +1,4 @@
-"""Tests for tasks.wikihop.features: layout, linking, truncation, in-graph."""
+"""Tests for tasks.wikihop.features: segments, linking, truncation, in-graph."""
 
 import heapq
 import json

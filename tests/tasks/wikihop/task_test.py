@@ -17,7 +17,7 @@ G = wikihop_testing.G
 
 def test_registered_under_its_name():
   assert task_lib.get_task_class("wikihop") is wikihop_task.WikiHopTask
-  assert wikihop_testing.tiny_task().side_input_layout == "multihop"
+  assert wikihop_testing.tiny_task().side_input_source == "multihop"
 
 
 def test_loss_is_candidate_cross_entropy_and_accuracy():

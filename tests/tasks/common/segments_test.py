@@ -1,29 +1,30 @@
-"""Tests for tasks.common.layout: segments -> fitted long/global features."""
+"""Tests for tasks.common.segments: segments -> fitted long/global features."""
 
 import pytest
 import tensorflow as tf
 
-from etc_realformer.features import layouts
-from tasks.common import layout
+from etc_realformer.features import feature_names
+from etc_realformer.features import side_input_sources
+from tasks.common import segments
 
 LINK, KIND, BYTES = "link", "kind", "bytes"
 
-MULTIHOP = layout.Layout(
-    layout.MULTIHOP,
-    long_features=(layout.Feature(LINK, -1, global_index=True),),
-    global_features=(layout.Feature(layouts.IGNORE_HARD_G2L_MASK),
-                     layout.Feature(KIND, 9)))
+MULTIHOP = segments.SegmentPlan(
+    segments.MULTIHOP,
+    long_features=(segments.Feature(LINK, -1, global_index=True),),
+    global_features=(segments.Feature(feature_names.IGNORE_HARD_G2L_MASK),
+                     segments.Feature(KIND, 9)))
 
 
 def _segments():
   """Candidates-like (two groups), query-like (a token each), documents-like
   (a paragraph token and two sentence tokens)."""
   return [
-      layout.grouped([11, 12, 13], [0, 0, 1], 2, 7, segment_id=4,
+      segments.grouped([11, 12, 13], [0, 0, 1], 2, 7, segment_id=4,
                      global_segment_id=6, long_features={LINK: [0, 0, 1]},
-                     global_features={layouts.IGNORE_HARD_G2L_MASK: 1}),
-      layout.per_token([21, 22], 8, segment_id=3, global_segment_id=5),
-      layout.Segment(token_ids=[31, 32, 33], global_token_ids=[9, 1, 1],
+                     global_features={feature_names.IGNORE_HARD_G2L_MASK: 1}),
+      segments.per_token([21, 22], 8, segment_id=3, global_segment_id=5),
+      segments.Segment(token_ids=[31, 32, 33], global_token_ids=[9, 1, 1],
                      sentence_ids=[1, 1, 2], segment_ids=1,
                      global_segment_ids=[7, 0, 0], paragraph_ids=0,
                      global_features={KIND: [2, 3, 3]}),
@@ -67,17 +68,17 @@ def test_truncation_crops_and_drops_indices_past_the_global_input():
 def _window():
   """[CLS], two question tokens, then runs over [SEP] 7 8 8 [SEP]."""
   return [
-      layout.Segment([101], [1], sentence_ids=[0]),
-      layout.per_token([5, 6], 2),
-      layout.grouped([102, 7, 8, 8, 102], [0, 1, 2, 2, 3], 4, [2, 3, 3, 4],
+      segments.Segment([101], [1], sentence_ids=[0]),
+      segments.per_token([5, 6], 2),
+      segments.grouped([102, 7, 8, 8, 102], [0, 1, 2, 2, 3], 4, [2, 3, 3, 4],
                      long_features={BYTES: [-1, 70, 80, 81, -1]}),
   ]
 
 
-def test_breakpoints_layout_sharing_the_last_global_token():
-  shared = layout.Layout(
-      layout.BREAKPOINTS, share_last_global=True,
-      long_features=(layout.Feature(BYTES, -1, tf.int64,
+def test_breakpoints_plan_sharing_the_last_global_token():
+  shared = segments.SegmentPlan(
+      segments.BREAKPOINTS, share_last_global=True,
+      long_features=(segments.Feature(BYTES, -1, tf.int64,
                                     model_input=False),))
   got = shared.build(_window(), 12, 6)
   assert got[BYTES].dtype == tf.int64
@@ -98,8 +99,8 @@ def test_breakpoints_layout_sharing_the_last_global_token():
   assert got["global_breakpoints"] == [0] * 6 + [1, 0, 0]
 
 
-def test_breakpoints_layout_without_sharing_drops_indices():
-  plain = layout.Layout(layout.BREAKPOINTS)
+def test_breakpoints_plan_without_sharing_drops_indices():
+  plain = segments.SegmentPlan(segments.BREAKPOINTS)
   got = _numpy(plain.build(_window()[:2], 5, 2))
   assert got["sentence_ids"] == [0, 1, -1, -1, -1]
   assert got["global_breakpoints"] == [0, 1]
@@ -107,11 +108,11 @@ def test_breakpoints_layout_without_sharing_drops_indices():
 
 
 def test_spec_and_model_features():
-  bookkept = layout.Layout(
-      layout.BREAKPOINTS,
-      long_features=(layout.Feature(BYTES, -1, tf.int64,
+  bookkept = segments.SegmentPlan(
+      segments.BREAKPOINTS,
+      long_features=(segments.Feature(BYTES, -1, tf.int64,
                                     model_input=False),),
-      global_features=(layout.Feature(KIND),))
+      global_features=(segments.Feature(KIND),))
   assert bookkept.spec(16, 4) == {
       "token_ids": (tf.int32, (16,)),
       "segment_ids": (tf.int32, (16,)),
@@ -128,7 +129,8 @@ def test_spec_and_model_features():
       "global_token_ids", "global_segment_ids", "global_breakpoints", KIND)
   # What the side inputs read is among them.
   for lay in (bookkept, MULTIHOP):
-    assert set(layouts.LAYOUT_FEATURES[lay.side_inputs]) <= set(
+    needed = side_input_sources.SOURCE_FEATURES[lay.side_input_source]
+    assert set(needed) <= set(
         lay.model_features)
 
 
@@ -136,7 +138,7 @@ def test_traced_with_unknown_lengths_gives_static_shapes():
   @tf.function(input_signature=[tf.TensorSpec([None], tf.int32)])
   def traced(query):
     features = MULTIHOP.build(
-        [layout.per_token(query, 8, segment_id=3)], 6, 4)
+        [segments.per_token(query, 8, segment_id=3)], 6, 4)
     for name, (dtype, shape) in MULTIHOP.spec(6, 4).items():
       assert features[name].dtype == dtype
       assert features[name].shape.as_list() == list(shape)
@@ -149,18 +151,18 @@ def test_traced_with_unknown_lengths_gives_static_shapes():
   assert got["token_ids"] == [0] * 6 and got["global_token_ids"] == [0] * 4
 
 
-def test_bad_layouts_and_segments_fail():
+def test_bad_plans_and_segments_fail():
   with pytest.raises(ValueError, match="input_masks"):
-    layout.Layout("input_masks")
+    segments.SegmentPlan("input_masks")
   with pytest.raises(ValueError, match="ignore_hard_g2l_mask"):
-    layout.Layout(layout.MULTIHOP)
+    segments.SegmentPlan(segments.MULTIHOP)
   with pytest.raises(ValueError, match="no features.*'nope'"):
-    MULTIHOP.build([layout.per_token([1], 2, long_features={"nope": 1})],
+    MULTIHOP.build([segments.per_token([1], 2, long_features={"nope": 1})],
                    4, 4)
 
 
-def test_names_follow_the_side_input_layout():
-  assert layout.Layout(layout.BREAKPOINTS).names == (
+def test_names_follow_the_side_input_source():
+  assert segments.SegmentPlan(segments.BREAKPOINTS).names == (
       "token_ids", "segment_ids", "long_breakpoints", "sentence_ids",
       "global_token_ids", "global_segment_ids", "global_breakpoints")
   assert MULTIHOP.names[:5] == (

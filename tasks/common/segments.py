@@ -1,16 +1,16 @@
-"""An example's ETC input layout: segments -> fixed-shape long/global features.
+"""An example's segments -> fixed-shape long/global features (`SegmentPlan`).
 
 A featurizer lays an example out as a few segments, one after the other
 (WikiHop: candidates, query, documents; HotpotQA: CLS, question, context; an
 NQ window: CLS, question, the window's wordpieces). A `Segment` holds its
 long tokens and the global tokens they belong to, with global indices local
-to the segment. `Layout.build` places the segments in order, makes the
-indices global, writes the breakpoints of the task's side-input layout
-(`etc_realformer.features.layouts`) and fits every feature to the long
-length L or the global length G. A task adds its own per-token features as
-`Feature`s of its `Layout`, whose `spec` and `model_features` name what the
-featurizer writes. So a task keeps its budgets, the order of its segments and
-its labels.
+to the segment. `SegmentPlan.build` places the segments in order, makes the
+indices global, writes the breakpoints of the task's side-input source
+(`etc_realformer.features.side_input_sources`) and fits every feature to
+the long length L or the global length G. A task adds its own per-token
+features as `Feature`s of its `SegmentPlan`, whose `spec` and
+`model_features` name what the featurizer writes. So a task keeps its
+budgets, the order of its segments and its labels.
 
   segment            candidates     query        documents
   long tokens        a a b b b      q q          x x x y y | z z z
@@ -18,9 +18,9 @@ its labels.
   sentence ids       0 0 1 1 1      0 1          1 1 1 2 2   4 4 4   (local)
                ->    0 0 1 1 1      2 3          5 5 5 6 6   8 8 8   (placed)
 
-Breakpoints: in the "multihop" layout every segment closes each of its
+Breakpoints: in the "multihop" source every segment closes each of its
 paragraphs (runs of equal paragraph ids, the whole segment by default) on
-both sides; in the "breakpoints" layout (one example per row) the last real
+both sides; in the "breakpoints" source (one example per row) the last real
 token of each side is the one breakpoint.
 """
 
@@ -30,7 +30,8 @@ from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
 
-from etc_realformer.features import layouts
+from etc_realformer.features import feature_names
+from etc_realformer.features import side_input_sources
 from tasks.common import featurizing
 
 FeatureSpec = Dict[str, Tuple[tf.DType, Tuple[Optional[int], ...]]]
@@ -53,7 +54,7 @@ class Feature:
     global_index: the values index global tokens (-1: none); an index the
       global input cannot hold (>= G, only when the segments overflow it)
       becomes -1.
-    model_input: the model reads it (`Layout.model_features`); else it is
+    model_input: the model reads it (`SegmentPlan.model_features`); else it is
       bookkeeping (for decoding).
   """
   name: str
@@ -68,7 +69,7 @@ class Segment:
   """n long tokens and the m global tokens they belong to.
 
   Global indices are local: 0..m-1 are the segment's own global tokens, -1
-  none; `Layout.build` adds the number of global tokens before the segment.
+  none; `SegmentPlan.build` adds the number of global tokens before the segment.
 
   Attributes:
     token_ids: <int32>[n].
@@ -81,7 +82,7 @@ class Segment:
     long_paragraphs, global_paragraphs: <int32>[n] / [m] any id per token
       of its paragraph: a "multihop" breakpoint closes each run of equal
       ids. None: the segment is one paragraph.
-    long_features, global_features: the values of the layout's own
+    long_features, global_features: the values of the plan's own
       `Feature`s, by name; one not given is its pad. A `global_index`
       feature holds global indices as they are (a mention's candidate lies
       in another segment).
@@ -157,76 +158,79 @@ def _breaks(paragraphs: Optional[Values], n: tf.Tensor) -> tf.Tensor:
 
 
 def _place(local: tf.Tensor, start: tf.Tensor) -> tf.Tensor:
-  """Local global indices -> the layout's (-1 stays -1)."""
+  """Local global indices -> the example's (-1 stays -1)."""
   return tf.where(local >= 0, local + start, -1)
 
 
 @dataclasses.dataclass(frozen=True)
-class Layout:
+class SegmentPlan:
   """A task's long and global features, and how segments fill them.
 
-  Its own features come first, named as the side-input layout reads them:
+  Its own features come first, named as the side-input source reads them:
   long `token_ids`, `segment_ids`, breakpoints, (multihop) paragraph ids
   and sentence ids; global `global_token_ids`, `global_segment_ids`,
   breakpoints. The task's `Feature`s follow, in order.
 
   Attributes:
-    side_inputs: "multihop" (paragraph breakpoints and ids) or "breakpoints"
-      (one example per row), as in `layouts.LAYOUT_FEATURES`.
+    side_input_source: "multihop" (paragraph breakpoints and ids) or
+      "breakpoints" (one example per row), as in
+      `side_input_sources.SOURCE_FEATURES`.
     long_features, global_features: the task's own features.
     share_last_global: long tokens whose global token is cut off (index
       >= G), and the long padding, belong to the last global token (the
       original NQ's); else to none (-1).
   """
-  side_inputs: str
+  side_input_source: str
   long_features: Tuple[Feature, ...] = ()
   global_features: Tuple[Feature, ...] = ()
   share_last_global: bool = False
 
   def __post_init__(self):
-    if self.side_inputs not in (MULTIHOP, BREAKPOINTS):
-      raise ValueError(f"side_inputs {self.side_inputs!r} is not one of "
+    source = self.side_input_source
+    if source not in (MULTIHOP, BREAKPOINTS):
+      raise ValueError(f"side_input_source {source!r} is not one of "
                        f"{(MULTIHOP, BREAKPOINTS)}")
-    missing = set(layouts.LAYOUT_FEATURES[self.side_inputs]) - set(
+    missing = set(side_input_sources.SOURCE_FEATURES[source]) - set(
         self.names)
     if missing:
-      raise ValueError(f"a {self.side_inputs!r} layout needs the features "
+      raise ValueError(f"a {source!r} source needs the features "
                        f"{sorted(missing)}")
 
   @property
   def _multihop(self) -> bool:
-    return self.side_inputs == MULTIHOP
+    return self.side_input_source == MULTIHOP
 
   @property
   def long_breakpoints(self) -> str:
-    return (layouts.LONG_PARAGRAPH_BREAKPOINTS if self._multihop else
-            layouts.LONG_BREAKPOINTS)
+    return (feature_names.LONG_PARAGRAPH_BREAKPOINTS if self._multihop else
+            feature_names.LONG_BREAKPOINTS)
 
   @property
   def global_breakpoints(self) -> str:
-    return (layouts.GLOBAL_PARAGRAPH_BREAKPOINTS if self._multihop else
-            layouts.GLOBAL_BREAKPOINTS)
+    return (feature_names.GLOBAL_PARAGRAPH_BREAKPOINTS if self._multihop else
+            feature_names.GLOBAL_BREAKPOINTS)
 
   @property
   def sentence_ids(self) -> str:
-    return (layouts.LONG_SENTENCE_IDS if self._multihop else
-            layouts.SENTENCE_IDS)
+    return (feature_names.LONG_SENTENCE_IDS if self._multihop else
+            feature_names.SENTENCE_IDS)
 
   @property
   def long(self) -> Tuple[Feature, ...]:
     """All long features, in order."""
-    own = [Feature(layouts.TOKEN_IDS), Feature(layouts.SEGMENT_IDS),
+    own = [Feature(feature_names.TOKEN_IDS), Feature(feature_names.SEGMENT_IDS),
            Feature(self.long_breakpoints)]
     if self._multihop:
-      own.append(Feature(layouts.LONG_PARAGRAPH_IDS, -1, global_index=True))
+      own.append(Feature(feature_names.LONG_PARAGRAPH_IDS, -1,
+                         global_index=True))
     own.append(Feature(self.sentence_ids, -1, global_index=True))
     return tuple(own) + tuple(self.long_features)
 
   @property
   def global_(self) -> Tuple[Feature, ...]:
     """All global features, in order."""
-    return (Feature(layouts.GLOBAL_TOKEN_IDS),
-            Feature(layouts.GLOBAL_SEGMENT_IDS),
+    return (Feature(feature_names.GLOBAL_TOKEN_IDS),
+            Feature(feature_names.GLOBAL_SEGMENT_IDS),
             Feature(self.global_breakpoints)) + tuple(self.global_features)
 
   @property
@@ -267,7 +271,7 @@ class Layout:
         long_parts[name].append(values)
       for name, values in global_values.items():
         global_parts[name].append(values)
-      start += tf.size(global_values[layouts.GLOBAL_TOKEN_IDS],
+      start += tf.size(global_values[feature_names.GLOBAL_TOKEN_IDS],
                        out_type=tf.int32)
     long_ = {name: tf.concat(parts, 0) for name, parts in long_parts.items()}
     global_ = {name: tf.concat(parts, 0)
@@ -275,7 +279,7 @@ class Layout:
     if not self._multihop:
       # One example per row: a breakpoint at the last kept token of each.
       long_[self.long_breakpoints] = _last(
-          tf.size(long_[layouts.TOKEN_IDS], out_type=tf.int32), long_len)
+          tf.size(long_[feature_names.TOKEN_IDS], out_type=tf.int32), long_len)
       global_[self.global_breakpoints] = _last(start, global_len)
     features = {}
     for feature in self.long:
@@ -302,10 +306,10 @@ class Layout:
     global_ids = tf.convert_to_tensor(segment.global_token_ids, tf.int32)
     n = tf.size(token_ids, out_type=tf.int32)
     m = tf.size(global_ids, out_type=tf.int32)
-    long_ = {layouts.TOKEN_IDS: token_ids,
-             layouts.SEGMENT_IDS: _per_token(segment.segment_ids, n)}
-    global_ = {layouts.GLOBAL_TOKEN_IDS: global_ids,
-               layouts.GLOBAL_SEGMENT_IDS: _per_token(
+    long_ = {feature_names.TOKEN_IDS: token_ids,
+             feature_names.SEGMENT_IDS: _per_token(segment.segment_ids, n)}
+    global_ = {feature_names.GLOBAL_TOKEN_IDS: global_ids,
+               feature_names.GLOBAL_SEGMENT_IDS: _per_token(
                    segment.global_segment_ids, m)}
     if self._multihop:
       long_[self.long_breakpoints] = _breaks(segment.long_paragraphs, n)
@@ -313,7 +317,7 @@ class Layout:
                                                  m)
       paragraph_ids = (-1 if segment.paragraph_ids is None else
                        segment.paragraph_ids)
-      long_[layouts.LONG_PARAGRAPH_IDS] = _place(
+      long_[feature_names.LONG_PARAGRAPH_IDS] = _place(
           _per_token(paragraph_ids, n), start)
     long_[self.sentence_ids] = _place(
         tf.convert_to_tensor(segment.sentence_ids, tf.int32), start)
@@ -325,11 +329,11 @@ class Layout:
 
 def _own_values(features: Sequence[Feature], values: Mapping[str, Values],
                 n: tf.Tensor) -> Dict[str, tf.Tensor]:
-  """The n values of each of a layout's own features (its pad when the
+  """The n values of each of a plan's own features (its pad when the
   segment does not give it)."""
   unknown = set(values) - {f.name for f in features}
   if unknown:
-    raise ValueError(f"the layout has no features {sorted(unknown)}")
+    raise ValueError(f"the segment plan has no features {sorted(unknown)}")
   return {f.name: _per_token(values.get(f.name, f.pad), n, f.dtype)
           for f in features}
 

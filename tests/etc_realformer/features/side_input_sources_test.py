@@ -1,11 +1,12 @@
-"""`layouts.from_features`: the side inputs of a task's raw features."""
+"""`side_input_sources.from_features`: the side inputs of a task's raw
+features."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from etc_realformer.config import EtcConfig
-from etc_realformer.features import layouts
+from etc_realformer.features import side_input_sources
 from etc_realformer.features import side_inputs as si
 
 KEYS = si.SIDE_INPUT_KEYS
@@ -22,24 +23,25 @@ def _assert_equal(actual, expected):
                                   err_msg=key)
 
 
-def test_from_features_by_layout(golden):
+def test_from_features_by_source(golden):
   config = EtcConfig(vocab_size=30, local_radius=4,
                      relative_pos_max_distance=2, relative_vocab_size=10)
   breakpoints = {k: golden[k] for k in ("long_breakpoints",
                                         "global_breakpoints", "sentence_ids")}
-  _assert_equal(layouts.from_features(config, breakpoints, "breakpoints"),
+  _assert_equal(side_input_sources.from_features(config, breakpoints,
+                                                "breakpoints"),
                 {k: golden[k] for k in KEYS})
   # Input masks as example ids: the same pattern for unpacked examples.
   long_mask = np.cumsum(golden["long_breakpoints"][:, ::-1], 1)[:, ::-1]
   global_mask = np.cumsum(golden["global_breakpoints"][:, ::-1], 1)[:, ::-1]
   masks = dict(long_input_mask=long_mask, global_input_mask=global_mask,
                long_sentence_ids=golden["sentence_ids"])
-  _assert_equal(layouts.from_features(config, masks, "input_masks"),
+  _assert_equal(side_input_sources.from_features(config, masks, "input_masks"),
                 {k: golden[k] for k in KEYS})
   with pytest.raises(ValueError, match="missing"):
-    layouts.from_features(config, masks, "breakpoints")
-  with pytest.raises(ValueError, match="layout"):
-    layouts.from_features(config, masks, "paragraphs")
+    side_input_sources.from_features(config, masks, "breakpoints")
+  with pytest.raises(ValueError, match="source"):
+    side_input_sources.from_features(config, masks, "paragraphs")
 
 
 def test_with_side_inputs_in_tf_data(golden):
@@ -48,7 +50,7 @@ def test_with_side_inputs_in_tf_data(golden):
   features = {k: golden[k] for k in ("long_breakpoints", "global_breakpoints",
                                      "sentence_ids", "token_ids")}
   ds = tf.data.Dataset.from_tensor_slices(features).map(
-      lambda f: layouts.with_side_inputs(config, f, "breakpoints"))
+      lambda f: side_input_sources.with_side_inputs(config, f, "breakpoints"))
   element = next(iter(ds.batch(2)))
   assert "l2l_relative_att_ids" not in element
   assert "token_ids" in element
