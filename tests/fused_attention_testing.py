@@ -23,24 +23,24 @@ def core_seeds(call_seed=(11, 29)) -> np.ndarray:
   """<int32>[4]: the folded dropout seeds of the two patterns' sites
   (FIRST_SITE, + 1) for a call seed, as the core folds them."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from etc_realformer.layers import dropout as dropout_lib  # pylint: disable=g-import-not-at-top
+  from etc_realformer.attention import dropout as dropout_lib  # pylint: disable=g-import-not-at-top
   seed = tf.constant(call_seed, tf.int32)
   return np.concatenate([dropout_lib.fold_seed(seed, FIRST_SITE + i).numpy()
                          for i in range(2)]).astype(np.int32)
 
 
-def core_side(case: SideCase, pieces: Dict[str, np.ndarray],
-              call_seed=(11, 29)):
-  """(`attention_core.SideSpec`, `SideInputs`) of the pieces, in the core's
+def core_branch(case: SideCase, pieces: Dict[str, np.ndarray],
+                call_seed=(11, 29)):
+  """(`core.BranchSpec`, `BranchInputs`) of the pieces, in the core's
   layouts (float32 tensors). With dropout, `pieces["seeds"]` must be the
   folded seeds of `call_seed` (`core_seeds`), as the core folds them."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from etc_realformer.layers import attention_core as core  # pylint: disable=g-import-not-at-top
-  from etc_realformer.layers import dropout as dropout_lib  # pylint: disable=g-import-not-at-top
-  from etc_realformer.layers.attention_pieces import PatternPair, ScoreInputs, SideInputs, SideMasks  # pylint: disable=g-import-not-at-top,line-too-long
+  from etc_realformer.attention import core  # pylint: disable=g-import-not-at-top
+  from etc_realformer.attention import dropout as dropout_lib  # pylint: disable=g-import-not-at-top
+  from etc_realformer.attention.pieces import PatternPair, ScoreInputs, BranchInputs, BranchMasks  # pylint: disable=g-import-not-at-top,line-too-long
 
   patterns = ("l2l", "l2g") if case.band else ("g2g", "g2l")
-  spec = core.SideSpec(
+  spec = core.BranchSpec(
       patterns=patterns, band=case.band, block_len=case.block_len,
       streams=core.StreamSpec(
           carried=tuple(p for p, c in zip(patterns, case.carried) if c),
@@ -59,7 +59,7 @@ def core_side(case: SideCase, pieces: Dict[str, np.ndarray],
   t = {k: tf.constant(v) for k, v in pieces.items()}
   b = case.block_len
 
-  def blocks(x, axis):  # rows -> [.., nb, b, ..] on the band side
+  def blocks(x, axis):  # rows -> [.., nb, b, ..] on the band branch
     if not case.band:
       return x
     shape = x.shape.as_list()
@@ -74,14 +74,14 @@ def core_side(case: SideCase, pieces: Dict[str, np.ndarray],
     ids = PatternPair(blocks(t["ids1"], 1), blocks(t["ids2"], 1))
   sums = PatternPair(*(blocks(t[f"prev{i + 1}"], 2) if case.reads_prev[i]
                        else None for i in range(2)))
-  x = SideInputs(
+  x = BranchInputs(
       scores=ScoreInputs(blocks(t["q"], 2),
                          PatternPair(blocks(t["k1"], 2), t["k2"]),
                          blocks(t["per_id"], 1) if case.has_ids else None),
       values=PatternPair(blocks(t["v1"], 2), t["v2"]),
-      masks=SideMasks(adders=PatternPair(mask(t["add1"]), mask(t["add2"])),
-                      valid=blocks(t["valid"][:, None, :, None], 2),
-                      ids=ids if ids is not None else PatternPair()),
+      masks=BranchMasks(adders=PatternPair(mask(t["add1"]), mask(t["add2"])),
+                        valid=blocks(t["valid"][:, None, :, None], 2),
+                        ids=ids if ids is not None else PatternPair()),
       sums=sums, seed=seed)
   return spec, x
 
@@ -96,12 +96,12 @@ def rows_of(x, case: SideCase) -> np.ndarray:
 
 def core_forward(case: SideCase, pieces: Dict[str, np.ndarray]
                  ) -> Tuple[np.ndarray, Tuple]:
-  """The XLA path's (`attention_core.attend_side`) context and new sums of
+  """The XLA path's (`core.attend_branch`) context and new sums of
   the pieces, in rows."""
-  from etc_realformer.layers import attention_core as core  # pylint: disable=g-import-not-at-top
-  spec, x = core_side(case, pieces)
+  from etc_realformer.attention import core  # pylint: disable=g-import-not-at-top
+  spec, x = core_branch(case, pieces)
   n = case.num_blocks if case.band else case.rows
-  out = core.attend_side(spec, 0, n, x)
+  out = core.attend_branch(spec, 0, n, x)
   sums = tuple(None if s is None else rows_of(s.numpy(), case)
                for s in out.sums)
   return rows_of(out.ctx.numpy(), case), sums
@@ -110,12 +110,12 @@ def core_forward(case: SideCase, pieces: Dict[str, np.ndarray]
 def core_gradients(case: SideCase, pieces: Dict[str, np.ndarray],
                    dctx: np.ndarray, dnew) -> Dict[str, np.ndarray]:
   """The XLA path's gradients (TensorFlow's autodiff of
-  `attention_core.attend_side`) of the pieces' q, k1, v1, k2, v2, per_id
+  `core.attend_branch`) of the pieces' q, k1, v1, k2, v2, per_id
   and read sums, in rows, given the gradients of the context and the
   emitted sums (rows)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from etc_realformer.layers import attention_core as core  # pylint: disable=g-import-not-at-top
-  spec, x = core_side(case, pieces)
+  from etc_realformer.attention import core  # pylint: disable=g-import-not-at-top
+  spec, x = core_branch(case, pieces)
   n = case.num_blocks if case.band else case.rows
   leaves = {"q": x.scores.q, "k1": x.scores.keys.first,
             "k2": x.scores.keys.second, "v1": x.values.first,
@@ -127,7 +127,7 @@ def core_gradients(case: SideCase, pieces: Dict[str, np.ndarray],
       leaves[f"prev{i + 1}"] = s
   with tf.GradientTape() as tape:
     tape.watch(list(leaves.values()))
-    out = core.attend_side(spec, 0, n, x)
+    out = core.attend_branch(spec, 0, n, x)
   targets = [out.ctx] + [s for s in out.sums if s is not None]
   upstream = [tf.reshape(tf.constant(dctx, tf.float32), out.ctx.shape)]
   upstream += [tf.reshape(tf.constant(g, tf.float32), s.shape)

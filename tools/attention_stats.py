@@ -37,7 +37,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from etc_realformer.layers import blocking
+from etc_realformer.attention import blocking
 
 # Query side -> its two patterns, in the order the model fuses them.
 SIDES: Dict[str, Tuple[str, str]] = {"long": ("l2l", "l2g"),

@@ -12,10 +12,10 @@ dense form.
 
 A BERT layer is an ETC layer whose long input is the sequence, whose band
 covers every position (radius max_position_embeddings - 1, computed densely)
-and whose one global token nobody attends to: masks keep the global side out
-of the long side's softmax, so the long side computes exactly BERT's
-attention, with RealFormer's residual scores where the config asks for them
-(the same core, `etc_realformer.layers.attention_core`). Word, token-type and
+and whose one global token nobody attends to: masks keep the global token
+out of the long branch's softmax, so the long branch computes exactly
+BERT's attention, with RealFormer's residual scores where the config asks
+for them (the same core, `etc_realformer.attention.core`). Word, token-type and
 position embeddings are ETC's token, segment and long position tables.
 """
 

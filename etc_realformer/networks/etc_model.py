@@ -19,17 +19,17 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from etc_realformer.attention import dropout as dropout_lib
+from etc_realformer.attention.masks import prepare_side_inputs
+from etc_realformer.attention.streams import NO_STREAMS
+from etc_realformer.attention.streams import Streams
 from etc_realformer.config import EtcConfig, PATTERNS
 from etc_realformer.execution import ExecutionConfig
-from etc_realformer.features.side_inputs import SIDE_INPUT_KEYS
 from etc_realformer.features.relative_positions import distance_vocab_size
 from etc_realformer.features.relative_positions import own_sentence_id
-from etc_realformer.layers import dropout as dropout_lib
-from etc_realformer.layers.attention_inputs import prepare_side_inputs
+from etc_realformer.features.side_inputs import SIDE_INPUT_KEYS
 from etc_realformer.layers.embedding import EtcEmbeddings
-from etc_realformer.layers.residual_streams import NO_STREAMS
-from etc_realformer.layers.residual_streams import Streams
-from etc_realformer.layers.transformer import GlobalLocalTransformerBlock
+from etc_realformer.networks.transformer_block import GlobalLocalTransformerBlock
 
 # Variables the original writes at the checkpoint's root, not under the
 # encoder's scope (`etc_document_bert/`).
@@ -388,7 +388,7 @@ def _recomputed_chunk(chunk, long_x, global_x, streams, side, training, seed):
   Dropout inside is seeded by `seed` (drawn outside), so the recomputation
   sees exactly the forward pass's masks.
   """
-  # Streams (`residual_streams`, either form) are tf.nest structures of
+  # Streams (`attention.streams`, either form) are tf.nest structures of
   # tensors; they cross the recomputed function flat.
   in_structure = streams
   out_structure = []

@@ -8,7 +8,7 @@ from encoder_testing import probes
 from encoder_testing import random_features
 from encoder_testing import tiny_config
 from encoder_testing import tiny_model
-from etc_realformer.layers import dropout as dropout_lib
+from etc_realformer.attention import dropout as dropout_lib
 from tools import build_kernels
 from tools import kernel_names
 from tools import kernel_variants

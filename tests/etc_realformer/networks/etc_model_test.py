@@ -16,8 +16,8 @@ from encoder_testing import (assert_same_training, copy_weights,
 from etc_realformer import (EtcConfig, EtcModel, ExecutionConfig,
                             load_official_checkpoint,
                             make_global_local_side_inputs)
+from etc_realformer.attention import dropout as dropout_lib
 from etc_realformer.features.relative_positions import own_sentence_id
-from etc_realformer.layers import dropout as dropout_lib
 
 GOLDEN_FEATURES = ("token_ids", "global_token_ids", "segment_ids",
                    "global_segment_ids", "l2l_att_mask", "g2g_att_mask",
@@ -262,7 +262,7 @@ def test_each_stream_switches_alone(base, pattern):
   everything = _with(config, model, residual_attention=True)
   out_off, out_only = model(feats), only(feats)
   out_all_but, out_all = all_but(feats), everything(feats)
-  # The pattern's own query side shows the change first (g2g moves the
+  # The pattern's own branch shows the change first (g2g moves the
   # global output), so look at both outputs.
   assert max(max_abs_diff(a, b) for a, b in zip(out_off, out_only)) > 1e-4
   assert max(max_abs_diff(a, b) for a, b in zip(out_all_but, out_all)) > 1e-4

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from etc_realformer.layers import relative_table
-from etc_realformer.layers.relative_table import relative_scores
+from etc_realformer.attention import relative_table
+from etc_realformer.attention.relative_table import relative_scores
 
 
 def _inputs(batch=2, rows=5, num_ids=6, heads=3, keys=7, seed=0):

@@ -1,16 +1,16 @@
-"""One ETC layer (`etc_realformer/layers/transformer.py`): the residual order
-(Post-LN, Pre-LN) and the feed-forward blocks against NumPy, given the
-layer's own attention; dropout, streams and checkpoint names."""
+"""One ETC layer (`etc_realformer/networks/transformer_block.py`): the
+residual order (Post-LN, Pre-LN) and the feed-forward blocks against NumPy,
+given the layer's own attention; dropout, streams and checkpoint names."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
 
-from etc_realformer.layers.attention_inputs import prepare_side_inputs
+from etc_realformer.attention.masks import prepare_side_inputs
+from etc_realformer.attention.streams import NO_STREAMS
 from etc_realformer.layers.normalization import EPSILON
-from etc_realformer.layers.residual_streams import NO_STREAMS
-from etc_realformer.layers.transformer import GlobalLocalTransformerBlock
+from etc_realformer.networks.transformer_block import GlobalLocalTransformerBlock
 
 B, L, G, H, R = 2, 6, 2, 8, 2
 

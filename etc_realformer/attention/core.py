@@ -1,4 +1,4 @@
-"""The attention core of one query side, written once for every strategy.
+"""The attention core of one branch, written once for every strategy.
 
 ETC attention has four patterns (ETC paper, Sec. 2):
 
@@ -8,9 +8,9 @@ ETC attention has four patterns (ETC paper, Sec. 2):
   g2g      global   global  all
   g2l      global   long    all
 
-A query side holds two patterns that share ONE softmax: the long side
-(l2l, l2g) and the global side (g2g, g2l). For a chunk of a side's queries
-`attend_side` computes, in this order:
+An ETC layer's queries form two branches, each with two patterns that share
+ONE softmax: the long branch (l2l, l2g) and the global branch (g2g, g2l).
+For a chunk of a branch's queries `attend_branch` computes, in this order:
 
   scores    S_p = (q.k + q.e[id] + bias[id]) / sqrt(d)     (q comes pre-scaled)
   streams   RealFormer: S'_p = S_p + S'_p(previous layers), carried on
@@ -22,44 +22,44 @@ A query side holds two patterns that share ONE softmax: the long side
             chunks)
   context   probs_a @ v_a + probs_b @ v_b
 
-The layouts (see `etc_realformer.layers.blocking`):
+The layouts (see `etc_realformer.attention.blocking`):
 
-  side    path    queries          first pattern      second pattern
+  branch  path    queries          first pattern      second pattern
   long    sparse  [B, H, n, b, D]  l2l [B,H,n,b,3b]   l2g [B,H,n,b,G]
   long    full    [B, H, n, D]     l2l [B,H,n,L]      l2g [B,H,n,G]
   global  either  [B, H, n, D]     g2g [B,H,n,G]      g2l [B,H,n,L]
 
-with n the chunk's rows (query blocks of b = r + 1 on the sparse long side,
-queries elsewhere). Each RealFormer stream keeps its pattern's layout (l2l in
-the blocked band, never [L, L]).
+with n the chunk's rows (query blocks of b = r + 1 on the sparse long
+branch, queries elsewhere). Each RealFormer stream keeps its pattern's
+layout (l2l in the blocked band, never [L, L]).
 
-`attend_side` is a pure function of its pieces (tensors in, tensors out;
+`attend_branch` is a pure function of its pieces (tensors in, tensors out;
 seeded dropout), so the layer can run it whole, or under `chunked_recompute`
 in chunks of rows and recomputed in the backward pass, and get the same
-numbers (`etc_realformer.layers.attention`). The pieces are typed
-(`attention_pieces.SideInputs` in, `SideOutputs` out; `chunk_cuts` says how
+numbers (`etc_realformer.attention.layer`). The pieces are typed
+(`pieces.BranchInputs` in, `BranchOutputs` out; `chunk_cuts` says how
 chunks cut each one); what they hold per pattern is a `PatternPair` in the
-order of `SideSpec.patterns`.
+order of `BranchSpec.patterns`.
 """
 
 from typing import NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 
-from etc_realformer.layers import blocking
-from etc_realformer.layers import dropout as dropout_lib
-from etc_realformer.layers.attention_pieces import PatternPair
-from etc_realformer.layers.attention_pieces import ScoreInputs
-from etc_realformer.layers.attention_pieces import SideInputs
-from etc_realformer.layers.attention_pieces import SideOutputs
-from etc_realformer.layers.relative_table import relative_scores
+from etc_realformer.attention import blocking
+from etc_realformer.attention import dropout as dropout_lib
+from etc_realformer.attention.pieces import BranchInputs
+from etc_realformer.attention.pieces import BranchOutputs
+from etc_realformer.attention.pieces import PatternPair
+from etc_realformer.attention.pieces import ScoreInputs
+from etc_realformer.attention.relative_table import relative_scores
 
 
 class StreamSpec(NamedTuple):
-  """RealFormer's streams on one side (static).
+  """RealFormer's streams on one branch (static).
 
   Attributes:
-    carried: the side's patterns whose scores RealFormer carries.
+    carried: the branch's patterns whose scores RealFormer carries.
     num_summed: how many layers the new running sums cover (layer index + 1).
     running_mean: softmax the running mean instead of the running sum.
     emit: return the new running sums (False in the last layer, and with
@@ -76,7 +76,7 @@ class StreamSpec(NamedTuple):
 
 
 class ProbsDropout(NamedTuple):
-  """Dropout of one side's attention probabilities (static).
+  """Dropout of one branch's attention probabilities (static).
 
   Attributes:
     rate: the dropout rate.
@@ -94,13 +94,13 @@ class ProbsDropout(NamedTuple):
   rng: str = dropout_lib.PHILOX
 
 
-class SideSpec(NamedTuple):
-  """What one query side computes (static).
+class BranchSpec(NamedTuple):
+  """What one branch computes (static).
 
   Attributes:
     patterns: ("l2l", "l2g") or ("g2g", "g2l").
     band: the first pattern is the l2l band in the blocked layout (the
-      sparse long side).
+      sparse long branch).
     block_len: b = r + 1 (with `band`).
     streams: the RealFormer streams.
     dropout: the probabilities' dropout.
@@ -243,23 +243,23 @@ def _picked(per_id: tf.Tensor, ids: tf.Tensor) -> tf.Tensor:
   return blocking.split_axis(picked, 2, blocking.dim(ids, 2))
 
 
-def side_scores(spec: SideSpec, x: ScoreInputs[tf.Tensor],
-                ids: PatternPair[tf.Tensor], size: blocking.Dim,
-                wanted: Tuple[bool, bool] = (True, True)
-                ) -> PatternPair[tf.Tensor]:
+def branch_scores(spec: BranchSpec, x: ScoreInputs[tf.Tensor],
+                  ids: PatternPair[tf.Tensor], size: blocking.Dim,
+                  wanted: Tuple[bool, bool] = (True, True)
+                  ) -> PatternPair[tf.Tensor]:
   """One layer's scaled scores (q.k + relative) per pattern, before streams
   and masks.
 
   Args:
-    spec: the side.
+    spec: the branch.
     x: the layer's score inputs for the chunk (this layer's, or an earlier
       layer's with recomputed streams).
-    ids: the side's relative ids (shared by every layer).
+    ids: the branch's relative ids (shared by every layer).
     size: the chunk's rows.
     wanted: the patterns to score.
 
   Returns:
-    Per wanted pattern, <float32> scores in the side's layout.
+    Per wanted pattern, <float32> scores in the branch's layout.
   """
   out = []
   for index, (k, pattern_ids) in enumerate(zip(x.keys, ids)):
@@ -283,7 +283,7 @@ def side_scores(spec: SideSpec, x: ScoreInputs[tf.Tensor],
   return PatternPair(*out)
 
 
-def _previous_sums(spec: SideSpec, x: SideInputs[tf.Tensor],
+def _previous_sums(spec: BranchSpec, x: BranchInputs[tf.Tensor],
                    size: blocking.Dim) -> PatternPair[tf.Tensor]:
   """The earlier layers' running sums of the carried patterns: the stored
   ones, or recomputed from their score inputs in the order the stored ones
@@ -292,7 +292,7 @@ def _previous_sums(spec: SideSpec, x: SideInputs[tf.Tensor],
     return x.sums
   acc = [None, None]
   for source in x.sources:
-    scores = side_scores(spec, source, x.masks.ids, size, spec.is_carried)
+    scores = branch_scores(spec, source, x.masks.ids, size, spec.is_carried)
     for index, carried in enumerate(spec.is_carried):
       if carried:
         acc[index] = (scores[index] if acc[index] is None
@@ -301,15 +301,15 @@ def _previous_sums(spec: SideSpec, x: SideInputs[tf.Tensor],
 
 
 # -------------------------------------------------------------------- core
-def attend_side(spec: SideSpec, start: blocking.Dim, size: blocking.Dim,
-                x: SideInputs[tf.Tensor]) -> SideOutputs[tf.Tensor]:
+def attend_branch(spec: BranchSpec, start: blocking.Dim, size: blocking.Dim,
+                  x: BranchInputs[tf.Tensor]) -> BranchOutputs[tf.Tensor]:
   """Scores -> streams -> fused softmax -> dropout -> context, for rows
-  [start, start + size) of one side (see the module docstring).
+  [start, start + size) of one branch (see the module docstring).
 
   Args:
-    spec: the side.
+    spec: the branch.
     start, size: the chunk's rows (start also places the dropout bits).
-    x: the chunk's pieces (`attention_pieces.side_inputs`).
+    x: the chunk's pieces (`pieces.branch_inputs`).
 
   Returns:
     The context <T>[B, H, *rows, D]; with `spec.streams.emit`, the new
@@ -334,17 +334,17 @@ def attend_side(spec: SideSpec, start: blocking.Dim, size: blocking.Dim,
 
   dropped = [tf.cast(_dropout(spec, p, index, start, x.seed, gain), dtype)
              for index, p in enumerate(probs)]
-  return SideOutputs(ctx=_context(spec, dropped, x.values, size), sums=sums,
-                     probs=returned)
+  return BranchOutputs(ctx=_context(spec, dropped, x.values, size),
+                       sums=sums, probs=returned)
 
 
-def _logits_and_sums(spec: SideSpec, x: SideInputs[tf.Tensor],
+def _logits_and_sums(spec: BranchSpec, x: BranchInputs[tf.Tensor],
                      size: blocking.Dim, dtype: tf.DType
                      ) -> Tuple[Tuple[tf.Tensor, tf.Tensor],
                                 PatternPair[tf.Tensor]]:
   """Per pattern, the softmax's masked logits and the new running sum (None
   unless carried and emitted)."""
-  own = side_scores(spec, x.scores, x.masks.ids, size)
+  own = branch_scores(spec, x.scores, x.masks.ids, size)
   previous = _previous_sums(spec, x, size)
   low_streams = spec.streams.low_precision and dtype != tf.float32
   logits, sums = [], []
@@ -364,7 +364,7 @@ def _logits_and_sums(spec: SideSpec, x: SideInputs[tf.Tensor],
   return tuple(logits), PatternPair(*sums)
 
 
-def _dropout(spec: SideSpec, probs: tf.Tensor, index: int,
+def _dropout(spec: BranchSpec, probs: tf.Tensor, index: int,
              start: blocking.Dim, seed: Optional[tf.Tensor],
              gain: float) -> tf.Tensor:
   """Pattern `index`'s seeded dropout (rows [start, ...) on the sparse
@@ -380,7 +380,7 @@ def _dropout(spec: SideSpec, probs: tf.Tensor, index: int,
                                        prescaled=gain != 1.0, rng=d.rng)
 
 
-def _context(spec: SideSpec, probs: Tuple[tf.Tensor, tf.Tensor],
+def _context(spec: BranchSpec, probs: Tuple[tf.Tensor, tf.Tensor],
              values: PatternPair[tf.Tensor], size: blocking.Dim
              ) -> tf.Tensor:
   """probs_a @ v_a + probs_b @ v_b: <T>[B, H, *rows, D]."""

@@ -4,10 +4,10 @@
 in the backward pass, recomputes and differentiates one chunk at a time, so
 that at most one chunk's intermediate tensors exist at any time. The
 attention layer uses it for its chunked and recomputed strategies
-(`etc_realformer.layers.attention`); nothing here knows about attention.
+(`etc_realformer.attention.layer`); nothing here knows about attention.
 
 The pieces are any `tf.nest` structure (a dict, the attention core's typed
-`attention_pieces.SideInputs`) whose leaves say how each piece is cut
+`pieces.BranchInputs`) whose leaves say how each piece is cut
 (`ChunkInput`); `fn` gets the same structure with each leaf's tensor cut to
 the chunk, and returns any structure of tensors.
 """
@@ -20,7 +20,7 @@ import tensorflow as tf
 # tf.raw_ops); tf2xla's Python module is where TensorFlow itself exposes it.
 from tensorflow.compiler.tf2xla.python import xla as tf2xla
 
-from etc_realformer.layers import blocking
+from etc_realformer.attention import blocking
 from etc_realformer.layers.xla_context import in_xla_context
 
 
@@ -30,7 +30,7 @@ class ChunkInput:
 
   kind:
     'rows': disjoint pieces along `axis` (chunk `[start, start + size)`);
-    'halo': the chunk's rows plus `halo` more on each side (the input is
+    'halo': the chunk's rows plus `halo` more at each end (the input is
       already padded by `halo` at both ends); gradients overlap and add;
     'shared': every chunk sees the whole tensor; gradients add.
   constant: the input gets no gradient (masks, ids, seeds).
@@ -93,7 +93,7 @@ def chunked_recompute(parts: Sequence[ChunkedPart]) -> List[Any]:
   gradients) are alive at any time, in the forward pass as in the backward
   pass. The cost is one more forward pass of every `fn`. The parts share one
   custom gradient so that they are sequenced too: with one each, a part
-  whose upstream gradient arrives early (the global side's) runs beside
+  whose upstream gradient arrives early (the global branch's) runs beside
   whatever else the backward pass is doing, and the working sets add up.
 
   The order is forced by gating every chunk's pieces (identities with control

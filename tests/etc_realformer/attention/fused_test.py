@@ -17,17 +17,17 @@ from encoder_testing import randomize_relative_bias
 from encoder_testing import tiny_config
 from encoder_testing import tiny_model
 from encoder_testing import twin_models
-from etc_realformer.kernels import fused_attention
-from etc_realformer.layers import attention
-from etc_realformer.layers import attention_core as core
-from etc_realformer.layers import dropout as dropout_lib
-from etc_realformer.layers.attention_pieces import PatternPair
-from etc_realformer.layers.attention_pieces import ScoreInputs
-from etc_realformer.layers.attention_pieces import SideInputs
-from etc_realformer.layers.attention_pieces import SideMasks
+from etc_realformer.attention import core
+from etc_realformer.attention import dropout as dropout_lib
+from etc_realformer.attention import fused
+from etc_realformer.attention import layer as attention_layer
+from etc_realformer.attention.pieces import BranchInputs
+from etc_realformer.attention.pieces import BranchMasks
+from etc_realformer.attention.pieces import PatternPair
+from etc_realformer.attention.pieces import ScoreInputs
 import fused_attention_testing as fat
 
-# A sparse long side with several blocks and global keys; D = 16 (the
+# A sparse long branch with several blocks and global keys; D = 16 (the
 # kernels' smallest head size).
 CONFIG = dict(hidden_size=32, num_attention_heads=2, local_radius=4,
               num_hidden_layers=1, intermediate_size=32)
@@ -83,9 +83,9 @@ def test_fused_recomputed_streams_match_xla_path(monkeypatch, impl, rng,
   # sums), the running mean, dropout in training. RealFormer on every
   # pattern: the kernels make the sums from the sources, and the earlier
   # layers' queries, keys and per-id scores get their share of the
-  # gradient; on one pattern per side (the per-id scores differ between
+  # gradient; on one pattern per branch (the per-id scores differ between
   # the patterns): the sums are rebuilt in the graph and read; with Philox
-  # dropout the sides fall back to the XLA path's recomputation.
+  # dropout the branches fall back to the XLA path's recomputation.
   monkeypatch.setattr(dropout_lib, "new_call_seed",
                       lambda: tf.constant([2, 5], tf.int32))
   config = tiny_config(**dict(CONFIG, num_hidden_layers=layers),
@@ -118,7 +118,7 @@ def _same_training(xla_model, impl: str, seed: int, **execution):
 
 
 def test_recomputed_streams_training_step_hlo(twins):
-  # Every side of every layer is fused (no fallback), and the backward
+  # Every branch of every layer is fused (no fallback), and the backward
   # rebuilds the sums behind optimization barriers instead of keeping the
   # forward's.
   del twins
@@ -142,7 +142,7 @@ def test_recomputed_streams_training_step_hlo(twins):
              for line in hlo.splitlines() if "custom_call_target=" in line]
   assert targets.count("etc_side_forward") == 6
   assert targets.count("etc_side_backward") == 6
-  # One barrier per side of the two layers that read sums.
+  # One barrier per branch of the two layers that read sums.
   assert hlo.count(" opt-barrier(") >= 4
 
 
@@ -167,7 +167,7 @@ def test_exported_hlo_has_the_custom_call(twins):
   hlo = fn.experimental_get_compiler_ir(feats)(stage="hlo")
   calls = [line for line in hlo.splitlines()
            if 'custom_call_target="etc_side_forward"' in line]
-  # Both query sides of every layer.
+  # Both branches of every layer.
   assert len(calls) == 2 * fused_model.config.num_hidden_layers
   assert all("API_VERSION_TYPED_FFI" in line for line in calls)
 
@@ -206,41 +206,41 @@ def test_outside_xla_the_fused_option_changes_nothing(twins):
 
 def test_covers_only_what_the_kernels_compute(twins):
   del twins
-  base = core.SideSpec(patterns=("l2l", "l2g"), band=True, block_len=5)
+  base = core.BranchSpec(patterns=("l2l", "l2g"), band=True, block_len=5)
   x = _pieces()
-  assert fused_attention.covers(base, x)
-  assert fused_attention.covers(
+  assert fused.covers(base, x)
+  assert fused.covers(
       base._replace(streams=core.StreamSpec(carried=("l2g",))), x)
-  assert fused_attention.covers(base._replace(dropout=core.ProbsDropout(
+  assert fused.covers(base._replace(dropout=core.ProbsDropout(
       rate=0.1, training=True, rng="hash")), x)
-  assert not fused_attention.covers(base._replace(return_probs=True), x)
+  assert not fused.covers(base._replace(return_probs=True), x)
   philox = base._replace(dropout=core.ProbsDropout(rate=0.1, training=True))
-  assert "dropout_rng" in fused_attention.uncovered_reason(philox, x)
-  assert fused_attention.covers(
+  assert "dropout_rng" in fused.uncovered_reason(philox, x)
+  assert fused.covers(
       base._replace(dropout=core.ProbsDropout(rate=0.1, training=False)), x)
   recomputed = dataclasses.replace(x, sources=(x.scores,))
-  assert fused_attention.covers(base, recomputed)
+  assert fused.covers(base, recomputed)
   carried = base._replace(streams=core.StreamSpec(carried=("l2l", "l2g")))
   summed = dataclasses.replace(x, sums=PatternPair(
       tf.zeros([1, 2, 3, 5, 15]), tf.zeros([1, 2, 3, 5, 4])))
-  assert fused_attention.covers(carried, summed)
+  assert fused.covers(carried, summed)
   low = dataclasses.replace(x, sums=PatternPair(
       tf.zeros([1, 2, 3, 5, 15], tf.bfloat16), None))
-  assert "dtype" in fused_attention.uncovered_reason(carried, low)
+  assert "dtype" in fused.uncovered_reason(carried, low)
   odd_head = dataclasses.replace(x, scores=dataclasses.replace(
       x.scores, q=tf.zeros([1, 2, 3, 5, 24])))
-  assert "head size" in fused_attention.uncovered_reason(base, odd_head)
+  assert "head size" in fused.uncovered_reason(base, odd_head)
 
 
 def _pieces():
   q = tf.zeros([1, 2, 3, 5, 16])
-  return SideInputs(
+  return BranchInputs(
       scores=ScoreInputs(q, PatternPair(tf.zeros([1, 2, 5, 5, 16]),
                                         tf.zeros([1, 2, 4, 16]))),
       values=PatternPair(tf.zeros([1, 2, 5, 5, 16]), tf.zeros([1, 2, 4, 16])),
-      masks=SideMasks(PatternPair(tf.zeros([1, 1, 3, 5, 15]),
-                                  tf.zeros([1, 1, 3, 5, 4])),
-                      tf.ones([1, 1, 3, 5, 1])))
+      masks=BranchMasks(PatternPair(tf.zeros([1, 1, 3, 5, 15]),
+                                    tf.zeros([1, 1, 3, 5, 4])),
+                        tf.ones([1, 1, 3, 5, 1])))
 
 
 def test_jaxlib_runs_the_exported_custom_calls(twins, tmp_path):
@@ -248,8 +248,8 @@ def test_jaxlib_runs_the_exported_custom_calls(twins, tmp_path):
   # module, exported from TensorFlow, compiled and run by jaxlib with the same
   # library's host handlers registered there, gives TensorFlow's value.
   from etc_realformer.kernels import ffi_library  # pylint: disable=g-import-not-at-top
-  from tools import xla_export  # pylint: disable=g-import-not-at-top
-  from tools import xla_runner  # pylint: disable=g-import-not-at-top
+  from tools.gpu import xla_export  # pylint: disable=g-import-not-at-top
+  from tools.gpu import xla_runner  # pylint: disable=g-import-not-at-top
   _, fused_model = twins
   feats = {k: tf.constant(v) for k, v in random_features(
       fused_model.config, batch=1, long_len=16, global_len=4, seed=2).items()}
@@ -328,8 +328,8 @@ def test_fused_mixed_precision_close_to_xla_path(monkeypatch, policy,
     assert error < 2 * tolerance
 
 
-def test_fused_full_path_long_side_matches_xla_path(twins):
-  # On the full path the long side's l2l is dense [L, L]: the kernels'
+def test_fused_full_path_long_branch_matches_xla_path(twins):
+  # On the full path the long branch's l2l is dense [L, L]: the kernels'
   # dense first pattern.
   xla_model, fused_model = twins
   feats = {k: tf.constant(v) for k, v in random_features(
@@ -355,8 +355,8 @@ def test_graph_codes_are_the_references(side, has_ids):
     case = fat.SideCase.global_side(batch=2, num_heads=2, global_len=6,
                                     long_len=20, num_ids=7, has_ids=has_ids)
   pieces = fat.side_pieces(case, seed=5, masked_rows=1)
-  spec, x = fat.core_side(case, pieces)
-  got = fused_attention.attention_codes(spec, x.masks, has_ids)
+  spec, x = fat.core_branch(case, pieces)
+  got = fused.attention_codes(spec, x.masks, has_ids)
   for codes, want in zip(got, (pieces["codes1"], pieces["codes2"])):
     assert codes.dtype == tf.int8
     np.testing.assert_array_equal(codes.numpy(), want)
@@ -365,28 +365,29 @@ def test_graph_codes_are_the_references(side, has_ids):
 
 @pytest.mark.parametrize("pattern_with_ids", [0, 1])
 def test_relative_ids_on_one_pattern_fall_back(pattern_with_ids):
-  # The codes cannot say "unmasked, no relative term": such a side runs on
+  # The codes cannot say "unmasked, no relative term": such a branch runs on
   # the XLA path (ETC's features give every pattern ids, or none).
   case = fat.SideCase.long_side(batch=1, num_heads=2, num_blocks=3,
                                 block_len=4, global_len=5, num_ids=6)
-  spec, x = fat.core_side(case, fat.side_pieces(case, seed=3))
-  assert fused_attention.covers(spec, x)
+  spec, x = fat.core_branch(case, fat.side_pieces(case, seed=3))
+  assert fused.covers(spec, x)
   ids = [None, None]
   ids[pattern_with_ids] = x.masks.ids[pattern_with_ids]
   x = dataclasses.replace(x, masks=dataclasses.replace(
       x.masks, ids=PatternPair(*ids)))
-  assert "one pattern" in fused_attention.uncovered_reason(spec, x)
-  want = core.attend_side(spec, 0, case.num_blocks, x)
-  got = attention.attend_sides([spec], [x], num_chunks=0, fused=True)[0]
+  assert "one pattern" in fused.uncovered_reason(spec, x)
+  want = core.attend_branch(spec, 0, case.num_blocks, x)
+  got = attention_layer.attend_branches([spec], [x], num_chunks=0,
+                                        fused=True)[0]
   np.testing.assert_array_equal(got.ctx.numpy(), want.ctx.numpy())
 
 
-def test_fused_side_gradient_when_nothing_reads_its_new_sums():
+def test_fused_branch_gradient_when_nothing_reads_its_new_sums():
   # Nothing reads the emitted sums: TensorFlow hands the gradient zeros
   # for them, and the kernels' gradient is the context's alone.
   case = fat.SideCase.global_side(batch=1, num_heads=2, global_len=6,
                                   long_len=20, carried=(True, True))
-  spec, x = fat.core_side(case, fat.side_pieces(case, seed=4))
+  spec, x = fat.core_branch(case, fat.side_pieces(case, seed=4))
   q = x.scores.q
 
   def loss_grad(attend):
@@ -396,7 +397,7 @@ def test_fused_side_gradient_when_nothing_reads_its_new_sums():
       loss = tf.reduce_sum(out.ctx * out.ctx)
     return tape.gradient(loss, q)
 
-  want = loss_grad(lambda s, y: core.attend_side(s, 0, case.rows, y))
-  got = tf.function(lambda: loss_grad(fused_attention.fused_side),
+  want = loss_grad(lambda s, y: core.attend_branch(s, 0, case.rows, y))
+  got = tf.function(lambda: loss_grad(fused.fused_branch),
                     jit_compile=True)()
   assert fat.relative_error(got.numpy(), want.numpy()) < 1e-5

@@ -1,17 +1,17 @@
 """The attention core's typed pieces: how tf.nest flattens them, the layouts
-`side_inputs` puts them in, and how `chunk_cuts` cuts them."""
+`branch_inputs` puts them in, and how `chunk_cuts` cuts them."""
 
 import numpy as np
 import tensorflow as tf
 
-from etc_realformer.layers import blocking
-from etc_realformer.layers.attention_pieces import chunk_cuts
-from etc_realformer.layers.attention_pieces import PatternPair
-from etc_realformer.layers.attention_pieces import ScoreInputs
-from etc_realformer.layers.attention_pieces import side_inputs
-from etc_realformer.layers.attention_pieces import SideInputs
-from etc_realformer.layers.attention_pieces import SideMasks
-from etc_realformer.layers.chunking import ChunkInput
+from etc_realformer.attention import blocking
+from etc_realformer.attention.chunking import ChunkInput
+from etc_realformer.attention.pieces import branch_inputs
+from etc_realformer.attention.pieces import BranchInputs
+from etc_realformer.attention.pieces import BranchMasks
+from etc_realformer.attention.pieces import chunk_cuts
+from etc_realformer.attention.pieces import PatternPair
+from etc_realformer.attention.pieces import ScoreInputs
 
 B, H, D, L, G, R = 1, 2, 4, 6, 3, 5
 RADIUS = 1
@@ -23,14 +23,14 @@ def _normal(*shape):
       size=shape).astype(np.float32))
 
 
-def _long_side(with_ids=True):
-  """The long side's tensors as the layer makes them (raw layouts)."""
+def _long_branch(with_ids=True):
+  """The long branch's tensors as the layer makes them (raw layouts)."""
   scores = ScoreInputs(_normal(B, H, L, D),
                        PatternPair(_normal(B, H, L, D), _normal(B, H, G, D)),
                        _normal(B, L, R, H))
   values = PatternPair(_normal(B, H, L, D), _normal(B, H, G, D))
   nb = L // BLOCK
-  masks = SideMasks(
+  masks = BranchMasks(
       adders=PatternPair(tf.zeros([B, 1, nb, BLOCK, 3 * BLOCK]),
                          tf.zeros([B, 1, nb, BLOCK, G])),
       valid=tf.ones([B, 1, nb, BLOCK, 1]),
@@ -41,18 +41,18 @@ def _long_side(with_ids=True):
 
 
 def test_flattening_leaves_out_absent_fields_and_rebuilds_them():
-  x = SideInputs(
+  x = BranchInputs(
       scores=ScoreInputs(_normal(1, 2), PatternPair(second=_normal(2, 2))),
       values=PatternPair(_normal(3, 2), _normal(4, 2)),
-      masks=SideMasks(adders=PatternPair(_normal(5, 2), _normal(6, 2)),
-                      valid=_normal(7, 2)),
+      masks=BranchMasks(adders=PatternPair(_normal(5, 2), _normal(6, 2)),
+                        valid=_normal(7, 2)),
       sources=(ScoreInputs(_normal(8, 2)),))
   flat = tf.nest.flatten(x)
   # No None leaf (tf.custom_gradient and tf.recompute_grad reject them),
   # in field order.
   assert [t.shape[0] for t in flat] == [1, 2, 3, 4, 5, 6, 7, 8]
   back = tf.nest.pack_sequence_as(x, [t * 2.0 for t in flat])
-  assert isinstance(back, SideInputs)
+  assert isinstance(back, BranchInputs)
   assert back.scores.keys.first is None and back.scores.per_id is None
   assert back.seed is None and back.sums.first is None
   np.testing.assert_array_equal(back.sources[0].q, 2.0 * x.sources[0].q)
@@ -69,15 +69,15 @@ def test_pattern_pair_unpacks_indexes_and_maps():
   assert mapped.first == (0, 1) and mapped.second is None
 
 
-def test_side_inputs_put_the_sparse_long_side_in_blocks():
-  scores, values, masks = _long_side()
-  x = side_inputs(True, BLOCK, (True, False), scores, values, masks,
-                  sums=PatternPair(_normal(9, 9), _normal(8, 8)),
-                  sources=[scores])
+def test_branch_inputs_put_the_sparse_long_branch_in_blocks():
+  scores, values, masks = _long_branch()
+  x = branch_inputs(True, BLOCK, (True, False), scores, values, masks,
+                    sums=PatternPair(_normal(9, 9), _normal(8, 8)),
+                    sources=[scores])
   nb = L // BLOCK
   assert x.scores.q.shape == [B, H, nb, BLOCK, D]
   assert x.scores.per_id.shape == [B, nb, BLOCK, R, H]
-  # The band's keys and values in padded blocks (one halo block each side);
+  # The band's keys and values in padded blocks (one halo block at each end);
   # l2g's stay whole.
   for band in (x.scores.keys.first, x.values.first):
     assert band.shape == [B, H, nb + 2, BLOCK, D]
@@ -92,10 +92,10 @@ def test_side_inputs_put_the_sparse_long_side_in_blocks():
   assert x.masks is masks
 
 
-def test_side_inputs_without_ids_or_carried_patterns():
-  scores, values, masks = _long_side(with_ids=False)
-  x = side_inputs(False, BLOCK, (False, False), scores, values, masks,
-                  sums=PatternPair(_normal(9, 9)), sources=[scores])
+def test_branch_inputs_without_ids_or_carried_patterns():
+  scores, values, masks = _long_branch(with_ids=False)
+  x = branch_inputs(False, BLOCK, (False, False), scores, values, masks,
+                    sums=PatternPair(_normal(9, 9)), sources=[scores])
   # No ids: the relative tables take no part.
   assert x.scores.per_id is None
   assert x.scores.q is scores.q
@@ -103,9 +103,9 @@ def test_side_inputs_without_ids_or_carried_patterns():
 
 
 def test_chunk_cuts_say_how_each_piece_is_cut():
-  scores, values, masks = _long_side()
-  x = side_inputs(True, BLOCK, (True, True), scores, values, masks,
-                  sources=[scores], seed=tf.constant([1, 2]))
+  scores, values, masks = _long_branch()
+  x = branch_inputs(True, BLOCK, (True, True), scores, values, masks,
+                    sources=[scores], seed=tf.constant([1, 2]))
   cuts = chunk_cuts(True, x)
   # One cut per tensor, in the same structure.
   assert len(tf.nest.flatten(cuts)) == len(tf.nest.flatten(x))

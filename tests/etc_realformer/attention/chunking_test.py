@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from etc_realformer.layers.chunking import (ChunkedPart, ChunkInput,
+from etc_realformer.attention.chunking import (ChunkedPart, ChunkInput,
                                             chunk_bounds, chunked_recompute)
 
 

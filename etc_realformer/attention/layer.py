@@ -5,14 +5,14 @@ as the config says, the two relative tables, the two output projections). A
 call is three steps:
 
 * projection (`_project`): queries, keys, values and relative scores per id
-  of both sides (`Projections`);
-* plan: how to run (`plan_attention`), what each side computes
-  (`_side_specs`: `attention_core.SideSpec`), and each side's typed pieces
-  in the core's layouts (`_side_inputs`: `attention_pieces.SideInputs`,
-  with the RealFormer streams of `residual_streams`);
-* strategy (`attend_sides`): the attention core
-  (`attention_core.attend_side`, one call per query side), run
-  - whole: each side's core on all its queries at once;
+  of both branches (`Projections`);
+* plan: how to run (`plan_attention`), what each branch computes
+  (`_branch_specs`: `core.BranchSpec`), and each branch's typed pieces
+  in the core's layouts (`_branch_inputs`: `pieces.BranchInputs`,
+  with the RealFormer streams of `attention.streams`);
+* strategy (`attend_branches`): the attention core
+  (`core.attend_branch`, one call per branch), run
+  - whole: each branch's core on all its queries at once;
   - chunked: the sparse path's queries cut into chunks of rows, each
     computed and, in the backward pass, recomputed alone
     (`chunking.chunked_recompute`): one chunk's score tensors alive at a
@@ -37,32 +37,32 @@ from absl import logging
 import tensorflow as tf
 import tf_keras
 
+from etc_realformer.attention import blocking
+from etc_realformer.attention import core
+from etc_realformer.attention import dropout as dropout_lib
+from etc_realformer.attention import fused as fused_lib
+from etc_realformer.attention.chunking import chunk_bounds
+from etc_realformer.attention.chunking import chunked_recompute
+from etc_realformer.attention.chunking import ChunkedPart
+from etc_realformer.attention.masks import PreparedSideInputs
+from etc_realformer.attention.pieces import branch_inputs
+from etc_realformer.attention.pieces import BranchInputs
+from etc_realformer.attention.pieces import BranchOutputs
+from etc_realformer.attention.pieces import chunk_cuts
+from etc_realformer.attention.pieces import PatternPair
+from etc_realformer.attention.pieces import ScoreInputs
+from etc_realformer.attention.relative_table import RelativeTable
+from etc_realformer.attention.streams import as_recomputed
+from etc_realformer.attention.streams import as_summed
+from etc_realformer.attention.streams import LayerScoreInputs
+from etc_realformer.attention.streams import NO_STREAMS
+from etc_realformer.attention.streams import Streams
+from etc_realformer.attention.streams import SummedStreams
 from etc_realformer.execution import ExecutionConfig
-from etc_realformer.kernels import fused_attention
-from etc_realformer.layers import attention_core as core
-from etc_realformer.layers import blocking
-from etc_realformer.layers import dropout as dropout_lib
-from etc_realformer.layers.attention_inputs import PreparedSideInputs
-from etc_realformer.layers.attention_pieces import chunk_cuts
-from etc_realformer.layers.attention_pieces import PatternPair
-from etc_realformer.layers.attention_pieces import ScoreInputs
-from etc_realformer.layers.attention_pieces import side_inputs
-from etc_realformer.layers.attention_pieces import SideInputs
-from etc_realformer.layers.attention_pieces import SideOutputs
-from etc_realformer.layers.chunking import ChunkedPart
-from etc_realformer.layers.chunking import chunk_bounds
-from etc_realformer.layers.chunking import chunked_recompute
 from etc_realformer.layers.initializers import SharedOrthogonal
 from etc_realformer.layers.projections import HeadProjection
 from etc_realformer.layers.projections import Linear
 from etc_realformer.layers.projections import merge_heads
-from etc_realformer.layers.relative_table import RelativeTable
-from etc_realformer.layers.residual_streams import as_recomputed
-from etc_realformer.layers.residual_streams import as_summed
-from etc_realformer.layers.residual_streams import LayerScoreInputs
-from etc_realformer.layers.residual_streams import NO_STREAMS
-from etc_realformer.layers.residual_streams import Streams
-from etc_realformer.layers.residual_streams import SummedStreams
 from etc_realformer.layers.xla_context import in_xla_context
 
 # In the order of the released checkpoints' variables (and of creation).
@@ -79,9 +79,9 @@ class Projections(NamedTuple):
   """One call's projections, each computed once even where shared.
 
   Attributes:
-    scores: both sides' score inputs: queries <T>[B, H, N, D] (pre-scaled
-      by 1 / sqrt(D)), keys per pattern [B, H, K, D], relative scores per
-      id <float32>[B, N, R, H] (None without relative tables).
+    scores: both branches' score inputs: queries <T>[B, H, N, D]
+      (pre-scaled by 1 / sqrt(D)), keys per pattern [B, H, K, D], relative
+      scores per id <float32>[B, N, R, H] (None without relative tables).
     long_values: (l2l, l2g) values <T>[B, H, L, D], [B, H, G, D].
     global_values: (g2g, g2l) values <T>[B, H, G, D], [B, H, L, D].
   """
@@ -95,9 +95,9 @@ class AttentionPlan(NamedTuple):
 
   Attributes:
     num_chunks: 0 = whole; n >= 1 = `chunked_recompute` in n chunks of
-      queries per side (1 = recomputed whole in the backward pass).
+      queries per branch (1 = recomputed whole in the backward pass).
     stream_sources: carry the residual streams as the layers' score inputs.
-    fused: run the sides the fused kernels cover as custom calls, whole
+    fused: run the branches the fused kernels cover as custom calls, whole
       (`ExecutionConfig.attention_kernel = 'fused'`, under XLA, unless
       `recompute_attention` asks for the XLA path's recomputation); the
       others as `num_chunks` says.
@@ -148,7 +148,7 @@ def plan_attention(execution: ExecutionConfig, sparse: bool, long_len: Any,
     # by chunk in the backward pass too.
     num_chunks = max(num_chunks, 1)
   # The kernels keep nothing score-sized for the backward pass, and rebuild
-  # recomputed streams there themselves; a side they do not cover runs as
+  # recomputed streams there themselves; a branch they do not cover runs as
   # `num_chunks` says.
   fused = (execution.attention_kernel == "fused" and in_xla and
            not (execution.recompute_attention and training))
@@ -205,13 +205,28 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
     self.num_heads = num_heads
     self.size_per_head = size_per_head
     self.local_radius = local_radius
-    self.attention_probs_dropout_prob = attention_probs_dropout_prob
     self.share_att_output_projection = share_att_output_projection
-    self.layer_index = layer_index
     self.residual_patterns = tuple(residual_patterns)
-    self.residual_running_mean = residual_running_mean
     self.execution = execution or ExecutionConfig()
-    self.dropout_site = dropout_lib.layer_sites(layer_index)
+    # What the long and the global branch compute, as far as no call changes
+    # it (`_branch_specs` adds the call's part).
+    site = dropout_lib.layer_sites(layer_index)
+    self._static_specs = tuple(
+        core.BranchSpec(
+            patterns=patterns, block_len=local_radius + 1,
+            streams=core.StreamSpec(
+                carried=tuple(p for p in patterns
+                              if p in self.residual_patterns),
+                num_summed=layer_index + 1,
+                running_mean=residual_running_mean,
+                low_precision=self.execution.stream_dtype == "compute"),
+            dropout=core.ProbsDropout(
+                rate=attention_probs_dropout_prob,
+                first_site=(site +
+                            dropout_lib.ATTENTION_PROBS_OFFSET[patterns[0]]),
+                rng=self.execution.dropout_rng),
+            low_precision_softmax=self.execution.softmax_dtype == "compute")
+        for patterns in (("l2l", "l2g"), ("g2g", "g2l")))
 
     value_init = output_init = query_key_init = initializer
     if value_output_identity_init:
@@ -309,7 +324,7 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
   def call(self,
            long_input: tf.Tensor,
            global_input: tf.Tensor,
-           side: PreparedSideInputs,
+           side_inputs: PreparedSideInputs,
            streams: Streams = NO_STREAMS,
            training: bool = False,
            seed: Optional[tf.Tensor] = None,
@@ -317,14 +332,15 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
            emit_streams: bool = True):
     """Runs one layer of fused global-local attention.
 
-    Projection (`_project`), plan (`plan_attention`, `_side_specs`,
-    `_side_inputs`), strategy (`attend_sides`), then the output projections.
+    Projection (`_project`), plan (`plan_attention`, `_branch_specs`,
+    `_branch_inputs`), strategy (`attend_branches`), then the output
+    projections.
 
     Args:
       long_input: <T>[B, L, hidden].
       global_input: <T>[B, G, hidden].
-      side: `PreparedSideInputs` (also fixes sparse vs full).
-      streams: the earlier layers' RealFormer streams (`residual_streams`):
+      side_inputs: `PreparedSideInputs` (also fixes sparse vs full).
+      streams: the earlier layers' RealFormer streams (`attention.streams`):
         `SummedStreams`, or with `recompute_residual_streams`
         `RecomputedStreams`; `NO_STREAMS` in the first layer.
       training: apply attention-probability dropout.
@@ -342,31 +358,34 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
        g2l [B, H, G, L]).
     """
     projected = self._project(long_input, global_input)
-    plan = plan_attention(self.execution, side.sparse, side.long_len,
-                          projected.scores.global_side.q.shape[2], training,
-                          return_probs, bool(self.residual_patterns),
+    plan = plan_attention(self.execution, side_inputs.sparse,
+                          side_inputs.long_len,
+                          projected.scores.global_branch.q.shape[2],
+                          training, return_probs, bool(self.residual_patterns),
                           in_xla_context())
-    specs = self._side_specs(plan, side.sparse, training, return_probs,
-                             emit_streams)
-    inputs = self._side_inputs(specs, projected, side, streams,
-                               plan.stream_sources, seed)
-    long_out, global_out = attend_sides(specs, inputs, plan.num_chunks,
-                                        plan.fused)
+    specs = self._branch_specs(plan, side_inputs.sparse, training,
+                               return_probs, emit_streams)
+    inputs = self._branch_inputs(specs, projected, side_inputs, streams,
+                                 plan.stream_sources, seed)
+    long_out, global_out = attend_branches(specs, inputs, plan.num_chunks,
+                                           plan.fused)
 
     if not emit_streams:
       new_streams = NO_STREAMS
     elif plan.stream_sources:
       new_streams = as_recomputed(streams).then(projected.scores)
     else:
-      new_streams = SummedStreams.of_sides(long_out.sums, global_out.sums)
+      new_streams = SummedStreams.of_branches(long_out.sums,
+                                              global_out.sums)
     probs = None
     if return_probs:
-      probs = self._canonical_probs(long_out.probs, global_out.probs, side)
+      probs = self._canonical_probs(long_out.probs, global_out.probs,
+                                    side_inputs)
 
     long_ctx = long_out.ctx
-    if side.sparse:  # [B, H, nb, b, D] -> [B, H, L, D]
+    if side_inputs.sparse:  # [B, H, nb, b, D] -> [B, H, L, D]
       long_ctx = blocking.slice_last(blocking.merge_axes(long_ctx, 2), 0,
-                                     side.long_len, axis=2)
+                                     side_inputs.long_len, axis=2)
     long_output = self.long_output_projection(merge_heads(long_ctx))
     global_output = self.global_output_projection(
         merge_heads(global_out.ctx))
@@ -374,7 +393,7 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
 
   def _project(self, long_input: tf.Tensor, global_input: tf.Tensor
                ) -> Projections:
-    """Queries, keys, values and relative scores per id of both sides.
+    """Queries, keys, values and relative scores per id of both branches.
 
     The relative scores per id read the tables (variables), so they are
     made here, outside the (possibly recomputed) core.
@@ -407,74 +426,65 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
       global_per_id = self.global_relative.scores_per_id(global_q, scale)
     return Projections(
         scores=LayerScoreInputs(
-            long_side=ScoreInputs(
+            long_branch=ScoreInputs(
                 long_q, PatternPair(keys["l2l"], keys["l2g"]), long_per_id),
-            global_side=ScoreInputs(
+            global_branch=ScoreInputs(
                 global_q, PatternPair(keys["g2g"], keys["g2l"]),
                 global_per_id)),
         long_values=PatternPair(values["l2l"], values["l2g"]),
         global_values=PatternPair(values["g2g"], values["g2l"]))
 
-  def _side_specs(self, plan: AttentionPlan, sparse: bool, training: bool,
-                  return_probs: bool, emit_streams: bool
-                  ) -> Tuple[core.SideSpec, core.SideSpec]:
-    """What the long and the global side compute in this call."""
+  def _branch_specs(self, plan: AttentionPlan, sparse: bool,
+                    training: bool, return_probs: bool, emit_streams: bool
+                    ) -> Tuple[core.BranchSpec, core.BranchSpec]:
+    """What the long and the global branch compute in this call (the
+    sparse path's long branch: the blocked band, dropout by rows)."""
+    long_spec, global_spec = (
+        spec._replace(
+            streams=spec.streams._replace(
+                emit=emit_streams and not plan.stream_sources),
+            dropout=spec.dropout._replace(training=training, by_rows=sparse),
+            return_probs=return_probs)
+        for spec in self._static_specs)
+    return long_spec._replace(band=sparse), global_spec
 
-    def spec(patterns: Tuple[str, str], band: bool) -> core.SideSpec:
-      return core.SideSpec(
-          patterns=patterns, band=band, block_len=self.local_radius + 1,
-          streams=core.StreamSpec(
-              carried=tuple(p for p in patterns
-                            if p in self.residual_patterns),
-              num_summed=self.layer_index + 1,
-              running_mean=self.residual_running_mean,
-              emit=emit_streams and not plan.stream_sources,
-              low_precision=self.execution.stream_dtype == "compute"),
-          dropout=core.ProbsDropout(
-              rate=self.attention_probs_dropout_prob, training=training,
-              first_site=(self.dropout_site +
-                          dropout_lib.ATTENTION_PROBS_OFFSET[patterns[0]]),
-              by_rows=sparse, rng=self.execution.dropout_rng),
-          return_probs=return_probs,
-          low_precision_softmax=self.execution.softmax_dtype == "compute")
-
-    return spec(("l2l", "l2g"), sparse), spec(("g2g", "g2l"), False)
-
-  def _side_inputs(self, specs: Tuple[core.SideSpec, core.SideSpec],
-                   projected: Projections, side: PreparedSideInputs,
-                   streams: Streams, stream_sources: bool,
-                   seed: Optional[tf.Tensor]
-                   ) -> Tuple[SideInputs[tf.Tensor], SideInputs[tf.Tensor]]:
-    """The long and the global side's pieces in the core's layouts."""
+  def _branch_inputs(self, specs: Tuple[core.BranchSpec, core.BranchSpec],
+                     projected: Projections, side_inputs: PreparedSideInputs,
+                     streams: Streams, stream_sources: bool,
+                     seed: Optional[tf.Tensor]
+                     ) -> Tuple[BranchInputs[tf.Tensor],
+                                BranchInputs[tf.Tensor]]:
+    """The long and the global branch's pieces in the core's layouts."""
     relative = self.long_relative is not None
     if stream_sources:
       sums, sources = NO_STREAMS, as_recomputed(streams).sources
     else:
       sums, sources = as_summed(streams), ()
     long_spec, global_spec = specs
-    long_in = side_inputs(
+    long_in = branch_inputs(
         long_spec.band, long_spec.block_len, long_spec.is_carried,
-        projected.scores.long_side, projected.long_values,
-        side.long_masks(relative), sums.long_side,
-        [s.long_side for s in sources], seed)
-    global_in = side_inputs(
+        projected.scores.long_branch, projected.long_values,
+        side_inputs.long_masks(relative), sums.long_branch,
+        [s.long_branch for s in sources], seed)
+    global_in = branch_inputs(
         global_spec.band, global_spec.block_len, global_spec.is_carried,
-        projected.scores.global_side, projected.global_values,
-        side.global_masks(relative), sums.global_side,
-        [s.global_side for s in sources], seed)
+        projected.scores.global_branch, projected.global_values,
+        side_inputs.global_masks(relative), sums.global_branch,
+        [s.global_branch for s in sources], seed)
     return long_in, global_in
 
   def _canonical_probs(self, long_probs: PatternPair[tf.Tensor],
                        global_probs: PatternPair[tf.Tensor],
-                       side: PreparedSideInputs) -> Dict[str, tf.Tensor]:
+                       side_inputs: PreparedSideInputs
+                       ) -> Dict[str, tf.Tensor]:
     """The probabilities by pattern, l2l in the window layout and l2g
     unblocked (see `call`)."""
     r = self.local_radius
     l2l, l2g = long_probs
-    if side.sparse:
-      l2l = blocking.blocked_to_window(l2l, side.long_len, r)
+    if side_inputs.sparse:
+      l2l = blocking.blocked_to_window(l2l, side_inputs.long_len, r)
       l2g = blocking.slice_last(blocking.merge_axes(l2g, 2), 0,
-                                side.long_len, axis=2)
+                                side_inputs.long_len, axis=2)
     else:
       l2l = blocking.full_to_window(l2l, r)
     g2g, g2l = global_probs
@@ -482,29 +492,30 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
 
 
 # ---------------------------------------------------------------- strategy
-def attend_sides(specs: Sequence[core.SideSpec],
-                 inputs: Sequence[SideInputs[tf.Tensor]], num_chunks: int,
-                 fused: bool = False) -> List[SideOutputs[tf.Tensor]]:
-  """Runs the core on each side: whole, or (`num_chunks` >= 1) under
-  `chunked_recompute` in that many chunks of rows per side (1: recomputed
-  whole in the backward pass); with `fused`, the sides the fused kernels
+def attend_branches(specs: Sequence[core.BranchSpec],
+                    inputs: Sequence[BranchInputs[tf.Tensor]],
+                    num_chunks: int, fused: bool = False
+                    ) -> List[BranchOutputs[tf.Tensor]]:
+  """Runs the core on each branch: whole, or (`num_chunks` >= 1) under
+  `chunked_recompute` in that many chunks of rows per branch (1: recomputed
+  whole in the backward pass); with `fused`, the branches the fused kernels
   cover as custom calls (whole); see `plan_attention`."""
   outputs = [None] * len(specs)
   rest = list(range(len(specs)))
   if fused:
     rest = [i for i in rest
-            if not fused_attention.covers_or_log(specs[i], inputs[i])]
+            if not fused_lib.covers_or_log(specs[i], inputs[i])]
     for i in range(len(specs)):
       if i not in rest:
-        outputs[i] = fused_attention.fused_side(specs[i], inputs[i])
+        outputs[i] = fused_lib.fused_branch(specs[i], inputs[i])
   if not num_chunks:
     for i in rest:
-      outputs[i] = core.attend_side(specs[i], 0,
-                                    blocking.dim(inputs[i].scores.q, 2),
-                                    inputs[i])
+      outputs[i] = core.attend_branch(specs[i], 0,
+                                      blocking.dim(inputs[i].scores.q, 2),
+                                      inputs[i])
   elif rest:
     outputs_rest = chunked_recompute([
-        ChunkedPart(functools.partial(core.attend_side, specs[i]),
+        ChunkedPart(functools.partial(core.attend_branch, specs[i]),
                     chunk_cuts(specs[i].band, inputs[i]),
                     _chunks(inputs[i].scores.q, num_chunks), out_axes=2)
         for i in rest])
@@ -514,7 +525,7 @@ def attend_sides(specs: Sequence[core.SideSpec],
 
 
 def _chunks(queries: tf.Tensor, num_chunks: int):
-  """(start, size) of the chunks of a side's query rows (axis 2)."""
+  """(start, size) of the chunks of a branch's query rows (axis 2)."""
   rows = blocking.dim(queries, 2)
   if isinstance(rows, int):
     return chunk_bounds(rows, num_chunks)

@@ -1,7 +1,7 @@
 """RealFormer's residual attention streams, as one layer hands them to the next.
 
 Residual attention adds to each carried pattern's scaled scores the running
-sum of every earlier layer's (`attention_core.residual_logits`). A layer
+sum of every earlier layer's (`core.residual_logits`). A layer
 receives the earlier layers' streams and returns them with its own in one
 of two forms, chosen by `ExecutionConfig.recompute_residual_streams`:
 
@@ -15,7 +15,7 @@ of two forms, chosen by `ExecutionConfig.recompute_residual_streams`:
 `NO_STREAMS` is what the first layer receives, and what a layer returns
 when it emits nothing (the last layer; residual attention off), in either
 form. Both forms are `tf.nest` structures of tensors only (see
-`attention_pieces.NestedFields`), so they cross `tf.recompute_grad`
+`pieces.NestedFields`), so they cross `tf.recompute_grad`
 (gradient checkpointing, `networks/etc_model.py`) as flat tensors.
 """
 
@@ -24,9 +24,9 @@ from typing import Optional, Tuple, Union
 
 import tensorflow as tf
 
-from etc_realformer.layers.attention_pieces import NestedFields
-from etc_realformer.layers.attention_pieces import PatternPair
-from etc_realformer.layers.attention_pieces import ScoreInputs
+from etc_realformer.attention.pieces import NestedFields
+from etc_realformer.attention.pieces import PatternPair
+from etc_realformer.attention.pieces import ScoreInputs
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -34,7 +34,7 @@ class SummedStreams(NestedFields):
   """Per pattern, the running sum of the earlier layers' scaled scores.
 
   Each <float32> (or the compute dtype, `ExecutionConfig.stream_dtype`) in
-  the layout of the pattern's scores (`attention_core`'s table): l2l
+  the layout of the pattern's scores (`core`'s table): l2l
   [B, H, nb, b, 3b] sparse or [B, H, L, L] full, l2g [B, H, nb, b, G] or
   [B, H, L, G], g2g [B, H, G, G], g2l [B, H, G, L]. None: not carried.
   """
@@ -44,20 +44,21 @@ class SummedStreams(NestedFields):
   g2l: Optional[tf.Tensor] = None
 
   @property
-  def long_side(self) -> PatternPair[tf.Tensor]:
+  def long_branch(self) -> PatternPair[tf.Tensor]:
     """(l2l, l2g): the long queries' patterns."""
     return PatternPair(self.l2l, self.l2g)
 
   @property
-  def global_side(self) -> PatternPair[tf.Tensor]:
+  def global_branch(self) -> PatternPair[tf.Tensor]:
     """(g2g, g2l): the global queries' patterns."""
     return PatternPair(self.g2g, self.g2l)
 
   @classmethod
-  def of_sides(cls, long_side: PatternPair[tf.Tensor],
-               global_side: PatternPair[tf.Tensor]) -> "SummedStreams":
-    return cls(l2l=long_side.first, l2g=long_side.second,
-               g2g=global_side.first, g2l=global_side.second)
+  def of_branches(cls, long_branch: PatternPair[tf.Tensor],
+                  global_branch: PatternPair[tf.Tensor]
+                  ) -> "SummedStreams":
+    return cls(l2l=long_branch.first, l2g=long_branch.second,
+               g2g=global_branch.first, g2l=global_branch.second)
 
   def is_empty(self) -> bool:
     return all(s is None for s in (self.l2l, self.l2g, self.g2g, self.g2l))
@@ -68,13 +69,13 @@ class LayerScoreInputs(NestedFields):
   """One layer's score inputs, in the layer's own layouts.
 
   Attributes:
-    long_side: q <T>[B, H, L, D] (pre-scaled), keys (l2l [B, H, L, D], l2g
+    long_branch: q <T>[B, H, L, D] (pre-scaled), keys (l2l [B, H, L, D], l2g
       [B, H, G, D]), per_id <float32>[B, L, R, H] or None.
-    global_side: q [B, H, G, D], keys (g2g [B, H, G, D], g2l [B, H, L, D]),
+    global_branch: q [B, H, G, D], keys (g2g [B, H, G, D], g2l [B, H, L, D]),
       per_id [B, G, R, H] or None.
   """
-  long_side: ScoreInputs[tf.Tensor]
-  global_side: ScoreInputs[tf.Tensor]
+  long_branch: ScoreInputs[tf.Tensor]
+  global_branch: ScoreInputs[tf.Tensor]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -1,5 +1,5 @@
 """The attention core's rules: RealFormer's stream rule, the fused softmax,
-and one side computed whole or in chunks of rows."""
+and one branch computed whole or in chunks of rows."""
 
 import dataclasses
 
@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from etc_realformer.layers import attention_core as core
-from etc_realformer.layers.attention_inputs import MASK_ADDER
-from etc_realformer.layers.attention_pieces import PatternPair
-from etc_realformer.layers.attention_pieces import ScoreInputs
-from etc_realformer.layers.attention_pieces import SideInputs
-from etc_realformer.layers.attention_pieces import SideMasks
+from etc_realformer.attention import core
+from etc_realformer.attention.masks import MASK_ADDER
+from etc_realformer.attention.pieces import BranchInputs
+from etc_realformer.attention.pieces import BranchMasks
+from etc_realformer.attention.pieces import PatternPair
+from etc_realformer.attention.pieces import ScoreInputs
 
 
 def test_residual_rule():
@@ -102,27 +102,27 @@ def _side_pieces(rng, rows, keys_a, keys_b, d=4, heads=2):
     return tf.constant(MASK_ADDER * (rng.rand(1, 1, rows, keys) < 0.3),
                        tf.float32)
 
-  return SideInputs(
+  return BranchInputs(
       scores=ScoreInputs(normal(1, heads, rows, d),
                          PatternPair(normal(1, heads, keys_a, d),
                                      normal(1, heads, keys_b, d))),
       values=PatternPair(normal(1, heads, keys_a, d),
                          normal(1, heads, keys_b, d)),
-      masks=SideMasks(adders=PatternPair(adder(keys_a), adder(keys_b)),
-                      valid=tf.ones([1, 1, rows, 1])),
+      masks=BranchMasks(adders=PatternPair(adder(keys_a), adder(keys_b)),
+                        valid=tf.ones([1, 1, rows, 1])),
       sums=PatternPair(first=normal(1, heads, rows, keys_a)),
       seed=tf.constant([1, 2]))
 
 
-def test_a_side_in_chunks_of_rows_equals_the_whole():
+def test_a_branch_in_chunks_of_rows_equals_the_whole():
   rng = np.random.RandomState(3)
   x = _side_pieces(rng, rows=7, keys_a=7, keys_b=11)
-  spec = core.SideSpec(
+  spec = core.BranchSpec(
       patterns=("g2g", "g2l"),
       streams=core.StreamSpec(carried=("g2g",), num_summed=2,
                               running_mean=True),
       dropout=core.ProbsDropout(rate=0.3, training=True, first_site=18))
-  whole = core.attend_side(spec, 0, 7, x)
+  whole = core.attend_branch(spec, 0, 7, x)
   assert whole.sums.first is not None and whole.sums.second is None
   assert whole.probs is None
 
@@ -133,12 +133,12 @@ def test_a_side_in_chunks_of_rows_equals_the_whole():
     part = dataclasses.replace(
         x, scores=dataclasses.replace(x.scores,
                                       q=rows(x.scores.q, start, size)),
-        masks=SideMasks(
+        masks=BranchMasks(
             adders=PatternPair(*(rows(a, start, size)
                                  for a in x.masks.adders)),
             valid=rows(x.masks.valid, start, size)),
         sums=PatternPair(first=rows(x.sums.first, start, size)))
-    chunk = core.attend_side(spec, start, size, part)
+    chunk = core.attend_branch(spec, start, size, part)
     for got, expected in zip(tf.nest.flatten(chunk), tf.nest.flatten(whole)):
       np.testing.assert_allclose(got.numpy(),
                                  rows(expected, start, size).numpy(),

@@ -1,4 +1,4 @@
-"""Relative position embeddings and biases of one query side.
+"""Relative position embeddings and biases of one branch.
 
 ETC adds to each score q.k a relative term q.e[id] + bias[id, head], where
 `id` is the pair's relative id (a distance, "same sentence", ...; see
@@ -18,7 +18,7 @@ from etc_realformer.layers.xla_context import in_xla_context
 
 
 class RelativeTable(tf_keras.layers.Layer):
-  """The relative embeddings <float>[R, H, D] and biases [R, H] of one side.
+  """The relative embeddings <float>[R, H, D] and biases [R, H] of one branch.
 
   Weight names as the released checkpoints: `relative_emb_table`,
   `relative_bias_table`.

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from etc_realformer.layers import dropout
-from etc_realformer.layers.dropout import keep_gain
-from etc_realformer.layers.dropout import stateless_dropout
+from etc_realformer.attention import dropout
+from etc_realformer.attention.dropout import keep_gain
+from etc_realformer.attention.dropout import stateless_dropout
 
 RNGS = dropout.DROPOUT_RNGS
 

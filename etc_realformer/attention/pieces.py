@@ -1,31 +1,31 @@
-"""The typed pieces of one query side of the attention core.
+"""The typed pieces of one branch of the attention core.
 
-One ETC layer attends on two query sides, each with two patterns that share
-a softmax (`etc_realformer.layers.attention_core`): the long side (l2l,
-l2g) and the global side (g2g, g2l). What the core reads and returns for a
-side are the frozen dataclasses below, written once for both sides:
-`PatternPair` holds one thing per pattern of the side (`first`: l2l or g2g,
+One ETC layer attends on two branches, each with two patterns that share
+a softmax (`etc_realformer.attention.core`): the long branch (l2l,
+l2g) and the global branch (g2g, g2l). What the core reads and returns for a
+branch are the frozen dataclasses below, written once for both branches:
+`PatternPair` holds one thing per pattern of the branch (`first`: l2l or g2g,
 `second`: l2g or g2l).
 
-  SideInputs                       what `attention_core.attend_side` reads
+  BranchInputs                     what `core.attend_branch` reads
     scores   ScoreInputs            this layer's q, keys per pattern, per_id
     values   PatternPair            values per pattern
-    masks    SideMasks              adders and relative ids per pattern, valid
+    masks    BranchMasks            adders and relative ids per pattern, valid
     sums     PatternPair            summed streams: earlier layers' sums
     sources  (ScoreInputs, ...)     recomputed streams: earlier layers' inputs
     seed                            the call's dropout seed
-  SideOutputs                      what it returns
+  BranchOutputs                    what it returns
     ctx, sums (new running sums), probs (before dropout)
 
 Every field is a tensor in the layouts of the core's table (module
-docstring of `attention_core`), except in a chunk-cut description
+docstring of `core`), except in a chunk-cut description
 (`chunk_cuts`), where each is the `chunking.ChunkInput` that says how
 chunks of rows cut it. A field that is None is absent (no relative term,
 a pattern not carried, no dropout seed).
 
 How they pass through `tf.nest`: the strategies hand the pieces to
 `chunking.chunked_recompute`, and the RealFormer streams built from them
-(`residual_streams`) cross `tf.recompute_grad` (gradient checkpointing), both
+(`streams`) cross `tf.recompute_grad` (gradient checkpointing), both
 of which see only `tf.nest.flatten`'s leaves, and `tf.custom_gradient`
 rejects a None leaf. A NamedTuple keeps its None fields as leaves; a plain
 dataclass is one opaque leaf. So the pieces are dataclasses that implement
@@ -40,8 +40,8 @@ from typing import (Any, Callable, Generic, Iterator, Optional, Sequence,
 
 import tensorflow as tf
 
-from etc_realformer.layers import blocking
-from etc_realformer.layers.chunking import ChunkInput
+from etc_realformer.attention import blocking
+from etc_realformer.attention.chunking import ChunkInput
 
 T = TypeVar("T")  # tf.Tensor; chunking.ChunkInput in a chunk-cut description
 U = TypeVar("U")
@@ -69,10 +69,10 @@ class NestedFields:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class PatternPair(NestedFields, Generic[T]):
-  """One value per pattern of a side, in `SideSpec.patterns` order.
+  """One value per pattern of a branch, in `BranchSpec.patterns` order.
 
-  `first` is the side's own keys' pattern (l2l, g2g), `second` the other
-  side's (l2g, g2l); None where absent. Unpacks and indexes as a pair.
+  `first` is the branch's own keys' pattern (l2l, g2g), `second` the other
+  branch's (l2g, g2l); None where absent. Unpacks and indexes as a pair.
   """
   first: Optional[T] = None
   second: Optional[T] = None
@@ -91,13 +91,13 @@ class PatternPair(NestedFields, Generic[T]):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class ScoreInputs(NestedFields, Generic[T]):
-  """One layer's inputs to a side's scores (q.k + q.e[id] + bias[id]).
+  """One layer's inputs to a branch's scores (q.k + q.e[id] + bias[id]).
 
   Attributes:
-    q: the pre-scaled queries <T>[B, H, N, D]; in a side's pieces on the
-      sparse long side, query blocks [B, H, nb, b, D].
+    q: the pre-scaled queries <T>[B, H, N, D]; in a branch's pieces on the
+      sparse long branch, query blocks [B, H, nb, b, D].
     keys: per pattern <T>[B, H, K, D]; the l2l band's in the sparse pieces,
-      padded key blocks [B, H, nb + 2, b, D] (a halo block each side).
+      padded key blocks [B, H, nb + 2, b, D] (a halo block at each end).
       None: not wanted (an earlier layer's pattern that is not carried).
     per_id: <float32>[B, N, R, H] relative scores per id
       (`relative_table.scores_per_id`; [B, nb, b, R, H] in sparse long
@@ -109,8 +109,8 @@ class ScoreInputs(NestedFields, Generic[T]):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class SideMasks(NestedFields, Generic[T]):
-  """A side's masks in its layout (`attention_inputs.PreparedSideInputs`).
+class BranchMasks(NestedFields, Generic[T]):
+  """A branch's masks in its layout (`masks.PreparedSideInputs`).
 
   Attributes:
     adders: per pattern <float32>[B, 1, n, (b,) K]: 0 or -10000.
@@ -124,14 +124,14 @@ class SideMasks(NestedFields, Generic[T]):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class SideInputs(NestedFields, Generic[T]):
-  """Everything `attention_core.attend_side` reads for (a chunk of) a side.
+class BranchInputs(NestedFields, Generic[T]):
+  """Everything `core.attend_branch` reads for (a chunk of) a branch.
 
   Attributes:
     scores: this layer's score inputs.
     values: per pattern <T>[B, H, K, D] (l2l sparse: padded value blocks
       [B, H, nb + 2, b, D]).
-    masks: the side's masks.
+    masks: the branch's masks.
     sums: summed streams: the earlier layers' running sums of the carried
       patterns, in the patterns' score layouts (None: not carried, or the
       first layer).
@@ -142,23 +142,23 @@ class SideInputs(NestedFields, Generic[T]):
   """
   scores: ScoreInputs[T]
   values: PatternPair[T]
-  masks: SideMasks[T]
+  masks: BranchMasks[T]
   sums: PatternPair[T] = PatternPair()
   sources: Tuple[ScoreInputs[T], ...] = ()
   seed: Optional[T] = None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class SideOutputs(NestedFields, Generic[T]):
-  """What `attention_core.attend_side` returns for (a chunk of) a side.
+class BranchOutputs(NestedFields, Generic[T]):
+  """What `core.attend_branch` returns for (a chunk of) a branch.
 
   Attributes:
     ctx: <T>[B, H, n, (b,) D] the attention output per head.
     sums: the new running sums of the carried patterns (with
-      `SideSpec.streams.emit`), <float32> or the compute dtype
+      `BranchSpec.streams.emit`), <float32> or the compute dtype
       (`StreamSpec.low_precision`).
-    probs: with `SideSpec.return_probs`, the <float32> probabilities per
-      pattern before dropout, in the side's layout.
+    probs: with `BranchSpec.return_probs`, the <float32> probabilities per
+      pattern before dropout, in the branch's layout.
   """
   ctx: T
   sums: PatternPair[T] = PatternPair()
@@ -166,32 +166,32 @@ class SideOutputs(NestedFields, Generic[T]):
 
 
 # ------------------------------------------------------------ the builders
-def side_inputs(band: bool, block_len: int, carried: Tuple[bool, bool],
-                scores: ScoreInputs[tf.Tensor],
-                values: PatternPair[tf.Tensor],
-                masks: SideMasks[tf.Tensor],
-                sums: PatternPair[tf.Tensor] = PatternPair(),
-                sources: Sequence[ScoreInputs[tf.Tensor]] = (),
-                seed: Optional[tf.Tensor] = None
-                ) -> SideInputs[tf.Tensor]:
-  """A side's pieces in the core's layouts, from the layer's tensors.
+def branch_inputs(band: bool, block_len: int, carried: Tuple[bool, bool],
+                  scores: ScoreInputs[tf.Tensor],
+                  values: PatternPair[tf.Tensor],
+                  masks: BranchMasks[tf.Tensor],
+                  sums: PatternPair[tf.Tensor] = PatternPair(),
+                  sources: Sequence[ScoreInputs[tf.Tensor]] = (),
+                  seed: Optional[tf.Tensor] = None
+                  ) -> BranchInputs[tf.Tensor]:
+  """A branch's pieces in the core's layouts, from the layer's tensors.
 
   Args:
-    band: the side's first pattern is the l2l band in the blocked layout
-      (`SideSpec.band`, the sparse long side).
+    band: the branch's first pattern is the l2l band in the blocked layout
+      (`BranchSpec.band`, the sparse long branch).
     block_len: b = r + 1.
     carried: per pattern, whether RealFormer carries its scores.
     scores: this layer's q [B, H, N, D] (pre-scaled), keys [B, H, K, D]
       and per_id [B, N, R, H] (or None).
     values: [B, H, K, D] per pattern.
-    masks: the side's masks (already in the side's layout).
+    masks: the branch's masks (already in the branch's layout).
     sums: summed streams (kept for the carried patterns).
     sources: recomputed streams: the earlier layers' score inputs, in the
       layouts of `scores` (used when a pattern is carried).
     seed: the call's dropout seed.
 
   Returns:
-    The `SideInputs`. Without relative ids the per-id scores are left out
+    The `BranchInputs`. Without relative ids the per-id scores are left out
     (the tables then take no part and get no gradient).
   """
   has_ids = any(ids is not None for ids in masks.ids)
@@ -207,28 +207,28 @@ def side_inputs(band: bool, block_len: int, carried: Tuple[bool, bool],
     return ScoreInputs(q, keys.map(band_blocks), per_id)
 
   def band_blocks(index: int, x: tf.Tensor) -> tf.Tensor:
-    """Keys or values of the l2l band: padded blocks (a halo each side)."""
+    """Keys or values of the l2l band: padded blocks (a halo at each end)."""
     if band and index == 0:
       return blocking.padded_blocks(x, block_len, axis=2)
     return x
 
-  side_sources = (tuple(layout(s, carried) for s in sources)
-                  if any(carried) else ())
-  return SideInputs(
+  branch_sources = (tuple(layout(s, carried) for s in sources)
+                    if any(carried) else ())
+  return BranchInputs(
       scores=layout(scores, (True, True)),
       values=values.map(band_blocks),
       masks=masks,
       sums=PatternPair(*(s if c else None for s, c in zip(sums, carried))),
-      sources=side_sources,
+      sources=branch_sources,
       seed=seed)
 
 
-def chunk_cuts(band: bool, x: SideInputs[tf.Tensor]
-               ) -> SideInputs[ChunkInput]:
+def chunk_cuts(band: bool, x: BranchInputs[tf.Tensor]
+               ) -> BranchInputs[ChunkInput]:
   """How `chunking.chunked_recompute` cuts each piece into chunks of rows.
 
   Rows are axis 2 of the per-head pieces (query blocks on the sparse long
-  side) and axis 1 of the per-id scores and the ids. The band's padded key
+  branch) and axis 1 of the per-id scores and the ids. The band's padded key
   and value blocks are cut with a halo of one block; other keys and values,
   and the seed, are shared by every chunk. Masks and the seed are constants
   (no gradient).
@@ -245,10 +245,10 @@ def chunk_cuts(band: bool, x: SideInputs[tf.Tensor]
         None if s.per_id is None else ChunkInput(s.per_id, axis=1))
 
   m = x.masks
-  return SideInputs(
+  return BranchInputs(
       scores=score_cuts(x.scores),
       values=x.values.map(keys),
-      masks=SideMasks(
+      masks=BranchMasks(
           adders=m.adders.map(lambda _, a: ChunkInput(a, constant=True)),
           valid=ChunkInput(m.valid, constant=True),
           ids=m.ids.map(lambda _, i: ChunkInput(i, axis=1, constant=True))),

@@ -1,28 +1,28 @@
-"""The attention core's sides as fused kernels (XLA custom calls).
+"""The attention core's branches as fused kernels (XLA custom calls).
 
 With `ExecutionConfig(attention_kernel='fused')`, a layer traced for XLA
-runs each query side as one custom call, `etc_side_forward`
+runs each branch as one custom call, `etc_side_forward`
 (`custom_calls`), whose handlers (`ffi_library`: C++ on the host, the
 Triton kernel `triton_attention.side_forward` on CUDA) keep scores, masks,
 softmax statistics and dropout decisions on chip:
 
-  covered   either side (long: the l2l band or, on the full path, dense
+  covered   either branch (long: the l2l band or, on the full path, dense
             l2l, + l2g; global: g2g + g2l); RealFormer streams on any
             subset of the patterns (summed: float32 or the compute dtype,
             running mean; or recomputed, `recompute_residual_streams`:
             the sums made in the kernels from the earlier layers' queries
-            and keys, in each pass, see `fused_side`); dropout
+            and keys, in each pass, see `fused_branch`); dropout
             of the probabilities in training with the hash generator
             (`ExecutionConfig.dropout_rng='hash'`: the kernel draws the
             XLA path's masks)
   not yet   probabilities returned (analysis), Philox dropout in training,
-            relative ids on one pattern of a side only (never from ETC's
+            relative ids on one pattern of a branch only (never from ETC's
             features)
 
-A side that is not covered runs on `attention_core.attend_side`, and the
+A branch that is not covered runs on `core.attend_branch`, and the
 first such fallback is logged with its reason. The kernels keep the
 probabilities in float32 on chip, so `softmax_dtype` does not change a
-fused side.
+fused branch.
 
 The gradient is a second custom call, `etc_side_backward`: the kernels
 `side_backward_queries` and `side_backward_keys` recompute the
@@ -35,31 +35,31 @@ from typing import Optional, Sequence, Tuple
 
 from absl import logging
 import tensorflow as tf
-# XLA's optimization barrier (see `layers/chunking.py` for why this module).
+# XLA's optimization barrier (see `attention/chunking.py` for why this module).
 from tensorflow.compiler.tf2xla.python import xla as tf2xla
 
+from etc_realformer.attention import blocking
+from etc_realformer.attention import core
+from etc_realformer.attention import dropout as dropout_lib
+from etc_realformer.attention.pieces import BranchInputs
+from etc_realformer.attention.pieces import BranchMasks
+from etc_realformer.attention.pieces import BranchOutputs
+from etc_realformer.attention.pieces import PatternPair
+from etc_realformer.attention.pieces import ScoreInputs
 from etc_realformer.kernels import custom_calls
 from etc_realformer.kernels import ffi_library
 from etc_realformer.kernels import reference
-from etc_realformer.layers import attention_core as core
-from etc_realformer.layers import blocking
-from etc_realformer.layers import dropout as dropout_lib
-from etc_realformer.layers.attention_pieces import PatternPair
-from etc_realformer.layers.attention_pieces import ScoreInputs
-from etc_realformer.layers.attention_pieces import SideInputs
-from etc_realformer.layers.attention_pieces import SideMasks
-from etc_realformer.layers.attention_pieces import SideOutputs
 
-SIDE_FORWARD = "etc_side_forward"
-SIDE_BACKWARD = "etc_side_backward"
+BRANCH_FORWARD = "etc_side_forward"
+BRANCH_BACKWARD = "etc_side_backward"
 # Relative ids travel in int8 codes' low 7 bits; 127 is NO_ID's.
 MAX_IDS = 127
 _DTYPES = (tf.float32, tf.bfloat16, tf.float16)
 
 
-def uncovered_reason(spec: core.SideSpec, x: SideInputs[tf.Tensor]
+def uncovered_reason(spec: core.BranchSpec, x: BranchInputs[tf.Tensor]
                      ) -> Optional[str]:
-  """Why the fused kernels do not compute this side (None: they do)."""
+  """Why the fused kernels do not compute this branch (None: they do)."""
   if spec.return_probs:
     return "probabilities are returned"
   d = spec.dropout
@@ -87,47 +87,47 @@ def uncovered_reason(spec: core.SideSpec, x: SideInputs[tf.Tensor]
       x.masks.ids.second is None):
     # A code is an id, or masked: it cannot say "unmasked, no relative
     # term" (ETC's features give every pattern ids, or none).
-    return "relative ids on one pattern of the side only"
+    return "relative ids on one pattern of the branch only"
   if per_id is not None and per_id.shape[-2] > MAX_IDS:
     return f"{per_id.shape[-2]} relative ids (int8 codes: at most {MAX_IDS})"
   return None
 
 
-def _stream_dtype(spec: core.SideSpec, dtype: tf.DType) -> tf.DType:
+def _stream_dtype(spec: core.BranchSpec, dtype: tf.DType) -> tf.DType:
   """The running sums' dtype: the inputs' with `StreamSpec.low_precision`,
-  else float32 (`attention_core`'s rule)."""
+  else float32 (`core`'s rule)."""
   return dtype if spec.streams.low_precision else tf.float32
 
 
-def covers(spec: core.SideSpec, x: SideInputs[tf.Tensor]) -> bool:
-  """Whether the fused kernels compute this side (module docstring)."""
+def covers(spec: core.BranchSpec, x: BranchInputs[tf.Tensor]) -> bool:
+  """Whether the fused kernels compute this branch (module docstring)."""
   return uncovered_reason(spec, x) is None
 
 
-def _rows(spec: core.SideSpec, t: Optional[tf.Tensor], axis: int
+def _rows(spec: core.BranchSpec, t: Optional[tf.Tensor], axis: int
           ) -> Optional[tf.Tensor]:
-  """Query blocks -> rows on the band side ([.., nb, b, ..] at `axis`)."""
+  """Query blocks -> rows on the band branch ([.., nb, b, ..] at `axis`)."""
   if t is None or not spec.band:
     return t
   return blocking.merge_axes(t, axis)
 
 
-def _blocks(spec: core.SideSpec, t: Optional[tf.Tensor], axis: int
+def _blocks(spec: core.BranchSpec, t: Optional[tf.Tensor], axis: int
             ) -> Optional[tf.Tensor]:
-  """Rows -> query blocks on the band side (the inverse of `_rows`)."""
+  """Rows -> query blocks on the band branch (the inverse of `_rows`)."""
   if t is None or not spec.band:
     return t
   return blocking.split_axis(t, axis, spec.block_len)
 
 
-def fused_side(spec: core.SideSpec, x: SideInputs[tf.Tensor]
-               ) -> SideOutputs[tf.Tensor]:
-  """`attention_core.attend_side` of a whole side, as custom calls: the
+def fused_branch(spec: core.BranchSpec, x: BranchInputs[tf.Tensor]
+                 ) -> BranchOutputs[tf.Tensor]:
+  """`core.attend_branch` of a whole branch, as custom calls: the
   forward, and the backward in its gradient.
 
   With recomputed streams (`x.sources`) no sum is read from memory: the
   kernels make each tile's earlier-layer sum from the sources (`_Joined`:
-  the layers' queries and keys side by side along the head size), and the
+  the layers' queries and keys concatenated along the head size), and the
   backward's gradient of that sum (dprev) reaches the sources' queries
   and keys through the products it stands for, and their per-id scores
   as the kernels' per-id gradient. Where the per-id scores would differ
@@ -137,8 +137,8 @@ def fused_side(spec: core.SideSpec, x: SideInputs[tf.Tensor]
   XLA neither joins them early nor keeps the forward's joins.
 
   Args:
-    spec: the side (`covers(spec, x)`).
-    x: its pieces in the core's layouts (`attention_pieces.SideInputs`).
+    spec: the branch (`covers(spec, x)`).
+    x: its pieces in the core's layouts (`pieces.BranchInputs`).
 
   Returns:
     The context, and the new running sums of the carried patterns with
@@ -148,9 +148,9 @@ def fused_side(spec: core.SideSpec, x: SideInputs[tf.Tensor]
   if x.sources:
     has_ids = x.scores.per_id is not None and x.masks.ids.first is not None
     if has_ids and not all(spec.is_carried):
-      return _fused_side_rebuilt(spec, x)
-    return _fused_side_sources(spec, x)
-  call = _SideCall(spec, x)
+      return _fused_branch_rebuilt(spec, x)
+    return _fused_branch_sources(spec, x)
+  call = _BranchCall(spec, x)
   own = call.inputs()
   prev = [_rows(spec, s, 2) if r else None
           for s, r in zip(x.sums, call.reads)]
@@ -175,7 +175,7 @@ def fused_side(spec: core.SideSpec, x: SideInputs[tf.Tensor]
   it = iter(outs[1:])
   sums = PatternPair(*(_blocks(spec, next(it), 2) if e else None
                        for e in call.emits))
-  return SideOutputs(ctx=_blocks(spec, outs[0], 2), sums=sums)
+  return BranchOutputs(ctx=_blocks(spec, outs[0], 2), sums=sums)
 
 
 def _after(sources: Sequence[tf.Tensor], tensor: tf.Tensor
@@ -196,7 +196,7 @@ class _Joined:
   their per-id scores summed (a pattern carried on every earlier layer
   gets them all), in the core's layouts."""
 
-  def __init__(self, spec: core.SideSpec,
+  def __init__(self, spec: core.BranchSpec,
                sources: Sequence[ScoreInputs[tf.Tensor]]):
     self.spec = spec
     carried = spec.is_carried
@@ -215,14 +215,14 @@ class _Joined:
   def products(self, size: blocking.Dim) -> PatternPair[tf.Tensor]:
     """The sums the kernels make (the carried patterns'), as the graph's
     products: what their gradient flows through."""
-    return core.side_scores(self.spec, ScoreInputs(self.q, self.keys),
-                            PatternPair(), size, self.spec.is_carried)
+    return core.branch_scores(self.spec, ScoreInputs(self.q, self.keys),
+                              PatternPair(), size, self.spec.is_carried)
 
 
-def _fused_side_sources(spec: core.SideSpec, x: SideInputs[tf.Tensor]
-                        ) -> SideOutputs[tf.Tensor]:
-  """`fused_side` with recomputed streams, the sums made in the kernels."""
-  call = _SideCall(spec, x, num_sources=len(x.sources))
+def _fused_branch_sources(spec: core.BranchSpec, x: BranchInputs[tf.Tensor]
+                          ) -> BranchOutputs[tf.Tensor]:
+  """`fused_branch` with recomputed streams, the sums made in the kernels."""
+  call = _BranchCall(spec, x, num_sources=len(x.sources))
   own = call.inputs()
   n = len(own)
   size = blocking.dim(x.scores.q, 2)
@@ -265,14 +265,14 @@ def _fused_side_sources(spec: core.SideSpec, x: SideInputs[tf.Tensor]
 
     return ctx, grad
 
-  return SideOutputs(ctx=_blocks(spec, fused(*own, *flat_sources), 2))
+  return BranchOutputs(ctx=_blocks(spec, fused(*own, *flat_sources), 2))
 
 
-def _fused_side_rebuilt(spec: core.SideSpec, x: SideInputs[tf.Tensor]
-                        ) -> SideOutputs[tf.Tensor]:
-  """`fused_side` with recomputed streams rebuilt in the graph
+def _fused_branch_rebuilt(spec: core.BranchSpec, x: BranchInputs[tf.Tensor]
+                          ) -> BranchOutputs[tf.Tensor]:
+  """`fused_branch` with recomputed streams rebuilt in the graph
   (`rebuilt_sums`) and read by the kernels as summed ones."""
-  call = _SideCall(spec, x)
+  call = _BranchCall(spec, x)
   own = call.inputs()
   n = len(own)
   size = blocking.dim(x.scores.q, 2)
@@ -304,12 +304,12 @@ def _fused_side_rebuilt(spec: core.SideSpec, x: SideInputs[tf.Tensor]
 
     return ctx, grad
 
-  return SideOutputs(ctx=_blocks(spec, fused(*own, *flat_sources), 2))
+  return BranchOutputs(ctx=_blocks(spec, fused(*own, *flat_sources), 2))
 
 
-def rebuilt_sums(spec: core.SideSpec,
+def rebuilt_sums(spec: core.BranchSpec,
                  sources: Sequence[ScoreInputs[tf.Tensor]],
-                 masks: SideMasks[tf.Tensor], size: blocking.Dim
+                 masks: BranchMasks[tf.Tensor], size: blocking.Dim
                  ) -> PatternPair[tf.Tensor]:
   """The earlier layers' running sums of the carried patterns, rebuilt from
   their score inputs as ONE product per pattern: the layers' queries and
@@ -318,23 +318,23 @@ def rebuilt_sums(spec: core.SideSpec,
   is then one score-sized tensor, never one per earlier layer (XLA
   schedules independent products side by side, and would keep them all),
   and its gradient reaches every layer through two products. Rounded once
-  in the compute dtype, where the XLA path (`attention_core`) rounds each
+  in the compute dtype, where the XLA path (`core`) rounds each
   layer's scores (docs/design.md, "The fused kernels").
 
   Returns:
-    Per pattern, <float32> in the side's score layout (None: not carried).
+    Per pattern, <float32> in the branch's score layout (None: not carried).
   """
   joined = _Joined(spec, sources)
-  return core.side_scores(spec,
-                          ScoreInputs(joined.q, joined.keys, joined.per_id),
-                          masks.ids, size, spec.is_carried)
+  return core.branch_scores(spec,
+                            ScoreInputs(joined.q, joined.keys, joined.per_id),
+                            masks.ids, size, spec.is_carried)
 
 
-class _SideCall:
-  """One side's custom calls: their operands, results and attributes, and
+class _BranchCall:
+  """One branch's custom calls: their operands, results and attributes, and
   the two calls (`forward`, `backward`) on its differentiated inputs."""
 
-  def __init__(self, spec: core.SideSpec, x: SideInputs[tf.Tensor],
+  def __init__(self, spec: core.BranchSpec, x: BranchInputs[tf.Tensor],
                num_sources: int = 0):
     self.spec, self.x = spec, x
     q = _rows(spec, x.scores.q, 2)
@@ -413,7 +413,7 @@ class _SideCall:
     for emit, width in zip(self.emits, self.widths):
       results.append(([batch, heads, num_rows, width], self.stream_dtype)
                      if emit else ([1], tf.float32))
-    outs = custom_calls.custom_call(SIDE_FORWARD,
+    outs = custom_calls.custom_call(BRANCH_FORWARD,
                                     self._operands(own, prev, sources),
                                     results, self.attributes)
     return outs[0], outs[1], [o for o, e in zip(outs[2:], self.emits) if e]
@@ -427,7 +427,7 @@ class _SideCall:
             else self.placeholder
             for d in (list(dnew) + [None, None])[:2]]
     grads = custom_calls.custom_call(
-        SIDE_BACKWARD,
+        BRANCH_BACKWARD,
         self._operands(own, prev, sources) +
         [ctx, lse, tf.cast(dctx, self.q.dtype)] + dnew,
         [(a.shape.as_list(), a.dtype) for a in own] +
@@ -443,9 +443,9 @@ class _SideCall:
     return out, dprev
 
 
-def attention_codes(spec: core.SideSpec, masks: SideMasks[tf.Tensor],
+def attention_codes(spec: core.BranchSpec, masks: BranchMasks[tf.Tensor],
                     has_ids: bool) -> Tuple[tf.Tensor, tf.Tensor]:
-  """A side's masks and relative ids as the kernels' int8 codes.
+  """A branch's masks and relative ids as the kernels' int8 codes.
 
   Per score (`reference.codes`): the key's relative id (0 without ids),
   id - 128 (the sign bit set) for a masked key, NO_ID (-1) for a masked
@@ -482,13 +482,14 @@ def attention_codes(spec: core.SideSpec, masks: SideMasks[tf.Tensor],
   return out[0], out[1]
 
 
-def covers_or_log(spec: core.SideSpec, x: SideInputs[tf.Tensor]) -> bool:
-  """`covers`, logging the first side that is not covered with its reason
+def covers_or_log(spec: core.BranchSpec, x: BranchInputs[tf.Tensor]
+                  ) -> bool:
+  """`covers`, logging the first branch that is not covered with its reason
   (so a user of the option sees where it does not act)."""
   reason = uncovered_reason(spec, x)
   if reason is None:
     return True
   logging.log_first_n(logging.INFO,
-                      "attention_kernel='fused': the %s side runs on the "
+                      "attention_kernel='fused': the %s branch runs on the "
                       "XLA path: %s", 1, "/".join(spec.patterns), reason)
   return False

@@ -12,9 +12,9 @@ from typing import Mapping, NamedTuple, Optional
 
 import tensorflow as tf
 
-from etc_realformer.layers import blocking
-from etc_realformer.layers.attention_pieces import PatternPair
-from etc_realformer.layers.attention_pieces import SideMasks
+from etc_realformer.attention import blocking
+from etc_realformer.attention.pieces import BranchMasks
+from etc_realformer.attention.pieces import PatternPair
 
 # Added to the logits of masked keys, as in the original ETC (not -inf: a fully
 # masked row must stay finite; -10000 is representable in float16).
@@ -27,7 +27,7 @@ class PreparedSideInputs(NamedTuple):
   Made once per forward pass by `prepare_side_inputs` and shared by all
   layers. `sparse` tells the layout of the long-query pieces:
 
-  * sparse (b = r + 1, nb = ceil(L / b); `etc_realformer.layers.blocking`):
+  * sparse (b = r + 1, nb = ceil(L / b); `etc_realformer.attention.blocking`):
     l2l_adder <float32>[B, 1, nb, b, 3b] (the blocked band), l2g_adder
     [B, 1, nb, b, G], long_valid [B, 1, nb, b, 1]; l2l_ids <int32>
     [B, nb, b, 2r+1] (windows cut into query blocks), l2g_ids [B, nb, b, G].
@@ -52,18 +52,18 @@ class PreparedSideInputs(NamedTuple):
   g2g_ids: Optional[tf.Tensor]
   g2l_ids: Optional[tf.Tensor]
 
-  def long_masks(self, relative: bool) -> SideMasks[tf.Tensor]:
+  def long_masks(self, relative: bool) -> BranchMasks[tf.Tensor]:
     """The long queries' masks (l2l, l2g); ids only when `relative` (the
     layer has relative tables)."""
-    return SideMasks(
+    return BranchMasks(
         adders=PatternPair(self.l2l_adder, self.l2g_adder),
         valid=self.long_valid,
         ids=(PatternPair(self.l2l_ids, self.l2g_ids) if relative
              else PatternPair()))
 
-  def global_masks(self, relative: bool) -> SideMasks[tf.Tensor]:
+  def global_masks(self, relative: bool) -> BranchMasks[tf.Tensor]:
     """The global queries' masks (g2g, g2l), as `long_masks`."""
-    return SideMasks(
+    return BranchMasks(
         adders=PatternPair(self.g2g_adder, self.g2l_adder),
         valid=self.global_valid,
         ids=(PatternPair(self.g2g_ids, self.g2l_ids) if relative
@@ -74,14 +74,14 @@ def _adder(mask: tf.Tensor) -> tf.Tensor:
   return MASK_ADDER * (1.0 - tf.cast(mask, tf.float32))
 
 
-def prepare_side_inputs(side: Mapping[str, Optional[tf.Tensor]],
+def prepare_side_inputs(side_inputs: Mapping[str, Optional[tf.Tensor]],
                         batch_size, long_len: int, global_len: int,
                         local_radius: int, sparse: bool
                         ) -> PreparedSideInputs:
   """Converts the eight side inputs for `FusedGlobalLocalAttention`.
 
   Args:
-    side: `l2l_att_mask` <int32>[B, L, 2r+1], `g2g_att_mask` [B, G, G],
+    side_inputs: `l2l_att_mask` <int32>[B, L, 2r+1], `g2g_att_mask` [B, G, G],
       `l2g_att_mask` [B, L, G], `g2l_att_mask` [B, G, L] and the four
       `*_relative_att_ids` of the same shapes. A missing or None mask allows
       everything (l2l: everything inside the band); missing ids mean no
@@ -99,7 +99,7 @@ def prepare_side_inputs(side: Mapping[str, Optional[tf.Tensor]],
   window = 2 * r + 1
 
   def get(name):
-    value = side.get(name)
+    value = side_inputs.get(name)
     if value is None:
       return None
     return tf.convert_to_tensor(value)

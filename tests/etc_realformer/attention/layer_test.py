@@ -15,11 +15,11 @@ from encoder_testing import (assert_same_training, copy_weights,
                              randomize_relative_bias, tiny_config, tiny_model,
                              twin_models)
 from etc_realformer import ExecutionConfig
-from etc_realformer.layers import attention
-from etc_realformer.layers import dropout as dropout_lib
-from etc_realformer.layers import relative_table
-from etc_realformer.layers import residual_streams
-from etc_realformer.layers.attention_inputs import prepare_side_inputs
+from etc_realformer.attention import dropout as dropout_lib
+from etc_realformer.attention import layer as attention_layer
+from etc_realformer.attention import relative_table
+from etc_realformer.attention import streams as streams_lib
+from etc_realformer.attention.masks import prepare_side_inputs
 
 # (radius, long_len, global_len, chunk_len): chunks of one block and of
 # several, a last chunk shorter than the others, a length that is not a
@@ -28,13 +28,28 @@ CASES = [(1, 7, 4, 2), (2, 13, 4, 3), (2, 12, 5, 6), (3, 16, 3, 4),
          (2, 11, 4, 100)]
 
 
+def _assert_trains_alike(config, first, second, long_len, global_len, seed,
+                         probe_seed=0, first_call=None, second_call=None,
+                         **call):
+  """`first` and `second` give the same training step (outputs, loss and
+  gradients of `loss_and_grads` with `call`, and per model `first_call` or
+  `second_call` on top) on a batch of two random examples."""
+  feats = random_features(config, batch=2, long_len=long_len,
+                          global_len=global_len, seed=seed)
+  probe = probes(config, 2, long_len, global_len, seed=probe_seed)
+  assert_same_training(*(
+      loss_and_grads(model, feats, probe, training=True,
+                     **{**call, **(own or {})})
+      for model, own in ((first, first_call), (second, second_call))))
+
+
 # ---------------------------------------------------------------- the plan
 def _plan(**kwargs):
   args = dict(execution=ExecutionConfig(), sparse=True, long_len=8192,
               global_len=512, training=True, return_probs=False,
               carries_streams=True, in_xla=False)
   args.update(kwargs)
-  return attention.plan_attention(**args)
+  return attention_layer.plan_attention(**args)
 
 
 def test_plan_chunks_long_static_sparse_inputs_only():
@@ -55,19 +70,19 @@ def test_plan_skips_chunking_under_xla():
   assert _plan(in_xla=True).num_chunks == 0
   streams = ExecutionConfig(recompute_residual_streams=True)
   assert _plan(execution=streams, in_xla=True) == (
-      attention.AttentionPlan(1, True))
+      attention_layer.AttentionPlan(1, True))
 
 
 def test_plan_fuses_under_xla_unless_attention_is_recomputed():
   fused = ExecutionConfig(attention_kernel="fused")
   assert _plan(execution=fused, in_xla=True) == (
-      attention.AttentionPlan(0, False, True))
+      attention_layer.AttentionPlan(0, False, True))
   assert not _plan(execution=fused).fused  # outside XLA
-  # The kernels rebuild recomputed streams themselves; the sides they do
+  # The kernels rebuild recomputed streams themselves; the branches they do
   # not cover keep the XLA path's recomputation (one chunk).
   streams = dataclasses.replace(fused, recompute_residual_streams=True)
   assert _plan(execution=streams, in_xla=True) == (
-      attention.AttentionPlan(1, True, True))
+      attention_layer.AttentionPlan(1, True, True))
   recompute = dataclasses.replace(fused, recompute_attention=True)
   assert not _plan(execution=recompute, in_xla=True).fused
   assert _plan(execution=recompute, in_xla=True, training=False).fused
@@ -82,12 +97,12 @@ def test_plan_recomputes_when_asked():
                ).num_chunks == 0
   streams = ExecutionConfig(recompute_residual_streams=True)
   assert _plan(execution=streams, long_len=100) == (
-      attention.AttentionPlan(1, True))
+      attention_layer.AttentionPlan(1, True))
   assert _plan(execution=streams, long_len=100, carries_streams=False) == (
-      attention.AttentionPlan(0, False))
+      attention_layer.AttentionPlan(0, False))
   # Dense path: the sums are rebuilt whole.
   assert _plan(execution=streams, long_len=100, sparse=False) == (
-      attention.AttentionPlan(0, True))
+      attention_layer.AttentionPlan(0, True))
 
 
 # ----------------------------------------------------------------- chunked
@@ -161,7 +176,7 @@ def test_strategies_match_numpy_reference_and_full(running_mean, changes):
 
 
 # Every pattern with recomputed streams (chunked as well); plain chunks for
-# a long-side and a global-side pattern.
+# a long-branch and a global-branch pattern.
 @pytest.mark.parametrize("pattern,changes", [
     (pattern, dict(attention_chunk_len=4, recompute_residual_streams=True))
     for pattern in ("l2l", "l2g", "g2g", "g2l")] + [
@@ -171,10 +186,8 @@ def test_each_stream_alone(pattern, changes):
                        residual_patterns=(pattern,),
                        attention_probs_dropout_prob=0.2)
   whole, other = twin_models(config, **changes)
-  feats = random_features(config, batch=2, long_len=10, global_len=4, seed=2)
-  probe = probes(config, 2, 10, 4)
-  assert_same_training(loss_and_grads(whole, feats, probe, training=True),
-                       loss_and_grads(other, feats, probe, training=True))
+  _assert_trains_alike(config, whole, other, long_len=10, global_len=4,
+                       seed=2)
 
 
 # Chunked attention, and recomputed streams, in a graph under gradient
@@ -192,12 +205,8 @@ def test_in_tf_function_with_checkpointing():
   whole, other = twin_models(config, attention_chunk_len=5,
                              recompute_residual_streams=True,
                              grad_checkpointing_period=2)
-  feats = random_features(config, batch=2, long_len=long_len, global_len=4,
-                          seed=4)
-  probe = probes(config, 2, long_len, 4)
-  assert_same_training(
-      loss_and_grads(whole, feats, probe, training=True, use_function=True),
-      loss_and_grads(other, feats, probe, training=True, use_function=True))
+  _assert_trains_alike(config, whole, other, long_len=long_len, global_len=4,
+                       seed=4, use_function=True)
 
 
 def test_chunked_without_relative_ids_and_side_inputs():
@@ -240,11 +249,8 @@ def test_auto_chunk_len_same_function(long_len):
                        residual_attention=True,
                        attention_probs_dropout_prob=0.3)
   auto, fixed = twin_models(config, attention_chunk_len=3)
-  feats = random_features(config, batch=2, long_len=long_len, global_len=4,
-                          seed=long_len)
-  probe = probes(config, 2, long_len, 4)
-  assert_same_training(loss_and_grads(auto, feats, probe, training=True),
-                       loss_and_grads(fixed, feats, probe, training=True))
+  _assert_trains_alike(config, auto, fixed, long_len=long_len, global_len=4,
+                       seed=long_len)
 
 
 # -------------------------------------------------------------- recomputed
@@ -264,13 +270,9 @@ def test_recomputed_core_same_loss_and_gradients(impl, jit_compile,
                        attention_probs_dropout_prob=0.2,
                        residual_attention=True)
   whole, recomputed = twin_models(config, recompute_attention=True)
-  feats = random_features(config, batch=2, long_len=10, global_len=3, seed=4)
-  probe = probes(config, 2, 10, 3, seed=1)
-  assert_same_training(
-      loss_and_grads(whole, feats, probe, training=True, impl=impl,
-                     jit_compile=jit_compile),
-      loss_and_grads(recomputed, feats, probe, training=True, impl=impl,
-                     jit_compile=jit_compile))
+  _assert_trains_alike(config, whole, recomputed, long_len=10, global_len=3,
+                       seed=4, probe_seed=1, impl=impl,
+                       jit_compile=jit_compile)
 
 
 @pytest.mark.parametrize("impl", ["full", "sparse"])
@@ -281,13 +283,10 @@ def test_xla_same_loss_and_gradients_as_graph(impl, monkeypatch):
   config = tiny_config(num_hidden_layers=2, residual_attention=True)
   model = tiny_model(config)
   randomize_relative_bias(model)
-  feats = random_features(config, batch=2, long_len=10, global_len=3, seed=4)
-  probe = probes(config, 2, 10, 3, seed=1)
-  assert_same_training(
-      loss_and_grads(model, feats, probe, training=True, impl=impl,
-                     use_function=True),
-      loss_and_grads(model, feats, probe, training=True, impl=impl,
-                     jit_compile=True))
+  _assert_trains_alike(config, model, model, long_len=10, global_len=3,
+                       seed=4, probe_seed=1, impl=impl,
+                       first_call=dict(use_function=True),
+                       second_call=dict(jit_compile=True))
 
 
 # ------------------------------------------------------ recomputed streams
@@ -331,12 +330,12 @@ def test_recomputed_streams_are_score_inputs_not_score_tensors():
                                       feats["global_token_ids"])
   side = prepare_side_inputs(feats, batch_size=1, long_len=12, global_len=3,
                              local_radius=config.local_radius, sparse=True)
-  streams = residual_streams.NO_STREAMS
+  streams = streams_lib.NO_STREAMS
   for index in range(2):
     block = model.blocks[index]
     long_x, global_x, streams, _ = block(long_x, global_x, side,
                                          streams=streams)
-    assert isinstance(streams, residual_streams.RecomputedStreams)
+    assert isinstance(streams, streams_lib.RecomputedStreams)
     assert len(streams.sources) == index + 1
   relative_width = config.relative_vocab_size * config.num_attention_heads
   bound = 12 * max(config.hidden_size, relative_width)  # B = 1, L = 12
@@ -345,7 +344,7 @@ def test_recomputed_streams_are_score_inputs_not_score_tensors():
   # The last layer asked for no streams returns none.
   _, _, last, _ = model.blocks[2](long_x, global_x, side, streams=streams,
                                   emit_streams=False)
-  assert last is residual_streams.NO_STREAMS
+  assert last is streams_lib.NO_STREAMS
 
 
 def test_one_layer_is_the_same_with_any_stream_form():
@@ -360,7 +359,7 @@ def test_one_layer_is_the_same_with_any_stream_form():
 @pytest.mark.parametrize("share_qkv,share_kv", [(True, False), (False, True),
                                                 (False, False)])
 def test_sharing_options_decide_which_projections_exist(share_qkv, share_kv):
-  layer = attention.FusedGlobalLocalAttention(
+  layer = attention_layer.FusedGlobalLocalAttention(
       hidden_size=8, num_attention_heads=2, size_per_head=4, local_radius=1,
       relative_vocab_size=8, attention_probs_dropout_prob=0.0,
       initializer="zeros",

@@ -4,7 +4,7 @@ Residual order as the original: Post-LN by default,
   x = LN(x + dropout(f(x)));
 Pre-LN (`use_pre_activation_order`),
   x = x + dropout(f(LN(x))).
-With `share_feed_forward_params` the long and global sides share the
+With `share_feed_forward_params` the long and global branches share the
 feed-forward weights and its LayerNorm (separate dropout masks).
 """
 
@@ -13,13 +13,13 @@ from typing import Any, Dict, Mapping, Optional
 import tensorflow as tf
 import tf_keras
 
-from etc_realformer.layers import dropout as dropout_lib
-from etc_realformer.layers.attention import FusedGlobalLocalAttention
-from etc_realformer.layers.attention_inputs import PreparedSideInputs
+from etc_realformer.attention import dropout as dropout_lib
+from etc_realformer.attention.layer import FusedGlobalLocalAttention
+from etc_realformer.attention.masks import PreparedSideInputs
+from etc_realformer.attention.streams import NO_STREAMS
+from etc_realformer.attention.streams import Streams
 from etc_realformer.layers.feed_forward import FeedForward
 from etc_realformer.layers.normalization import layer_norm
-from etc_realformer.layers.residual_streams import NO_STREAMS
-from etc_realformer.layers.residual_streams import Streams
 
 
 class GlobalLocalTransformerBlock(tf_keras.layers.Layer):
@@ -88,7 +88,7 @@ class GlobalLocalTransformerBlock(tf_keras.layers.Layer):
     super().build(input_shape)
 
   def call(self, long_x: tf.Tensor, global_x: tf.Tensor,
-           side: PreparedSideInputs,
+           side_inputs: PreparedSideInputs,
            streams: Streams = NO_STREAMS,
            training: bool = False, seed: Optional[tf.Tensor] = None,
            return_probs: bool = False, emit_streams: bool = True):
@@ -107,14 +107,14 @@ class GlobalLocalTransformerBlock(tf_keras.layers.Layer):
     att_long_in = self.long_att_norm(long_x) if pre_ln else long_x
     att_global_in = self.global_att_norm(global_x) if pre_ln else global_x
     att_long, att_global, streams, probs = self.attention(
-        att_long_in, att_global_in, side, streams=streams,
+        att_long_in, att_global_in, side_inputs, streams=streams,
         training=training, seed=seed, return_probs=return_probs,
         emit_streams=emit_streams)
 
-    def close(x, branch, norm, offset):
+    def close(x, residual, norm, offset):
       if pre_ln:
-        return x + dropout(branch, offset)
-      return norm(x + dropout(branch, offset))
+        return x + dropout(residual, offset)
+      return norm(x + dropout(residual, offset))
 
     long_x = close(long_x, att_long, self.long_att_norm,
                    dropout_lib.ATTENTION_OUTPUT_LONG_OFFSET)

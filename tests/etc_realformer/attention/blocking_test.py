@@ -1,10 +1,10 @@
-"""The sparse band's block layouts (`etc_realformer/layers/blocking.py`)."""
+"""The sparse band's block layouts (`etc_realformer/attention/blocking.py`)."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from etc_realformer.layers import blocking
+from etc_realformer.attention import blocking
 
 
 @pytest.mark.parametrize("seq_len,block_len", [(12, 4), (13, 4), (3, 4),

@@ -1,12 +1,12 @@
 """Side inputs -> additive masks, valid rows and ids in the layout of each
-attention path (`etc_realformer/layers/attention_inputs.py`), against NumPy
+attention path (`etc_realformer/attention/masks.py`), against NumPy
 references of the band layouts."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from etc_realformer.layers import attention_inputs as ai
+from etc_realformer.attention import masks as ai
 
 B, L, G, R = 2, 7, 3, 2
 BLOCK = R + 1
@@ -121,7 +121,7 @@ def test_sparse_layout_matches_numpy():
 
 
 @pytest.mark.parametrize("sparse", [False, True])
-def test_global_side_is_the_same_on_both_paths(sparse):
+def test_global_branch_is_the_same_on_both_paths(sparse):
   side = _side()
   out = _prepare(side, sparse)
   np.testing.assert_array_equal(out.g2g_adder,
@@ -158,7 +158,7 @@ def test_missing_side_inputs_allow_everything_in_the_band(sparse):
       None, None, None, None)
 
 
-def test_side_masks_carry_ids_only_for_relative_layers():
+def test_branch_masks_carry_ids_only_for_relative_layers():
   out = _prepare(_side(), sparse=True)
   long_masks = out.long_masks(relative=True)
   assert long_masks.adders.first is out.l2l_adder

@@ -5,14 +5,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from etc_realformer.layers.attention_pieces import PatternPair
-from etc_realformer.layers.attention_pieces import ScoreInputs
-from etc_realformer.layers.residual_streams import as_recomputed
-from etc_realformer.layers.residual_streams import as_summed
-from etc_realformer.layers.residual_streams import LayerScoreInputs
-from etc_realformer.layers.residual_streams import NO_STREAMS
-from etc_realformer.layers.residual_streams import RecomputedStreams
-from etc_realformer.layers.residual_streams import SummedStreams
+from etc_realformer.attention.pieces import PatternPair
+from etc_realformer.attention.pieces import ScoreInputs
+from etc_realformer.attention.streams import as_recomputed
+from etc_realformer.attention.streams import as_summed
+from etc_realformer.attention.streams import LayerScoreInputs
+from etc_realformer.attention.streams import NO_STREAMS
+from etc_realformer.attention.streams import RecomputedStreams
+from etc_realformer.attention.streams import SummedStreams
 
 
 def _constant(value, shape=(2, 3)):
@@ -20,21 +20,21 @@ def _constant(value, shape=(2, 3)):
 
 
 def _layer(per_id=True) -> LayerScoreInputs:
-  def side(base):
+  def branch(base):
     return ScoreInputs(_constant(base), PatternPair(_constant(base + 1),
                                                     _constant(base + 2)),
                        _constant(base + 3) if per_id else None)
-  return LayerScoreInputs(side(0), side(10))
+  return LayerScoreInputs(branch(0), branch(10))
 
 
-def test_summed_streams_by_side():
+def test_summed_streams_by_branch():
   l2l, g2l = _constant(1), _constant(2)
-  streams = SummedStreams.of_sides(PatternPair(l2l, None),
-                                   PatternPair(None, g2l))
+  streams = SummedStreams.of_branches(PatternPair(l2l, None),
+                                      PatternPair(None, g2l))
   assert streams.l2l is l2l and streams.g2l is g2l
   assert streams.l2g is None and streams.g2g is None
-  assert tuple(streams.long_side) == (l2l, None)
-  assert tuple(streams.global_side) == (None, g2l)
+  assert tuple(streams.long_branch) == (l2l, None)
+  assert tuple(streams.global_branch) == (None, g2l)
   assert not streams.is_empty() and NO_STREAMS.is_empty()
 
 

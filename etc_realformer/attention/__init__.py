@@ -1,0 +1,1 @@
+"""ETC global-local attention: the layer and everything it runs on."""
