@@ -20,7 +20,7 @@ from etc_realformer.errors import UserInputError
 ATT_IMPLEMENTATIONS = ("auto", "sparse", "full")
 SOFTMAX_DTYPES = ("float32", "compute")
 STREAM_DTYPES = ("float32", "compute")
-# etc_realformer.layers.dropout.DROPOUT_RNGS (this module stays free of
+# etc_realformer.attention.dropout.DROPOUT_RNGS (this module stays free of
 # TensorFlow).
 DROPOUT_RNGS = ("philox", "hash")
 ATTENTION_KERNELS = ("xla", "fused")
@@ -78,7 +78,7 @@ class ExecutionConfig:
       gradients) take half the bytes; each layer's logits then carry one
       more rounding of the sum (about 2^-9 of it in bfloat16). No effect in
       float32 or without residual attention.
-    dropout_rng: what draws the dropout masks (`layers.dropout`).
+    dropout_rng: what draws the dropout masks (`attention.dropout`).
       'philox': TensorFlow's stateless Philox op, the fastest on the CPU
       graph path. 'hash': a keyed hash of each element's index, which XLA
       fuses into the ops that apply the mask, so the step writes no mask
@@ -86,12 +86,13 @@ class ExecutionConfig:
       chunk-independence, but other masks: unlike the other fields, this
       one changes which elements a seed drops (never the eval outputs).
     attention_kernel: 'xla': the attention core as TensorFlow ops (what XLA
-      fuses as it can). 'fused': under XLA (jit_compile), each query side
+      fuses as it can). 'fused': under XLA (jit_compile), each branch
       the fused kernels cover runs as custom calls, forward and backward,
       that keep scores, masks, softmax statistics and dropout decisions
-      on chip (`etc_realformer.kernels`: Triton kernels on CUDA, C++ on
-      the host; built with g++ at first use). Dropout in training is
-      fused with dropout_rng='hash'; other sides (returned probabilities,
+      on chip (`etc_realformer.attention.fused`, on the backends of
+      `etc_realformer.kernels`: Triton kernels on CUDA, C++ on the host;
+      built with g++ at first use). Dropout in training is fused with
+      dropout_rng='hash'; other branches (returned probabilities,
       recomputed streams, Philox dropout in training), and every call
       outside XLA, run as 'xla'.
   """
@@ -105,26 +106,15 @@ class ExecutionConfig:
   attention_kernel: str = "xla"
 
   def __post_init__(self):
-    if self.dropout_rng not in DROPOUT_RNGS:
-      raise UserInputError(f"ExecutionConfig.dropout_rng: "
-                           f"{self.dropout_rng!r} is not one of "
-                           f"{DROPOUT_RNGS}")
-    if self.attention_kernel not in ATTENTION_KERNELS:
-      raise UserInputError(f"ExecutionConfig.attention_kernel: "
-                           f"{self.attention_kernel!r} is not one of "
-                           f"{ATTENTION_KERNELS}")
-    if self.softmax_dtype not in SOFTMAX_DTYPES:
-      raise UserInputError(f"ExecutionConfig.softmax_dtype: "
-                           f"{self.softmax_dtype!r} is not one of "
-                           f"{SOFTMAX_DTYPES}")
-    if self.stream_dtype not in STREAM_DTYPES:
-      raise UserInputError(f"ExecutionConfig.stream_dtype: "
-                           f"{self.stream_dtype!r} is not one of "
-                           f"{STREAM_DTYPES}")
-    if self.att_implementation not in ATT_IMPLEMENTATIONS:
-      raise UserInputError(f"ExecutionConfig.att_implementation: "
-                       f"{self.att_implementation!r} is not one of "
-                       f"{ATT_IMPLEMENTATIONS}")
+    for name, allowed in (("dropout_rng", DROPOUT_RNGS),
+                          ("attention_kernel", ATTENTION_KERNELS),
+                          ("softmax_dtype", SOFTMAX_DTYPES),
+                          ("stream_dtype", STREAM_DTYPES),
+                          ("att_implementation", ATT_IMPLEMENTATIONS)):
+      value = getattr(self, name)
+      if value not in allowed:
+        raise UserInputError(f"ExecutionConfig.{name}: {value!r} is not "
+                             f"one of {allowed}")
     chunk = self.attention_chunk_len
     if chunk != AUTO and (not isinstance(chunk, int) or
                           isinstance(chunk, bool) or chunk < 0):
