@@ -161,6 +161,26 @@ def _stored_kind(dtype: tf.DType) -> str:
   return "float_list" if dtype.is_floating else "int64_list"
 
 
+def first_example(path: str) -> Optional[tf.train.Example]:
+  """The first record of a TFRecord file as a tf.Example (None: no record).
+
+  Raises:
+    UserInputError: not a TFRecord file, or its first record not a
+      tf.train.Example.
+  """
+  try:
+    first = next(iter(tf.data.TFRecordDataset(path).take(1)), None)
+  except tf.errors.DataLossError as e:
+    raise UserInputError(f"{path}: not a TFRecord file ({e.message})") from e
+  if first is None:
+    return None
+  try:
+    return tf.train.Example.FromString(first.numpy())
+  except Exception as e:  # protobuf's DecodeError
+    raise UserInputError(f"{path}: record 0 is not a tf.train.Example "
+                         f"({e})") from e
+
+
 def check_first_record(path: str, spec: FeatureSpec, hint: str = "") -> None:
   """Checks the first record of a TFRecord file against a feature spec.
 
@@ -180,17 +200,9 @@ def check_first_record(path: str, spec: FeatureSpec, hint: str = "") -> None:
     UserInputError: not a TFRecord file of tf.Examples, or a fixed-shape
       feature missing, of another type or of another length.
   """
-  try:
-    first = next(iter(tf.data.TFRecordDataset(path).take(1)), None)
-  except tf.errors.DataLossError as e:
-    raise UserInputError(f"{path}: not a TFRecord file ({e.message})") from e
-  if first is None:
+  example = first_example(path)
+  if example is None:
     return
-  try:
-    example = tf.train.Example.FromString(first.numpy())
-  except Exception as e:  # protobuf's DecodeError
-    raise UserInputError(f"{path}: record 0 is not a tf.train.Example "
-                         f"({e})") from e
   stored = example.features.feature
   for name, (dtype, shape) in spec.items():
     if None in shape:

@@ -64,3 +64,16 @@ def test_first_record_is_checked_against_the_readers_spec(tmp_path):
   text.write_text("these are not records\n" * 10)
   with pytest.raises(UserInputError, match="notes.txt: not a TFRecord"):
     tfrecords.check_first_record(str(text), made)
+
+
+def test_first_example_of_a_file(tmp_path):
+  spec = {"token_ids": (tf.int32, (2,))}
+  path = str(tmp_path / "x.tfrecord")
+  tfrecords.write_tfrecord(path, [
+      tfrecords.to_tf_example({"token_ids": np.array([3, 4])}, spec),
+      tfrecords.to_tf_example({"token_ids": np.array([5, 6])}, spec)])
+  first = tfrecords.first_example(path)
+  assert first.features.feature["token_ids"].int64_list.value == [3, 4]
+  empty = str(tmp_path / "empty.tfrecord")
+  tfrecords.write_tfrecord(empty, [])
+  assert tfrecords.first_example(empty) is None
