@@ -39,8 +39,8 @@ import tensorflow as tf
 import tensorflow_text  # pylint: disable=unused-import  # serve_raw's ops
 
 from tasks import run
-from tasks.common import preprocessing
-from tasks.common import tokenization
+from tasks.common.command_line import preprocess_flags
+from tasks.common.featurization import tokenization
 
 # The flags `define_flags` / `define_dataset_flags` define belong to (are
 # key flags of, listed by `--help` of) the binary that calls them.
@@ -82,7 +82,7 @@ def demo_main(run_demo: Callable[..., Dict[str, Any]],
   (and the runner's --gin_file / --gin_bindings, then `extra_flags` by
   name), then its `summary_lines` printed (`print_lines`)."""
   def main(argv: List[str]) -> None:
-    preprocessing.check_command_line(argv, ())
+    preprocess_flags.check_command_line(argv, ())
     quiet_logging()
     f = flags.FLAGS
     summary = run_demo(f.output_dir, num_train=f.num_train,
@@ -366,7 +366,7 @@ def dataset_main(write: Callable[..., Mapping[str, str]],
   seed, *extra_flags' values)` with the flags of `define_dataset_flags`,
   then the paths it returns printed as JSON."""
   def main(argv: List[str]) -> None:
-    preprocessing.check_command_line(argv, ("output_dir",))
+    preprocess_flags.check_command_line(argv, ("output_dir",))
     f = flags.FLAGS
     paths = write(f.output_dir, f.num_train, f.num_dev, f.seed,
                   *(f[name].value for name in extra_flags))

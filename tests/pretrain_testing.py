@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Mapping, Optional
 import numpy as np
 
 from etc_realformer import EtcConfig
-from tasks.common import records
+from tasks.common.inputs import record_stats
 from tasks.pretrain import data
 from tasks.pretrain import features
 from tasks.pretrain import head
@@ -53,7 +53,7 @@ def write_data(root: str, num_docs: int = 24, eval_fraction: float = 0.25,
   featurizer = features.PretrainFeaturizer(vocab_path=vocab,
                                            long_seq_len=LONG,
                                            global_seq_len=GLOBAL)
-  stats = records.RecordStats(input_file=corpus, strict=True)
+  stats = record_stats.RecordStats(input_file=corpus, strict=True)
   out = os.path.join(root, "data")
   preprocess.preprocess_documents(
       data.read_documents(corpus, stats), featurizer, out,

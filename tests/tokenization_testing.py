@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tasks.common import tokenization
+from tasks.common.featurization import tokenization
 
 BASE_WORDS = (
     ["[PAD]"] + [f"[unused{i}]" for i in range(10)] +

@@ -50,8 +50,8 @@ from absl import flags
 
 from demos import common
 from etc_realformer import cli
-from tasks.common import io
-from tasks.common import tokenization
+from tasks.common import output_files
+from tasks.common.featurization import tokenization
 from tasks.nq import data
 
 TRAIN_FILE = "nq-train-00.jsonl.gz"
@@ -352,13 +352,13 @@ def write_dataset(output_dir: str, num_train: int = 200, num_dev: int = 50,
     broken["example_id"] = 1
     broken["long_answer_candidates"][0]["end_token"] = 10**6
     train_lines.append(broken)
-  io.write_jsonl(paths["train"], train_lines)
+  output_files.write_jsonl(paths["train"], train_lines)
   if bad_train_lines:
     # A line that is not JSON, after the others (must not stop the file).
     with gzip.open(paths["train"], "ab") as f:
       f.write(b'{"example_id": 2, "question_text": "cut off\n')
-  io.write_jsonl(paths["dev"], dev)
-  io.write_jsonl(paths["simplified_train"], [simplify(r) for r in train])
+  output_files.write_jsonl(paths["dev"], dev)
+  output_files.write_jsonl(paths["simplified_train"], [simplify(r) for r in train])
   tokenization.write_vocab(paths["vocab"], vocabulary())
   return paths
 

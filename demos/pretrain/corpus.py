@@ -9,7 +9,7 @@ paragraphs (blocks between blank lines) that are not prose are dropped --
 code (`>>>` / `...` prompts), grammar productions (`::=`), signatures and
 other lines without a sentence end, lists of keywords (fewer than 70% word
 tokens) -- and the rest is split into sentences by
-`tasks.common.tokenization.split_sentences` (the splitter of the TFDS
+`tasks.common.featurization.tokenization.split_sentences` (the splitter of the TFDS
 reader). The documents are written one sentence per line, a blank line
 between them, which is what `tasks.pretrain.data` reads.
 
@@ -28,7 +28,7 @@ import pydoc_data.topics
 import tensorflow as tf
 from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset
 
-from tasks.common import tokenization
+from tasks.common.featurization import tokenization
 
 SOURCE = ("pydoc_data.topics (the Python documentation topics shipped with "
           "CPython; PSF License)")

@@ -40,8 +40,8 @@ from demos.pretrain import corpus
 from etc_realformer import cli
 from etc_realformer.errors import UserInputError
 from tasks import run
-from tasks.common import preprocessing
-from tasks.common import records
+from tasks.common.command_line import preprocess_flags
+from tasks.common.inputs import record_stats
 from tasks.pretrain import data
 from tasks.pretrain import features
 from tasks.pretrain import preprocess
@@ -116,7 +116,7 @@ def make_data(data_dir: str, seed: int,
   featurizer = features.PretrainFeaturizer(
       vocab_path=vocab_path, long_seq_len=LONG_SEQ_LEN,
       global_seq_len=GLOBAL_SEQ_LEN)
-  stats = records.RecordStats(input_file=corpus_path, strict=True)
+  stats = record_stats.RecordStats(input_file=corpus_path, strict=True)
   return preprocess.preprocess_documents(
       data.read_documents(corpus_path, stats), featurizer, data_dir,
       preprocess.Settings(min_sentences=MIN_SENTENCES,
@@ -188,7 +188,7 @@ def summary_lines(summary: Dict[str, Any]) -> List[str]:
 
 
 def main(argv: List[str]) -> None:
-  preprocessing.check_command_line(argv, ())
+  preprocess_flags.check_command_line(argv, ())
   common.quiet_logging()
   f = flags.FLAGS
   summary = run_demo(f.output_dir, seed=f.seed, train_steps=f.train_steps,

@@ -63,10 +63,11 @@ import tf_keras
 from demos.wikihop import demo
 from demos.wikihop import scaffold
 from etc_realformer import cli
+
 # Defines --gin_file / --gin_bindings (extra bindings apply after the
 # demo's).
 from tasks import run
-from tasks.common import preprocessing
+from tasks.common.command_line import preprocess_flags
 from tasks.wikihop import features as wikihop_features
 from tasks.wikihop import task as wikihop_task
 
@@ -200,7 +201,7 @@ def define_flags() -> None:
 
 def main(argv):
   del argv
-  preprocessing.require_flags(("data_dir",))
+  preprocess_flags.require_flags(("data_dir",))
   data_dir = os.path.abspath(FLAGS.data_dir)
   if FLAGS.make_data:
     # The demo's data at other hops: 300 dev records, seed 0, nothing typed.

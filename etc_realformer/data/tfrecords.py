@@ -8,7 +8,7 @@ A feature spec maps a feature name to `(dtype, shape)`:
   (strings padded with b"", numbers with 0).
 
 `match_files` is the project's one expansion of file patterns (TFRecords
-here; the tasks' raw inputs through `tasks.common.io`).
+here; the tasks' raw inputs through `tasks.common.inputs.input_files`).
 """
 
 from typing import (Any, Dict, Iterable, List, Mapping, Optional,

@@ -23,11 +23,34 @@ from etc_realformer.errors import UserInputError
 LOCK_FILE = ".lock"
 
 
+def check_output_dir(path: str, what: str) -> None:
+  """Raises UserInputError, "<what>: is a regular file, not a folder" (or
+  "is under <file>, a regular file"), when a regular file stands where the
+  folder, or a folder above it, would be: checked before anything is built,
+  not at the first write. tf.io.gfile paths (gs://...) are left to their
+  writes."""
+  if "://" in path:
+    return
+  here = os.path.abspath(path)
+  while True:
+    if os.path.exists(here):
+      if not os.path.isdir(here):
+        where = ("is a regular file" if here == os.path.abspath(path) else
+                 f"is under {here}, a regular file")
+        raise UserInputError(f"{what}: {where}, not a folder")
+      return
+    parent = os.path.dirname(here)
+    if parent == here:
+      return
+    here = parent
+
+
 def make_output_dir(path: str, what: str) -> None:
   """`os.makedirs(path, exist_ok=True)`, or UserInputError naming `what`
   and the path when it cannot be a folder (it, or a folder above it, is a
-  regular file) or cannot be created (permissions, a full disk). A
-  tf.io.gfile path (gs://...) is made by tf.io.gfile."""
+  regular file: `check_output_dir`) or cannot be created (permissions, a
+  full disk). A tf.io.gfile path (gs://...) is made by tf.io.gfile."""
+  check_output_dir(path, f"{what} {path}")
   if "://" in path:
     try:
       tf.io.gfile.makedirs(path)

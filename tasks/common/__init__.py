@@ -1,33 +1,34 @@
 """Data plumbing shared by the task pipelines (WikiHop, HotpotQA, NQ, OpenKP).
 
-- `tokenization`: in-graph WordPiece / SentencePiece tokenizers behind one
-  interface (ids, byte offsets, vocabulary lookups), normalizing as the
-  original's BERT and ALBERT-style tokenizers, plus the in-graph regex
-  sentence splitter of the pre-training text datasets.
-- `sentences`: sentence splitting as the original ETC (`nltk.sent_tokenize`,
-  NLTK's Punkt English model), in Python: WikiHop's supports.
-- `featurizing`: the featurizers' shared graph helpers (`fit`,
-  `last_of_run`) and their special token ids per vocabulary kind
-  (`SpecialTokenIds`).
-- `io`: the one expansion of input patterns (`match_files`), line readers
-  that detect gzip by content, `write_jsonl` and `unbatch`.
-- `validation`: `RecordChecker`, a raw record's field checks bound to its
-  file and record, raising `records.BadRecordError`.
-- `records`: reading JSON inputs with clear errors, the bad-record policy
-  (skip, count and name; or fail on the first with `strict=True`), the stats
-  JSON written next to every cache, `write_json` for reports and
-  submissions, `scoring_main` for the official-metric binaries, and
-  `find_manual_file(s)` for the TFDS builders.
-- `preprocessing`: the preprocess skeleton every task's `preprocess.py`
-  fills (`RecordStep` -> `ExampleSink` -> the all-or-nothing cache write and
-  stats), output paths, log and summary lines, common flags and
-  command-line checks.
-- `segments`: an example's segments -> fitted long/global features,
-  their spec and the model's feature names.
-- `logits`: `NEG_INF`, the logit of an excluded choice.
-- `tfds_files`: the base of the TFDS builders of the released files
-  (imported by the `tfds_dataset` modules only: tensorflow-datasets is
+By job:
+
+- `inputs`: reading a task's raw inputs. `input_files` (the one expansion
+  of input patterns, gzip-aware line readers, the TFDS builders' manual
+  files), `json_files` (JSON inputs with errors that name the file),
+  `record_checks` (`RecordChecker`: a record's field checks; unique ids),
+  `input_errors` (`InputFileError`, `BadRecordError` and the skip reasons),
+  `record_stats` (the bad-record policy and the stats JSON) and
+  `tfds_files` (the base of the TFDS builders of the released files,
+  imported by the `tfds_dataset` modules only: tensorflow-datasets is
   optional).
+- `output_files`: reports, submissions and JSON lines written whole, with errors
+  that name the path.
+- `featurization`: records -> fixed-shape features. `featurizing` (the
+  featurizers' base, their one protocol, shared graph helpers and special
+  token ids), `segments` (an example's segments -> fitted long/global
+  features), `tokenization` (in-graph WordPiece / SentencePiece, the regex
+  sentence splitter), `sentences` (NLTK Punkt, in Python: WikiHop's
+  supports) and `logits` (`NEG_INF`).
+- `pipeline`: the preprocess skeleton every task's `preprocess.py` fills
+  (`preprocessing`: `RecordStep` -> `ExampleSink` -> the all-or-nothing
+  cache write and stats; `tfrecord_shards`), and the same as an Apache Beam
+  pipeline (`beam_pipeline`, `pipeline_task`, `sorted_parts`,
+  `work_dirs`).
+- `command_line`: what the binaries share on the command line: the
+  preprocess flags and checks (`preprocess_flags`), Beam's options and
+  runner choice (`beam_options`), a Beam binary's `main` (`beam_binary`),
+  output-folder checks (`output_dirs`), gin's errors (`gin_errors`) and
+  the official-metric binaries' `main` (`scoring`).
 
 The TFRecord format itself is `etc_realformer.data.tfrecords`.
 """

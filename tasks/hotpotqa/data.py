@@ -21,13 +21,15 @@ import collections
 import dataclasses
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from tasks.common import records
-from tasks.common import validation
+from tasks.common.inputs import input_errors
+from tasks.common.inputs import json_files
+from tasks.common.inputs import record_checks
+from tasks.common.inputs import record_stats
 
 # Skip reasons, as they appear in the stats JSON, besides those of
 # `records` (missing_field, wrong_type, undecodable_text, empty_text).
 EMPTY_CONTEXT = "empty_context"
-DUPLICATE_ID = records.DUPLICATE_ID
+DUPLICATE_ID = input_errors.DUPLICATE_ID
 # Training-only skips, raised once the features are built (as the original:
 # such examples give no usable training signal).
 NO_SUPPORTING_FACTS = "no_supporting_facts"  # none among the kept tokens
@@ -92,12 +94,13 @@ class HotpotRecord:
     return out
 
 
-def _check_paragraph(c: validation.RecordChecker, value: Any,
+def _check_paragraph(c: record_checks.RecordChecker, value: Any,
                      index: int) -> Tuple[str, Tuple[str, ...]]:
   field = f"context[{index}]"
   if (not isinstance(value, list) or len(value) != 2 or
       not isinstance(value[1], list)):
-    raise c.error(field, records.WRONG_TYPE, "expected [title, [sentences]]")
+    raise c.error(field, input_errors.WRONG_TYPE,
+                  "expected [title, [sentences]]")
   title = c.text(value[0], f"{field}[0]")
   # Released paragraphs do hold empty / whitespace-only sentences; they are
   # kept (they get a global token and no long tokens), so sentence indices
@@ -107,7 +110,7 @@ def _check_paragraph(c: validation.RecordChecker, value: Any,
   return title, sentences
 
 
-def _check_supporting_facts(c: validation.RecordChecker, value: Any
+def _check_supporting_facts(c: record_checks.RecordChecker, value: Any
                             ) -> Tuple[Tuple[str, int], ...]:
   c.typed(value, "supporting_facts", list, "a list of [title, sent_id]")
   facts = []
@@ -115,7 +118,7 @@ def _check_supporting_facts(c: validation.RecordChecker, value: Any
     field = f"supporting_facts[{i}]"
     if (not isinstance(fact, list) or len(fact) != 2 or
         not isinstance(fact[1], int) or isinstance(fact[1], bool)):
-      raise c.error(field, records.WRONG_TYPE, "expected [title, sent_id]")
+      raise c.error(field, input_errors.WRONG_TYPE, "expected [title, sent_id]")
     facts.append((c.text(fact[0], f"{field}[0]", allow_empty=True), fact[1]))
   return tuple(facts)
 
@@ -131,10 +134,10 @@ def validate_record(raw: Any, file: str, index: int,
     require_labels: `answer` and `supporting_facts` must be present.
 
   Raises:
-    records.BadRecordError: naming file, record id and field.
+    input_errors.BadRecordError: naming file, record id and field.
   """
-  c = validation.RecordChecker(
-      file, records.record_id_of(raw, index, id_field="_id"))
+  c = record_checks.RecordChecker(
+      file, record_checks.record_id_of(raw, index, id_field="_id"))
   raw = c.json_object(raw)
   c.require(raw, REQUIRED_FIELDS + (LABEL_FIELDS if require_labels else ()))
   c.text(raw["_id"], "_id")
@@ -151,7 +154,7 @@ def validate_record(raw: Any, file: str, index: int,
     facts = _check_supporting_facts(c, raw["supporting_facts"])
   qtype = raw.get("type", "")
   if not isinstance(qtype, str):
-    raise c.error("type", records.WRONG_TYPE, "expected a string")
+    raise c.error("type", input_errors.WRONG_TYPE, "expected a string")
   return HotpotRecord(
       id=c.record_id, question=question,
       titles=tuple(t for t, _ in paragraphs),
@@ -160,7 +163,7 @@ def validate_record(raw: Any, file: str, index: int,
 
 
 def read_records(path: str,
-                 stats: Optional[records.RecordStats] = None,
+                 stats: Optional[record_stats.RecordStats] = None,
                  strict: bool = False,
                  require_labels: bool = False) -> Iterator[HotpotRecord]:
   """Yields the valid records of one HotpotQA file.
@@ -173,13 +176,13 @@ def read_records(path: str,
     require_labels: records without answer/supporting facts are bad.
 
   Raises:
-    records.InputFileError: the file is missing, empty or not a JSON array;
-      a `records.DuplicateIdError` for an `_id` given twice (unless
+    input_errors.InputFileError: the file is missing, empty or not a JSON array;
+      a `input_errors.DuplicateIdError` for an `_id` given twice (unless
       `stats.skip_duplicate_ids`).
-    records.BadRecordError: a bad record, in strict mode.
+    input_errors.BadRecordError: a bad record, in strict mode.
   """
   def validate(raw: Any, file: str, index: int) -> HotpotRecord:
     return validate_record(raw, file, index, require_labels)
 
-  return records.read_json_records(path, validate, stats, strict,
-                                   id_of=lambda r: r.id, id_field="_id")
+  return json_files.read_json_records(path, validate, stats, strict,
+                                      id_of=lambda r: r.id, id_field="_id")

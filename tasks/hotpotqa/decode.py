@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from tasks.common import records as records_lib
+from tasks.common.inputs import json_files
 from tasks.hotpotqa import data
 from tasks.hotpotqa import evaluate
 from tasks.hotpotqa import features as features_lib
@@ -295,5 +295,5 @@ def gold_of(records: Mapping[str, data.HotpotRecord],
     records.InputFileError: `gold_file` is missing or not a JSON array.
   """
   if gold_file:
-    return records_lib.load_json_array(gold_file)
+    return json_files.load_json_array(gold_file)
   return [r.to_json() for r in records.values() if r.has_labels]

@@ -28,7 +28,10 @@ import string
 from typing import Any, Dict, Iterable, Mapping, Sequence, Tuple
 
 from etc_realformer import cli
-from tasks.common import records
+from tasks.common.command_line import scoring
+from tasks.common.inputs import input_errors
+from tasks.common.inputs import json_files
+from tasks.common.inputs import record_checks
 
 METRIC_NAMES = ("em", "f1", "prec", "recall", "sp_em", "sp_f1", "sp_prec",
                 "sp_recall", "joint_em", "joint_f1", "joint_prec",
@@ -116,32 +119,33 @@ def evaluate_files(prediction_file: str, gold_file: str) -> Dict[str, float]:
   """`evaluate` of a submission file against a released file.
 
   Raises:
-    records.InputFileError: a file is missing or not JSON, the submission
+    input_errors.InputFileError: a file is missing or not JSON, the submission
       is not an object with "answer" / "sp" objects or predicts nothing,
       or the gold is not an array or holds no record; a
-      `records.DuplicateIdError` for an id given twice in either.
-    records.BadRecordError: a gold record lacks `_id`, `answer` or
+      `input_errors.DuplicateIdError` for an id given twice in either.
+    input_errors.BadRecordError: a gold record lacks `_id`, `answer` or
       `supporting_facts`.
   """
-  prediction = records.load_json(prediction_file, unique_keys=True)
+  prediction = json_files.load_json(prediction_file, unique_keys=True)
   if not isinstance(prediction, dict) or not all(
       isinstance(prediction.get(k, {}), dict) for k in ("answer", "sp")):
-    raise records.InputFileError(
+    raise input_errors.InputFileError(
         f"{prediction_file}: expected a JSON object "
         '{"answer": {id: text}, "sp": {id: [[title, sent_id], ...]}}')
   if not prediction.get("answer") and not prediction.get("sp"):
-    raise records.InputFileError(f"{prediction_file}: predictions file "
-                                 "holds no predictions")
-  gold = records.load_json_array(gold_file)
+    raise input_errors.InputFileError(f"{prediction_file}: predictions file "
+                                      "holds no predictions")
+  gold = json_files.load_json_array(gold_file)
   if not gold:
-    raise records.InputFileError(f"{gold_file}: gold file holds no records")
-  ids = records.UniqueIds(gold_file, field="_id", hint="")
+    raise input_errors.InputFileError(
+        f"{gold_file}: gold file holds no records")
+  ids = record_checks.UniqueIds(gold_file, field="_id", hint="")
   for index, record in enumerate(gold):
     for field in ("_id", "answer", "supporting_facts"):
       if not isinstance(record, dict) or field not in record:
-        raise records.BadRecordError(
-            gold_file, records.record_id_of(record, index, "_id"), field,
-            records.MISSING_FIELD)
+        raise input_errors.BadRecordError(
+            gold_file, record_checks.record_id_of(record, index, "_id"), field,
+            input_errors.MISSING_FIELD)
     ids.check(record["_id"], f"record #{index}")
   return evaluate(prediction, gold)
 
@@ -170,6 +174,6 @@ def answer_type_counts(prediction: Mapping[str, Mapping[str, Any]],
 
 
 if __name__ == "__main__":
-  cli.run(records.scoring_main(
+  cli.run(scoring.scoring_main(
       "python -m tasks.hotpotqa.evaluate PREDICTIONS.json GOLD.json",
       evaluate_files))

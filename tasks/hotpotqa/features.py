@@ -59,9 +59,9 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from etc_realformer.features import feature_names
-from tasks.common import featurizing
-from tasks.common import segments
-from tasks.common import tokenization
+from tasks.common.featurization import featurizing
+from tasks.common.featurization import segments
+from tasks.common.featurization import tokenization
 from tasks.hotpotqa import data
 
 # Token type ids (segment ids), shared by long and global inputs.
@@ -296,8 +296,8 @@ class HotpotFeaturizer(featurizing.Featurizer):
             global_features={GLOBAL_KINDS: KIND_CLS,
                              feature_names.IGNORE_HARD_G2L_MASK: 1}),
         segments.per_token(q_ids[:q_keep], ids.question,
-                         QUESTION_TOKEN_TYPE_ID, GLOBAL_TOKEN_TYPE_ID,
-                         global_features={GLOBAL_KINDS: KIND_QUESTION}),
+                           QUESTION_TOKEN_TYPE_ID, GLOBAL_TOKEN_TYPE_ID,
+                           global_features={GLOBAL_KINDS: KIND_QUESTION}),
         context,
     ], L, G)
     features[EXAMPLE_ID] = tf.reshape(example_id, [])

@@ -15,7 +15,7 @@ import tf_keras
 
 from etc_realformer.features import feature_names
 from etc_realformer.training import task as task_lib
-from tasks.common import logits as logits_lib
+from tasks.common.featurization import logits as logits_lib
 from tasks.hotpotqa import decode
 from tasks.hotpotqa import features as features_lib
 

@@ -28,8 +28,8 @@ The model features come from `HotpotFeaturizer`'s in-graph code, run through
 `tf.data` (`HotpotStep`, a `preprocessing.GraphStep`: the ops the exported
 `serve_raw` signature runs); labels are then added in Python
 (`features.add_labels`). The binary runs it as an Apache Beam pipeline
-(`HotpotPipeline`, `tasks.common.beam_pipeline`; Beam's pipeline options
-pass through, the outputs do not depend on them).
+(`HotpotPipeline`, `tasks.common.pipeline.beam_pipeline`; Beam's pipeline
+options pass through, the outputs do not depend on them).
 """
 
 import dataclasses
@@ -39,9 +39,13 @@ from absl import flags
 import numpy as np
 import tensorflow as tf
 
-from tasks.common import beam_pipeline
-from tasks.common import preprocessing
-from tasks.common import records
+from tasks.common.command_line import beam_binary
+from tasks.common.command_line import preprocess_flags
+from tasks.common.inputs import input_errors
+from tasks.common.inputs import record_stats
+from tasks.common.pipeline import beam_pipeline
+from tasks.common.pipeline import pipeline_task
+from tasks.common.pipeline import preprocessing
 from tasks.hotpotqa import data
 from tasks.hotpotqa import features as features_lib
 
@@ -56,18 +60,18 @@ _INPUT_SIGNATURE = dict(
 
 def read_file(input_path: str, is_training: Optional[bool] = None,
               strict: bool = False
-              ) -> Tuple[List[data.HotpotRecord], records.RecordStats]:
+              ) -> Tuple[List[data.HotpotRecord], record_stats.RecordStats]:
   """The valid records of a file and its stats so far (reads, skips).
 
   `is_training` (default: `preprocessing.default_is_training`) requires labels.
 
   Raises:
-    records.InputFileError: the input is missing, empty or malformed.
-    records.BadRecordError: in strict mode, the first bad record.
+    input_errors.InputFileError: the input is missing, empty or malformed.
+    input_errors.BadRecordError: in strict mode, the first bad record.
   """
   if is_training is None:
     is_training = preprocessing.default_is_training(input_path)
-  stats = records.RecordStats(input_file=input_path, strict=strict)
+  stats = record_stats.RecordStats(input_file=input_path, strict=strict)
   return list(data.read_records(input_path, stats=stats,
                                 require_labels=is_training)), stats
 
@@ -102,18 +106,18 @@ class HotpotStep(preprocessing.GraphStep[data.HotpotRecord]):
     if reason is None:
       return preprocessing.Featurized([features], amounts)
     if reason == data.NO_SUPPORTING_FACTS:
-      return records.BadRecordError(
+      return input_errors.BadRecordError(
           self.input_file, record.id, "supporting_facts", reason,
           "no supporting fact among the kept tokens")
-    return records.BadRecordError(self.input_file, record.id, "answer",
-                                  reason, f"answer {record.answer!r}")
+    return input_errors.BadRecordError(self.input_file, record.id, "answer",
+                                       reason, f"answer {record.answer!r}")
 
 
 def write_features(valid: List[data.HotpotRecord],
-                   stats: records.RecordStats, output_dir: str,
+                   stats: record_stats.RecordStats, output_dir: str,
                    featurizer: features_lib.HotpotFeaturizer,
                    is_training: Optional[bool] = None
-                   ) -> records.RecordStats:
+                   ) -> record_stats.RecordStats:
   """Featurizes `read_file`'s records into `output_dir`; returns the stats.
 
   Labels are added per record (`features.add_labels`); with `is_training`
@@ -121,7 +125,7 @@ def write_features(valid: List[data.HotpotRecord],
   filter skips what gives no training signal.
 
   Raises:
-    records.BadRecordError: in strict mode, the first record the training
+    input_errors.BadRecordError: in strict mode, the first record the training
       filter rejects.
   """
   if is_training is None:
@@ -134,19 +138,19 @@ def preprocess_file(input_path: str,
                     output_dir: str,
                     featurizer: features_lib.HotpotFeaturizer,
                     is_training: Optional[bool] = None,
-                    strict: bool = False) -> records.RecordStats:
+                    strict: bool = False) -> record_stats.RecordStats:
   """Featurizes one HotpotQA file into `output_dir`; returns its stats.
 
   Raises:
-    records.InputFileError: the input is missing, empty or malformed.
-    records.BadRecordError: in strict mode, the first bad record.
+    input_errors.InputFileError: the input is missing, empty or malformed.
+    input_errors.BadRecordError: in strict mode, the first bad record.
   """
   valid, stats = read_file(input_path, is_training, strict)
   return write_features(valid, stats, output_dir, featurizer, is_training)
 
 
 @dataclasses.dataclass
-class HotpotPipeline(beam_pipeline.FileTask):
+class HotpotPipeline(pipeline_task.FileTask):
   """`preprocess_file` as a Beam pipeline (`beam_pipeline.run`), the same
   outputs; `featurizer_args`: `make_featurizer`'s arguments."""
   featurizer_args: Dict[str, Any]
@@ -189,8 +193,8 @@ def _define_flags():
   """Flags only when run as a binary (the training binaries define flags of
   the same names)."""
   flags.DEFINE_string("input", None, "A HotpotQA JSON file.")
-  preprocessing.define_featurizer_flags(global_seq_len=256)
-  preprocessing.define_duplicate_ids_flag()
+  preprocess_flags.define_featurizer_flags(global_seq_len=256)
+  preprocess_flags.define_duplicate_ids_flag()
   flags.DEFINE_bool("is_training", None,
                     "Apply the training filter (default: file name contains "
                     "'train').")
@@ -202,11 +206,11 @@ def _define_flags():
 
 
 def main(argv):
-  beam_args = beam_pipeline.check_command_line(argv, ("input", "output_dir"))
+  beam_args = beam_binary.check_command_line(argv, ("input", "output_dir"))
   f = flags.FLAGS
   task = HotpotPipeline(
       dict(global_token_ids=f.global_token_ids,
-           **preprocessing.featurizer_flag_values()),
+           **preprocess_flags.featurizer_flag_values()),
       is_training=f.is_training, strict=f.strict,
       skip_duplicate_ids=f.skip_duplicate_ids)
   _, lines = beam_pipeline.run(task, [f.input], f.output_dir, beam_args)
@@ -215,4 +219,4 @@ def main(argv):
 
 if __name__ == "__main__":
   _define_flags()
-  beam_pipeline.run_binary(main)
+  beam_binary.run_binary(main)

@@ -28,8 +28,7 @@ import tf_keras
 from etc_realformer.export import batching
 from etc_realformer.features import feature_names
 from etc_realformer.training import task as task_lib
-from tasks.common import io
-from tasks.common import records
+from tasks.common import output_files
 from tasks.hotpotqa import data
 from tasks.hotpotqa import decode
 from tasks.hotpotqa import evaluate
@@ -210,9 +209,9 @@ class HotpotQATask(task_lib.RawInputTask):
                         output_dir: str) -> str:
     """Writes the official submission JSON at `sp_threshold`; returns its
     path."""
-    examples = io.unbatch(predictions)
+    examples = output_files.unbatch(predictions)
     path = os.path.join(output_dir, PREDICTIONS_FILE)
-    records.write_json(path, decode.predictions_json(
+    output_files.write_json(path, decode.predictions_json(
         examples, decode.records_of(examples), self.sp_threshold))
     return path
 
@@ -225,7 +224,7 @@ class HotpotQATask(task_lib.RawInputTask):
     submission at the best threshold. Returns the summary (best threshold
     and its metrics, the metrics at `sp_threshold`), or None without gold.
     """
-    examples = io.unbatch(predictions)
+    examples = output_files.unbatch(predictions)
     by_id = decode.records_of(examples)
     gold = decode.gold_of(by_id, self.gold_file)
     if not gold:
@@ -240,11 +239,11 @@ class HotpotQATask(task_lib.RawInputTask):
             decode.predictions_json(examples, by_id, self.sp_threshold),
             gold),
     }
-    records.write_json(os.path.join(output_dir, THRESHOLD_SEARCH_FILE), {
+    output_files.write_json(os.path.join(output_dir, THRESHOLD_SEARCH_FILE), {
         "num_gold": len(gold), "num_predicted": len(examples), **summary,
         "by_threshold": {str(k): v for k, v in
                          search["by_threshold"].items()}})
-    records.write_json(
+    output_files.write_json(
         os.path.join(output_dir, BEST_PREDICTIONS_FILE),
         decode.predictions_json(examples, by_id, search["best_threshold"]))
     return summary

@@ -17,7 +17,7 @@ filters (answer not locatable) belong to featurization, not to the dataset.
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from tasks.common import tfds_files
+from tasks.common.inputs import tfds_files
 from tasks.hotpotqa import data
 
 _DESCRIPTION = """\

@@ -31,7 +31,7 @@ the gzip magic bytes) or plain, and globs of files are accepted.
 Files are streamed: one line is parsed at a time (`document_html` is dropped
 right away), so a 40 GB split never sits in memory.
 
-Bad-record policy (`tasks.common.records`): an unreadable, empty or corrupt
+Bad-record policy (`tasks.common.inputs`): an unreadable, empty or corrupt
 (gzip) file is an `InputFileError` naming the file; a bad line (not JSON) or
 record (missing field, wrong type, span out of range, empty document, ...)
 is a `BadRecordError` naming file, example id (or `line N`) and field, which
@@ -43,17 +43,18 @@ import json
 import re
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from tasks.common import io as io_lib
-from tasks.common import records
-from tasks.common import validation
+from tasks.common.inputs import input_errors
+from tasks.common.inputs import input_files
+from tasks.common.inputs import record_checks
+from tasks.common.inputs import record_stats
 
 # Skip reasons of NQ, as they appear in the stats JSON (besides the common
-# `records.MISSING_FIELD`, `WRONG_TYPE`, `UNDECODABLE_TEXT`, `EMPTY_TEXT`).
+# `input_errors.MISSING_FIELD`, `WRONG_TYPE`, `UNDECODABLE_TEXT`, `EMPTY_TEXT`).
 BAD_JSON = "bad_json"
 BAD_VALUE = "bad_value"
 EMPTY_DOCUMENT = "empty_document"
 SPAN_OUT_OF_RANGE = "span_out_of_range"
-DUPLICATE_ID = records.DUPLICATE_ID
+DUPLICATE_ID = input_errors.DUPLICATE_ID
 NO_ANNOTATIONS = "no_annotations"  # only when labels are required
 
 FULL = "full"
@@ -194,7 +195,7 @@ def labels_of(record: NqRecord, predict_la_when_no_sa: bool = False
 
 
 # ---------------------------------------------------------------- validation
-def _span(c: validation.RecordChecker, value: Any, field: str,
+def _span(c: record_checks.RecordChecker, value: Any, field: str,
           num_tokens: int, allow_null: bool) -> Span:
   """A {start_token, end_token[, start_byte, end_byte]} object."""
   value = c.dict_(value, field)
@@ -240,12 +241,12 @@ def _well_formed_tokens(items: List[Any]) -> Optional[Tuple[
           all(type(h) is bool for h in is_html) and
           all(type(b) is int for b in starts) and
           all(type(b) is int for b in ends) and
-          records.is_decodable("".join(tokens))):
+          record_checks.is_decodable("".join(tokens))):
     return None
   return tokens, is_html, starts, ends
 
 
-def _read_document(c: validation.RecordChecker, raw: Dict[str, Any]):
+def _read_document(c: record_checks.RecordChecker, raw: Dict[str, Any]):
   """(tokens, is_html, start_bytes, end_bytes, format) of either format."""
   if "document_tokens" in raw:
     items = c.list_(raw["document_tokens"], "document_tokens")
@@ -269,7 +270,7 @@ def _read_document(c: validation.RecordChecker, raw: Dict[str, Any]):
     n = len(tokens)
     return (tokens, [is_html_tag(t) for t in tokens], [-1] * n, [-1] * n,
             SIMPLIFIED)
-  raise c.error("document_tokens", records.MISSING_FIELD,
+  raise c.error("document_tokens", input_errors.MISSING_FIELD,
                 "neither document_tokens nor document_text")
 
 
@@ -284,12 +285,12 @@ def validate_record(raw: Any, file: str, line: int,
     require_labels: a record without annotations is bad (training).
 
   Raises:
-    records.BadRecordError: naming file, example id and field.
+    input_errors.BadRecordError: naming file, example id and field.
   """
   record_id = f"line {line}"
   if isinstance(raw, dict) and isinstance(raw.get("example_id"), int):
     record_id = str(raw["example_id"])
-  c = validation.RecordChecker(file, record_id)
+  c = record_checks.RecordChecker(file, record_id)
   raw = c.dict_(raw, "<record>")
   example_id = c.int_(c.get(raw, "example_id", "example_id"), "example_id")
   if not -2**63 <= example_id < 2**63:
@@ -357,7 +358,7 @@ def validate_record(raw: Any, file: str, line: int,
 
 
 def read_records(path: str,
-                 stats: Optional[records.RecordStats] = None,
+                 stats: Optional[record_stats.RecordStats] = None,
                  strict: bool = False,
                  require_labels: bool = False) -> Iterator[NqRecord]:
   """Yields the valid records of one NQ file (full or simplified format).
@@ -370,37 +371,37 @@ def read_records(path: str,
     require_labels: records without annotations are bad (training).
 
   Raises:
-    records.InputFileError: the file is unreadable, corrupt or empty; a
-      `records.DuplicateIdError` for an `example_id` given twice (unless
+    input_errors.InputFileError: the file is unreadable, corrupt or empty; a
+      `input_errors.DuplicateIdError` for an `example_id` given twice (unless
       `stats.skip_duplicate_ids`).
-    records.BadRecordError: a bad line or record, in strict mode.
+    input_errors.BadRecordError: a bad line or record, in strict mode.
   """
   if stats is None:
-    stats = records.RecordStats(input_file=path, strict=strict)
-  ids = records.UniqueIds(path, stats.skip_duplicate_ids, "example_id")
-  for number, line in io_lib.read_record_lines(path):
+    stats = record_stats.RecordStats(input_file=path, strict=strict)
+  ids = record_checks.UniqueIds(path, stats.skip_duplicate_ids, "example_id")
+  for number, line in input_files.read_record_lines(path):
     stats.examples_read += 1
     try:
       try:
         raw = json.loads(line.decode("utf-8", errors="surrogateescape"))
       except (json.JSONDecodeError, RecursionError) as e:
-        raise records.BadRecordError(path, f"line {number}", "<line>",
-                                     BAD_JSON, str(e)[:200]) from e
+        raise input_errors.BadRecordError(path, f"line {number}", "<line>",
+                                          BAD_JSON, str(e)[:200]) from e
       if isinstance(raw, dict):
         raw.pop("document_html", None)  # large and unused
       record = validate_record(raw, path, number, require_labels)
       ids.check(record.example_id, f"line {number}")
       yield record
-    except records.BadRecordError as e:
+    except input_errors.BadRecordError as e:
       stats.handle_bad_record(e)
 
 
 def read_all(patterns: Sequence[str] | str,
-             stats: Optional[records.RecordStats] = None,
+             stats: Optional[record_stats.RecordStats] = None,
              strict: bool = False,
              require_labels: bool = False) -> Iterator[NqRecord]:
   """`read_records` over every file matching `patterns`, in sorted order."""
-  for path in io_lib.match_files(patterns):
+  for path in input_files.match_files(patterns):
     yield from read_records(path, stats=stats, strict=strict,
                             require_labels=require_labels)
 

@@ -38,7 +38,7 @@ import numpy as np
 import tensorflow as tf
 
 from etc_realformer.errors import UserInputError
-from tasks.common import logits as logits_lib
+from tasks.common.featurization import logits as logits_lib
 from tasks.nq import data
 
 DIFFERENCE, RATIO = "difference", "ratio"

@@ -40,7 +40,9 @@ import tensorflow as tf
 
 from etc_realformer import cli
 from etc_realformer.errors import UserInputError
-from tasks.common import records
+from tasks.common.inputs import input_errors
+from tasks.common.inputs import json_files
+from tasks.common.inputs import record_checks
 
 NULL_SPAN = (-1, -1, -1, -1)
 # The report's headline numbers (`summary`): the rest is the official
@@ -87,15 +89,15 @@ def read_gold(gold_path: str) -> Dict[int, list]:
 
   Raises:
     UserInputError: a file is not an NQ gold file or holds no example, or
-      an example id is in two files (a `records.DuplicateIdError`).
+      an example id is in two files (a `input_errors.DuplicateIdError`).
   """
   eval_utils, _ = _official()
   gold = {}
   first_file: Dict[int, str] = {}
   for path in gold_files(gold_path):
     if tf.io.gfile.isdir(path):
-      raise records.InputFileError(f"{path}: is a directory, not an NQ "
-                                   "gold file")
+      raise input_errors.InputFileError(f"{path}: is a directory, not an NQ "
+                                        "gold file")
     with tf.io.gfile.GFile(path, "rb") as f:
       try:
         annotations = eval_utils.read_annotation_from_one_split(f)
@@ -104,10 +106,10 @@ def read_gold(gold_path: str) -> Dict[int, list]:
         raise UserInputError(f"{path}: not an NQ gold file (gzipped JSON "
                              f"lines with annotations): {e!r}") from e
     if not annotations:
-      raise records.InputFileError(f"{path}: gold file holds no examples")
+      raise input_errors.InputFileError(f"{path}: gold file holds no examples")
     for example_id in annotations:
       if example_id in first_file:
-        raise records.DuplicateIdError(
+        raise input_errors.DuplicateIdError(
             f"{path}: example_id {example_id!r} is duplicated: in "
             f"{first_file[example_id]} and in {path}; ids must be unique")
       first_file[example_id] = path
@@ -193,7 +195,7 @@ def score(gold_path: str, predictions_path: str,
     gold_with_short_answer, "official" (the scorer's whole metric dict) and
     "ignoring_scores" (its F1 / P / R without a threshold).
   """
-  return score_predictions(gold_path, records.load_json(predictions_path),
+  return score_predictions(gold_path, json_files.load_json(predictions_path),
                            allow_missing, predictions_name=predictions_path)
 
 
@@ -211,8 +213,8 @@ def parse_predictions(submission: Dict[str, Any],
       submission, dict) else None
   if isinstance(entries, list):
     if not entries:
-      raise records.InputFileError(f"{name}: holds no predictions")
-    ids = records.UniqueIds(name, field="example_id", hint="")
+      raise input_errors.InputFileError(f"{name}: holds no predictions")
+    ids = record_checks.UniqueIds(name, field="example_id", hint="")
     for index, entry in enumerate(entries):
       if isinstance(entry, dict) and "example_id" in entry:
         ids.check(entry["example_id"], f"predictions[{index}]")

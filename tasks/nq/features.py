@@ -105,9 +105,9 @@ import numpy as np
 import tensorflow as tf
 
 from etc_realformer.errors import UserInputError
-from tasks.common import featurizing
-from tasks.common import segments
-from tasks.common import tokenization
+from tasks.common.featurization import featurizing
+from tasks.common.featurization import segments
+from tasks.common.featurization import tokenization
 from tasks.nq import data
 
 # Original settings.

@@ -39,7 +39,7 @@ fields and what to download (`tasks/nq/tfds_dataset.py`).
 The features come from `NqFeaturizer`'s in-graph code (the ops a serving
 signature runs), one document at a time (`NqStep`); `NqSink` counts and
 downsamples the windows. The binary runs it as an Apache Beam pipeline
-(`NqPipeline`, `tasks.common.beam_pipeline`): Beam's pipeline options
+(`NqPipeline`, `tasks.common.pipeline.beam_pipeline`): Beam's pipeline options
 (`--runner`, `--direct_num_workers`, ...) pass through; the outputs do not
 depend on them.
 """
@@ -56,17 +56,23 @@ import tensorflow as tf
 
 from etc_realformer import cli
 from etc_realformer.errors import UserInputError
-from tasks.common import beam_pipeline
-from tasks.common import io as io_lib
-from tasks.common import preprocessing
-from tasks.common import records
+from tasks.common import output_files
+from tasks.common.command_line import beam_binary
+from tasks.common.command_line import beam_options
+from tasks.common.command_line import output_dirs
+from tasks.common.command_line import preprocess_flags
+from tasks.common.inputs import input_files
+from tasks.common.inputs import record_stats
+from tasks.common.pipeline import beam_pipeline
+from tasks.common.pipeline import pipeline_task
+from tasks.common.pipeline import preprocessing
 from tasks.nq import data
 from tasks.nq import features as features_lib
 from tasks.nq import tfds_dataset
 
 
 @dataclasses.dataclass
-class NqStats(records.RecordStats):
+class NqStats(record_stats.RecordStats):
   """`RecordStats` plus window counts (one input file, or a sum)."""
   is_training: bool = False
   windows_written: int = 0
@@ -241,8 +247,8 @@ def preprocess_file(input_path: str,
   from TFDS); `input_path` then only names the outputs and the stats.
 
   Raises:
-    records.InputFileError: the input is unreadable, corrupt or empty.
-    records.BadRecordError: in strict mode, the first bad line or record.
+    input_errors.InputFileError: the input is unreadable, corrupt or empty.
+    input_errors.BadRecordError: in strict mode, the first bad line or record.
     UserInputError: a rate outside [0, 1].
   """
   if is_training is None:
@@ -252,8 +258,8 @@ def preprocess_file(input_path: str,
       return data.read_records(input_path, stats=stats,
                                require_labels=require_labels)
   check_rates(include_unknown_rate, include_unknown_rate_for_unanswerable)
-  preprocessing.check_output_dir(output_dir)
-  with preprocessing.writing(output_dir):
+  output_dirs.check_output_dir(output_dir)
+  with output_files.writing(output_dir):
     tf.io.gfile.makedirs(output_dir)
   record_path, stats_path = output_paths(input_path, output_dir)
   step = NqStep(featurizer, predict_la_when_no_sa)
@@ -277,7 +283,7 @@ def preprocess(inputs: Sequence[str] | str, output_dir: str,
                ) -> NqStats:
   """`preprocess_file` for every file matching `inputs`; writes and returns
   the summed stats (`DIR/nq_stats.json`, with each file's in `files`)."""
-  paths = io_lib.match_files(inputs)
+  paths = input_files.match_files(inputs)
   per_file = [preprocess_file(path, output_dir, featurizer, **kwargs)
               for path in paths]
   return write_summary(paths, per_file, output_dir,
@@ -300,7 +306,7 @@ def write_summary(paths: Sequence[str], file_stats: Sequence[NqStats],
                          examples_skipped=stats.num_skipped))
   summary = total.to_dict()
   summary["files"] = per_file
-  records.write_json(os.path.join(output_dir, "nq_stats.json"), summary)
+  output_files.write_json(os.path.join(output_dir, "nq_stats.json"), summary)
   return total
 
 
@@ -332,7 +338,7 @@ def preprocess_tfds(name_and_split: str, output_dir: str,
 
 
 @dataclasses.dataclass
-class NqPipeline(beam_pipeline.PipelineTask):
+class NqPipeline(pipeline_task.PipelineTask):
   """`preprocess` as a Beam pipeline (`beam_pipeline.run`): the same files,
   per input file `DIR/<stem>.tfrecord` + `DIR/<stem>.stats.json`, and
   `DIR/nq_stats.json`.
@@ -340,7 +346,7 @@ class NqPipeline(beam_pipeline.PipelineTask):
   Attributes:
     featurizer_args: `make_featurizer`'s arguments.
     is_training ... predict_la_when_no_sa: `preprocess_file`'s.
-    num_shards: TFRecord files per input file (`beam_pipeline.shard_names`).
+    num_shards: TFRecord files per input file (`pipeline_task.shard_names`).
   """
   featurizer_args: Dict[str, Any]
   is_training: Optional[bool] = None
@@ -380,11 +386,11 @@ class NqPipeline(beam_pipeline.PipelineTask):
                      self.predict_la_when_no_sa)
 
   def outputs(self, group):
-    return {"": beam_pipeline.shard_names(
+    return {"": pipeline_task.shard_names(
         os.path.basename(output_paths(group, "")[0]), self.num_shards)}
 
   def write_reports(self, featurizer, results, work_dir, output_dir):
-    paths = beam_pipeline.in_input_order(results)
+    paths = pipeline_task.in_input_order(results)
     file_stats = [results[p].sink.stats for p in paths]
     for path, stats in zip(paths, file_stats):
       stats.write_json(output_paths(path, work_dir)[1])
@@ -425,9 +431,9 @@ def _define_flags():
       "checked first: the TFDS natural_questions builder lacks the long-"
       "answer candidates and byte offsets, and fails with what to download.")
   flags.DEFINE_string("tfds_data_dir", None, "TFDS data_dir.")
-  preprocessing.define_featurizer_flags(
+  preprocess_flags.define_featurizer_flags(
       global_seq_len=230, long_seq_len_help="Long input length (window).")
-  preprocessing.define_duplicate_ids_flag()
+  preprocess_flags.define_duplicate_ids_flag()
   flags.DEFINE_bool("is_training", None,
                     "Training file: require annotations and downsample null "
                     "windows (default: file name contains 'train').")
@@ -455,14 +461,14 @@ def _define_flags():
 
 
 def main(argv):
-  beam_args = beam_pipeline.check_command_line(argv, ("output_dir",),
-                                               one_of=("input", "tfds"))
+  beam_args = beam_binary.check_command_line(argv, ("output_dir",),
+                                             one_of=("input", "tfds"))
   f = flags.FLAGS
   # The files first: a missing one fails before the vocabulary is loaded.
-  inputs = io_lib.match_files(f.input) if f.input else None
+  inputs = input_files.match_files(f.input) if f.input else None
   featurizer_args = dict(stride=f.stride, max_question_len=f.max_question_len,
                          token_ids=f.token_ids,
-                         **preprocessing.featurizer_flag_values())
+                         **preprocess_flags.featurizer_flag_values())
   kwargs = dict(
       is_training=f.is_training, strict=f.strict,
       include_unknown_rate=f.include_unknown_rate,
@@ -471,7 +477,7 @@ def main(argv):
       seed=f.seed, predict_la_when_no_sa=f.predict_la_when_no_sa)
   if f.tfds:
     # A TFDS split is read by one reader: the single-process path.
-    beam_pipeline.pipeline_options_from(beam_args)
+    beam_options.pipeline_options_from(beam_args)
     stats = preprocess_tfds(f.tfds, f.output_dir,
                             make_featurizer(**featurizer_args),
                             data_dir=f.tfds_data_dir, **kwargs)
@@ -485,4 +491,4 @@ def main(argv):
 
 if __name__ == "__main__":
   _define_flags()
-  beam_pipeline.run_binary(main)
+  beam_binary.run_binary(main)

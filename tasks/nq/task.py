@@ -34,8 +34,7 @@ import tf_keras
 
 from etc_realformer.export import batching
 from etc_realformer.training import task as task_lib
-from tasks.common import io
-from tasks.common import records
+from tasks.common import output_files
 from tasks.nq import decode
 from tasks.nq import evaluate
 from tasks.nq import features as features_lib
@@ -173,13 +172,13 @@ class NaturalQuestionsTask(task_lib.RawInputTask):
 
   def submission(self, predictions: Mapping[str, Any]) -> Dict[str, Any]:
     """The official predictions object: one prediction per document."""
-    return decode.predictions_json(io.unbatch(predictions))
+    return decode.predictions_json(output_files.unbatch(predictions))
 
   def write_predictions(self, predictions: Mapping[str, Any],
                         output_dir: str) -> str:
     """Writes the official predictions JSON; returns its path."""
     path = os.path.join(output_dir, PREDICTIONS_FILE)
-    records.write_json(path, self.submission(predictions))
+    output_files.write_json(path, self.submission(predictions))
     return path
 
   def has_official_scores(self) -> bool:
@@ -202,7 +201,7 @@ class NaturalQuestionsTask(task_lib.RawInputTask):
     report = evaluate.score_predictions(
         self.gold_file, self.submission(predictions),
         predictions_name=f"predictions of {self.input_patterns['eval']}")
-    records.write_json(os.path.join(output_dir, SCORES_FILE), report)
+    output_files.write_json(os.path.join(output_dir, SCORES_FILE), report)
     logging.info(evaluate.summary_line(report))
     return evaluate.summary(report)
 

@@ -25,7 +25,8 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional
 
 import numpy as np
 
-from tasks.common import records
+from tasks.common.inputs import input_errors
+from tasks.common.inputs import record_stats
 from tasks.nq import data
 
 # Dotted feature paths (TFDS / Hugging Face format) the NQ pipeline needs,
@@ -66,7 +67,7 @@ simplified-nq-train.jsonl.gz) has the candidates with top_level but no byte
 offsets; it is fine for training, while scoring needs the full dev files."""
 
 
-class TfdsFieldsMissingError(records.InputFileError):
+class TfdsFieldsMissingError(input_errors.InputFileError):
   """A TFDS dataset lacks fields the NQ pipeline needs (see the message)."""
 
   def __init__(self, name: str, missing: List[str]):
@@ -198,21 +199,22 @@ def tfds_example_to_json(example: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def records_from_tfds(examples: Iterable[Dict[str, Any]], name: str,
-                      stats: Optional[records.RecordStats] = None,
+                      stats: Optional[record_stats.RecordStats] = None,
                       require_labels: bool = False
                       ) -> Iterator[data.NqRecord]:
   """Validated `NqRecord`s from numpy TFDS examples (`tfds.as_numpy`), with
   the bad-record policy of the file reader."""
   if stats is None:
-    stats = records.RecordStats(input_file=name)
+    stats = record_stats.RecordStats(input_file=name)
   for index, example in enumerate(examples):
     stats.examples_read += 1
     try:
       try:
         raw = tfds_example_to_json(example)
       except (KeyError, ValueError, TypeError, IndexError) as e:
-        raise records.BadRecordError(name, f"#{index}", "<example>",
-                                     records.WRONG_TYPE, repr(e)[:200]) from e
+        raise input_errors.BadRecordError(name, f"#{index}", "<example>",
+                                          input_errors.WRONG_TYPE,
+                                          repr(e)[:200]) from e
       yield data.validate_record(raw, name, index + 1, require_labels)
-    except records.BadRecordError as e:
+    except input_errors.BadRecordError as e:
       stats.handle_bad_record(e)

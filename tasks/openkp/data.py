@@ -27,7 +27,7 @@ Validation follows the original data preparation (input_validate_and_dedup):
   first one.
 
 Unlike the original, which asserts, an invalid record is skipped, counted and
-named (`tasks.common.records`), or fails the run with `strict=True`.
+named (`tasks.common.inputs`), or fails the run with `strict=True`.
 """
 
 import collections
@@ -37,12 +37,13 @@ import math
 import os
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from tasks.common import io as io_lib
-from tasks.common import records
-from tasks.common import validation
+from tasks.common.inputs import input_errors
+from tasks.common.inputs import input_files
+from tasks.common.inputs import record_checks
+from tasks.common.inputs import record_stats
 
 # Skip reasons of OpenKP, as they appear in the stats JSON (besides the
-# common `records.MISSING_FIELD`, `WRONG_TYPE`, `UNDECODABLE_TEXT`,
+# common `input_errors.MISSING_FIELD`, `WRONG_TYPE`, `UNDECODABLE_TEXT`,
 # `EMPTY_TEXT`).
 NOT_JSON = "not_json"
 INVALID_VDOM = "invalid_vdom"
@@ -187,7 +188,7 @@ def _is_index(value: Any) -> bool:
   return isinstance(value, int) and not isinstance(value, bool)
 
 
-def parse_vdom(c: validation.RecordChecker, vdom_str: str,
+def parse_vdom(c: record_checks.RecordChecker, vdom_str: str,
                words: Sequence[str]) -> Tuple[VdomElement, ...]:
   """Parses and checks the VDOM JSON string against the record's words."""
   try:
@@ -210,7 +211,7 @@ def parse_vdom(c: validation.RecordChecker, vdom_str: str,
   return tuple(elements)
 
 
-def _parse_element(c: validation.RecordChecker, el: Any, field: str,
+def _parse_element(c: record_checks.RecordChecker, el: Any, field: str,
                    words: Sequence[str], expected_start: int) -> VdomElement:
   """One VDOM element, which must start at word `expected_start`."""
   if not isinstance(el, dict):
@@ -259,12 +260,12 @@ def validate_record(raw: Any, file: str, line: int,
     (the record, the number of valid keyphrases before keeping 3).
 
   Raises:
-    records.BadRecordError: naming file, url and field.
+    input_errors.BadRecordError: naming file, url and field.
   """
-  record_id = records.record_id_of(raw, line, id_field="url")
+  record_id = record_checks.record_id_of(raw, line, id_field="url")
   if record_id.startswith("#"):
     record_id = f"line {line + 1}"
-  c = validation.RecordChecker(file, record_id)
+  c = record_checks.RecordChecker(file, record_id)
   raw = c.json_object(raw)
   c.require(raw, ("url", "text", "VDOM") +
             (("KeyPhrases",) if labeled else ()))
@@ -285,7 +286,7 @@ def validate_record(raw: Any, file: str, line: int,
     for i, items in enumerate(raw_kps):
       if not isinstance(items, list) or not all(
           isinstance(w, str) for w in items):
-        raise c.error(f"KeyPhrases[{i}]", records.WRONG_TYPE,
+        raise c.error(f"KeyPhrases[{i}]", input_errors.WRONG_TYPE,
                       "expected a list of strings")
       c.text(" ".join(items), f"KeyPhrases[{i}]", allow_empty=True)
       phrase = join_keyphrase(items)
@@ -308,7 +309,7 @@ def infer_labeled(path: str) -> bool:
 
 
 def read_records(path: str,
-                 stats: Optional[records.RecordStats] = None,
+                 stats: Optional[record_stats.RecordStats] = None,
                  strict: bool = False,
                  labeled: Optional[bool] = None) -> List[OpenKPRecord]:
   """Valid, de-duplicated records of one OpenKP jsonl file, in file order.
@@ -322,16 +323,17 @@ def read_records(path: str,
       *Eval* are unlabelled).
 
   Raises:
-    records.InputFileError: the file is missing or empty, or holds no record.
-    records.BadRecordError: a bad record or duplicate URL, in strict mode.
+    input_errors.InputFileError: the file is missing or empty, or holds no
+      record.
+    input_errors.BadRecordError: a bad record or duplicate URL, in strict mode.
   """
   if stats is None:
-    stats = records.RecordStats(input_file=path, strict=strict)
+    stats = record_stats.RecordStats(input_file=path, strict=strict)
   if labeled is None:
     labeled = infer_labeled(path)
   candidates: List[Tuple[OpenKPRecord, int]] = []
   read = 0
-  for number, line in io_lib.read_record_lines(path):
+  for number, line in input_files.read_record_lines(path):
     # Bad UTF-8 stays in its own record (reported as undecodable_text).
     content = line.decode("utf-8", errors="surrogateescape")
     content = content[:-1] if content.endswith("\n") else content
@@ -343,18 +345,19 @@ def read_records(path: str,
       try:
         raw = json.loads(content)
       except json.JSONDecodeError as e:
-        raise records.BadRecordError(path, f"line {number}", "<record>",
-                                     NOT_JSON, str(e)) from e
+        raise input_errors.BadRecordError(path, f"line {number}", "<record>",
+                                          NOT_JSON, str(e)) from e
       candidates.append(validate_record(raw, path, number - 1, labeled))
-    except records.BadRecordError as e:
+    except input_errors.BadRecordError as e:
       stats.handle_bad_record(e)
   if not read:
-    raise records.InputFileError(f"{path}: input file holds no records")
+    raise input_errors.InputFileError(f"{path}: input file holds no records")
   return _dedup(candidates, path, stats, labeled)
 
 
 def _dedup(candidates: Iterable[Tuple[OpenKPRecord, int]], path: str,
-           stats: records.RecordStats, labeled: bool) -> List[OpenKPRecord]:
+           stats: record_stats.RecordStats,
+           labeled: bool) -> List[OpenKPRecord]:
   """One record per URL (see the module docstring), in order of first use."""
   by_url: Dict[str, List[Tuple[OpenKPRecord, int]]] = collections.OrderedDict()
   for record, num_valid in candidates:
@@ -368,7 +371,7 @@ def _dedup(candidates: Iterable[Tuple[OpenKPRecord, int]], path: str,
     for record, _ in group:
       if record is best:
         continue
-      stats.handle_bad_record(records.BadRecordError(
+      stats.handle_bad_record(input_errors.BadRecordError(
           path, url, "url", DUPLICATE_URL,
           f"line {record.line + 1} repeats the url; kept line "
           f"{best.line + 1}"))

@@ -35,7 +35,8 @@ import tensorflow as tf
 
 from etc_realformer import cli
 from etc_realformer.errors import UserInputError
-from tasks.common import records
+from tasks.common import output_files
+from tasks.common.inputs import input_errors
 
 DEPTHS = (1, 3, 5)
 METRIC_NAMES: Tuple[str, ...] = tuple(
@@ -130,12 +131,13 @@ def read_keyphrases(path: str) -> Dict[str, List[Any]]:
     UserInputError: a line is not a JSON object with a string `url` (the
       message names the file and line), the file is a directory or holds
       no document, or a url repeats with other KeyPhrases (a
-      `records.DuplicateIdError`); FileNotFoundError: no file.
+      `input_errors.DuplicateIdError`); FileNotFoundError: no file.
   """
   out: Dict[str, List[Any]] = {}
   first_line: Dict[str, int] = {}
   if tf.io.gfile.isdir(path):
-    raise records.InputFileError(f"{path}: is a directory, not a jsonl file")
+    raise input_errors.InputFileError(
+        f"{path}: is a directory, not a jsonl file")
   with tf.io.gfile.GFile(path, "r") as f:
     for number, line in enumerate(_lines(f, path), 1):
       if not line.strip():
@@ -155,13 +157,13 @@ def read_keyphrases(path: str) -> Dict[str, List[Any]]:
                              "expected a list of keyphrases")
       url = record["url"]
       if url in out and out[url] != keyphrases:
-        raise records.DuplicateIdError(
+        raise input_errors.DuplicateIdError(
             f"{path}: url {url!r} is duplicated with different KeyPhrases: "
             f"line {first_line[url]} and line {number}; urls must be unique")
       first_line.setdefault(url, number)
       out.setdefault(url, keyphrases)
   if not out:
-    raise records.InputFileError(f"{path}: holds no documents")
+    raise input_errors.InputFileError(f"{path}: holds no documents")
   return out
 
 
@@ -171,7 +173,7 @@ def _lines(f: Any, path: str):
   try:
     yield from f
   except UnicodeDecodeError as e:
-    raise records.InputFileError(
+    raise input_errors.InputFileError(
         f"{path}: not UTF-8 text") from e
 
 
@@ -191,7 +193,7 @@ def main(argv):
   results = evaluate_files(f.reference, f.predictions)
   print(json.dumps(results, indent=2, sort_keys=True))
   if f.output:
-    records.write_json(f.output, results, sort_keys=True)
+    output_files.write_json(f.output, results, sort_keys=True)
 
 
 def _define_flags():

@@ -38,8 +38,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from tasks.common import featurizing
-from tasks.common import tokenization
+from tasks.common.featurization import featurizing
+from tasks.common.featurization import tokenization
 from tasks.openkp import data
 
 # Longest keyphrase, in words, the head scores (the original's kp_max_length).

@@ -24,7 +24,7 @@ import tf_keras
 from etc_realformer.errors import UserInputError
 from etc_realformer.layers import activations
 from etc_realformer.training import task as task_lib
-from tasks.common import logits as logits_lib
+from tasks.common.featurization import logits as logits_lib
 from tasks.openkp import features as features_lib
 
 # Logit of cells past the last word.

@@ -20,7 +20,7 @@ training files (names holding "train"; they teach nothing) and kept in
 others, where they count against the metric as they should.
 
 The binary runs it as an Apache Beam pipeline (`OpenKPPipeline`,
-`tasks.common.beam_pipeline`; Beam's pipeline options pass through, the
+`tasks.common.pipeline.beam_pipeline`; Beam's pipeline options pass through, the
 outputs do not depend on them; the dedup file keeps the input's order).
 """
 
@@ -31,10 +31,16 @@ from absl import flags
 import numpy as np
 import tensorflow as tf
 
-from tasks.common import beam_pipeline
-from tasks.common import io as io_lib
-from tasks.common import preprocessing
-from tasks.common import records
+from tasks.common import output_files
+from tasks.common.command_line import beam_binary
+from tasks.common.command_line import output_dirs
+from tasks.common.command_line import preprocess_flags
+from tasks.common.inputs import input_errors
+from tasks.common.inputs import input_files
+from tasks.common.inputs import record_stats
+from tasks.common.pipeline import beam_pipeline
+from tasks.common.pipeline import pipeline_task
+from tasks.common.pipeline import preprocessing
 from tasks.openkp import data
 from tasks.openkp import features as features_lib
 
@@ -68,7 +74,7 @@ class OpenKPStep(preprocessing.GraphStep[data.OpenKPRecord]):
     features_lib.add_record_fields(features, record, amounts)
     if (record.keyphrases is not None and self.skip_unlabeled and
         not (features["label_start"] >= 0).any()):
-      return records.BadRecordError(
+      return input_errors.BadRecordError(
           self.input_file, record.url, "KeyPhrases",
           data.KEYPHRASES_TRUNCATED,
           f"no gold keyphrase within the first {features['num_words']} "
@@ -82,7 +88,7 @@ def preprocess_file(input_path: str,
                     strict: bool = False,
                     labeled: Optional[bool] = None,
                     skip_unlabeled: Optional[bool] = None
-                    ) -> records.RecordStats:
+                    ) -> record_stats.RecordStats:
   """Featurizes one OpenKP jsonl file into `output_dir`; returns its stats.
 
   Args:
@@ -95,31 +101,31 @@ def preprocess_file(input_path: str,
       after truncation; None = only for training files.
 
   Raises:
-    records.InputFileError: the input is missing, empty or malformed.
-    records.BadRecordError: in strict mode, the first bad record.
+    input_errors.InputFileError: the input is missing, empty or malformed.
+    input_errors.BadRecordError: in strict mode, the first bad record.
     preprocessing.NothingWrittenError: no record was written.
   """
-  preprocessing.check_output_dir(output_dir)
-  with preprocessing.writing(output_dir):
+  output_dirs.check_output_dir(output_dir)
+  with output_files.writing(output_dir):
     tf.io.gfile.makedirs(output_dir)
   record_path, stats_path, dedup_path = output_paths(input_path, output_dir)
   if labeled is None:
     labeled = data.infer_labeled(input_path)
   if skip_unlabeled is None:
     skip_unlabeled = preprocessing.default_is_training(input_path)
-  stats = records.RecordStats(input_file=input_path, strict=strict)
+  stats = record_stats.RecordStats(input_file=input_path, strict=strict)
   # Validate everything first (pure Python; dedup needs the whole file), so
   # that strict mode fails before any TF work.
   valid = data.read_records(input_path, stats=stats, labeled=labeled)
   step = OpenKPStep(featurizer, input_path, skip_unlabeled)
   preprocessing.featurize_file(valid, step, stats, record_path, stats_path)
   # After the features: a run that fails (nothing written) leaves no file.
-  io_lib.write_jsonl(dedup_path, (r.to_json() for r in valid))
+  output_files.write_jsonl(dedup_path, (r.to_json() for r in valid))
   return stats
 
 
 @dataclasses.dataclass
-class OpenKPPipeline(beam_pipeline.FileTask):
+class OpenKPPipeline(pipeline_task.FileTask):
   """`preprocess_file` for each input file as one Beam pipeline
   (`beam_pipeline.run`), the same outputs; `featurizer_args`:
   `make_featurizer`'s arguments."""
@@ -135,8 +141,8 @@ class OpenKPPipeline(beam_pipeline.FileTask):
                else self.labeled)
     # Dedup needs the whole file: read by one worker, written in file order.
     valid = data.read_records(unit, stats=stats, labeled=labeled)
-    io_lib.write_jsonl(output_paths(unit, work_dir)[2],
-                       (r.to_json() for r in valid))
+    output_files.write_jsonl(output_paths(unit, work_dir)[2],
+                             (r.to_json() for r in valid))
     return valid
 
   def make_step(self, featurizer, unit) -> OpenKPStep:
@@ -159,19 +165,19 @@ def _define_flags():
   flags.DEFINE_multi_string(
       "input", None, "OpenKP jsonl file(s) or globs: OpenKPTrain.jsonl, "
       "OpenKPDev.jsonl, OpenKPEvalPublic.jsonl.")
-  preprocessing.define_featurizer_flags(global_seq_len=512)
+  preprocess_flags.define_featurizer_flags(global_seq_len=512)
   flags.DEFINE_enum("labeled", "auto", ["auto", "true", "false"],
                     "Whether KeyPhrases are required (auto: not for files "
                     "named *Eval*).")
 
 
 def main(argv):
-  beam_args = beam_pipeline.check_command_line(argv, ("input", "output_dir"))
+  beam_args = beam_binary.check_command_line(argv, ("input", "output_dir"))
   f = flags.FLAGS
   # The files first: a missing one fails before the vocabulary is loaded.
-  paths = io_lib.match_files(f.input)
+  paths = input_files.match_files(f.input)
   task = OpenKPPipeline(
-      preprocessing.featurizer_flag_values(), strict=f.strict,
+      preprocess_flags.featurizer_flag_values(), strict=f.strict,
       labeled={"auto": None, "true": True, "false": False}[f.labeled])
   _, lines = beam_pipeline.run(task, paths, f.output_dir, beam_args)
   print("\n".join(lines))
@@ -179,4 +185,4 @@ def main(argv):
 
 if __name__ == "__main__":
   _define_flags()
-  beam_pipeline.run_binary(main)
+  beam_binary.run_binary(main)

@@ -26,7 +26,7 @@ import tf_keras
 
 from etc_realformer.export import batching
 from etc_realformer.training import task as task_lib
-from tasks.common import records
+from tasks.common import output_files
 from tasks.openkp import decode
 from tasks.openkp import evaluate as evaluate_lib
 from tasks.openkp import features as openkp_features
@@ -235,8 +235,8 @@ class OpenKPTask(task_lib.RawInputTask):
     results = evaluate_lib.evaluate(
         evaluate_lib.read_keyphrases(self.gold_file),
         predicted_keyphrases(predictions))
-    records.write_json(os.path.join(output_dir, METRICS_FILE), results,
-                       sort_keys=True)
+    output_files.write_json(os.path.join(output_dir, METRICS_FILE), results,
+                            sort_keys=True)
     return results
 
   # ----------------------------------------------------------------- export

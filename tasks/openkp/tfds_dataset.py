@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from tasks.common import tfds_files
+from tasks.common.inputs import tfds_files
 from tasks.openkp import data
 
 _DESCRIPTION = """\

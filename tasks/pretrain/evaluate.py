@@ -31,7 +31,7 @@ from typing import Any, Dict, Mapping, Optional
 
 import numpy as np
 
-from tasks.common import records
+from tasks.common import output_files
 
 SCORES_FILE = "pretrain_eval.json"
 
@@ -87,4 +87,4 @@ def scores(predictions: Mapping[str, np.ndarray],
 
 
 def write_scores(path: str, values: Mapping[str, Any]) -> None:
-  records.write_json(path, dict(values))
+  output_files.write_json(path, dict(values))

@@ -35,8 +35,8 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from etc_realformer.errors import UserInputError
-from tasks.common import featurizing
-from tasks.common import tokenization
+from tasks.common.featurization import featurizing
+from tasks.common.featurization import tokenization
 
 # Stored per example (`feature_spec`), in this order.
 FEATURES = ("token_ids", "word_starts", "sentence_ids", "long_breakpoints",

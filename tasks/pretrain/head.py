@@ -66,7 +66,7 @@ from etc_realformer.checkpoints.paths import resolve_checkpoint_path
 from etc_realformer.errors import UserInputError
 from etc_realformer.layers.activations import get_activation
 from etc_realformer.training import task as task_lib
-from tasks.common import logits as logits_lib
+from tasks.common.featurization import logits as logits_lib
 
 PROJECTIONS = ("none", "linear", "mlp", "none+mlp")
 # Logit of a candidate slot that holds no sentence.
@@ -327,7 +327,7 @@ def load_mlm_head(model: PretrainModel, path: str) -> bool:
   Args:
     model: a built `PretrainModel`.
     path: a name-based checkpoint (prefix or directory), e.g. the output of
-      `python -m tools.lift_checkpoint`.
+      `python -m tools.checkpoints.lift_checkpoint`.
 
   Returns:
     True when the head was loaded, False when the checkpoint holds no

@@ -29,12 +29,12 @@ the flags and `--seed`; files are written all or nothing (a failure, e.g.
 the first bad line under `--strict`, leaves no output). No masks are
 stored: the task's input pipeline draws them (`masking.py`).
 
-With `--input`, the binary runs as an Apache Beam pipeline
-(`PretrainPipeline`, `tasks.common.beam_pipeline`; Beam's pipeline options
-pass through). Its outputs do not depend on the runner or the workers: the
-same examples and stats; a training example's shard is then a hash of its
-position in the input (not round-robin), so with several shards each holds
-a different (equally sized on average) subset than a single-process run's.
+With `--input`, the binary runs as an Apache Beam pipeline (`PretrainPipeline`,
+`tasks.common.pipeline.beam_pipeline`; Beam's pipeline options pass through).
+Its outputs do not depend on the runner or the workers: the same examples and
+stats; a training example's shard is then a hash of its position in the input
+(not round-robin), so with several shards each holds a different (equally sized
+on average) subset than a single-process run's.
 """
 
 import collections
@@ -50,11 +50,17 @@ import tensorflow as tf
 
 from etc_realformer.data import tfrecords
 from etc_realformer.errors import UserInputError
-from tasks.common import beam_pipeline
-from tasks.common import io as io_lib
-from tasks.common import preprocessing
-from tasks.common import records
-from tasks.common import tokenization
+from tasks.common import output_files
+from tasks.common.command_line import beam_binary
+from tasks.common.command_line import beam_options
+from tasks.common.command_line import output_dirs
+from tasks.common.command_line import preprocess_flags
+from tasks.common.featurization import tokenization
+from tasks.common.inputs import input_files
+from tasks.common.inputs import record_stats
+from tasks.common.pipeline import beam_pipeline
+from tasks.common.pipeline import pipeline_task
+from tasks.common.pipeline import preprocessing
 from tasks.pretrain import data
 from tasks.pretrain import features as features_lib
 from tasks.pretrain import masking
@@ -187,14 +193,14 @@ class PretrainStep(preprocessing.RecordStep[data.Document]):
       return preprocessing.Dropped(NO_EXAMPLE)
     return preprocessing.Featurized(examples, dropped,
                                     split_of(document.sentences,
-                                             self.settings))
+                                    self.settings))
 
 
 class PretrainSink(preprocessing.ExampleSink):
   """Writes each split's examples (train round-robin over its shards) and
   counts documents, examples, tokens, sentences and wordpieces per split."""
 
-  def __init__(self, stats: records.RecordStats,
+  def __init__(self, stats: record_stats.RecordStats,
                spec: tfrecords.FeatureSpec, output_dir: str,
                settings: Settings, vocab_size: int, files: Any = None):
     """`files`: a pipeline's collector instead of `output_dir`'s shards."""
@@ -272,7 +278,7 @@ def preprocess_documents(documents: Iterable[data.Document],
                          featurizer: features_lib.PretrainFeaturizer,
                          output_dir: str,
                          settings: Settings,
-                         stats: records.RecordStats,
+                         stats: record_stats.RecordStats,
                          vocabulary: Dict[str, Any],
                          source: Any = None) -> Dict[str, Any]:
   """Filters, splits, cuts and writes documents (see the module docstring).
@@ -291,13 +297,13 @@ def preprocess_documents(documents: Iterable[data.Document],
     The stats dict (also written to `output_dir/pretrain.stats.json`).
 
   Raises:
-    records.BadRecordError: in strict mode, the first bad input (nothing is
+    input_errors.BadRecordError: in strict mode, the first bad input (nothing is
       left in `output_dir`).
     preprocessing.NothingWrittenError: no document gave an example (nothing
       is left in `output_dir`).
   """
-  preprocessing.check_output_dir(output_dir)
-  with preprocessing.writing(output_dir):
+  output_dirs.check_output_dir(output_dir)
+  with output_files.writing(output_dir):
     tf.io.gfile.makedirs(output_dir)
   step = PretrainStep(featurizer, settings)
   sink = PretrainSink(
@@ -305,13 +311,13 @@ def preprocess_documents(documents: Iterable[data.Document],
       max(vocabulary["size"], featurizer.tokenizer.vocab_size))
   preprocessing.run(_at_most(documents, settings.max_documents), step, sink)
   result = _stats_json(sink, featurizer, settings, stats, vocabulary, source)
-  records.write_json(os.path.join(output_dir, STATS_FILE), result)
+  output_files.write_json(os.path.join(output_dir, STATS_FILE), result)
   return result
 
 
 def _stats_json(sink: PretrainSink,
                 featurizer: features_lib.PretrainFeaturizer,
-                settings: Settings, stats: records.RecordStats,
+                settings: Settings, stats: record_stats.RecordStats,
                 vocabulary: Dict[str, Any], source: Any) -> Dict[str, Any]:
   """The stats of a run (`STATS_FILE`)."""
   def per_split(counter: Dict[str, int]) -> Dict[str, int]:
@@ -348,7 +354,7 @@ def _stats_json(sink: PretrainSink,
 
 
 @dataclasses.dataclass
-class PretrainPipeline(beam_pipeline.PipelineTask):
+class PretrainPipeline(pipeline_task.PipelineTask):
   """`preprocess_documents` over text files as a Beam pipeline
   (`beam_pipeline.run`): the same outputs. All files are one group (one
   stats JSON, one set of shards); each file is read by one worker.
@@ -391,8 +397,8 @@ class PretrainPipeline(beam_pipeline.PipelineTask):
   def make_sink(self, featurizer, group, files) -> PretrainSink:
     vocabulary = vocabulary_info(featurizer.tokenizer, self.mask_token_id)
     return PretrainSink(
-        records.RecordStats(input_file=",".join(self.inputs),
-                            strict=self.strict),
+        record_stats.RecordStats(input_file=",".join(self.inputs),
+                                 strict=self.strict),
         featurizer.feature_spec(), "", self.settings,
         max(vocabulary["size"], featurizer.tokenizer.vocab_size), files)
 
@@ -406,7 +412,7 @@ class PretrainPipeline(beam_pipeline.PipelineTask):
         sink, featurizer, self.settings, sink.stats,
         vocabulary_info(featurizer.tokenizer, self.mask_token_id),
         {"input": list(self.inputs)})
-    records.write_json(os.path.join(work_dir, STATS_FILE), result)
+    output_files.write_json(os.path.join(work_dir, STATS_FILE), result)
     return [summary_line(result)]
 
 
@@ -435,7 +441,7 @@ def _define_flags():
   flags.DEFINE_bool("tfds_download", False,
                     "Run TFDS download_and_prepare first.")
   flags.DEFINE_string("tfds_text_feature", "text", "Its text feature.")
-  preprocessing.define_featurizer_flags(global_seq_len=512)
+  preprocess_flags.define_featurizer_flags(global_seq_len=512)
   flags.DEFINE_integer("min_sentences", features_lib.DEFAULT_MIN_SENTENCES,
                        "Documents with fewer sentences are dropped (the "
                        "ETC paper: 7).")
@@ -463,7 +469,7 @@ def _define_flags():
 
 
 def main(argv):
-  beam_args = beam_pipeline.check_command_line(
+  beam_args = beam_binary.check_command_line(
       argv, ("output_dir",), one_of=("input", "tfds_name"))
   f = flags.FLAGS
   settings = Settings(
@@ -479,18 +485,18 @@ def main(argv):
       max_sentence_len=f.max_sentence_len)
   if f.input:
     # Fail on a missing input before loading the vocabulary.
-    files = io_lib.match_files(f.input)
+    files = input_files.match_files(f.input)
     task = PretrainPipeline(featurizer_args, settings, list(f.input),
                             f.max_line_chars, f.mask_token_id, f.strict)
     _, lines = beam_pipeline.run(task, files, f.output_dir, beam_args)
     print("\n".join(lines))
     return
-  beam_pipeline.pipeline_options_from(beam_args)
+  beam_options.pipeline_options_from(beam_args)
   featurizer = features_lib.PretrainFeaturizer(**featurizer_args)
   vocabulary = vocabulary_info(featurizer.tokenizer, f.mask_token_id)
   # A TFDS dataset is read by one reader: the single-process path.
   from tasks.pretrain import tfds_dataset  # pylint: disable=g-import-not-at-top
-  stats = records.RecordStats(input_file=f.tfds_name, strict=f.strict)
+  stats = record_stats.RecordStats(input_file=f.tfds_name, strict=f.strict)
   documents = tfds_dataset.read_documents(
       f.tfds_name, f.tfds_split, stats, data_dir=f.tfds_data_dir,
       manual_dir=f.tfds_manual_dir, download=f.tfds_download,
@@ -503,4 +509,4 @@ def main(argv):
 
 if __name__ == "__main__":
   _define_flags()
-  beam_pipeline.run_binary(main)
+  beam_binary.run_binary(main)

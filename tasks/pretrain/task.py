@@ -24,7 +24,7 @@ name (`MaskingConfig.max_predictions_per_seq = 640`,
 `CpcHeadConfig.projection = 'linear'`: gin/tasks/pretrain.gin).
 
 An MLM head in BERT's format (`cls/predictions/*`, as
-`python -m tools.lift_checkpoint` keeps it) is loaded from
+`python -m tools.checkpoints.lift_checkpoint` keeps it) is loaded from
 `mlm_head_checkpoint`, or else from `TrainerConfig.init_checkpoint` when
 that checkpoint holds one (the trainer's `init_checkpoint` loads the
 encoder only).
@@ -43,8 +43,8 @@ import tf_keras
 
 from etc_realformer.errors import UserInputError
 from etc_realformer.training import task as task_lib
-from tasks.common import records
-from tasks.common import tokenization
+from tasks.common.featurization import tokenization
+from tasks.common.inputs import record_stats
 from tasks.pretrain import decode
 from tasks.pretrain import evaluate
 from tasks.pretrain import features as pretrain_features
@@ -75,7 +75,7 @@ def read_stats(path: str) -> Dict[str, Any]:
   """
   if not tf.io.gfile.exists(path):
     raise FileNotFoundError(f"{path}: pre-training stats file not found")
-  stats = records.read_stats_json(path)
+  stats = record_stats.read_stats_json(path)
   if not isinstance(stats, dict) or "vocabulary" not in stats:
     raise UserInputError(f"{path}: not a pre-training stats file (no "
                          "'vocabulary'); it is written by "

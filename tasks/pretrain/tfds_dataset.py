@@ -3,15 +3,14 @@
 Two things:
 
 * `read_documents(name, split, ...)`: the documents of any TFDS text
-  dataset the user has (e.g. `wikipedia/20230601.en`, `wiki40b/en`), by
-  name and split, from `data_dir`. Preparing is the user's choice
-  (`download=True` runs TFDS's `download_and_prepare`, with `manual_dir`
-  for datasets that need one); by default a dataset that is not prepared
-  is an error that says so, never a silent multi-gigabyte download. Each
-  record's `text_feature` is cleaned of wiki40b's structure markers,
-  cut into paragraphs at newlines and into sentences by
-  `tasks.common.tokenization.split_sentences` (a regex, no model download),
-  batched in the graph.
+  dataset the user has (e.g. `wikipedia/20230601.en`, `wiki40b/en`), by name and
+  split, from `data_dir`. Preparing is the user's choice (`download=True` runs
+  TFDS's `download_and_prepare`, with `manual_dir` for datasets that need one);
+  by default a dataset that is not prepared is an error that says so, never a
+  silent multi-gigabyte download. Each record's `text_feature` is cleaned of
+  wiki40b's structure markers, cut into paragraphs at newlines and into
+  sentences by `tasks.common.featurization.tokenization.split_sentences` (a
+  regex, no model download), batched in the graph.
 * the builder `EtcPretrainText` ("etc_pretrain_text"): plain-text files in
   BERT's format (`data.py`) from `manual_dir` as a TFDS dataset with one
   record per document (`text`: its sentences, one a line), splits
@@ -29,9 +28,10 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from etc_realformer.errors import UserInputError
-from tasks.common import records
-from tasks.common import tfds_files
-from tasks.common import tokenization
+from tasks.common.featurization import tokenization
+from tasks.common.inputs import input_errors
+from tasks.common.inputs import record_stats
+from tasks.common.inputs import tfds_files
 from tasks.pretrain import data
 
 # wiki40b's structure markers: titles are dropped, paragraphs and line
@@ -54,7 +54,7 @@ def sentences_of_texts(texts: tf.Tensor) -> tf.RaggedTensor:
 
 
 def read_documents(name: str, split: str,
-                   stats: records.RecordStats,
+                   stats: record_stats.RecordStats,
                    data_dir: Optional[str] = None,
                    manual_dir: Optional[str] = None,
                    download: bool = False,
@@ -74,7 +74,7 @@ def read_documents(name: str, split: str,
   Raises:
     UserInputError: unknown dataset, not prepared (without `download`), no
       such split or feature.
-    records.BadRecordError: in strict mode, the first bad record.
+    input_errors.BadRecordError: in strict mode, the first bad record.
   """
   try:
     builder = tfds.builder(name, data_dir=data_dir)
@@ -108,14 +108,14 @@ def read_documents(name: str, split: str,
       try:
         text = value.decode("utf-8")
       except UnicodeDecodeError as e:
-        stats.handle_bad_record(records.BadRecordError(
+        stats.handle_bad_record(input_errors.BadRecordError(
             source, f"#{index}", text_feature, data.UNDECODABLE_TEXT,
             f"not UTF-8 at byte {e.start}"))
         index += 1
         continue
       if not text.strip():
-        stats.handle_bad_record(records.BadRecordError(
-            source, f"#{index}", text_feature, records.EMPTY_TEXT))
+        stats.handle_bad_record(input_errors.BadRecordError(
+            source, f"#{index}", text_feature, input_errors.EMPTY_TEXT))
         index += 1
         continue
       good.append((index, text))
@@ -163,7 +163,7 @@ the train split and valid*.txt[.gz] or dev*.txt[.gz] for validation.
       if files:
         splits[split] = self._generate_examples(files)
     if "train" not in splits:
-      raise records.InputFileError(
+      raise input_errors.InputFileError(
           f"no train*.txt in manual_dir {manual}. "
           f"{self.MANUAL_DOWNLOAD_INSTRUCTIONS}")
     return splits

@@ -1,10 +1,10 @@
 """A client of WikiHop's batched raw-text signature, `serve_raw_batch`.
 
-The export featurizes in the graph everything but the sentence split: Punkt
-runs in Python (`tasks.common.sentences`, as preprocessing splits), so a
-client splits the supports before sending them. This module turns qangaroo
-records (`query`, `candidates`, `supports`) into the signature's inputs,
-every one [B, ...] so that TF Serving can batch requests:
+The export featurizes in the graph everything but the sentence split: Punkt runs
+in Python (`tasks.common.featurization.sentences`, as preprocessing splits), so
+a client splits the supports before sending them. This module turns qangaroo
+records (`query`, `candidates`, `supports`) into the signature's inputs, every
+one [B, ...] so that TF Serving can batch requests:
 
   inputs = client.batch_inputs(records)             # name -> numpy array
   outputs = loaded.signatures["serve_raw_batch"](
@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Mapping, Sequence
 
 import numpy as np
 
-from tasks.common import sentences as sentences_lib
+from tasks.common.featurization import sentences as sentences_lib
 
 SIGNATURE = "serve_raw_batch"
 # The signature's inputs, in its order.

@@ -16,8 +16,9 @@ equal to the answer.
 import dataclasses
 from typing import Any, Iterator, List, Optional
 
-from tasks.common import records
-from tasks.common import validation
+from tasks.common.inputs import json_files
+from tasks.common.inputs import record_checks
+from tasks.common.inputs import record_stats
 
 # Skip reasons, as they appear in the stats JSON, besides those of
 # `records` (missing_field, wrong_type, undecodable_text, empty_text).
@@ -61,9 +62,9 @@ def validate_record(raw: Any, file: str, index: int) -> WikiHopRecord:
     index: its position in the file (names it when it has no usable id).
 
   Raises:
-    records.BadRecordError: naming file, record id and field.
+    input_errors.BadRecordError: naming file, record id and field.
   """
-  c = validation.RecordChecker(file, records.record_id_of(raw, index))
+  c = record_checks.RecordChecker(file, record_checks.record_id_of(raw, index))
   raw = c.json_object(raw)
   c.require(raw, REQUIRED_FIELDS)
   c.text(raw["id"], "id")
@@ -85,7 +86,7 @@ def validate_record(raw: Any, file: str, index: int) -> WikiHopRecord:
 
 
 def read_records(path: str,
-                 stats: Optional[records.RecordStats] = None,
+                 stats: Optional[record_stats.RecordStats] = None,
                  strict: bool = False) -> Iterator[WikiHopRecord]:
   """Yields the valid records of one qangaroo WikiHop file.
 
@@ -96,10 +97,10 @@ def read_records(path: str,
       `stats` is given (its own `strict` applies).
 
   Raises:
-    records.InputFileError: the file is missing, empty or not a JSON array;
-      a `records.DuplicateIdError` for an id given twice (unless
+    input_errors.InputFileError: the file is missing, empty or not a JSON array;
+      a `input_errors.DuplicateIdError` for an id given twice (unless
       `stats.skip_duplicate_ids`).
-    records.BadRecordError: a bad record, in strict mode.
+    input_errors.BadRecordError: a bad record, in strict mode.
   """
-  return records.read_json_records(path, validate_record, stats, strict,
-                                   id_of=lambda r: r.id)
+  return json_files.read_json_records(path, validate_record, stats, strict,
+                                      id_of=lambda r: r.id)

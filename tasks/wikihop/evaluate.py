@@ -14,7 +14,10 @@ an id, are refused (one line naming the file, the id and both records).
 from typing import Any, Dict, Mapping
 
 from etc_realformer import cli
-from tasks.common import records
+from tasks.common.command_line import scoring
+from tasks.common.inputs import input_errors
+from tasks.common.inputs import json_files
+from tasks.common.inputs import record_checks
 from tasks.wikihop import data
 
 
@@ -39,26 +42,26 @@ def gold_answers(path: str) -> Dict[str, str]:
   """`{id: normalized answer}` of a qangaroo file.
 
   Raises:
-    records.InputFileError: the file is missing, empty, not a JSON array or
-      holds no record; a `records.DuplicateIdError` for an id given twice.
-    records.BadRecordError: a record without a usable `id` or `answer`.
+    input_errors.InputFileError: the file is missing, empty, not a JSON array or
+      holds no record; a `input_errors.DuplicateIdError` for an id given twice.
+    input_errors.BadRecordError: a record without a usable `id` or `answer`.
   """
   gold = {}
-  ids = records.UniqueIds(path, hint="")
-  raws = records.load_json_array(path)
+  ids = record_checks.UniqueIds(path, hint="")
+  raws = json_files.load_json_array(path)
   if not raws:
-    raise records.InputFileError(f"{path}: gold file holds no records")
+    raise input_errors.InputFileError(f"{path}: gold file holds no records")
   for index, raw in enumerate(raws):
-    record_id = records.record_id_of(raw, index)
+    record_id = record_checks.record_id_of(raw, index)
     if not isinstance(raw, dict):
-      raise records.BadRecordError(path, record_id, "<record>",
-                                   records.WRONG_TYPE,
-                                   "expected a JSON object")
+      raise input_errors.BadRecordError(path, record_id, "<record>",
+                                        input_errors.WRONG_TYPE,
+                                        "expected a JSON object")
     for field in ("id", "answer"):
       if field not in raw:
-        raise records.BadRecordError(path, record_id, field,
-                                     records.MISSING_FIELD)
-      records.check_text(raw[field], path, record_id, field)
+        raise input_errors.BadRecordError(path, record_id, field,
+                                          input_errors.MISSING_FIELD)
+      record_checks.check_text(raw[field], path, record_id, field)
     ids.check(raw["id"], f"record #{index}")
     gold[raw["id"]] = data.normalize_candidate(raw["answer"])
   return gold
@@ -68,18 +71,18 @@ def load_predictions(path: str) -> Dict[str, str]:
   """A submission file `{id: answer}`.
 
   Raises:
-    records.InputFileError: the file is missing, not JSON, not an object
-      of strings, or empty; a `records.DuplicateIdError` for an id given
+    input_errors.InputFileError: the file is missing, not JSON, not an object
+      of strings, or empty; a `input_errors.DuplicateIdError` for an id given
       twice.
   """
-  value = records.load_json(path, unique_keys=True)
+  value = json_files.load_json(path, unique_keys=True)
   if not isinstance(value, dict) or not all(
       isinstance(v, str) for v in value.values()):
-    raise records.InputFileError(
+    raise input_errors.InputFileError(
         f"{path}: expected a JSON object {{id: answer}} of strings")
   if not value:
-    raise records.InputFileError(f"{path}: predictions file holds no "
-                                 "predictions")
+    raise input_errors.InputFileError(f"{path}: predictions file holds no "
+                                      "predictions")
   return value
 
 
@@ -88,6 +91,6 @@ def evaluate_files(prediction_file: str, gold_file: str) -> Dict[str, Any]:
 
 
 if __name__ == "__main__":
-  cli.run(records.scoring_main(
+  cli.run(scoring.scoring_main(
       "python -m tasks.wikihop.evaluate PREDICTIONS.json GOLD.json",
       evaluate_files))

@@ -1,12 +1,12 @@
 """WikiHop featurization: raw record strings -> ETC raw features, in TF ops.
 
-One code path serves preprocessing (through `tf.data`, see `preprocess.py`)
-and serving (inside a `tf.function` / SavedModel signature): everything after
+One code path serves preprocessing (through `tf.data`, see `preprocess.py`) and
+serving (inside a `tf.function` / SavedModel signature): everything after
 sentence splitting is TensorFlow ops, with unknown numbers of candidates,
-supports and sentences. Supports are split into sentences as the original,
-by NLTK's Punkt (`tasks.common.sentences`), in Python, before the graph:
-`split_supports` gives the graph's `sentences` and `num_sentences` inputs,
-in preprocessing and for a client of the raw serving signature alike.
+supports and sentences. Supports are split into sentences as the original, by
+NLTK's Punkt (`tasks.common.featurization.sentences`), in Python, before the
+graph: `split_supports` gives the graph's `sentences` and `num_sentences`
+inputs, in preprocessing and for a client of the raw serving signature alike.
 
 Segments (as the original ETC WikiHop preprocessing):
 
@@ -63,10 +63,10 @@ import tensorflow as tf
 
 from etc_realformer.export import batching
 from etc_realformer.features import feature_names
-from tasks.common import featurizing
-from tasks.common import segments
-from tasks.common import sentences as sentences_lib
-from tasks.common import tokenization
+from tasks.common.featurization import featurizing
+from tasks.common.featurization import segments
+from tasks.common.featurization import sentences as sentences_lib
+from tasks.common.featurization import tokenization
 
 # Token type ids (segment ids), shared by long and global inputs (16 rows).
 GLOBAL_TOKEN_TYPE_ID = 0  # sentence global tokens and padding
@@ -112,7 +112,7 @@ CANDIDATES = "candidates"
 SEGMENT_PLAN = segments.SegmentPlan(
     segments.MULTIHOP,
     long_features=(segments.Feature(feature_names.L2G_LINKED_IDS, -1,
-                                  global_index=True),),
+                                    global_index=True),),
     global_features=(segments.Feature(feature_names.IGNORE_HARD_G2L_MASK),
                      segments.Feature(CANDIDATE_MASK)))
 # The int32 features the model (with the side-input code) consumes.
@@ -164,7 +164,7 @@ def feature_spec(
 
 def split_supports(supports) -> Tuple[List[str], List[int]]:
   """Supports -> (sentences [S], num_sentences [D]), split as the original
-  (`nltk.sent_tokenize`; see `tasks.common.sentences`).
+  (`nltk.sent_tokenize`; see `tasks.common.featurization.sentences`).
 
   Args:
     supports: [D] documents: Python strings, bytes, or an eager string

@@ -13,7 +13,7 @@ import tensorflow as tf
 import tf_keras
 
 from etc_realformer.training import task as task_lib
-from tasks.common import logits as logits_lib
+from tasks.common.featurization import logits as logits_lib
 from tasks.wikihop import features as features_lib
 
 # Logit given to non-candidate global tokens.

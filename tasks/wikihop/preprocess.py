@@ -16,12 +16,12 @@ A missing or malformed input file or vocabulary is one line on stderr and
 exit code 2.
 
 Supports are split into sentences by NLTK's Punkt in Python, as the original
-(`features.split_supports`); the rest of featurization is
-`WikiHopFeaturizer`'s in-graph code, run through `tf.data` (`WikiHopStep`, a
-`preprocessing.GraphStep`): the same ops an exported serving signature runs
-on the same split. The binary runs it as an Apache Beam pipeline
-(`WikiHopPipeline`, `tasks.common.beam_pipeline`; Beam's pipeline options
-pass through, the outputs do not depend on them).
+(`features.split_supports`); the rest of featurization is `WikiHopFeaturizer`'s
+in-graph code, run through `tf.data` (`WikiHopStep`, a
+`preprocessing.GraphStep`): the same ops an exported serving signature runs on
+the same split. The binary runs it as an Apache Beam pipeline
+(`WikiHopPipeline`, `tasks.common.pipeline.beam_pipeline`; Beam's pipeline
+options pass through, the outputs do not depend on them).
 """
 
 import dataclasses
@@ -31,9 +31,13 @@ from absl import flags
 import numpy as np
 import tensorflow as tf
 
-from tasks.common import beam_pipeline
-from tasks.common import preprocessing
-from tasks.common import records
+from tasks.common.command_line import beam_binary
+from tasks.common.command_line import preprocess_flags
+from tasks.common.inputs import input_errors
+from tasks.common.inputs import record_stats
+from tasks.common.pipeline import beam_pipeline
+from tasks.common.pipeline import pipeline_task
+from tasks.common.pipeline import preprocessing
 from tasks.wikihop import data
 from tasks.wikihop import features as features_lib
 
@@ -48,14 +52,14 @@ _INPUT_SIGNATURE = dict(
 
 
 def read_file(input_path: str, strict: bool = False
-              ) -> Tuple[List[data.WikiHopRecord], records.RecordStats]:
+              ) -> Tuple[List[data.WikiHopRecord], record_stats.RecordStats]:
   """The valid records of a file and its stats so far (reads, skips).
 
   Raises:
-    records.InputFileError: the input is missing, empty or malformed.
-    records.BadRecordError: in strict mode, the first bad record.
+    input_errors.InputFileError: the input is missing, empty or malformed.
+    input_errors.BadRecordError: in strict mode, the first bad record.
   """
-  stats = records.RecordStats(input_file=input_path, strict=strict)
+  stats = record_stats.RecordStats(input_file=input_path, strict=strict)
   return list(data.read_records(input_path, stats=stats)), stats
 
 
@@ -66,7 +70,8 @@ class WikiHopStep(preprocessing.GraphStep[data.WikiHopRecord]):
   input_signature = _INPUT_SIGNATURE
 
   def to_inputs(self, record: data.WikiHopRecord) -> Dict[str, Any]:
-    # Punkt splits the supports here, in Python (see tasks.common.sentences).
+    # Punkt splits the supports here, in Python (see
+    # tasks.common.featurization.sentences).
     sentences, num_sentences = features_lib.split_supports(record.supports)
     return dict(query=record.query, candidates=record.candidates,
                 sentences=sentences, num_sentences=num_sentences,
@@ -82,7 +87,7 @@ class WikiHopStep(preprocessing.GraphStep[data.WikiHopRecord]):
     # `overflow` is a verdict, not a truncation amount.
     if not amounts.pop("overflow"):
       return preprocessing.Featurized([features], amounts)
-    return records.BadRecordError(
+    return input_errors.BadRecordError(
         self.input_file, record.id, "candidates", data.TOO_LONG,
         f"{len(record.candidates)} candidates do not fit long_seq_len "
         f"{self.featurizer.long_seq_len} / global_seq_len "
@@ -90,13 +95,13 @@ class WikiHopStep(preprocessing.GraphStep[data.WikiHopRecord]):
 
 
 def write_features(valid: List[data.WikiHopRecord],
-                   stats: records.RecordStats, output_dir: str,
+                   stats: record_stats.RecordStats, output_dir: str,
                    featurizer: features_lib.WikiHopFeaturizer
-                   ) -> records.RecordStats:
+                   ) -> record_stats.RecordStats:
   """Featurizes `read_file`'s records into `output_dir`; returns the stats.
 
   Raises:
-    records.BadRecordError: in strict mode, the first record too long.
+    input_errors.BadRecordError: in strict mode, the first record too long.
   """
   return preprocessing.featurize_into(
       output_dir, valid, WikiHopStep(featurizer, stats.input_file), stats)
@@ -105,19 +110,19 @@ def write_features(valid: List[data.WikiHopRecord],
 def preprocess_file(input_path: str,
                     output_dir: str,
                     featurizer: features_lib.WikiHopFeaturizer,
-                    strict: bool = False) -> records.RecordStats:
+                    strict: bool = False) -> record_stats.RecordStats:
   """Featurizes one WikiHop file into `output_dir`; returns its stats.
 
   Raises:
-    records.InputFileError: the input is missing, empty or malformed.
-    records.BadRecordError: in strict mode, the first bad record.
+    input_errors.InputFileError: the input is missing, empty or malformed.
+    input_errors.BadRecordError: in strict mode, the first bad record.
   """
   valid, stats = read_file(input_path, strict)
   return write_features(valid, stats, output_dir, featurizer)
 
 
 @dataclasses.dataclass
-class WikiHopPipeline(beam_pipeline.FileTask):
+class WikiHopPipeline(pipeline_task.FileTask):
   """`preprocess_file` as a Beam pipeline (`beam_pipeline.run`), the same
   outputs; `featurizer_args`: `make_featurizer`'s arguments."""
   featurizer_args: Dict[str, Any]
@@ -158,8 +163,8 @@ def _define_flags():
   training binaries define flags of the same names)."""
   flags.DEFINE_string(
       "input", None, "A qangaroo WikiHop json file (train.json / dev.json).")
-  preprocessing.define_featurizer_flags(global_seq_len=430)
-  preprocessing.define_duplicate_ids_flag()
+  preprocess_flags.define_featurizer_flags(global_seq_len=430)
+  preprocess_flags.define_duplicate_ids_flag()
   flags.DEFINE_integer(
       "max_num_sentences", None,
       "Optional cap on document sentences per example (original: 200).")
@@ -176,13 +181,13 @@ def _define_flags():
 
 
 def main(argv):
-  beam_args = beam_pipeline.check_command_line(argv, ("input", "output_dir"))
+  beam_args = beam_binary.check_command_line(argv, ("input", "output_dir"))
   f = flags.FLAGS
   task = WikiHopPipeline(
       dict(max_num_sentences=f.max_num_sentences,
            global_token_ids=f.global_token_ids,
            mark_query_subject=f.mark_query_subject,
-           **preprocessing.featurizer_flag_values()), strict=f.strict,
+           **preprocess_flags.featurizer_flag_values()), strict=f.strict,
       skip_duplicate_ids=f.skip_duplicate_ids)
   _, lines = beam_pipeline.run(task, [f.input], f.output_dir, beam_args)
   print("\n".join(lines))
@@ -190,4 +195,4 @@ def main(argv):
 
 if __name__ == "__main__":
   _define_flags()
-  beam_pipeline.run_binary(main)
+  beam_binary.run_binary(main)

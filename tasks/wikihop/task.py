@@ -24,7 +24,7 @@ import tf_keras
 
 from etc_realformer.export import batching
 from etc_realformer.training import task as task_lib
-from tasks.common import records
+from tasks.common import output_files
 from tasks.wikihop import decode
 from tasks.wikihop import evaluate
 from tasks.wikihop import features as wikihop_features
@@ -116,8 +116,8 @@ class WikiHopTask(task_lib.RawInputTask):
                         output_dir: str) -> str:
     """`{id: answer}` JSON (the official WikiHop submission format)."""
     path = os.path.join(output_dir, PREDICTIONS_FILE)
-    records.write_json(path, decode.by_id(predictions["example_id"],
-                                          predictions["answer"]),
+    output_files.write_json(path, decode.by_id(predictions["example_id"],
+                                               predictions["answer"]),
                        sort_keys=True)
     return path
 

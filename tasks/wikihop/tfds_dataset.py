@@ -19,7 +19,7 @@ import os
 
 import tensorflow_datasets as tfds
 
-from tasks.common import tfds_files
+from tasks.common.inputs import tfds_files
 from tasks.wikihop import data
 
 _DESCRIPTION = """\

@@ -12,7 +12,7 @@ import pytest
 from demos.nq import synthetic
 import cli_testing
 import e2e_testing
-from tasks.common import records
+from tasks.common.inputs import record_stats
 from tasks.nq import data
 from tasks.nq import features as F
 
@@ -30,7 +30,7 @@ def _raw(path):
 
 def test_files_pass_the_reader(files):
   for split in ("train", "dev", "simplified_train"):
-    stats = records.RecordStats(input_file=files[split], strict=True)
+    stats = record_stats.RecordStats(input_file=files[split], strict=True)
     got = list(data.read_records(files[split], stats=stats))
     assert len(got) == 40 and stats.num_skipped == 0
   train = list(data.read_records(files["train"]))

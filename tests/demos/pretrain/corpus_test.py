@@ -2,7 +2,7 @@
 documentation topics, in BERT's layout."""
 
 from demos.pretrain import corpus
-from tasks.common import records
+from tasks.common.inputs import record_stats
 from tasks.pretrain import data
 
 
@@ -22,5 +22,5 @@ def test_documents_are_prose_sentences(tmp_path):
   path = str(tmp_path / "corpus.txt")
   counts = corpus.write_corpus(path, max_documents=5)
   assert counts["documents"] == 5
-  read = list(data.read_documents(path, records.RecordStats(strict=True)))
+  read = list(data.read_documents(path, record_stats.RecordStats(strict=True)))
   assert [d.sentences for d in read] == [doc for _, doc in docs[:5]]

@@ -9,7 +9,7 @@ from demos.wikihop import scaffold
 from demos.wikihop import synthetic
 from etc_realformer.training import task as task_lib
 from tasks import run
-from tasks.common import tokenization
+from tasks.common.featurization import tokenization
 from tasks.wikihop import task as wikihop_task
 
 

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from demos.wikihop import probe
 from demos.wikihop import synthetic
-from tasks.common import tokenization
+from tasks.common.featurization import tokenization
 from tasks.wikihop import data
 from tasks.wikihop import features as F
 from tasks.wikihop import preprocess

@@ -14,7 +14,7 @@ from demos.wikihop import synthetic
 from etc_realformer import EtcConfig
 from etc_realformer.errors import UserInputError
 from etc_realformer.training import task as task_lib
-from tasks.common import tokenization
+from tasks.common.featurization import tokenization
 from tasks.wikihop import data
 from tasks.wikihop import features as F
 from tasks.wikihop import preprocess

@@ -12,7 +12,7 @@ import pytest
 import cli_testing
 from demos.wikihop import demo
 from demos.wikihop import synthetic
-from tasks.common import tokenization
+from tasks.common.featurization import tokenization
 from tasks.wikihop import data
 from tasks.wikihop import features as F
 

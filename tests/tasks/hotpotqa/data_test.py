@@ -6,7 +6,8 @@ import json
 import pytest
 
 from hotpotqa_testing import released as good
-from tasks.common import records
+from tasks.common.inputs import input_errors
+from tasks.common.inputs import record_stats
 from tasks.hotpotqa import data
 
 BAD = {
@@ -34,11 +35,11 @@ def test_reader_skips_counts_and_names_bad_records(tmp_path):
   path = _write(tmp_path / "dev.json", [good(0)] + bad + [good(0)],
                 raw_tail=undecodable)
   # A repeated _id is refused unless the policy skips and counts it.
-  with pytest.raises(records.DuplicateIdError,
+  with pytest.raises(input_errors.DuplicateIdError,
                      match=r"dev.json: _id 'id0' is duplicated: record #0 "
                      r"and record #\d"):
     list(data.read_records(path))
-  stats = records.RecordStats(input_file=path, skip_duplicate_ids=True)
+  stats = record_stats.RecordStats(input_file=path, skip_duplicate_ids=True)
   kept = list(data.read_records(path, stats=stats))
   assert [r.id for r in kept] == ["id0"]
   assert stats.examples_read == 7
@@ -58,19 +59,19 @@ def test_reader_skips_counts_and_names_bad_records(tmp_path):
 
 def test_strict_mode_and_unusable_files(tmp_path):
   path = _write(tmp_path / "dev.json", [good(0), BAD["wrong_type"][0]])
-  with pytest.raises(records.BadRecordError, match=r"'w'.*'context'"):
+  with pytest.raises(input_errors.BadRecordError, match=r"'w'.*'context'"):
     list(data.read_records(path, strict=True))
   for content, message in (("", "empty"), ("{", "not valid JSON"),
                            ('{"a": 1}', "JSON array"), ("[]", "no records")):
     p = tmp_path / "bad.json"
     p.write_text(content)
-    with pytest.raises(records.InputFileError, match=message):
+    with pytest.raises(input_errors.InputFileError, match=message):
       list(data.read_records(str(p)))
-  with pytest.raises(records.InputFileError, match="cannot read"):
+  with pytest.raises(input_errors.InputFileError, match="cannot read"):
     list(data.read_records(str(tmp_path / "missing.json")))
   # Training files need labels; test-set style records are bad there.
   unlabelled = {k: v for k, v in good(1).items() if k != "answer"}
   p = _write(tmp_path / "train.json", [unlabelled])
-  with pytest.raises(records.BadRecordError, match="answer"):
+  with pytest.raises(input_errors.BadRecordError, match="answer"):
     list(data.read_records(p, strict=True, require_labels=True))
   assert len(list(data.read_records(p))) == 1

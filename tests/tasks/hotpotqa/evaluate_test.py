@@ -5,7 +5,7 @@ import json
 import pytest
 
 import cli_testing
-from tasks.common import records
+from tasks.common.inputs import input_errors
 from tasks.hotpotqa import evaluate as E
 
 
@@ -111,11 +111,11 @@ def test_evaluate_files_names_the_bad_file(tmp_path):
   pred, gold = tmp_path / "pred.json", tmp_path / "gold.json"
   pred.write_text(json.dumps(PREDICTION))
   gold.write_text(json.dumps([{"_id": "1", "answer": "x"}]))
-  with pytest.raises(records.BadRecordError,
+  with pytest.raises(input_errors.BadRecordError,
                      match="gold.json: record '1', field 'supporting_facts'"):
     E.evaluate_files(str(pred), str(gold))
   pred.write_text(json.dumps({"answer": []}))
-  with pytest.raises(records.InputFileError, match="pred.json: expected"):
+  with pytest.raises(input_errors.InputFileError, match="pred.json: expected"):
     E.evaluate_files(str(pred), str(gold))
 
 
@@ -123,7 +123,8 @@ def test_cli(tmp_path):
   pred, gold = tmp_path / "pred.json", tmp_path / "gold.json"
   pred.write_text(json.dumps(PREDICTION))
   gold.write_text(json.dumps(GOLD))
-  out = cli_testing.output_here("tasks.hotpotqa.evaluate", [str(pred), str(gold)])
+  out = cli_testing.output_here("tasks.hotpotqa.evaluate",
+                                [str(pred), str(gold)])
   assert json.loads(out) == pytest.approx(E.evaluate(PREDICTION, GOLD))
   # A user's mistake (a missing gold file) is one line and exit code 2.
   cli_testing.user_error_line("tasks.hotpotqa.evaluate",
@@ -135,18 +136,18 @@ def test_repeated_ids_and_empty_files_are_refused(tmp_path):
   pred, gold = tmp_path / "pred.json", tmp_path / "gold.json"
   pred.write_text(json.dumps(PREDICTION))
   gold.write_text(json.dumps([GOLD[0], GOLD[1], GOLD[0]]))
-  with pytest.raises(records.DuplicateIdError,
+  with pytest.raises(input_errors.DuplicateIdError,
                      match=rf"gold.json: _id '{GOLD[0]['_id']}' is "
                      r"duplicated: record #0 and record #2"):
     E.evaluate_files(str(pred), str(gold))
   gold.write_text("[]")
-  with pytest.raises(records.InputFileError, match="gold.json: gold file "
+  with pytest.raises(input_errors.InputFileError, match="gold.json: gold file "
                      "holds no records"):
     E.evaluate_files(str(pred), str(gold))
   pred.write_text('{"answer": {"a": "x", "a": "y"}, "sp": {}}')
-  with pytest.raises(records.DuplicateIdError,
+  with pytest.raises(input_errors.DuplicateIdError,
                      match="pred.json: key 'a' is duplicated"):
     E.evaluate_files(str(pred), str(gold))
   pred.write_text('{"answer": {}, "sp": {}}')
-  with pytest.raises(records.InputFileError, match="holds no predictions"):
+  with pytest.raises(input_errors.InputFileError, match="holds no predictions"):
     E.evaluate_files(str(pred), str(gold))

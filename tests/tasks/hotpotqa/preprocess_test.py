@@ -10,7 +10,7 @@ import cli_testing
 from etc_realformer.data import tfrecords
 from hotpotqa_testing import RELEASED_WORDS
 from hotpotqa_testing import released as good
-from tasks.common import records
+from tasks.common.inputs import input_errors
 from tasks.hotpotqa import features as F
 from tasks.hotpotqa import preprocess
 from tokenization_testing import write_test_vocab
@@ -60,7 +60,7 @@ def test_preprocess_training_filter_stats_and_dev_kept(tmp_path, vocab):
   stats = preprocess.preprocess_file(dev, str(out), featurizer)
   assert stats.examples_written == 5 and stats.skipped == {"empty_text": 1}
   # Strict: the first bad record (here the training filter's) fails.
-  with pytest.raises(records.BadRecordError, match="answer_not_found"):
+  with pytest.raises(input_errors.BadRecordError, match="answer_not_found"):
     preprocess.preprocess_file(
         _write(tmp_path / "train2.json", items[:3]), str(out), featurizer,
         is_training=True, strict=True)

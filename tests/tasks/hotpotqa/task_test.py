@@ -12,7 +12,7 @@ from etc_realformer.training import task as task_lib
 import hotpotqa_testing
 from hotpotqa_testing import WORDS
 from hotpotqa_testing import record as _record
-from tasks.common import io
+from tasks.common import output_files
 from tasks.hotpotqa import data
 from tasks.hotpotqa import decode
 from tasks.hotpotqa import features as F
@@ -152,7 +152,7 @@ def test_serve_raw_agrees_with_python_decoding(vocab):
   outputs = model(batch, training=False)
   predictions = {k: v.numpy() for k, v in
                  task.prediction_outputs(batch, outputs).items()}
-  example = io.unbatch(predictions)[0]
+  example = output_files.unbatch(predictions)[0]
   # Force a span answer so that text recovery is exercised.
   example["answer_type_probs"] = np.array([1.0, 0.0, 0.0])
   answer, sp = decode.decode_example(example, record, 0.0)

@@ -8,8 +8,10 @@ import json
 import pytest
 
 from etc_realformer.errors import UserInputError
-from tasks.common import io
-from tasks.common import records
+from tasks.common import output_files
+from tasks.common.inputs import input_errors
+from tasks.common.inputs import input_files
+from tasks.common.inputs import record_stats
 from tasks.nq import data
 
 
@@ -175,21 +177,21 @@ def _bad_variants():
 
 @pytest.mark.parametrize("change,field,reason", [
     (lambda t: t.__setitem__(2, "<P>"), "document_tokens[2]",
-     records.WRONG_TYPE),
+     input_errors.WRONG_TYPE),
     (lambda t: t[3].pop("token"), "document_tokens[3].token",
-     records.MISSING_FIELD),
+     input_errors.MISSING_FIELD),
     (lambda t: t[4].__setitem__("token", 5), "document_tokens[4].token",
-     records.WRONG_TYPE),
+     input_errors.WRONG_TYPE),
     (lambda t: t[5].__setitem__("start_byte", True),
-     "document_tokens[5].start_byte", records.WRONG_TYPE),
+     "document_tokens[5].start_byte", input_errors.WRONG_TYPE),
     (lambda t: t[6].__setitem__("token", "b\udc80"),
-     "document_tokens[6].token", records.UNDECODABLE_TEXT)])
+     "document_tokens[6].token", input_errors.UNDECODABLE_TEXT)])
 def test_token_checks_name_the_first_bad_item(change, field, reason):
   # Well-formed tokens are checked column by column; any bad one falls back
   # to the item-by-item checks, which name it.
   r = full_record(9)
   change(r["document_tokens"])
-  with pytest.raises(records.BadRecordError) as error:
+  with pytest.raises(input_errors.BadRecordError) as error:
     data.validate_record(r, "f.jsonl", 1)
   assert (error.value.field, error.value.reason) == (field, reason)
 
@@ -208,10 +210,10 @@ def test_bad_lines_and_records_are_skipped_and_named(tmp_path):
   lines += ["", full_record(1), full_record(2)]  # blank, duplicate, good
   path = write_lines(tmp_path / "nq-train-00.jsonl.gz", lines)
   # A repeated example_id is refused unless the policy skips and counts it.
-  with pytest.raises(records.DuplicateIdError,
+  with pytest.raises(input_errors.DuplicateIdError,
                      match=r"example_id 1 is duplicated: line 1 and line "):
     list(data.read_records(path))
-  stats = records.RecordStats(input_file=path, skip_duplicate_ids=True)
+  stats = record_stats.RecordStats(input_file=path, skip_duplicate_ids=True)
   got = list(data.read_records(path, stats=stats))
   assert [r.example_id for r in got] == [1, 2]
   assert stats.examples_read == len(lines) - 1  # the blank line is no record
@@ -233,14 +235,14 @@ def test_strict_raises_on_first_bad_record(tmp_path):
                      [full_record(1), "not json", full_record(2)])
   it = data.read_records(path, strict=True)
   assert next(it).example_id == 1
-  with pytest.raises(records.BadRecordError, match="line 2"):
+  with pytest.raises(input_errors.BadRecordError, match="line 2"):
     next(it)
 
 
 def test_require_labels(tmp_path):
   path = write_lines(tmp_path / "nq.jsonl.gz",
                      [full_record(1, annotations=[]), full_record(2)])
-  stats = records.RecordStats()
+  stats = record_stats.RecordStats()
   got = list(data.read_records(path, stats=stats, require_labels=True))
   assert [r.example_id for r in got] == [2]
   assert stats.skipped == {data.NO_ANNOTATIONS: 1}
@@ -254,11 +256,11 @@ def test_file_errors_name_the_file(tmp_path):
   corrupt = tmp_path / "corrupt.jsonl.gz"
   corrupt.write_bytes(b"\x1f\x8b" + b"garbage" * 10)
   for path in (empty_gz, empty, corrupt, tmp_path / "missing.jsonl.gz"):
-    with pytest.raises(records.InputFileError, match=str(path.name)):
+    with pytest.raises(input_errors.InputFileError, match=str(path.name)):
       list(data.read_records(str(path)))
   # The one pattern expansion's error: one line naming the pattern.
   with pytest.raises(UserInputError, match="no input file matches"):
-    io.match_files(str(tmp_path / "nq-*-??.jsonl.gz"))
+    input_files.match_files(str(tmp_path / "nq-*-??.jsonl.gz"))
 
 
 def test_streaming_truncated_gzip_yields_records_before_the_damage(tmp_path):
@@ -267,7 +269,7 @@ def test_streaming_truncated_gzip_yields_records_before_the_damage(tmp_path):
   path = tmp_path / "nq-train-01.jsonl.gz"
   path.write_bytes(payload[:len(payload) // 2])
   got = []
-  with pytest.raises(records.InputFileError, match="truncated"):
+  with pytest.raises(input_errors.InputFileError, match="truncated"):
     for record in data.read_records(str(path)):
       got.append(record.example_id)
   assert got and got == list(range(len(got)))
@@ -279,12 +281,12 @@ def test_globs_of_files(tmp_path):
                                                 full_record(2)])
   pattern = str(tmp_path / "nq-dev-??.jsonl.gz")
   assert [r.example_id for r in data.read_all(pattern)] == [1, 2, 3]
-  assert len(io.match_files(f"{pattern},{pattern}")) == 2
+  assert len(input_files.match_files(f"{pattern},{pattern}")) == 2
 
 
 def test_write_jsonl_round_trip(tmp_path):
   record = data.validate_record(copy.deepcopy(full_record()), "f", 1)
   path = str(tmp_path / "out.jsonl.gz")
-  io.write_jsonl(path, [data.record_to_json(record)])
+  output_files.write_jsonl(path, [data.record_to_json(record)])
   (again,) = list(data.read_records(path))
   assert again == record

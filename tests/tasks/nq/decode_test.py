@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tasks.common import io
+from tasks.common import output_files
 from tasks.nq import data
 from tasks.nq import decode as D
 
@@ -91,7 +91,7 @@ def run_windows(logits, answer_type_logits=None, k=4, score_mode="difference",
 
 def python_and_graph(out):
   """The Python prediction; asserts the in-graph document answer agrees."""
-  pred = D.document_prediction(-7, io.unbatch(out))
+  pred = D.document_prediction(-7, output_files.unbatch(out))
   doc = D.document_answer(
       {k: tf.constant(out[k]) for k in D.WINDOW_OUTPUTS},
       tf.constant(out["answer_type_logits"]))
@@ -174,7 +174,8 @@ def test_short_answer_start_not_after_end_and_single_token():
   pred, _ = python_and_graph(run_windows(logits))
   span = pred["short_answers"][0]
   assert span["start_token"] < span["end_token"]
-  assert [span["start_token"], span["end_token"]] == [20, 21]  # 6 + 0 beats 0 + 5
+  assert [span["start_token"], span["end_token"]] == [20,
+                                                      21]  # 6 + 0 beats 0 + 5
 
 
 def test_short_answer_snaps_to_whole_document_tokens():
@@ -251,7 +252,7 @@ def test_predictions_json_groups_windows_and_fills_ids():
   other = {k: v[:1].copy() for k, v in out.items()}
   other["example_id"][:] = 5
   merged = {k: np.concatenate([out[k][::-1], other[k]]) for k in out}
-  result = D.predictions_json(io.unbatch(merged), example_ids=[11, 5])
+  result = D.predictions_json(output_files.unbatch(merged), example_ids=[11, 5])
   ids = [p["example_id"] for p in result["predictions"]]
   assert ids == [11, 5, -7]
   by_id = {p["example_id"]: p for p in result["predictions"]}

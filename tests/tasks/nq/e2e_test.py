@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from demos.nq import synthetic
 import e2e_testing
-from tasks.common import io
+from tasks.common import output_files
 from tasks.nq import data
 from tasks.nq import decode
 from tasks.nq import evaluate
@@ -220,7 +220,7 @@ def test_oracle_logits_decode_to_the_labelled_answers(tmp_path):
         np.maximum(feats["answer_type"], 0)]
     out["example_id"] = feats["example_id"]
     out["window_index"] = feats["window_index"]
-    windows.extend(io.unbatch(out))
+    windows.extend(output_files.unbatch(out))
   submission = decode.predictions_json(windows)
   by_id = {p["example_id"]: p for p in submission["predictions"]}
   checked = nested = 0

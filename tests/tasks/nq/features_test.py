@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from etc_realformer.config import EtcConfig
 from etc_realformer.errors import UserInputError
-from tasks.common import tokenization
+from tasks.common.featurization import tokenization
 from tasks.nq import data
 from tasks.nq import features as F
 from tasks.nq import task

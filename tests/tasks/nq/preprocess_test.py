@@ -11,7 +11,8 @@ from demos.nq import synthetic
 import cli_testing
 from etc_realformer.data import tfrecords
 from etc_realformer.errors import UserInputError
-from tasks.common import records
+from tasks.common.inputs import input_errors
+from tasks.common.inputs import record_stats
 from tasks.nq import data
 from tasks.nq import features as F
 from tasks.nq import preprocess
@@ -42,7 +43,7 @@ def test_writes_tfrecords_and_stats(files, featurizer, tmp_path):
   stats = preprocess.preprocess(files["train"], out, featurizer)
   record_path, stats_path = preprocess.output_paths(files["train"], out)
   assert os.path.basename(record_path) == "nq-train-00.tfrecord"
-  saved = records.read_stats_json(stats_path)
+  saved = record_stats.read_stats_json(stats_path)
   assert saved["examples_read"] == 14 and saved["examples_written"] == 12
   assert saved["skipped"] == {data.BAD_JSON: 1, data.SPAN_OUT_OF_RANGE: 1}
   assert {(s["id"], s["field"]) for s in saved["skipped_records"]} == {
@@ -54,7 +55,7 @@ def test_writes_tfrecords_and_stats(files, featurizer, tmp_path):
       saved["windows_written"])
   assert saved["windows_written"] > saved["examples_written"]  # multi-window
   assert saved["settings"]["long_seq_len"] == L
-  summary = records.read_stats_json(os.path.join(out, "nq_stats.json"))
+  summary = record_stats.read_stats_json(os.path.join(out, "nq_stats.json"))
   assert summary["windows_written"] == saved["windows_written"]
   assert summary["files"][0]["input_file"] == files["train"]
   # Parsed windows carry the spec.
@@ -98,7 +99,7 @@ def test_dev_keeps_every_window(files, featurizer, tmp_path):
 
 
 def test_strict_fails_and_leaves_no_output(files, featurizer, tmp_path):
-  with pytest.raises(records.BadRecordError, match="span_out_of_range"):
+  with pytest.raises(input_errors.BadRecordError, match="span_out_of_range"):
     preprocess.preprocess_file(files["train"], str(tmp_path), featurizer,
                                strict=True)
   assert not [p for p in os.listdir(tmp_path) if "tfrecord" in p]

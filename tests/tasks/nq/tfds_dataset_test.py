@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from demos.nq import synthetic
-from tasks.common import records
+from tasks.common.inputs import input_errors
+from tasks.common.inputs import record_stats
 from tasks.nq import data
 from tasks.nq import preprocess
 from tasks.nq import tfds_dataset
@@ -60,7 +61,7 @@ def test_tfds_natural_questions_builder_is_refused_with_instructions(
                 "annotations.long_answer.candidate_index"):
     assert field in e.value.missing and field in str(e.value)
   assert "nq-train-??.jsonl.gz" in str(e.value)
-  assert isinstance(e.value, records.InputFileError)
+  assert isinstance(e.value, input_errors.InputFileError)
   assert not list(tmp_path.iterdir()) or all(
       not p.name.endswith(".tfrecord") for p in tmp_path.rglob("*"))
 
@@ -85,10 +86,10 @@ def test_tfds_examples_with_every_field_convert():
   good = synthetic.make_example(rng, 11, num_annotations=1)
   bad = tfds_example(synthetic.make_example(rng, 12, num_annotations=1))
   del bad["long_answer_candidates"]
-  stats = records.RecordStats()
+  stats = record_stats.RecordStats()
   got = list(tfds_dataset.records_from_tfds(
       [tfds_example(good), bad], "tfds-nq", stats=stats))
-  assert stats.skipped == {records.WRONG_TYPE: 1}
+  assert stats.skipped == {input_errors.WRONG_TYPE: 1}
   (record,) = got
   expected = data.validate_record(
       dict(good, document_url="u"), "tfds-nq", 1)

@@ -8,7 +8,8 @@ import pytest
 from openkp_testing import make_record
 from openkp_testing import vdom_features
 from openkp_testing import write_jsonl
-from tasks.common import records
+from tasks.common.inputs import input_errors
+from tasks.common.inputs import record_stats
 from tasks.openkp import data
 
 GOOD = make_record("http://good", [["Machine", "Learning"], ["is", "fun"]],
@@ -33,32 +34,37 @@ def _bad_records():
 
   return [
       ("{not json", data.NOT_JSON, "<record>"),
-      (no_kp, records.MISSING_FIELD, "KeyPhrases"),
-      (dict(GOOD, url="u-vdom-str", VDOM="[{oops"), data.INVALID_VDOM,
-       "VDOM"),
+      (no_kp, input_errors.MISSING_FIELD, "KeyPhrases"),
+      (dict(GOOD, url="u-vdom-str", VDOM="[{oops"), data.INVALID_VDOM, "VDOM"),
       (dict(GOOD, url="u-vdom-empty", VDOM="[]"), data.INVALID_VDOM, "VDOM"),
-      (_with_vdom(dict(GOOD, url="u-gap"), set_(1, "start_idx", 3)),
-       data.VDOM_NOT_CONTIGUOUS, "VDOM[1].start_idx"),
-      (_with_vdom(dict(GOOD, url="u-short"), set_(1, "end_idx", 3)),
-       data.VDOM_NOT_CONTIGUOUS, "VDOM[1].start_idx"),
-      (_with_vdom(dict(GOOD, url="u-text"), set_(0, "text", "Machine")),
-       data.VDOM_TEXT_MISMATCH, "VDOM[0].text"),
+      (_with_vdom(dict(GOOD, url="u-gap"),
+                  set_(1, "start_idx",
+                       3)), data.VDOM_NOT_CONTIGUOUS, "VDOM[1].start_idx"),
+      (_with_vdom(dict(GOOD, url="u-short"),
+                  set_(1, "end_idx",
+                       3)), data.VDOM_NOT_CONTIGUOUS, "VDOM[1].start_idx"),
+      (_with_vdom(dict(GOOD, url="u-text"),
+                  set_(0, "text",
+                       "Machine")), data.VDOM_TEXT_MISMATCH, "VDOM[0].text"),
       (_with_vdom(dict(GOOD, url="u-feat"), set_(0, "feature", [1.0] * 19)),
        data.INVALID_VDOM_FEATURE, "VDOM[0].feature"),
-      (_with_vdom(dict(GOOD, url="u-ind"),
-                  set_(1, "feature", vdom_features(bold=0.5))),
+      (_with_vdom(
+          dict(GOOD, url="u-ind"), set_(1, "feature", vdom_features(bold=0.5))),
        data.INVALID_VDOM_FEATURE, "VDOM[1].feature"),
-      (dict(GOOD, url="u-nokp", KeyPhrases=[["machine", "learn"], ["xyz"]]),
-       data.NO_VALID_KEYPHRASE, "KeyPhrases"),
-      (dict(GOOD, url="u-kptype", KeyPhrases=[["ok", 3]]), records.WRONG_TYPE,
-       "KeyPhrases[0]"),
-      (dict(GOOD, url="u-empty", text=" "), records.EMPTY_TEXT, "text"),
+      (dict(GOOD, url="u-nokp",
+            KeyPhrases=[["machine", "learn"],
+                        ["xyz"]]), data.NO_VALID_KEYPHRASE, "KeyPhrases"),
+      (dict(GOOD, url="u-kptype",
+            KeyPhrases=[["ok", 3]]), input_errors.WRONG_TYPE, "KeyPhrases[0]"),
+      (dict(GOOD, url="u-empty", text=" "), input_errors.EMPTY_TEXT, "text"),
       # Python's json writes (and reads) NaN and Infinity.
-      (_with_vdom(dict(GOOD, url="u-nan"),
-                  set_(0, "feature", vdom_features(y=float("nan")))),
+      (_with_vdom(
+          dict(GOOD, url="u-nan"),
+          set_(0, "feature", vdom_features(y=float("nan")))),
        data.INVALID_VDOM_FEATURE, "VDOM[0].feature"),
-      (_with_vdom(dict(GOOD, url="u-inf"),
-                  set_(1, "feature", vdom_features(width=float("-inf")))),
+      (_with_vdom(
+          dict(GOOD, url="u-inf"),
+          set_(1, "feature", vdom_features(width=float("-inf")))),
        data.INVALID_VDOM_FEATURE, "VDOM[1].feature"),
   ]
 
@@ -117,14 +123,14 @@ def test_bad_records_are_skipped_counted_and_named(tmp_path):
   raw = raw.encode("utf-8") + b"\n" + bytes_line + b"\n"
   path = tmp_path / "OpenKPDev.jsonl"
   path.write_bytes(raw)
-  stats = records.RecordStats(input_file=str(path))
+  stats = record_stats.RecordStats(input_file=str(path))
   kept = data.read_records(str(path), stats=stats)
   assert [r.url for r in kept] == ["http://good"]
   assert stats.examples_read == len(lines) + 1
   named = {(s["reason"], s["field"]) for s in stats.skipped_records}
   for _, reason, field in bad:
     assert (reason, field) in named, (reason, field)
-  assert (records.UNDECODABLE_TEXT, "text") in named
+  assert (input_errors.UNDECODABLE_TEXT, "text") in named
   assert stats.num_skipped == len(bad) + 1
   by_id = {s["id"]: s for s in stats.skipped_records}
   assert by_id["line 2"]["reason"] == data.NOT_JSON  # named by line
@@ -134,15 +140,15 @@ def test_bad_records_are_skipped_counted_and_named(tmp_path):
 def test_strict_fails_on_first_bad_record(tmp_path):
   path = write_jsonl(str(tmp_path / "OpenKPTrain.jsonl"),
                      [GOOD, _bad_records()[4][0]])
-  with pytest.raises(records.BadRecordError, match="u-gap.*VDOM\\[1\\]"):
+  with pytest.raises(input_errors.BadRecordError, match="u-gap.*VDOM\\[1\\]"):
     data.read_records(path, strict=True)
 
 
 def test_unusable_files(tmp_path):
-  with pytest.raises(records.InputFileError, match="cannot read"):
+  with pytest.raises(input_errors.InputFileError, match="cannot read"):
     data.read_records(str(tmp_path / "missing.jsonl"))
   (tmp_path / "empty.jsonl").write_text("\n \n")
-  with pytest.raises(records.InputFileError, match="empty"):
+  with pytest.raises(input_errors.InputFileError, match="empty"):
     data.read_records(str(tmp_path / "empty.jsonl"))
 
 
@@ -150,7 +156,7 @@ def test_duplicate_urls_keep_most_valid_keyphrases_or_first(tmp_path):
   one = make_record("http://dup", [["a", "b"]], [["a"], ["zz"]])
   two = make_record("http://dup", [["a", "b"]], [["a"], ["b"]])
   three = make_record("http://dup", [["a", "b"]], [["b"], ["a"]])
-  stats = records.RecordStats()
+  stats = record_stats.RecordStats()
   kept = data.read_records(write_jsonl(str(tmp_path / "OpenKPDev.jsonl"),
                                        [one, two, three, GOOD]), stats=stats)
   assert [(r.url, r.line) for r in kept] == [("http://dup", 1),
@@ -163,5 +169,3 @@ def test_duplicate_urls_keep_most_valid_keyphrases_or_first(tmp_path):
   kept = data.read_records(write_jsonl(
       str(tmp_path / "OpenKPEvalPublic.jsonl"), unlabeled))
   assert [(r.line, r.keyphrases) for r in kept] == [(0, None)]
-
-

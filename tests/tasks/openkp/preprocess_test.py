@@ -11,7 +11,8 @@ from openkp_testing import FILLER
 from openkp_testing import VOCAB_WORDS
 from openkp_testing import make_record
 from openkp_testing import write_jsonl
-from tasks.common import records
+from tasks.common.inputs import input_errors
+from tasks.common.inputs import record_stats
 from tasks.openkp import data
 from tasks.openkp import features as F
 from tasks.openkp import preprocess
@@ -28,7 +29,7 @@ def test_preprocess_strict_fails_before_writing(tmp_path):
   path = write_jsonl(str(tmp_path / "OpenKPDev.jsonl"),
                      [GOOD, EMPTY_VDOM])
   featurizer = preprocess.make_featurizer(vocab, None, 16, 4)
-  with pytest.raises(records.BadRecordError, match="u-vdom-empty"):
+  with pytest.raises(input_errors.BadRecordError, match="u-vdom-empty"):
     preprocess.preprocess_file(path, str(tmp_path / "out"), featurizer,
                                strict=True)
   assert not (tmp_path / "out" / "OpenKPDev.tfrecord").exists()
@@ -46,7 +47,7 @@ def test_preprocess_writes_records_stats_and_dedup_jsonl(tmp_path):
   assert stats.examples_written == 2  # late_rec: gold cut by truncation
   assert stats.skipped == {data.INVALID_VDOM: 1,
                            data.KEYPHRASES_TRUNCATED: 1}
-  saved = records.read_stats_json(str(out / "OpenKPTrain.stats.json"))
+  saved = record_stats.read_stats_json(str(out / "OpenKPTrain.stats.json"))
   assert saved["examples_truncated"] == 1
   assert saved["truncation"]["words_dropped"] == 31 - 16
   dedup = [json.loads(l) for l in open(out / "OpenKPTrain.dedup.jsonl")]

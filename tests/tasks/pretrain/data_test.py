@@ -6,12 +6,13 @@ import gzip
 
 import pytest
 
-from tasks.common import records
+from tasks.common.inputs import input_errors
+from tasks.common.inputs import record_stats
 from tasks.pretrain import data
 
 
 def _read(patterns, strict=False, **kwargs):
-  stats = records.RecordStats(input_file="x", strict=strict)
+  stats = record_stats.RecordStats(input_file="x", strict=strict)
   return list(data.read_documents(patterns, stats, **kwargs)), stats
 
 
@@ -48,7 +49,7 @@ def test_bad_input_is_skipped_counted_and_named(tmp_path):
                    ("bad.txt", "line 3", data.LINE_TOO_LONG),
                    ("empty.txt", "line 1", data.EMPTY_FILE),
                    ("blank.txt", "line 1", data.EMPTY_FILE)]
-  with pytest.raises(records.BadRecordError,
+  with pytest.raises(input_errors.BadRecordError,
                      match=r"bad.txt: record 'line 2'.*undecodable_text"):
     _read(str(bad), strict=True)
   docs, stats = _read(str(bad), max_line_chars=200000)

@@ -402,7 +402,7 @@ def test_load_mlm_head_from_bert_names(tmp_path, setup):
 
 
 def test_mlm_head_from_a_lifted_init_checkpoint(tmp_path):
-  """A lifted BERT checkpoint (as `python -m tools.lift_checkpoint` writes
+  """A lifted BERT checkpoint (as `python -m tools.checkpoints.lift_checkpoint` writes
   it: the encoder in the released format, BERT's head at the root) given as
   TrainerConfig.init_checkpoint: the trainer loads the encoder, the task
   the MLM head."""

@@ -11,7 +11,7 @@ import pytest
 
 import cli_testing
 from etc_realformer.data import tfrecords
-from tasks.common import records
+from tasks.common.inputs import record_stats
 from tasks.pretrain import data
 from tasks.pretrain import features
 from tasks.pretrain import preprocess
@@ -27,7 +27,7 @@ def _run(corpus, vocab, out, **settings):
   featurizer = features.PretrainFeaturizer(
       vocab_path=vocab, long_seq_len=pretrain_testing.LONG,
       global_seq_len=pretrain_testing.GLOBAL)
-  stats = records.RecordStats(input_file=corpus, strict=False)
+  stats = record_stats.RecordStats(input_file=corpus, strict=False)
   return preprocess.preprocess_documents(
       data.read_documents(corpus, stats), featurizer, out,
       preprocess.Settings(**settings), stats,

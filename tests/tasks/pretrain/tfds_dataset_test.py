@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from etc_realformer.errors import UserInputError
-from tasks.common import records
+from tasks.common.inputs import record_stats
 from tasks.pretrain import tfds_dataset
 
 
@@ -31,7 +31,7 @@ def test_builder_and_reader(tmp_path):
   builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
       manual_dir=str(manual)))
   assert builder.info.splits["train"].num_examples == 2
-  stats = records.RecordStats(input_file="tfds")
+  stats = record_stats.RecordStats(input_file="tfds")
   docs = list(tfds_dataset.read_documents(
       "etc_pretrain_text", "train", stats, data_dir=data_dir))
   assert sorted(d.sentences for d in docs) == [

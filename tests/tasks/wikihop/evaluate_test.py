@@ -6,7 +6,7 @@ import json
 import pytest
 
 import cli_testing
-from tasks.common import records
+from tasks.common.inputs import input_errors
 from tasks.wikihop import evaluate as E
 
 GOLD = [{"id": "1", "query": "q", "candidates": ["Paris", "oslo"],
@@ -30,7 +30,7 @@ def test_gold_answers_normalized_and_bad_records_named(tmp_path):
   assert E.gold_answers(str(path)) == {"1": "paris", "2": "oslo",
                                        "3": "lima"}
   path.write_text(json.dumps([{"id": "9"}]))
-  with pytest.raises(records.BadRecordError,
+  with pytest.raises(input_errors.BadRecordError,
                      match=r"dev.json: record '9', field 'answer'"):
     E.gold_answers(str(path))
 
@@ -39,7 +39,8 @@ def test_cli(tmp_path):
   pred, gold = tmp_path / "pred.json", tmp_path / "gold.json"
   pred.write_text(json.dumps(PREDICTIONS))
   gold.write_text(json.dumps(GOLD))
-  out = cli_testing.output_here("tasks.wikihop.evaluate", [str(pred), str(gold)])
+  out = cli_testing.output_here("tasks.wikihop.evaluate",
+                                [str(pred), str(gold)])
   assert json.loads(out) == E.evaluate_files(str(pred), str(gold))
   # A user's mistake (here a gold file that is not JSON) is one line and
   # exit code 2.
@@ -53,12 +54,12 @@ def test_cli(tmp_path):
 def test_repeated_ids_and_empty_files_are_refused(tmp_path):
   gold = tmp_path / "gold.json"
   gold.write_text(json.dumps([GOLD[0], GOLD[1], dict(GOLD[0], answer="x")]))
-  with pytest.raises(records.DuplicateIdError,
+  with pytest.raises(input_errors.DuplicateIdError,
                      match=r"gold.json: id '1' is duplicated: record #0 and "
                      r"record #2; ids must be unique$"):
     E.gold_answers(str(gold))
   gold.write_text("[]")
-  with pytest.raises(records.InputFileError, match="gold.json: gold file "
+  with pytest.raises(input_errors.InputFileError, match="gold.json: gold file "
                      "holds no records"):
     E.gold_answers(str(gold))
   pred = tmp_path / "pred.json"
@@ -69,5 +70,5 @@ def test_repeated_ids_and_empty_files_are_refused(tmp_path):
       "tasks.wikihop.evaluate", [str(pred), str(gold)],
       f"{pred}: key '1' is duplicated: entries #0 and #2")
   pred.write_text("{}")
-  with pytest.raises(records.InputFileError, match="holds no predictions"):
+  with pytest.raises(input_errors.InputFileError, match="holds no predictions"):
     E.load_predictions(str(pred))

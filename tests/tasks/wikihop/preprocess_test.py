@@ -8,8 +8,9 @@ import pytest
 
 import cli_testing
 from etc_realformer.data import tfrecords
-from tasks.common import preprocessing
-from tasks.common import records
+from tasks.common.inputs import input_errors
+from tasks.common.inputs import record_stats
+from tasks.common.pipeline import preprocessing
 from tasks.wikihop import data
 from tasks.wikihop import features as F
 from tasks.wikihop import preprocess
@@ -57,7 +58,7 @@ def test_preprocess_writes_records_and_stats(tmp_path, vocab):
   ids = [f["example_id"] for f in tfrecords.make_dataset(
       record_path, F.feature_spec(24, 8)).as_numpy_iterator()]
   assert ids == [b"g0", b"t0"]
-  with pytest.raises(records.BadRecordError, match="'o0'.*too_long"):
+  with pytest.raises(input_errors.BadRecordError, match="'o0'.*too_long"):
     preprocess.preprocess_file(
         _write(tmp_path / "o.json", [GOOD, recs[3]]), str(tmp_path / "o"),
         featurizer, strict=True)
@@ -168,7 +169,7 @@ def test_cli_skip_duplicate_ids_keeps_the_first_and_counts_the_rest(
       f"--input={path}", f"--vocab={vocab}", f"--output_dir={out}",
       "--long_seq_len=32", "--global_seq_len=16", "--skip_duplicate_ids"])
   assert "read 4, written 2" in stdout and "'duplicate_id': 2" in stdout
-  stats = records.read_stats_json(str(out / "dev.stats.json"))
+  stats = record_stats.read_stats_json(str(out / "dev.stats.json"))
   assert [(s["id"], s["detail"]) for s in stats["skipped_records"]] == [
       ("g0", "record #1 repeats record #0"),
       ("g0", "record #3 repeats record #0")]

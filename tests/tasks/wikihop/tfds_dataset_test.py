@@ -6,7 +6,7 @@ import json
 import pytest
 import tensorflow_datasets as tfds
 
-from tasks.common import records
+from tasks.common.inputs import input_errors
 from tasks.wikihop import tfds_dataset
 
 
@@ -44,7 +44,7 @@ def test_builder_reads_manual_dir(tmp_path, caplog):
 
 def test_builder_names_missing_files(tmp_path):
   builder = tfds_dataset.WikiHop(data_dir=str(tmp_path / "data"))
-  with pytest.raises(records.InputFileError,
+  with pytest.raises(input_errors.InputFileError,
                      match=r"train.json not found .*qangaroo_v1.1/wikihop"):
     builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
         manual_dir=str(tmp_path)))

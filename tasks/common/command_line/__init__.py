@@ -1,0 +1,1 @@
+"""What the task binaries share on the command line: flags, options, checks."""

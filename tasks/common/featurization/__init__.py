@@ -1,0 +1,1 @@
+"""Records -> fixed-shape features: segments, tokenizers, sentences."""

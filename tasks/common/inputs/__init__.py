@@ -1,0 +1,1 @@
+"""Reading a task's raw inputs: files, JSON, field checks, bad records."""

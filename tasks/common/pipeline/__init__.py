@@ -1,0 +1,1 @@
+"""The preprocess skeleton, single-process and as an Apache Beam pipeline."""
