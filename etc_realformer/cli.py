@@ -141,8 +141,8 @@ def adopt_project_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
 
   absl's `--help` lists only the key flags of `sys.argv[0]`: a binary
   whose flags come from a shared module (`tasks/run.py`,
-  `tasks/common/preprocessing.py`) would list none, and `--helpfull` buries
-  them among TensorFlow's.
+  `tasks/common/command_line/preprocess_flags.py`) would list none, and
+  `--helpfull` buries them among TensorFlow's.
   """
   main_module = sys.argv[0]
   for module, defined in flag_values.flags_by_module_dict().items():

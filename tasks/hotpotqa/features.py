@@ -169,11 +169,11 @@ class HotpotFeaturizer(featurizing.Featurizer):
 
   Example:
     featurizer = HotpotFeaturizer(vocab_path="vocab.txt")
-    features = featurizer.featurize_tf(question, titles, sentences,
+    features = featurizer.featurize(question, titles, sentences,
                                        num_sentences)
 
   A `tf.Module`: an exporter attaches it to the model and calls
-  `featurize_tf` inside a serving `tf.function`.
+  `featurize` inside a serving `tf.function`.
   """
 
   def __init__(self,
@@ -212,7 +212,7 @@ class HotpotFeaturizer(featurizing.Featurizer):
     return feature_spec(self.long_seq_len, self.global_seq_len)
 
   # --------------------------------------------------------------- public API
-  def featurize_tf(self, question: tf.Tensor, titles: tf.Tensor,
+  def featurize(self, question: tf.Tensor, titles: tf.Tensor,
                    sentences: tf.Tensor, num_sentences: tf.Tensor,
                    example_id: Optional[tf.Tensor] = None
                    ) -> Dict[str, tf.Tensor]:
@@ -228,13 +228,13 @@ class HotpotFeaturizer(featurizing.Featurizer):
     Returns:
       Dict of fixed-shape tensors ([L], [G], []).
     """
-    features, _ = self.featurize_with_stats_tf(question, titles, sentences,
+    features, _ = self.featurize_with_stats(question, titles, sentences,
                                                num_sentences, example_id)
     return features
 
-  def featurize_with_stats_tf(self, question, titles, sentences,
+  def featurize_with_stats(self, question, titles, sentences,
                               num_sentences, example_id=None):
-    """`featurize_tf` plus the <int32>[] `TRUNCATION_STATS`."""
+    """`featurize` plus the <int32>[] `TRUNCATION_STATS`."""
     example_id = tf.constant("") if example_id is None else example_id
     return self._featurize(
         tf.convert_to_tensor(question, tf.string),

@@ -268,7 +268,7 @@ class HotpotQATask(task_lib.RawInputTask):
         tf.TensorSpec([], tf.string), tf.TensorSpec([None], tf.string),
         tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int32)])
     def featurize(question, titles, sentences, num_sentences):
-      feats = featurizer.featurize_tf(question, titles, sentences,
+      feats = featurizer.featurize(question, titles, sentences,
                                       num_sentences)
       return {k: feats[k] for k in (*names, *decoded)}
 

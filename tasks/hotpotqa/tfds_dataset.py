@@ -9,7 +9,7 @@
 
 Yields the raw records (id, question, answer, type, supporting facts as
 parallel title / sentence-id lists, context as titles plus sentences with
-per-paragraph counts: the inputs of `features.HotpotFeaturizer.featurize_tf`).
+per-paragraph counts: the inputs of `features.HotpotFeaturizer.featurize`).
 Bad records are skipped and logged, as in `preprocess.py`; training-only
 filters (answer not locatable) belong to featurization, not to the dataset.
 """

@@ -32,6 +32,7 @@ candidate gets null answers and `NO_ANSWER_SCORE`. The official scorer then
 searches the score thresholds (below one a prediction counts as null).
 """
 
+import dataclasses
 from typing import Any, Dict, Iterable, List, Mapping, Sequence
 
 import numpy as np
@@ -120,16 +121,55 @@ def window_answers(long_start_logits: tf.Tensor, long_end_logits: tf.Tensor,
     short_score, short_start / short_end, short_start_token /
     short_end_token, short_start_byte_pred / short_end_byte_pred likewise.
   """
+  k = int(max_short_answer_length)
+  if k < 1:
+    raise UserInputError(
+        f"max_short_answer_length must be >= 1, got {k}")
+  rel_ls, rel_le, rel_ss, rel_se = (
+      relative_scores(tf.cast(x, tf.float32), score_mode)
+      for x in (long_start_logits, long_end_logits, short_start_logits,
+                short_end_logits))
+  long_answer = _best_long_answer(rel_ls, rel_le, features)
+  short_answer = _best_short_answer(rel_ss, rel_se, features, long_answer, k)
+  return {**long_answer.outputs(), **short_answer}
+
+
+@dataclasses.dataclass(frozen=True)
+class _LongAnswer:
+  """A window's best long answer: [B] tensors, and its candidates' scores."""
+  has_answer: tf.Tensor  # <bool>[B]: some candidate is eligible.
+  global_index: tf.Tensor  # <int32>[B] g, the candidate's global token.
+  score: tf.Tensor  # float32 [B]
+  candidate: tf.Tensor  # <int32>[B] index in `long_answer_candidates`
+  start: tf.Tensor  # <int32>[B] inclusive window positions
+  end: tf.Tensor
+  start_token: tf.Tensor  # <int32>[B] document tokens, end exclusive
+  end_token: tf.Tensor
+  start_byte: tf.Tensor  # <int64>[B]
+  end_byte: tf.Tensor
+
+  def outputs(self) -> Dict[str, tf.Tensor]:
+    has = self.has_answer
+    return {
+        "long_score": _or_none(has, self.score, NO_ANSWER_SCORE),
+        "long_global": _or_none(has, self.global_index),
+        "long_candidate": _or_none(has, self.candidate),
+        "long_start": _or_none(has, self.start),
+        "long_end": _or_none(has, self.end),
+        "long_start_token": _or_none(has, self.start_token),
+        "long_end_token": _or_none(has, self.end_token),
+        "long_start_byte_pred": _or_none(has, self.start_byte),
+        "long_end_byte_pred": _or_none(has, self.end_byte),
+    }
+
+
+def _best_long_answer(rel_ls: tf.Tensor, rel_le: tf.Tensor,
+                      features: Mapping[str, tf.Tensor]) -> _LongAnswer:
+  """The best of the candidates that have a global token and that the
+  window holds whole, scored start + end."""
   i32 = tf.int32
   dmap = tf.cast(features["doc_token_map"], i32)
   long_len = tf.shape(dmap)[1]
-  batch = tf.shape(dmap)[0]
-  rel = [relative_scores(tf.cast(x, tf.float32), score_mode) for x in (
-      long_start_logits, long_end_logits, short_start_logits,
-      short_end_logits)]
-  rel_ls, rel_le, rel_ss, rel_se = rel
-
-  # Long answer: candidates with a global token, held whole by the window.
   cand = tf.cast(features["global_candidate_index"], i32)
   c_start = tf.cast(features["global_candidate_long_start"], i32)
   c_end = tf.cast(features["global_candidate_long_end"], i32)
@@ -144,21 +184,31 @@ def window_answers(long_start_logits: tf.Tensor, long_end_logits: tf.Tensor,
                 tf.gather(rel_le, safe_end, batch_dims=1))
   cand_score = tf.where(eligible, cand_score, NEG_INF)
   g = tf.argmax(cand_score, axis=-1, output_type=i32)  # [B]
-  has_long = tf.reduce_any(eligible, axis=-1)
 
   def at_g(x):
     return tf.gather(x, g, batch_dims=1)
 
-  lo, hi = at_g(safe_start), at_g(safe_end)
-  long_start_byte, long_end_byte = _byte_span(
+  start_byte, end_byte = _byte_span(
       at_g(tf.cast(features["global_candidate_start_byte"], tf.int64)),
       at_g(tf.cast(features["global_candidate_end_byte"], tf.int64)))
+  return _LongAnswer(
+      has_answer=tf.reduce_any(eligible, axis=-1), global_index=g,
+      score=at_g(cand_score), candidate=at_g(cand), start=at_g(safe_start),
+      end=at_g(safe_end), start_token=at_g(doc_start),
+      end_token=at_g(doc_end), start_byte=start_byte, end_byte=end_byte)
 
-  # Short answer: spans [i, i + k], k < K, inside [lo, hi].
-  k = int(max_short_answer_length)
-  if k < 1:
-    raise UserInputError(
-        f"max_short_answer_length must be >= 1, got {k}")
+
+def _best_short_answer(rel_ss: tf.Tensor, rel_se: tf.Tensor,
+                       features: Mapping[str, tf.Tensor],
+                       long_answer: _LongAnswer, k: int
+                       ) -> Dict[str, tf.Tensor]:
+  """The best span [i, i + j], j < k, of document tokens inside the long
+  answer, scored start + end; the `short_*` outputs."""
+  i32 = tf.int32
+  dmap = tf.cast(features["doc_token_map"], i32)
+  long_len = tf.shape(dmap)[1]
+  batch = tf.shape(dmap)[0]
+  lo, hi = long_answer.start, long_answer.end
   starts = tf.range(long_len)[:, tf.newaxis]  # [L, 1]
   ends = starts + tf.range(k)[tf.newaxis]  # [L, K]
   safe_ends = tf.minimum(ends, long_len - 1)
@@ -168,43 +218,35 @@ def window_answers(long_start_logits: tf.Tensor, long_end_logits: tf.Tensor,
            tf.gather(in_doc, safe_ends, axis=1) &
            (starts[tf.newaxis] >= lo[:, tf.newaxis, tf.newaxis]) &
            (ends[tf.newaxis] <= hi[:, tf.newaxis, tf.newaxis]) &
-           has_long[:, tf.newaxis, tf.newaxis])  # [B, L, K]
+           long_answer.has_answer[:, tf.newaxis, tf.newaxis])  # [B, L, K]
   span_score = rel_ss[:, :, tf.newaxis] + tf.gather(rel_se, safe_ends, axis=1)
   span_score = tf.reshape(tf.where(valid, span_score, NEG_INF), [batch, -1])
   best = tf.argmax(span_score, axis=-1, output_type=i32)
-  has_short = tf.reduce_any(tf.reshape(valid, [batch, -1]), axis=-1)
+  has = tf.reduce_any(tf.reshape(valid, [batch, -1]), axis=-1)
   s_start = best // k
   s_end = s_start + best % k
-  short_start_byte, short_end_byte = _byte_span(
+  start_byte, end_byte = _byte_span(
       tf.gather(tf.cast(features["long_start_byte"], tf.int64), s_start,
                 batch_dims=1),
       tf.gather(tf.cast(features["long_end_byte"], tf.int64), s_end,
                 batch_dims=1))
-
-  def or_none(ok, x, none=-1):
-    return tf.where(ok, x, tf.cast(none, x.dtype))
-
   return {
-      "long_score": or_none(has_long, at_g(cand_score), NO_ANSWER_SCORE),
-      "long_global": or_none(has_long, g),
-      "long_candidate": or_none(has_long, at_g(cand)),
-      "long_start": or_none(has_long, lo),
-      "long_end": or_none(has_long, hi),
-      "long_start_token": or_none(has_long, at_g(doc_start)),
-      "long_end_token": or_none(has_long, at_g(doc_end)),
-      "long_start_byte_pred": or_none(has_long, long_start_byte),
-      "long_end_byte_pred": or_none(has_long, long_end_byte),
-      "short_score": or_none(has_short, tf.reduce_max(span_score, -1),
-                             NO_ANSWER_SCORE),
-      "short_start": or_none(has_short, s_start),
-      "short_end": or_none(has_short, s_end),
-      "short_start_token": or_none(
-          has_short, tf.gather(dmap, s_start, batch_dims=1)),
-      "short_end_token": or_none(
-          has_short, tf.gather(dmap, s_end, batch_dims=1) + 1),
-      "short_start_byte_pred": or_none(has_short, short_start_byte),
-      "short_end_byte_pred": or_none(has_short, short_end_byte),
+      "short_score": _or_none(has, tf.reduce_max(span_score, -1),
+                              NO_ANSWER_SCORE),
+      "short_start": _or_none(has, s_start),
+      "short_end": _or_none(has, s_end),
+      "short_start_token": _or_none(
+          has, tf.gather(dmap, s_start, batch_dims=1)),
+      "short_end_token": _or_none(
+          has, tf.gather(dmap, s_end, batch_dims=1) + 1),
+      "short_start_byte_pred": _or_none(has, start_byte),
+      "short_end_byte_pred": _or_none(has, end_byte),
   }
+
+
+def _or_none(ok: tf.Tensor, x: tf.Tensor, none=-1) -> tf.Tensor:
+  """`x` where `ok`, else `none` (no eligible answer)."""
+  return tf.where(ok, x, tf.cast(none, x.dtype))
 
 
 def document_answer(windows: Mapping[str, tf.Tensor],

@@ -287,8 +287,9 @@ class NqFeaturizer(featurizing.Featurizer):
     windows["token_ids"]  # <int32>[W, 4096]
 
   A `tf.Module`: an exporter attaches it to the model and calls `featurize`
-  (or `featurize_text`) inside a serving `tf.function`. Preprocessing runs the
-  same compiled function (`record_fn`) through `tf.data`.
+  inside a serving `tf.function` (a simplified-format `document_text` split
+  by `split_document_text` first). Preprocessing runs the same compiled
+  function (`record_fn`) through `tf.data`.
   """
 
   def __init__(self,
@@ -439,11 +440,6 @@ class NqFeaturizer(featurizing.Featurizer):
         tf.reshape(value("answer_type", -1, [], tf.int32), []),
         tf.reshape(value("long_span", -1, [2], tf.int32), [2]),
         tf.reshape(value("short_span", -1, [2], tf.int32), [2]))
-
-  def featurize_text(self, question, document_text, **kwargs):
-    """`featurize` for a simplified-format `document_text` (split on " ")."""
-    tokens, is_html = split_document_text(document_text)
-    return self.featurize(question, tokens, is_html, **kwargs)
 
   def featurize_record(self, record, predict_la_when_no_sa: bool = False
                        ) -> Tuple[Dict[str, np.ndarray], Dict[str, int]]:

@@ -211,7 +211,7 @@ def parse_vdom_tf(vdom: tf.Tensor, where: Where = "VDOM"
   return starts, ends, features
 
 
-# `OpenKPFeaturizer.featurize_tf`'s inputs: the text, each VDOM element's
+# `OpenKPFeaturizer.featurize_with_stats`'s inputs: the text, each VDOM element's
 # first word and its 20 numbers.
 INPUT_SIGNATURE = (
     tf.TensorSpec([], tf.string, name="text"),
@@ -232,7 +232,8 @@ class OpenKPFeaturizer(featurizing.Featurizer):
   Example:
     featurizer = OpenKPFeaturizer(vocab_path="vocab.txt", long_seq_len=4096,
                                   global_seq_len=512)
-    features, stats = featurizer.featurize_tf(text, starts, vdom_features)
+    features, stats = featurizer.featurize_with_stats(text, starts,
+                                                      vdom_features)
   """
 
   def __init__(self,
@@ -255,15 +256,22 @@ class OpenKPFeaturizer(featurizing.Featurizer):
     """
     super().__init__("openkp_featurizer", vocab_path, spm_model_path,
                      tokenizer, long_seq_len, global_seq_len, lower_case)
-    self._featurize_fn = tf.function(self._featurize,
+    self._record_fn = tf.function(self._featurize,
                                      input_signature=INPUT_SIGNATURE)
 
   def feature_spec(self):
     return feature_spec(self.long_seq_len, self.global_seq_len)
 
-  def featurize_tf(self, text: tf.Tensor, element_starts: tf.Tensor,
-                   element_features: tf.Tensor
-                   ) -> Tuple[Dict[str, tf.Tensor], Dict[str, tf.Tensor]]:
+  @property
+  def record_fn(self):
+    """The compiled (text, element_starts, element_features) -> (features,
+    stats) function, for `tf.data` pipelines."""
+    return self._record_fn
+
+  def featurize_with_stats(self, text: tf.Tensor, element_starts: tf.Tensor,
+                           element_features: tf.Tensor
+                           ) -> Tuple[Dict[str, tf.Tensor],
+                                      Dict[str, tf.Tensor]]:
     """One document's model features and truncation stats.
 
     Args:
@@ -276,14 +284,15 @@ class OpenKPFeaturizer(featurizing.Featurizer):
       (features: the `MODEL_FEATURES` plus `num_words` <int32>[] and `words`
       <string>[num_words]; stats: <int32>[] `TRUNCATION_STATS`).
     """
-    return self._featurize_fn(
+    return self._record_fn(
         tf.convert_to_tensor(text, tf.string),
         tf.cast(element_starts, tf.int32),
         tf.cast(element_features, tf.float32))
 
-  def featurize_raw_tf(self, text: tf.Tensor, vdom: tf.Tensor,
-                       where: Where = "VDOM") -> Dict[str, tf.Tensor]:
-    """`featurize_tf` from the released VDOM JSON string (serving).
+  def featurize(self, text: tf.Tensor, vdom: tf.Tensor,
+                where: Where = "VDOM") -> Dict[str, tf.Tensor]:
+    """The serving form: `featurize_with_stats`'s features from the released
+    VDOM JSON string.
 
     The VDOM is checked as preprocessing checks it (`parse_vdom_tf`, and its
     elements contiguous from word 0 to the last word of `text`); a bad one
@@ -300,7 +309,7 @@ class OpenKPFeaturizer(featurizing.Featurizer):
         "one after another (start_idx of each = end_idx of the one before, "
         "from word 0 to the last word)")]):
       starts = tf.identity(starts)
-    features, _ = self.featurize_tf(text, starts, feats)
+    features, _ = self.featurize_with_stats(text, starts, feats)
     return features
 
   def featurize_record(self, record: data.OpenKPRecord
@@ -309,7 +318,7 @@ class OpenKPFeaturizer(featurizing.Featurizer):
     labels, url and gold keyphrases) and stats (with `keyphrases_truncated`:
     gold positions lost to truncation or too long, and
     `keyphrases_across_elements`: gold phrases found only across elements)."""
-    features, stats = self.featurize_tf(*record_inputs(record))
+    features, stats = self.featurize_with_stats(*record_inputs(record))
     out = {k: v.numpy() for k, v in features.items()}
     stats = {k: int(v.numpy()) for k, v in stats.items()}
     add_record_fields(out, record, stats)

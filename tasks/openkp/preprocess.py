@@ -67,7 +67,7 @@ class OpenKPStep(preprocessing.GraphStep[data.OpenKPRecord]):
     return features_lib.record_inputs(record)
 
   def featurize(self, inputs):
-    return self.featurizer.featurize_tf(*inputs)
+    return self.featurizer.record_fn(*inputs)
 
   def finish(self, record: data.OpenKPRecord, features: Dict[str, np.ndarray],
              amounts: Dict[str, int]) -> preprocessing.Outcome:

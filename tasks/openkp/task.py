@@ -267,7 +267,7 @@ class OpenKPTask(task_lib.RawInputTask):
       """One document -> the top 5 `key_phrases` [5] (lower-cased, "" when
       fewer), their `scores` [5] (cell probabilities), `starts`, `lengths`
       [5] (word positions, -1 when fewer)."""
-      feats = featurizer.featurize_raw_tf(text, vdom, "serve_raw: `vdom`")
+      feats = featurizer.featurize(text, vdom, "serve_raw: `vdom`")
       batch = {k: feats[k][tf.newaxis] for k in names}
       outputs = forward(batch)
       phrases, scores, starts, lengths = decode.top_phrases(
@@ -290,7 +290,7 @@ class OpenKPTask(task_lib.RawInputTask):
 
       def featurize(row):
         text, vdom, index = row
-        feats = featurizer.featurize_raw_tf(
+        feats = featurizer.featurize(
             text, vdom,
             tf.strings.format(f"{name}: `vdom` of record {{}}", index))
         # The kept words (at most L) padded to L: one shape for every row.

@@ -11,7 +11,7 @@ Yields the validated, de-duplicated records (`data.read_records`: at most 3
 keyphrases that occur as whole words; EvalPublic -> split "test", without
 keyphrases) with the VDOM as per-element tensors (`start_idx`, `end_idx`,
 `feature` [20]; element texts are the words [start_idx, end_idx) of `text`).
-Featurize with `features.OpenKPFeaturizer.featurize_tf(text, start_idx,
+Featurize with `features.OpenKPFeaturizer.featurize_with_stats(text, start_idx,
 feature)`. Bad records are skipped and logged once per file
 (`tfds_files.ManualFilesBuilder`).
 """

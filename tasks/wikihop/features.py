@@ -117,7 +117,7 @@ SEGMENT_PLAN = segments.SegmentPlan(
                      segments.Feature(CANDIDATE_MASK)))
 # The int32 features the model (with the side-input code) consumes.
 MODEL_FEATURES: Tuple[str, ...] = SEGMENT_PLAN.model_features
-# Truncation amounts returned by `featurize_with_stats_tf`.
+# Truncation amounts returned by `featurize_with_stats`.
 TRUNCATION_STATS: Tuple[str, ...] = (
     "sentences_dropped", "docs_emptied", "doc_tokens_dropped",
     "query_tokens_dropped")
@@ -173,7 +173,7 @@ def split_supports(supports) -> Tuple[List[str], List[int]]:
   if tf.is_symbolic_tensor(supports):
     raise TypeError(
         "split_supports needs the supports' values (Punkt runs in Python): "
-        "split them before the graph and call featurize_sentences_tf")
+        "split them before the graph and call featurize")
   if isinstance(supports, (tf.Tensor, np.ndarray)):
     supports = np.asarray(supports).tolist()
   texts = [s.decode("utf-8") if isinstance(s, bytes) else s
@@ -187,10 +187,11 @@ class WikiHopFeaturizer(featurizing.Featurizer):
   Example:
     featurizer = WikiHopFeaturizer(vocab_path="vocab.txt",
                                    long_seq_len=4096, global_seq_len=430)
-    features = featurizer.featurize_tf(query, candidates, supports)
+    features = featurizer.featurize(query, candidates,
+                                    *split_supports(supports))
 
   The featurizer is a `tf.Module`: an exporter can attach it to the model and
-  call `featurize_tf` / `featurize_batch_tf` inside a serving `tf.function`.
+  call `featurize` / `featurize_batch` inside a serving `tf.function`.
   """
 
   def __init__(self,
@@ -239,7 +240,7 @@ class WikiHopFeaturizer(featurizing.Featurizer):
     return feature_spec(self.long_seq_len, self.global_seq_len)
 
   # --------------------------------------------------------------- public API
-  def featurize_sentences_tf(self,
+  def featurize(self,
                              query: tf.Tensor,
                              candidates: tf.Tensor,
                              sentences: tf.Tensor,
@@ -261,15 +262,15 @@ class WikiHopFeaturizer(featurizing.Featurizer):
     Returns:
       Dict of the `feature_spec` tensors (fixed shapes [L], [G], []).
     """
-    features, _ = self.featurize_sentences_with_stats_tf(
+    features, _ = self.featurize_with_stats(
         query, candidates, sentences, num_sentences, answer, example_id)
     return features
 
-  def featurize_sentences_with_stats_tf(
+  def featurize_with_stats(
       self, query, candidates, sentences, num_sentences, answer=None,
       example_id=None
   ) -> Tuple[Dict[str, tf.Tensor], Dict[str, tf.Tensor]]:
-    """`featurize_sentences_tf` plus <int32>[] truncation stats and
+    """`featurize` plus <int32>[] truncation stats and
     `overflow`.
 
     `overflow` is 1 when the candidates alone do not fit (more candidates
@@ -308,7 +309,7 @@ class WikiHopFeaturizer(featurizing.Featurizer):
     Args:
       signature: the signature's name, for the messages.
       query, candidates, sentences, num_sentences: as
-        `featurize_sentences_tf`.
+        `featurize`.
       record: <int32>[] the record's index in a batch (named in the
         messages), or None for a one-record signature.
     """
@@ -348,23 +349,7 @@ class WikiHopFeaturizer(featurizing.Featurizer):
     ]
     return checks
 
-  def featurize_tf(self, query, candidates, supports: Sequence[str],
-                   answer=None, example_id=None) -> Dict[str, tf.Tensor]:
-    """`featurize_sentences_tf` of whole supports (Python strings or an
-    eager tensor), split here with Punkt (`split_supports`)."""
-    return self.featurize_sentences_tf(query, candidates,
-                                       *split_supports(supports), answer,
-                                       example_id)
-
-  def featurize_with_stats_tf(self, query, candidates,
-                              supports: Sequence[str], answer=None,
-                              example_id=None):
-    """`featurize_sentences_with_stats_tf` of whole supports, split here
-    with Punkt (`split_supports`)."""
-    return self.featurize_sentences_with_stats_tf(
-        query, candidates, *split_supports(supports), answer, example_id)
-
-  def featurize_batch_tf(self, query: tf.Tensor,
+  def featurize_batch(self, query: tf.Tensor,
                          candidates: tf.RaggedTensor,
                          sentences: tf.RaggedTensor,
                          num_sentences: tf.RaggedTensor
@@ -379,7 +364,7 @@ class WikiHopFeaturizer(featurizing.Featurizer):
 
     def one(args):
       q, c, s, n = args
-      f = self.featurize_sentences_tf(q, c, s, n)
+      f = self.featurize(q, c, s, n)
       f[CANDIDATES] = tf.RaggedTensor.from_tensor(f[CANDIDATES][None])[0]
       return f
 

@@ -158,7 +158,7 @@ class WikiHopTask(task_lib.RawInputTask):
     # One record's model features; both signatures call this one trace.
     @tf.function(input_signature=one_record)
     def featurize(query, candidates, sentences, num_sentences):
-      feats = featurizer.featurize_sentences_tf(query, candidates, sentences,
+      feats = featurizer.featurize(query, candidates, sentences,
                                                 num_sentences)
       return {k: feats[k] for k in names}
 

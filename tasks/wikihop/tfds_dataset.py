@@ -8,11 +8,10 @@
                          manual_dir="/path/to/qangaroo_v1.1/wikihop")))
 
 Yields the raw records (id, query, candidates, answer, supports) with
-candidates and answer normalized (`strip().lower()`); featurize them with
-`features.WikiHopFeaturizer.featurize_tf` (eagerly: it splits the supports
-with Punkt in Python), or split them with `features.split_supports` and call
-`featurize_sentences_tf`. Bad records are skipped and logged, as in
-`preprocess.py`.
+candidates and answer normalized (`strip().lower()`); featurize them by
+splitting the supports with Punkt in Python (`features.split_supports`) and
+calling `features.WikiHopFeaturizer.featurize`. Bad records are skipped and
+logged, as in `preprocess.py`.
 """
 
 import os

@@ -10,15 +10,19 @@
   subclasses `SpecialTokenIds`, with one table per kind mapping each field to
   a fixed id or to a vocabulary entry looked up by name;
 - `Featurizer`: the base of the task featurizers (a `tf.Module` holding the
-  tokenizer and the two sequence lengths).
+  tokenizer and the two sequence lengths);
+- `TaskFeaturizer`: the entry points every task's featurizer has, by the
+  same names (WikiHop, HotpotQA, NQ, OpenKP; pre-training's documents give
+  many examples each, cut in Python, and have a featurizer of their own).
 """
 
 import dataclasses
-from typing import (Any, ClassVar, Dict, Mapping, Optional, Sequence, Tuple,
-                    TypeVar, Union)
+from typing import (Any, Callable, ClassVar, Dict, Mapping, Optional,
+                    Protocol, Sequence, Tuple, TypeVar, Union)
 
 import tensorflow as tf
 
+from etc_realformer.data import tfrecords
 from etc_realformer.errors import UserInputError
 from tasks.common.featurization import tokenization
 
@@ -190,3 +194,50 @@ class Featurizer(tf.Module):
     self.tokenizer = tokenizer
     self.long_seq_len = int(long_seq_len)
     self.global_seq_len = int(global_seq_len)
+
+
+Tensors = Dict[str, tf.Tensor]
+
+
+class TaskFeaturizer(Protocol):
+  """What every task's featurizer offers, by the same names.
+
+  One record's inputs are graph tensors (`record_inputs(record)` in the
+  task's features module, or the serving signature's); the three forms are:
+
+  - `featurize_with_stats(*inputs)`: the traced form with stats, TF ops
+    only: (features, <int32>[] truncation stats). `record_fn` is the same
+    function compiled once for `tf.data`, which the preprocess step runs;
+  - `featurize_record(record)`: one validated record, eagerly: numpy
+    features and Python int stats (HotpotQA adds its labels' skip reason);
+  - `featurize(*inputs)`: the serving form, features only, what a raw
+    serving signature calls (NQ and OpenKP take the raw document: tokens
+    with HTML flags, text with its VDOM JSON).
+
+  `feature_spec()` names what they return (unbatched).
+  """
+
+  long_seq_len: int
+  global_seq_len: int
+
+  def feature_spec(self) -> tfrecords.FeatureSpec:
+    ...
+
+  @property
+  def record_fn(self) -> Callable[..., Tuple[Tensors, Tensors]]:
+    ...
+
+  def featurize_with_stats(self, *inputs: Any, **kwargs: Any
+                           ) -> Tuple[Tensors, Tensors]:
+    ...
+
+  def featurize_record(self, record: Any) -> Tuple[Any, ...]:
+    ...
+
+  def featurize(self, *inputs: Any, **kwargs: Any) -> Tensors:
+    ...
+
+
+# The entry points of `TaskFeaturizer`, for checks of a task's featurizer.
+ENTRY_POINTS = ("feature_spec", "record_fn", "featurize_with_stats",
+                "featurize_record", "featurize")

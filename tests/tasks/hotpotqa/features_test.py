@@ -224,7 +224,7 @@ def test_long_question_is_cut_and_global_overflow_drops_paragraphs(vocab):
 
 def test_side_inputs_exempt_cls_from_hard_g2l(vocab):
   featurizer = _featurizer(vocab, 30, 14)
-  f = featurizer.featurize_tf(*F.record_inputs(_record())[:4])
+  f = featurizer.featurize(*F.record_inputs(_record())[:4])
   config = EtcConfig(vocab_size=60, local_radius=4,
                      relative_pos_max_distance=2, relative_vocab_size=8,
                      use_hard_g2l_mask=True)
@@ -243,7 +243,7 @@ def test_in_graph_featurizer_matches_eager_and_batches(vocab):
 
   @tf.function
   def traced(*args):
-    return featurizer.featurize_tf(*args)
+    return featurizer.featurize(*args)
 
   graph = traced(*F.record_inputs(record))
   for name in F.MODEL_FEATURES:

@@ -26,21 +26,14 @@ import re
 import numpy as np
 import pytest
 
+import original_etc_testing
 from tasks.hotpotqa import data
 from tasks.hotpotqa import features as F
 
-DATA = os.path.join(os.path.dirname(__file__), "..", "..", "data",
-                    "original_etc")
+DATA = original_etc_testing.DATA
 # The original's model inputs -> ours.
 NAMES = {
-    "long_token_ids": "token_ids",
-    "long_token_type_ids": "segment_ids",
-    "long_sentence_ids": "long_sentence_ids",
-    "long_paragraph_ids": "long_paragraph_ids",
-    "long_paragraph_breakpoints": "long_paragraph_breakpoints",
-    "global_token_ids": "global_token_ids",
-    "global_token_type_ids": "global_segment_ids",
-    "global_paragraph_breakpoints": "global_paragraph_breakpoints",
+    **original_etc_testing.MULTIHOP_NAMES,
     "global_paragraph_ids": "global_paragraph_ids",
 }
 # (id, tokenizer, long_seq_len) where truncation skipped a sentence and kept
@@ -73,9 +66,7 @@ BIO_OF_DROPPED = {("HP_golden_08", "wordpiece", 160)}
 
 
 def _goldens():
-  with open(os.path.join(DATA, "hotpotqa_features.jsonl"),
-            encoding="utf-8") as f:
-    return [json.loads(line) for line in f]
+  return original_etc_testing.read_jsonl("hotpotqa_features.jsonl")
 
 
 def _records():
@@ -92,10 +83,7 @@ def _key(golden):
 
 def _featurizer(key) -> F.HotpotFeaturizer:
   tokenizer, long_seq_len, global_seq_len = key
-  vocab = dict(
-      wordpiece=dict(vocab_path=os.path.join(DATA, "vocab.txt")),
-      sentencepiece=dict(spm_model_path=os.path.join(DATA, "spm.model")),
-  )[tokenizer]
+  vocab = original_etc_testing.vocabulary(tokenizer)
   # The default special ids are the original's for each vocabulary kind.
   return F.HotpotFeaturizer(**vocab, long_seq_len=long_seq_len,
                             global_seq_len=global_seq_len)

@@ -191,7 +191,7 @@ def test_serve_raw_agrees_with_python_decoding(vocab):
   # What was cut to fit comes back as -1 (same weights: no absolute
   # positions, so the model runs at other lengths too).
   short = F.HotpotFeaturizer(vocab, long_seq_len=16, global_seq_len=10)
-  feats = short.featurize_tf(*F.record_inputs(record)[:4])
+  feats = short.featurize(*F.record_inputs(record)[:4])
   out = model({k: feats[k][tf.newaxis] for k in F.MODEL_FEATURES})
   raw = decode.raw_outputs(feats, {k: v[0] for k, v in out.items()},
                       tf.constant(list(record.titles)), tf.constant(flat),

@@ -35,7 +35,7 @@ def test_builder_reads_manual_dir_and_feeds_the_featurizer(tmp_path):
   vocab = write_test_vocab(tmp_path / "vocab.txt", ["bob", "ann", "paris"])
   featurizer = F.HotpotFeaturizer(vocab, long_seq_len=40, global_seq_len=16)
   ds = builder.as_dataset(split="train").map(
-      lambda r: featurizer.featurize_tf(r["question"], r["titles"],
+      lambda r: featurizer.featurize(r["question"], r["titles"],
                                         r["sentences"], r["num_sentences"],
                                         r["id"]))
   batch = next(iter(ds.batch(3)))

@@ -9,17 +9,16 @@ input fills up. Every model input, every label and the window bookkeeping
 must be equal, window by window.
 """
 
-import json
 import os
 
 import numpy as np
 import pytest
 
+import original_etc_testing
 from tasks.nq import data
 from tasks.nq import features as F
 
-DATA = os.path.join(os.path.dirname(__file__), "..", "..", "data",
-                    "original_etc")
+DATA = original_etc_testing.DATA
 # The original's feature names -> ours.
 NAMES = {
     "token_ids": "token_ids",
@@ -50,8 +49,7 @@ SENTENCEPIECE_IDS = F.NqTokenIds(cls=2, sep=3, html_start=500, html_end=501,
 
 
 def _goldens():
-  with open(os.path.join(DATA, "nq_features.jsonl"), encoding="utf-8") as f:
-    return [json.loads(line) for line in f]
+  return original_etc_testing.read_jsonl("nq_features.jsonl")
 
 
 def _setting_key(setting):

@@ -126,7 +126,7 @@ def test_serving_from_raw_strings_equals_preprocessing(vocab):
   featurizer = F.OpenKPFeaturizer(vocab_path=vocab, long_seq_len=16,
                                   global_seq_len=4)
   expected, _ = featurizer.featurize_record(record)
-  raw = tf.function(featurizer.featurize_raw_tf)(
+  raw = tf.function(featurizer.featurize)(
       tf.constant(record.text), tf.constant(record.vdom_json()))
   for name in F.MODEL_FEATURES + ("num_words", "words"):
     np.testing.assert_array_equal(raw[name].numpy(), expected[name], name)
@@ -186,9 +186,9 @@ def test_raw_vdom_must_cover_the_text_as_preprocessing_checks(vocab):
                        ((0, 2), (1, 2))):  # a gap
     with pytest.raises(tf.errors.InvalidArgumentError,
                        match="in: the elements do not cover the words"):
-      featurizer.featurize_raw_tf(tf.constant("a b"),
+      featurizer.featurize(tf.constant("a b"),
                                   tf.constant(_vdom(feats, starts, ends)),
                                   "in")
-  good = featurizer.featurize_raw_tf(
+  good = featurizer.featurize(
       tf.constant("a b"), tf.constant(_vdom(feats, (0, 1), (1, 2))), "in")
   assert good["global_input_mask"].numpy().tolist() == [1, 1]

@@ -33,10 +33,13 @@ def _ids(vocab_path, text):
 
 def test_hand_checked_tiny_record(vocab):
   featurizer = F.WikiHopFeaturizer(vocab, long_seq_len=26, global_seq_len=13)
-  f = featurizer.featurize_tf(
-      tf.constant("country_of x"), tf.constant(["A ", "New York"]),
-      tf.constant(["x is in new york. y is in a.", "A is big."]),
-      answer=tf.constant(" NEW YORK"), example_id=tf.constant("WH_1"))
+  f = featurizer.featurize(
+      tf.constant("country_of x"),
+      tf.constant(["A ", "New York"]),
+      *F.split_supports(
+          tf.constant(["x is in new york. y is in a.", "A is big."])),
+      answer=tf.constant(" NEW YORK"),
+      example_id=tf.constant("WH_1"))
   f = {k: v.numpy() for k, v in f.items()}
   # Global: 2 candidates, 4 query wordpieces (country _ of x), doc0 =
   # paragraph + 2 sentences, doc1 = paragraph + 1 sentence, padding.
@@ -79,9 +82,8 @@ def test_hand_checked_tiny_record(vocab):
 
 def test_mentions_stay_within_a_sentence_and_later_candidate_wins(vocab):
   featurizer = F.WikiHopFeaturizer(vocab, long_seq_len=20, global_seq_len=10)
-  f = featurizer.featurize_tf(
-      "x", ["new york", "york", "big new"],
-      ["a big new. york new york."])
+  f = featurizer.featurize("x", ["new york", "york", "big new"],
+                           *F.split_supports(["a big new. york new york."]))
   linked = f["l2g_linked_ids"].numpy()
   # long: new york | york | big new | x | a big new . | york new york .
   doc = linked[6:15]
@@ -148,7 +150,8 @@ def test_truncation_order_matches_original_heap(vocab, seed):
   featurizer = F.WikiHopFeaturizer(vocab, long_seq_len=budget + 2,
                                    global_seq_len=200,
                                    max_num_sentences=max_sents)
-  f, stats = featurizer.featurize_with_stats_tf("x", ["a"], docs)
+  f, stats = featurizer.featurize_with_stats("x", ["a"],
+                                             *F.split_supports(docs))
   expected = _original_heap_truncation(lens, max_sents, budget)
   # Documents left with no sentence keep their paragraph token.
   assert _kept_counts(f) == expected
@@ -164,15 +167,15 @@ def test_truncation_counts_paragraph_tokens_in_global_budget(vocab):
   # 2 candidates + 1 query token leave 5 global tokens: 2 paragraph tokens
   # + 6 sentences must lose 3 sentences (s4, s3, then s6: position 1 of the
   # doc with fewer sentences goes before position 1 of the longer one).
-  f, stats = featurizer.featurize_with_stats_tf(
-      "x", ["a", "b"], ["s1. s2. s3. s4.", "s5. s6."])
+  f, stats = featurizer.featurize_with_stats(
+      "x", ["a", "b"], *F.split_supports(["s1. s2. s3. s4.", "s5. s6."]))
   assert f["global_token_ids"].numpy().tolist() == [4, 4, 3, 5, 1, 1, 5, 1]
   assert int(stats["sentences_dropped"]) == 3
   # A document emptied by truncation keeps its paragraph token (with the
   # breakpoint), as the original: 2 paragraphs + 1 sentence fit.
   featurizer = F.WikiHopFeaturizer(vocab, long_seq_len=100, global_seq_len=6)
-  f, stats = featurizer.featurize_with_stats_tf("x", ["a", "b"],
-                                                ["s1. s2.", "s5."])
+  f, stats = featurizer.featurize_with_stats(
+      "x", ["a", "b"], *F.split_supports(["s1. s2.", "s5."]))
   assert f["global_token_ids"].numpy().tolist() == [4, 4, 3, 5, 1, 5]
   assert f["global_paragraph_breakpoints"].numpy().tolist() == [
       1, 1, 1, 0, 1, 1]
@@ -182,14 +185,14 @@ def test_truncation_counts_paragraph_tokens_in_global_budget(vocab):
 
 def test_query_truncated_only_when_candidates_leave_no_room(vocab):
   featurizer = F.WikiHopFeaturizer(vocab, long_seq_len=6, global_seq_len=30)
-  f, stats = featurizer.featurize_with_stats_tf(
-      "x y x y", ["new york", "a"], ["a is big."])
+  f, stats = featurizer.featurize_with_stats("x y x y", ["new york", "a"],
+                                             *F.split_supports(["a is big."]))
   assert int(stats["query_tokens_dropped"]) == 1
   assert int(stats["sentences_dropped"]) == 1
   assert int(stats["overflow"]) == 0
   np.testing.assert_array_equal(f["segment_ids"], [4, 4, 4, 3, 3, 3])
-  f, stats = featurizer.featurize_with_stats_tf(
-      "x", ["new york", "a", "b", "x", "y", "big"], ["a."])
+  f, stats = featurizer.featurize_with_stats(
+      "x", ["new york", "a", "b", "x", "y", "big"], *F.split_supports(["a."]))
   assert int(stats["overflow"]) == 1
 
 
@@ -197,7 +200,7 @@ def test_global_token_ids_are_configurable(vocab):
   ids = F.GlobalTokenIds(sentence=7, question=8, candidate=9, paragraph=10)
   featurizer = F.WikiHopFeaturizer(vocab, long_seq_len=20, global_seq_len=8,
                                    global_token_ids=ids)
-  f = featurizer.featurize_tf("x", ["a"], ["a."])
+  f = featurizer.featurize("x", ["a"], *F.split_supports(["a."]))
   assert f["global_token_ids"].numpy().tolist() == [9, 8, 10, 7, 0, 0, 0, 0]
   # The default for a WordPiece vocabulary: [unused0], [unused2..4].
   default = F.WikiHopFeaturizer(vocab, long_seq_len=20, global_seq_len=8)
@@ -233,11 +236,11 @@ def test_in_graph_serving_path_equals_preprocessed_tfrecords(vocab, tmp_path):
       tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int32),
       tf.TensorSpec([], tf.string)])
   def serve(query, candidates, sentences, num_sentences, answer):
-    return featurizer.featurize_sentences_tf(query, candidates, sentences,
+    return featurizer.featurize(query, candidates, sentences,
                                              num_sentences, answer)
 
   split = [F.split_supports(r["supports"]) for r in _records()]
-  batch = featurizer.featurize_batch_tf(
+  batch = featurizer.featurize_batch(
       tf.constant([r["query"] for r in _records()]),
       tf.ragged.constant([r["candidates"] for r in _records()]),
       tf.ragged.constant([s for s, _ in split], tf.string),
@@ -261,7 +264,7 @@ def test_featurizer_saved_model_signature(vocab, tmp_path):
   module.featurizer = featurizer
   module.featurize = tf.function(
       lambda q, c, s, n: {
-          k: v for k, v in featurizer.featurize_sentences_tf(
+          k: v for k, v in featurizer.featurize(
               q, c, s, n).items() if k in F.MODEL_FEATURES},
       input_signature=[tf.TensorSpec([], tf.string),
                        tf.TensorSpec([None], tf.string),
@@ -276,8 +279,8 @@ def test_featurizer_saved_model_signature(vocab, tmp_path):
   got = loaded.signatures["featurize"](
       q=tf.constant(record["query"]), c=tf.constant(record["candidates"]),
       s=tf.constant(sentences), n=tf.constant(num_sentences))
-  want = featurizer.featurize_tf(record["query"], record["candidates"],
-                                 record["supports"])
+  want = featurizer.featurize(record["query"], record["candidates"],
+                              *F.split_supports(record["supports"]))
   for name in F.MODEL_FEATURES:
     np.testing.assert_array_equal(got[name].numpy(), want[name].numpy())
 
@@ -314,12 +317,13 @@ def test_sentencepiece_path(tmp_path):
 
 def test_mark_query_subject_types_exact_subject_mentions_in_documents(vocab):
   record = (tf.constant("country_of new york"), tf.constant(["A", "B"]),
-            tf.constant(["New York is in a. York is big.", "new york new"]))
+            *F.split_supports(["New York is in a. York is big.",
+                               "new york new"]))
   plain = F.WikiHopFeaturizer(vocab, long_seq_len=30, global_seq_len=14)
   marked = F.WikiHopFeaturizer(vocab, long_seq_len=30, global_seq_len=14,
                                mark_query_subject=True)
-  before = plain.featurize_tf(*record)
-  after = marked.featurize_tf(*record)
+  before = plain.featurize(*record)
+  after = marked.featurize(*record)
   for name in before:  # only the segment ids change
     if name != "segment_ids":
       np.testing.assert_array_equal(before[name].numpy(), after[name].numpy())
@@ -342,8 +346,9 @@ def test_mark_query_subject_types_exact_subject_mentions_in_documents(vocab):
 def test_mark_query_subject_without_subject_marks_nothing(vocab):
   featurizer = F.WikiHopFeaturizer(vocab, long_seq_len=20, global_seq_len=10,
                                    mark_query_subject=True)
-  f = featurizer.featurize_tf(tf.constant("country_of"), tf.constant(["a"]),
-                              tf.constant(["country of a."]))
+  f = featurizer.featurize(
+      tf.constant("country_of"), tf.constant(["a"]),
+      *F.split_supports(tf.constant(["country of a."])))
   assert (f["segment_ids"].numpy() != F.QUERY_SUBJECT_TOKEN_TYPE_ID).all()
 
 
@@ -352,8 +357,9 @@ def test_mentions_need_the_candidate_in_the_sentence_text(vocab):
   # lower-cased text contains the lower-cased candidate. "new\u00a0york"
   # tokenizes as "new york" but does not contain it.
   featurizer = F.WikiHopFeaturizer(vocab, long_seq_len=20, global_seq_len=10)
-  f = featurizer.featurize_tf("x", ["new york", "york"],
-                              ["a new\u00a0york. big New York."])
+  f = featurizer.featurize(
+      "x", ["new york", "york"],
+      *F.split_supports(["a new\u00a0york. big New York."]))
   linked = f["l2g_linked_ids"].numpy()
   # long: new york | york | x | a new york . | big new york . ("york",
   # the later candidate, wins the shared token)
@@ -363,7 +369,8 @@ def test_mentions_need_the_candidate_in_the_sentence_text(vocab):
 
 def test_empty_support_keeps_its_paragraph_token(vocab):
   featurizer = F.WikiHopFeaturizer(vocab, long_seq_len=20, global_seq_len=10)
-  f, stats = featurizer.featurize_with_stats_tf("x", ["a"], ["", "a is big."])
+  f, stats = featurizer.featurize_with_stats(
+      "x", ["a"], *F.split_supports(["", "a is big."]))
   # Global: candidate, query, [paragraph] of the empty support (its own
   # breakpoint), [paragraph, sentence] of the second.
   assert f["global_token_ids"].numpy().tolist() == [4, 3, 5, 5, 1, 0, 0, 0,
@@ -389,8 +396,8 @@ def test_split_supports_is_punkt(vocab):
 
 def test_candidate_with_regex_characters_is_matched_literally(vocab):
   featurizer = F.WikiHopFeaturizer(vocab, long_seq_len=30, global_seq_len=10)
-  f = featurizer.featurize_tf("x", ["a.", "a\\Eb", "(a)"],
-                              ["a. b a\\Eb (a)."])
+  f = featurizer.featurize("x", ["a.", "a\\Eb", "(a)"],
+                           *F.split_supports(["a. b a\\Eb (a)."]))
   cand_in = F._contains(tf.constant(["a. b a\\Eb (a).", "xa"]),
                         tf.constant(["a.", "a\\Eb", "(a)", "a*", ""]))
   np.testing.assert_array_equal(cand_in.numpy(), [[True, False],
@@ -408,5 +415,5 @@ def test_split_supports_inside_a_graph_says_what_to_do(vocab):
   def split(supports):
     return F.split_supports(supports)
 
-  with pytest.raises(TypeError, match="featurize_sentences_tf"):
+  with pytest.raises(TypeError, match="featurize"):
     split(tf.constant(["a."]))

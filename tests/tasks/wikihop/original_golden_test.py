@@ -13,22 +13,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import original_etc_testing
 from tasks.wikihop import data
 from tasks.wikihop import features as F
 
-DATA = os.path.join(os.path.dirname(__file__), "..", "..", "data",
-                    "original_etc")
+DATA = original_etc_testing.DATA
 # The original's feature names -> ours.
 NAMES = {
-    "long_token_ids": "token_ids",
-    "long_token_type_ids": "segment_ids",
-    "long_sentence_ids": "long_sentence_ids",
-    "long_paragraph_ids": "long_paragraph_ids",
-    "long_paragraph_breakpoints": "long_paragraph_breakpoints",
+    **original_etc_testing.MULTIHOP_NAMES,
     "l2g_linked_ids": "l2g_linked_ids",
-    "global_token_ids": "global_token_ids",
-    "global_token_type_ids": "global_segment_ids",
-    "global_paragraph_breakpoints": "global_paragraph_breakpoints",
 }
 # The original's global token ids, whatever the vocabulary.
 ORIGINAL_IDS = F.GlobalTokenIds(sentence=1, question=3, candidate=4,
@@ -36,9 +29,7 @@ ORIGINAL_IDS = F.GlobalTokenIds(sentence=1, question=3, candidate=4,
 
 
 def _goldens():
-  with open(os.path.join(DATA, "wikihop_features.jsonl"),
-            encoding="utf-8") as f:
-    return [json.loads(line) for line in f]
+  return original_etc_testing.read_jsonl("wikihop_features.jsonl")
 
 
 def _setting_key(setting):
@@ -47,10 +38,7 @@ def _setting_key(setting):
 
 
 def _featurizer(setting) -> F.WikiHopFeaturizer:
-  vocab = dict(
-      wordpiece=dict(vocab_path=os.path.join(DATA, "vocab.txt")),
-      sentencepiece=dict(spm_model_path=os.path.join(DATA, "spm.model")),
-  )[setting["tokenizer"]]
+  vocab = original_etc_testing.vocabulary(setting["tokenizer"])
   return F.WikiHopFeaturizer(
       **vocab, long_seq_len=setting["long_seq_len"],
       global_seq_len=setting["global_seq_len"],
@@ -104,7 +92,7 @@ def test_serving_path_gives_the_original_features():
       tf.TensorSpec([], tf.string), tf.TensorSpec([None], tf.string),
       tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int32)])
   def serve(query, candidates, sentences, num_sentences):
-    return featurizer.featurize_sentences_tf(query, candidates, sentences,
+    return featurizer.featurize(query, candidates, sentences,
                                              num_sentences)
 
   records = _records()

@@ -26,7 +26,8 @@ def test_builder_reads_manual_dir(tmp_path, caplog):
   builder.download_and_prepare(
       download_config=tfds.download.DownloadConfig(manual_dir=str(tmp_path)))
   assert builder.info.splits["train"].num_examples == 3
-  # The bad record is skipped, and logged once (`tasks.common.tfds_files`).
+  # The bad record is skipped, and logged once
+  # (`tasks.common.inputs.tfds_files`).
   assert [r.getMessage() for r in caplog.records if "skipped" in
           r.getMessage()] == [f"{manual / 'train.json'}: skipped 1 bad "
                               "records {'missing_field': 1}"]

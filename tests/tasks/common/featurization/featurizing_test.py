@@ -1,6 +1,9 @@
-"""Tests for tasks.common.featurizing: fit, last_of_run, special ids."""
+"""Tests for tasks.common.featurization.featurizing: fit, last_of_run,
+special ids, and every task featurizer's entry points."""
 
 import dataclasses
+import importlib
+import inspect
 from typing import ClassVar
 
 import numpy as np
@@ -88,3 +91,23 @@ def test_featurizer_base_checks_lengths_before_the_vocabulary(tmp_path):
                                       global_seq_len=4)
   assert (featurizer.long_seq_len, featurizer.global_seq_len) == (8, 4)
   assert featurizer.tokenizer.kind == tokenization.WORDPIECE
+
+
+@pytest.mark.parametrize("module, name", [
+    ("tasks.wikihop.features", "WikiHopFeaturizer"),
+    ("tasks.hotpotqa.features", "HotpotFeaturizer"),
+    ("tasks.nq.features", "NqFeaturizer"),
+    ("tasks.openkp.features", "OpenKPFeaturizer")])
+def test_every_task_featurizer_has_the_protocols_entry_points(module, name):
+  cls = getattr(importlib.import_module(module), name)
+  assert issubclass(cls, featurizing.Featurizer)
+  for entry in featurizing.ENTRY_POINTS:
+    assert callable(getattr(cls, entry, None)) or isinstance(
+        getattr(cls, entry, None), property), (name, entry)
+  # No other public featurize* form (WikiHop's batch is its serving batch).
+  others = {n for n in dir(cls) if n.startswith("featurize")} - set(
+      featurizing.ENTRY_POINTS) - {"featurize_batch"}
+  assert not others, (name, others)
+  params = lambda fn: list(inspect.signature(fn).parameters)
+  assert params(cls.featurize_record)[:2] == ["self", "record"]
+  assert params(cls.feature_spec) == ["self"]

@@ -1,5 +1,5 @@
-"""Tests for tasks.common.logits: NEG_INF excludes a choice exactly, stays
-finite, and is the one the task heads use."""
+"""Tests for tasks.common.featurization.logits: NEG_INF excludes a choice
+exactly, stays finite, and is the one the task heads use."""
 
 import numpy as np
 import tensorflow as tf

@@ -1,4 +1,5 @@
-"""Tests for tasks.common.segments: segments -> fitted long/global features."""
+"""Tests for tasks.common.featurization.segments: segments -> fitted long/global
+features."""
 
 import pytest
 import tensorflow as tf

@@ -1,4 +1,5 @@
-"""Tests for tasks.common.sentences: Punkt as `nltk.sent_tokenize`."""
+"""Tests for tasks.common.featurization.sentences: Punkt as
+`nltk.sent_tokenize`."""
 
 import json
 import os

@@ -1,4 +1,5 @@
-"""Tests for tasks.common.tokenization: sentence splitting, WordPiece, SP."""
+"""Tests for tasks.common.featurization.tokenization: sentence splitting,
+WordPiece, SP."""
 
 import json
 import os

@@ -6,8 +6,9 @@ no output (the binary: one line, exit code 2); a pipeline option typo or an
 unknown runner is a user error before anything runs."""
 
 import collections
+import copy
 import dataclasses
-import errno
+import glob
 import json
 import os
 import signal
@@ -15,14 +16,14 @@ import signal
 import pytest
 import tensorflow as tf
 
-import cli_testing
-import copy
 from demos.nq import synthetic
-from etc_realformer.errors import UserInputError
-import glob
+import cli_testing
+import full_disk_testing
 import hotpotqa_testing
 import openkp_testing
 import pretrain_testing
+import wikihop_testing
+from etc_realformer.errors import UserInputError
 from tasks.common import output_files
 from tasks.common.inputs import input_errors
 from tasks.common.inputs import record_stats
@@ -36,7 +37,6 @@ from tasks.pretrain import features as pretrain_features
 from tasks.pretrain import preprocess as pretrain_preprocess
 from tasks.wikihop import preprocess as wikihop_preprocess
 from tokenization_testing import write_test_vocab
-import wikihop_testing
 
 
 TWO_WORKERS = ["--direct_num_workers=2",
@@ -357,11 +357,7 @@ def test_a_full_disk_names_the_file_and_leaves_nothing(built, tmp_path,
                                                        monkeypatch):
   case = built("wikihop")
 
-  class FullDisk(tf.io.TFRecordWriter):
-    def write(self, record):
-      raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-  monkeypatch.setattr(tf.io, "TFRecordWriter", FullDisk)
+  full_disk_testing.fill_the_disk(monkeypatch)
   out = tmp_path / "out"
   with pytest.raises(output_files.OutputFileError,
                      match=r"_parts/dev.tfrecord\.[0-9a-f]+: cannot write "

@@ -2,14 +2,14 @@
 (steps, sinks, run: skip and count or fail under strict, all-or-nothing
 outputs)."""
 
-import errno
+import glob
 import os
 
 import pytest
 import tensorflow as tf
 
+import full_disk_testing
 from etc_realformer.data import tfrecords
-import glob
 from tasks.common import output_files
 from tasks.common.inputs import input_errors
 from tasks.common.inputs import record_stats
@@ -209,11 +209,7 @@ def test_an_unwritable_output_names_its_path_and_leaves_nothing(
         str(regular / "out"), [_RECORDS[0]], _SumStep(None, "f.json"),
         record_stats.RecordStats(input_file="dev.json"))
 
-  class FullDisk(tf.io.TFRecordWriter):
-    def write(self, record):
-      raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-  monkeypatch.setattr(tf.io, "TFRecordWriter", FullDisk)
+  full_disk_testing.fill_the_disk(monkeypatch)
   out = tmp_path / "out"
   with pytest.raises(output_files.OutputFileError,
                      match=f"{out}/dev.tfrecord: cannot write output: No "

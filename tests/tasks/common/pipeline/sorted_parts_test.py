@@ -1,5 +1,5 @@
-"""Tests for tasks.common.sorted_parts: parts written in any order merge
-into one file in key order, and the parts are removed."""
+"""Tests for tasks.common.pipeline.sorted_parts: parts written in any order
+merge into one file in key order, and the parts are removed."""
 
 import os
 
