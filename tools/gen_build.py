@@ -102,7 +102,7 @@ filegroup(
 # tests/shell_testing.py.
 filegroup(
     name = "tool_scripts",
-    srcs = glob(["tools/gpu/*.sh"]),
+    srcs = glob(["tools/*.sh"]),
 )
 
 py_library(

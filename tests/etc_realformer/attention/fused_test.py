@@ -248,8 +248,8 @@ def test_jaxlib_runs_the_exported_custom_calls(twins, tmp_path):
   # module, exported from TensorFlow, compiled and run by jaxlib with the same
   # library's host handlers registered there, gives TensorFlow's value.
   from etc_realformer.kernels import ffi_library  # pylint: disable=g-import-not-at-top
-  from tools.gpu import xla_export  # pylint: disable=g-import-not-at-top
-  from tools.gpu import xla_runner  # pylint: disable=g-import-not-at-top
+  from tools import xla_export  # pylint: disable=g-import-not-at-top
+  from tools import xla_runner  # pylint: disable=g-import-not-at-top
   _, fused_model = twins
   feats = {k: tf.constant(v) for k, v in random_features(
       fused_model.config, batch=1, long_len=16, global_len=4, seed=2).items()}
