@@ -10,11 +10,11 @@ from etc_realformer.kernels.reference import keep_gain
 from etc_realformer.kernels.reference import keep_threshold
 from etc_realformer.kernels.reference import NEG
 from etc_realformer.kernels.reference import relative_error
-from etc_realformer.kernels.reference import side_backward
-from etc_realformer.kernels.reference import side_forward
-from etc_realformer.kernels.reference import side_pieces
+from etc_realformer.kernels.reference import branch_backward
+from etc_realformer.kernels.reference import branch_forward
+from etc_realformer.kernels.reference import branch_pieces
+from etc_realformer.kernels.reference import BranchCase
 from etc_realformer.kernels.reference import source_sums
-from etc_realformer.kernels.reference import SideCase
 
 FIRST_SITE = 34  # a layer's first attention-probability dropout site
 
@@ -29,7 +29,7 @@ def core_seeds(call_seed=(11, 29)) -> np.ndarray:
                          for i in range(2)]).astype(np.int32)
 
 
-def core_branch(case: SideCase, pieces: Dict[str, np.ndarray],
+def core_branch(case: BranchCase, pieces: Dict[str, np.ndarray],
                 call_seed=(11, 29)):
   """(`core.BranchSpec`, `BranchInputs`) of the pieces, in the core's
   layouts (float32 tensors). With dropout, `pieces["seeds"]` must be the
@@ -86,7 +86,7 @@ def core_branch(case: SideCase, pieces: Dict[str, np.ndarray],
   return spec, x
 
 
-def rows_of(x, case: SideCase) -> np.ndarray:
+def rows_of(x, case: BranchCase) -> np.ndarray:
   """A core output in the blocked layout [B, H, nb, b, ...] -> rows."""
   x = np.asarray(x)
   if not case.band:
@@ -94,7 +94,7 @@ def rows_of(x, case: SideCase) -> np.ndarray:
   return x.reshape(x.shape[:2] + (x.shape[2] * x.shape[3],) + x.shape[4:])
 
 
-def core_forward(case: SideCase, pieces: Dict[str, np.ndarray]
+def core_forward(case: BranchCase, pieces: Dict[str, np.ndarray]
                  ) -> Tuple[np.ndarray, Tuple]:
   """The XLA path's (`core.attend_branch`) context and new sums of
   the pieces, in rows."""
@@ -107,7 +107,7 @@ def core_forward(case: SideCase, pieces: Dict[str, np.ndarray]
   return rows_of(out.ctx.numpy(), case), sums
 
 
-def core_gradients(case: SideCase, pieces: Dict[str, np.ndarray],
+def core_gradients(case: BranchCase, pieces: Dict[str, np.ndarray],
                    dctx: np.ndarray, dnew) -> Dict[str, np.ndarray]:
   """The XLA path's gradients (TensorFlow's autodiff of
   `core.attend_branch`) of the pieces' q, k1, v1, k2, v2, per_id

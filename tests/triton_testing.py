@@ -6,7 +6,7 @@ loading Triton into a process that has loaded TensorFlow aborts it
 TensorFlow, so the kernels run in a child that imports torch, Triton and
 the kernel module (by path: the package would import TensorFlow) alone.
 
-    outputs = run_launches([Launch("long_side_forward", grid, args,
+    outputs = run_launches([Launch("long_branch_forward", grid, args,
                                    constexprs, outputs={"ctx": ...})])
 
 Every launch runs under a memory check: each tensor lies between two

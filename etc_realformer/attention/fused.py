@@ -1,9 +1,9 @@
 """The attention core's branches as fused kernels (XLA custom calls).
 
 With `ExecutionConfig(attention_kernel='fused')`, a layer traced for XLA
-runs each branch as one custom call, `etc_side_forward`
+runs each branch as one custom call, `etc_branch_forward`
 (`custom_calls`), whose handlers (`ffi_library`: C++ on the host, the
-Triton kernel `triton_attention.side_forward` on CUDA) keep scores, masks,
+Triton kernel `triton_attention.branch_forward` on CUDA) keep scores, masks,
 softmax statistics and dropout decisions on chip:
 
   covered   either branch (long: the l2l band or, on the full path, dense
@@ -24,8 +24,8 @@ first such fallback is logged with its reason. The kernels keep the
 probabilities in float32 on chip, so `softmax_dtype` does not change a
 fused branch.
 
-The gradient is a second custom call, `etc_side_backward`: the kernels
-`side_backward_queries` and `side_backward_keys` recompute the
+The gradient is a second custom call, `etc_branch_backward`: the kernels
+`branch_backward_queries` and `branch_backward_keys` recompute the
 probabilities from the forward's row statistics (lse) and write the
 gradients of q, the keys, the values, the per-id relative scores and the
 previous running sums, never a score-sized tensor besides those sums'.
@@ -48,12 +48,12 @@ from etc_realformer.attention.pieces import PatternPair
 from etc_realformer.attention.pieces import ScoreInputs
 from etc_realformer.kernels import custom_calls
 from etc_realformer.kernels import ffi_library
-from etc_realformer.kernels import reference
+from etc_realformer.kernels import format as kernel_format
 
-BRANCH_FORWARD = "etc_side_forward"
-BRANCH_BACKWARD = "etc_side_backward"
+BRANCH_FORWARD = kernel_format.FORWARD_TARGET
+BRANCH_BACKWARD = kernel_format.BACKWARD_TARGET
 # Relative ids travel in int8 codes' low 7 bits; 127 is NO_ID's.
-MAX_IDS = 127
+MAX_IDS = kernel_format.MAX_ID + 1
 _DTYPES = (tf.float32, tf.bfloat16, tf.float16)
 
 
@@ -447,13 +447,13 @@ def attention_codes(spec: core.BranchSpec, masks: BranchMasks[tf.Tensor],
                     has_ids: bool) -> Tuple[tf.Tensor, tf.Tensor]:
   """A branch's masks and relative ids as the kernels' int8 codes.
 
-  Per score (`reference.codes`): the key's relative id (0 without ids),
-  id - 128 (the sign bit set) for a masked key, NO_ID (-1) for a masked
-  key without a relative term (band columns outside the window: the
-  kernels test for it on the band only). First
-  pattern: band [B, Lp, Wb] (the band layout, rows padded with NO_ID to
-  `band_stride` bytes) or dense [B, N, K1]; second [B, N, K2]. ETC's masks
-  are hard (adders 0 or -10000), so a code carries what the adder did.
+  Per score (`format`, `reference.codes`): the key's relative id (0
+  without ids), id - 128 (the sign bit set) for a masked key, NO_ID (-1)
+  for a masked key without a relative term (band columns outside the
+  window: the kernels test for it on the band only). First pattern: band
+  [B, Lp, Wb] (the band layout, rows padded with NO_ID to `band_stride`
+  bytes) or dense [B, N, K1]; second [B, N, K2]. ETC's masks are hard
+  (adders 0 or -10000), so a code carries what the adder did.
   """
   b = spec.block_len
   out = []
@@ -471,13 +471,13 @@ def attention_codes(spec: core.BranchSpec, masks: BranchMasks[tf.Tensor],
       # the table); clipped so that only the band's codes are NO_ID.
       ids = tf.maximum(ids, 0)
     code = tf.where(adder == 0.0, tf.maximum(ids, 0),
-                    tf.where(ids >= 0, reference.MASKED + ids,
-                             reference.NO_ID))
+                    tf.where(ids >= 0, kernel_format.MASKED + ids,
+                             kernel_format.NO_ID))
     code = tf.cast(_rows(spec, code, 1), tf.int8)
     if spec.band and index == 0:
       code = tf.pad(code, [[0, 0], [0, 0],
-                           [0, reference.band_stride(b) - 3 * b]],
-                    constant_values=reference.NO_ID)
+                           [0, kernel_format.band_stride(b) - 3 * b]],
+                    constant_values=kernel_format.NO_ID)
     out.append(code)
   return out[0], out[1]
 

@@ -1,19 +1,20 @@
 """Builds and loads the C++ library of the kernels' XLA FFI handlers.
 
-`cc/attention_ffi.cc` holds, per custom call, a host implementation (the
-CPU, and the tests) and a CUDA one that launches the Triton kernels' cubins
-(`tools/build_kernels.py`). The library is compiled with g++ against the
-header-only XLA FFI API that TensorFlow ships (`tensorflow/include/xla/ffi`),
-needs no CUDA to build, and registers its handlers into TensorFlow's XLA
-through `EtcRegisterFfiHandlers(XLA_FFI_GetApi())`
-(`libtensorflow_framework.so.2` exports `XLA_FFI_GetApi`).
+`cc/attention_ffi.cc` (with the sections it includes from `cc/`) holds, per
+custom call, a host implementation (the CPU, and the tests) and a CUDA one
+that launches the Triton kernels' cubins (`tools/kernels/build_kernels.py`). The
+library is compiled with g++ against the header-only XLA FFI API that TensorFlow
+ships (`tensorflow/include/xla/ffi`), needs no CUDA to build, and registers its
+handlers into TensorFlow's XLA through
+`EtcRegisterFfiHandlers(XLA_FFI_GetApi())` (`libtensorflow_framework.so.2`
+exports `XLA_FFI_GetApi`).
 
 `load_into_tensorflow()` builds the library once per source and TensorFlow
 version into a cache folder (`ETC_KERNELS_CACHE`, default
 `~/.cache/etc_realformer/kernels`), or loads the one `ETC_KERNELS_LIBRARY`
-names (a build of `tools/build_kernels.py`, whose `cubins/` folder beside it
-holds the GPU kernels). Only the `attention_kernel='fused'` path calls it:
-a user who never asks for the fused kernels needs no compiler.
+names (a build of `tools/kernels/build_kernels.py`, whose `cubins/` folder
+beside it holds the GPU kernels). Only the `attention_kernel='fused'` path calls
+it: a user who never asks for the fused kernels needs no compiler.
 """
 
 import ctypes
@@ -27,6 +28,8 @@ import threading
 from typing import Optional
 
 SOURCE = pathlib.Path(__file__).parent / "cc" / "attention_ffi.cc"
+# What the one translation unit reads: SOURCE and the headers beside it.
+SOURCES = (SOURCE,) + tuple(sorted(SOURCE.parent.glob("*.h")))
 LIBRARY_NAME = "libetc_attention_ffi.so"
 
 _lock = threading.Lock()
@@ -40,7 +43,8 @@ class KernelBuildError(RuntimeError):
 
 def build_library(output_dir: str, include_dir: str,
                   compiler: Optional[str] = None) -> str:
-  """Compiles `cc/attention_ffi.cc` into `output_dir/LIBRARY_NAME`.
+  """Compiles `cc/attention_ffi.cc` (one translation unit) into
+  `output_dir/LIBRARY_NAME`.
 
   Args:
     output_dir: the folder of the library (created).
@@ -79,7 +83,7 @@ def _tensorflow_dir() -> str:
 def _cached_library() -> str:
   """The cached build for this source and TensorFlow (built when absent)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  digest = hashlib.sha256(SOURCE.read_bytes() +
+  digest = hashlib.sha256(b"".join(p.read_bytes() for p in SOURCES) +
                           tf.__version__.encode()).hexdigest()[:16]
   root = os.environ.get("ETC_KERNELS_CACHE", os.path.join(
       os.path.expanduser("~"), ".cache", "etc_realformer", "kernels"))

@@ -4,11 +4,12 @@ pieces in their layouts (`triton_attention` docstring).
 Written from the definitions (window ids, band columns, the RealFormer
 rule, the hash dropout's element index), not from the kernels' tiling. It
 reads the XLA path's forms of masks and ids (adders, window ids), so the
-kernels' int8 codes are checked against them too. NumPy alone: the tests
-load it through the package, the GPU check (`tools/gpu_kernel_check.py`) by
-path on a machine without TensorFlow.
+kernels' int8 codes (`format`) are checked against them too. NumPy and
+`format` alone: the tests load it through the package, the GPU check
+(`tools/gpu/gpu_kernel_check.py`) without it, on a machine without
+TensorFlow.
 
-A side has two patterns that share one softmax (`attention_core`): the
+A branch has two patterns that share one softmax (`attention.core`): the
 first is the l2l band (`band`: padded key blocks, 3b band columns per
 query) or dense (g2g, or l2l on the full path), the second dense (l2g,
 g2l).
@@ -19,30 +20,29 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
+from etc_realformer.kernels.format import MASKED
+from etc_realformer.kernels.format import NO_ID
+from etc_realformer.kernels.format import band_stride
+
+# The XLA path's mask adder (the kernels' codes: `format`).
 NEG = -10000.0
-# Codes: the key's relative id in the low 7 bits (0 without ids), the sign
-# bit set where it is masked (id - 128); NO_ID (id 127, masked) a masked key
-# without a relative term (band columns outside the window, where the XLA
-# path's skewed relative scores are 0). Ids are at most 126.
-MASKED = -128
-NO_ID = -1
 
 
 @dataclasses.dataclass
-class SideCase:
-  """Sizes and options of one side's problem.
+class BranchCase:
+  """Sizes and options of one branch's problem.
 
   Attributes:
     band: the first pattern is the l2l band (N = num_blocks * block_len
       queries, 3b columns each); else dense over `first_len` keys
       (N = num_rows).
-    second_len: the second pattern's keys (G on the long side, L on the
-      global side).
+    second_len: the second pattern's keys (G on the long branch, L on the
+      global branch).
     carried: per pattern, whether RealFormer carries its scores.
     has_prev: the carried patterns have a previous stream to read (layer
       index > 0).
     emit: write the new running sums of the carried patterns.
-    num_summed, running_mean: `attention_core.StreamSpec`'s.
+    num_summed, running_mean: `attention.core.StreamSpec`'s.
     dropout_rate: > 0: the probabilities' hash dropout (training).
     by_rows: the dropout index is laid out rows first
       (`dropout.row_keep_mask`, row blocks of `row_block` queries); else
@@ -73,7 +73,7 @@ class SideCase:
 
   @property
   def rows(self) -> int:
-    """N: the side's queries (Lp on the band side)."""
+    """N: the branch's queries (Lp on the band branch)."""
     return self.num_blocks * self.block_len if self.band else self.num_rows
 
   @property
@@ -92,7 +92,7 @@ class SideCase:
 
   @property
   def row_block(self) -> int:
-    """Queries per row of the dropout index (b on the band side)."""
+    """Queries per row of the dropout index (b on the band branch)."""
     return self.block_len if self.band else 1
 
   @property
@@ -111,21 +111,16 @@ class SideCase:
     return tuple(mean if c else 1.0 for c in self.carried)
 
   @classmethod
-  def long_side(cls, global_len: int = 80, **kwargs) -> "SideCase":
-    """The long side on the sparse path (band + G global keys)."""
+  def long_branch(cls, global_len: int = 80, **kwargs) -> "BranchCase":
+    """The long branch on the sparse path (band + G global keys)."""
     return cls(band=True, second_len=global_len, **kwargs)
 
   @classmethod
-  def global_side(cls, global_len: int = 24, long_len: int = 90,
-                  **kwargs) -> "SideCase":
-    """The global side: G queries over G global keys and L long keys."""
+  def global_branch(cls, global_len: int = 24, long_len: int = 90,
+                    **kwargs) -> "BranchCase":
+    """The global branch: G queries over G global keys and L long keys."""
     return cls(band=False, num_rows=global_len, first_len=global_len,
                second_len=long_len, **kwargs)
-
-
-def band_stride(block_len: int) -> int:
-  """The band codes' row length: 3b rounded up to 16 bytes."""
-  return -(-3 * block_len // 16) * 16
 
 
 def _band_window(block_len: int, rows: int):
@@ -138,9 +133,9 @@ def _band_window(block_len: int, rows: int):
 
 
 # ------------------------------------------------------------------ pieces
-def side_pieces(case: SideCase, seed: int = 0,
-                masked_rows: int = 3) -> Dict[str, np.ndarray]:
-  """Random float32 pieces of a side in the kernels' layouts
+def branch_pieces(case: BranchCase, seed: int = 0,
+                  masked_rows: int = 3) -> Dict[str, np.ndarray]:
+  """Random float32 pieces of a branch in the kernels' layouts
   (`triton_attention` docstring), and the XLA path's forms of the masks.
 
   Masks: random hard masks on both patterns (band: -10000 outside the
@@ -209,7 +204,7 @@ def side_pieces(case: SideCase, seed: int = 0,
   return out
 
 
-def source_sums(p: Dict[str, np.ndarray], case: SideCase
+def source_sums(p: Dict[str, np.ndarray], case: BranchCase
                 ) -> Dict[str, np.ndarray]:
   """With recomputed streams (`case.num_sources`), the previous sums the
   read patterns see: sum_j q_j.k_j of the sources `src_q`, `src_k1`,
@@ -231,7 +226,7 @@ def source_sums(p: Dict[str, np.ndarray], case: SideCase
   return out
 
 
-def codes(p: Dict[str, np.ndarray], case: SideCase
+def codes(p: Dict[str, np.ndarray], case: BranchCase
           ) -> Tuple[np.ndarray, np.ndarray]:
   """The kernels' int8 codes (module constants) from the XLA path's adders
   and ids: (first <i8>[B, N, W1] (band: rows padded with NO_ID to
@@ -250,7 +245,7 @@ def codes(p: Dict[str, np.ndarray], case: SideCase
   return first, out[1]
 
 
-def relative_ids(p: Dict[str, np.ndarray], case: SideCase
+def relative_ids(p: Dict[str, np.ndarray], case: BranchCase
                  ) -> Tuple[np.ndarray, np.ndarray]:
   """Per pattern, every score's relative id in the score layout ([B, N, C];
   -1 where the score has no relative term: no ids, or a band column
@@ -284,7 +279,7 @@ def _mix32(x: np.ndarray) -> np.ndarray:
   return x ^ (x >> np.uint64(15))
 
 
-def dropout_index(case: SideCase, width: int) -> np.ndarray:
+def dropout_index(case: BranchCase, width: int) -> np.ndarray:
   """<uint64>[B, H, N, C]: each row's position in the whole tensor's
   dropout layout (`dropout.row_major_index`) times C, plus the column,
   modulo 2^32: rows first in row blocks ([N / RB, B, H, RB, C]) with
@@ -303,7 +298,7 @@ def dropout_index(case: SideCase, width: int) -> np.ndarray:
   return index.astype(np.uint64) & _MASK32
 
 
-def dropout_pairs(case: SideCase, pattern: int, width: int
+def dropout_pairs(case: BranchCase, pattern: int, width: int
                   ) -> Tuple[np.ndarray, np.ndarray]:
   """(<uint64>[B, H, N, C] index, <bool>[B, H, N, C] low): the hash
   dropout's index of each probability and whether the low half of its
@@ -321,7 +316,7 @@ def dropout_pairs(case: SideCase, pattern: int, width: int
   return index & _MASK32, low
 
 
-def keep_mask(case: SideCase, seeds: np.ndarray, pattern: int,
+def keep_mask(case: BranchCase, seeds: np.ndarray, pattern: int,
               width: int) -> np.ndarray:
   """<bool>[B, H, N, C]: the hash dropout's keep decisions of a pattern
   (`dropout.row_keep_mask` with rng='hash'; seeds[2p:2p+2] the folded
@@ -344,7 +339,7 @@ def keep_gain(rate: float) -> float:
 
 
 # --------------------------------------------------------------- reference
-def _gathered(case: SideCase, p: Dict[str, np.ndarray], name: str
+def _gathered(case: BranchCase, p: Dict[str, np.ndarray], name: str
               ) -> np.ndarray:
   """The first pattern's keys or values per query: [B, H, N, C1, D]."""
   x = p[name].astype(np.float64)
@@ -357,7 +352,7 @@ def _gathered(case: SideCase, p: Dict[str, np.ndarray], name: str
 
 
 @dataclasses.dataclass
-class SideForward:
+class BranchForward:
   """The reference's forward values (float64)."""
   ctx: np.ndarray             # [B, H, N, D]
   lse: np.ndarray             # [B, H, N]
@@ -366,8 +361,8 @@ class SideForward:
   dropped: Tuple[np.ndarray, np.ndarray]  # after dropout (with its gain)
 
 
-def side_forward(p: Dict[str, np.ndarray], case: SideCase) -> SideForward:
-  """One side's forward pass, as `attention_core.attend_side` defines it."""
+def branch_forward(p: Dict[str, np.ndarray], case: BranchCase) -> BranchForward:
+  """One branch's forward pass, as `attention.core.attend_branch` defines it."""
   f = {k: v.astype(np.float64) for k, v in p.items()
        if v.dtype.kind == "f"}
   ids = relative_ids(p, case)
@@ -404,8 +399,8 @@ def side_forward(p: Dict[str, np.ndarray], case: SideCase) -> SideForward:
       values[i], values[i].shape[:2] + (case.rows,) + values[i].shape[3:]))
             for i in range(2))
   new = tuple(t if w else None for t, w in zip(totals, case.writes_new))
-  return SideForward(ctx=ctx, lse=peak[..., 0] + np.log(total_exp), new=new,
-                     probs=probs, dropped=tuple(dropped))
+  return BranchForward(ctx=ctx, lse=peak[..., 0] + np.log(total_exp), new=new,
+                       probs=probs, dropped=tuple(dropped))
 
 
 def relative_error(actual, expected, mask=None) -> float:
@@ -419,8 +414,8 @@ def relative_error(actual, expected, mask=None) -> float:
 
 
 @dataclasses.dataclass
-class SideGradients:
-  """The reference's gradients (float64) of one side's inputs."""
+class BranchGradients:
+  """The reference's gradients (float64) of one branch's inputs."""
   q: np.ndarray                # [B, H, N, D]
   k1: np.ndarray               # k1's shape (band: padded rows)
   v1: np.ndarray
@@ -430,11 +425,11 @@ class SideGradients:
   prev: Tuple[Optional[np.ndarray], Optional[np.ndarray]]  # read sums
 
 
-def side_backward(p: Dict[str, np.ndarray], case: SideCase,
-                  fwd: SideForward, dctx: np.ndarray,
-                  dnew: Tuple[Optional[np.ndarray], Optional[np.ndarray]]
-                  ) -> SideGradients:
-  """The gradients of `side_forward`'s inputs, given the gradients of its
+def branch_backward(p: Dict[str, np.ndarray], case: BranchCase,
+                    fwd: BranchForward, dctx: np.ndarray,
+                    dnew: Tuple[Optional[np.ndarray], Optional[np.ndarray]]
+                    ) -> BranchGradients:
+  """The gradients of `branch_forward`'s inputs, given the gradients of its
   context and of the emitted running sums (None: not emitted).
 
   Per score: dP = dctx.v (through dropout's mask and gain); the softmax's
@@ -493,5 +488,5 @@ def side_backward(p: Dict[str, np.ndarray], case: SideCase,
     else:
       out += gathered.sum(axis=2)
     grads.append(out)
-  return SideGradients(q=dq, k1=grads[0], v1=grads[1], k2=grads[2],
-                       v2=grads[3], per_id=dper_id, prev=tuple(dprev))
+  return BranchGradients(q=dq, k1=grads[0], v1=grads[1], k2=grads[2],
+                         v2=grads[3], per_id=dper_id, prev=tuple(dprev))

@@ -1,7 +1,7 @@
-"""Triton kernels of the fused global-local attention core, per query side.
+"""Triton kernels of the fused global-local attention core, per query branch.
 
-A side's forward pass (`side_forward`): for each query i one softmax over
-its two patterns' keys (`attention_core`, "The four patterns"):
+A branch's forward pass (`branch_forward`): for each query i one softmax over
+its two patterns' keys (`attention.core`, "The four patterns"):
 
   first   BAND: the l2l band, padded key rows k*b .. k*b + 3b - 1 (blocks
           k-1, k, k+1 of query block k = i // b; `blocking.padded_blocks`),
@@ -30,10 +30,10 @@ int32 id, and a masked score keeps its relative term, so the running sums
 equal the XLA path's everywhere. The id is one AND of the code, and only
 the band's loads of the per-id score test for NO_ID.
 
-This module imports Triton alone (no TensorFlow, no package import), so the
-build tool loads it by path on a machine that has only Triton
-(`tools/build_kernels.py`), and the tests run it under Triton's interpreter
-(`TRITON_INTERPRET=1`, set before this module is imported).
+This module imports Triton and `format` alone (no TensorFlow), so the build
+(`build`) imports it without the package on a machine that has only Triton
+(`tools/kernels/build_kernels.py`), and the tests run it under Triton's
+interpreter (`TRITON_INTERPRET=1`, set before this module is imported).
 
 Layouts (all contiguous; T is float32, bfloat16 or float16; S, the running
 sums', float32 or T):
@@ -67,26 +67,28 @@ import os
 import triton
 import triton.language as tl
 
+from etc_realformer.kernels import format as kernel_format
+
 # Per kernel: query rows (block_m) and keys (block_n) per tile, warps and
-# pipeline stages (`tools/build_kernels.py` compiles with them; its flags
-# override them). D must be a power of two >= 16 (`tl.dot`); b (the block
+# pipeline stages (`tools/kernels/build_kernels.py` compiles with them; its
+# flags override them). D must be a power of two >= 16 (`tl.dot`); b (the block
 # length) is free: tiles are laid over absolute rows, so a tile of block_m
 # queries reads the key rows of every band it touches, not one query block
-# padded to a power of two. Chosen so that no kernel spills registers at
-# D = 64 on sm_90 with streams and dropout (`cuobjdump -res-usage` of the
-# bfloat16 cubins: at most 230, 238 and 221 registers, no stack), where 64 x 64
-# tiles of 4 warps spilled 216 (forward) to 416 (backward queries) bytes
-# per thread; closest to the 32 x 64 of 4 warps that timed best (within
-# noise) for the long side's first forward kernel (docs/kernels.md).
+# padded to a power of two. Chosen so that no kernel spills registers at D = 64
+# on sm_90 with streams and dropout (`cuobjdump -res-usage` of the bfloat16
+# cubins: at most 230, 238 and 221 registers, no stack), where 64 x 64 tiles of
+# 4 warps spilled 216 (forward) to 416 (backward queries) bytes per thread;
+# closest to the 32 x 64 of 4 warps that timed best (within noise) for the long
+# branch's first forward kernel (docs/kernels.md).
 TILES = {
-    "side_forward": dict(block_m=32, block_n=64, num_warps=4, num_stages=2),
-    "side_backward_queries": dict(block_m=32, block_n=32, num_warps=4,
-                                  num_stages=2),
-    "side_backward_keys": dict(block_m=32, block_n=64, num_warps=4,
-                               num_stages=2),
+    "branch_forward": dict(block_m=32, block_n=64, num_warps=4, num_stages=2),
+    "branch_backward_queries": dict(block_m=32, block_n=32, num_warps=4,
+                                    num_stages=2),
+    "branch_backward_keys": dict(block_m=32, block_n=64, num_warps=4,
+                                 num_stages=2),
 }
 # The code of a masked score without a relative term (the band's only).
-NO_ID = tl.constexpr(-1)
+NO_ID = tl.constexpr(kernel_format.NO_ID)
 
 # Triton 3.9's interpreter multiplies bfloat16 operands of `tl.dot` wrongly
 # (errors of 1e10 on unit-scale inputs; float16 and float32 are right), so
@@ -209,7 +211,7 @@ def _keep(row_index, row_start, n0, width, seeds, pattern: tl.constexpr,
 def _row_index(rows, batch, head, batch_size, num_heads, num_rows, block_len,
                BAND: tl.constexpr, BY_ROWS: tl.constexpr):
   """The rows' part of the dropout index (`dropout.row_major_index`):
-  rows first in row blocks (b queries on the band side, else 1), or
+  rows first in row blocks (b queries on the band branch, else 1), or
   row-major over [B, H, N, K]; uint32 [BM]."""
   if BY_ROWS:
     row_block = block_len if BAND else 1
@@ -244,6 +246,56 @@ def _first_keys(rows, row_ok, first_row, BM: tl.constexpr, num_rows,
     start = 0
     stop = first_len
   return width, row_start, start, stop
+
+
+@triton.jit
+def _query_tile(num_heads, num_rows, BM: tl.constexpr):
+  """This program's query rows (grid: query tiles, B * H): (the first, b *
+  H + h, the batch, the head, the rows, which of them are < N, and their
+  rows of [B, N, ...] and of [B, H, N, ...]). Offsets in int32 (64-bit
+  index math on every [BM, BN] element costs time): the handlers refuse
+  operands of 2^31 elements or more."""
+  first_row = tl.program_id(0) * BM
+  bh = tl.program_id(1)
+  batch = bh // num_heads
+  rows = first_row + tl.arange(0, BM)
+  return (first_row, bh, batch, bh % num_heads, rows, rows < num_rows,
+          batch * num_rows + rows, bh * num_rows + rows)
+
+
+@triton.jit
+def _pattern_keys(p: tl.constexpr, rows, row_ok, first_row, BM: tl.constexpr,
+                  num_rows, first_len, second_len, block_len,
+                  BAND: tl.constexpr):
+  """Pattern p's keys for a tile of query rows: `_first_keys`'s (width,
+  row_start, start, stop), the second's dense over second_len, and the
+  pattern's key rows."""
+  if p == 0:
+    width, row_start, start, stop = _first_keys(
+        rows, row_ok, first_row, BM, num_rows, first_len, block_len, BAND)
+    key_rows = first_len
+  else:
+    width, row_start, start, stop = second_len, rows * 0, 0, second_len
+    key_rows = second_len
+  return width, row_start, start, stop, key_rows
+
+
+@triton.jit
+def _key_tile(n0, stop, row_start, width, row_ok, bh, key_rows, codes,
+              codes_stride, flat_rows, D: tl.constexpr, BN: tl.constexpr,
+              BAND: tl.constexpr):
+  """A pattern's keys [n0, n0 + BN) for a tile of query rows: (the keys,
+  which are < stop, each score's column and whether the pattern has it
+  [BM, BN], the keys' offsets [BN, D] in [B, H, K, D], the scores'
+  codes)."""
+  keys = n0 + tl.arange(0, BN)
+  key_ok = keys < stop
+  c = keys[None, :] - row_start[:, None]  # the score's column
+  cell = _cells(c, width, row_ok, key_ok, BAND)
+  key_d = (bh * key_rows + keys)[:, None] * D + tl.arange(0, D)[None, :]
+  code = tl.load(codes + flat_rows[:, None] * codes_stride + c,
+                 mask=cell, other=NO_ID).to(tl.int32)
+  return keys, key_ok, c, cell, key_d, code
 
 
 # The softmax runs in base 2: the logits come out of `_logits` times
@@ -308,17 +360,17 @@ def _online_softmax(s, vt, keep, m_i, l_i, acc, IEEE: tl.constexpr,
 
 
 @triton.jit
-def side_forward(q, k1, v1, k2, v2, per_id, codes1, codes2, valid, prev1,
-                 prev2, src_q, src_k1, src_k2, seeds, ctx, lse, new1, new2,
-                 batch_size, num_heads, num_rows, first_len, second_len,
-                 num_ids, block_len, codes1_stride, num_sources,
-                 keep_threshold, gain, scale1, scale2,
-                 D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-                 R: tl.constexpr, BAND: tl.constexpr, HAS_IDS: tl.constexpr,
-                 READ1: tl.constexpr, READ2: tl.constexpr,
-                 WRITE1: tl.constexpr, WRITE2: tl.constexpr,
-                 SOURCES: tl.constexpr, DROPOUT: tl.constexpr,
-                 BY_ROWS: tl.constexpr, IEEE: tl.constexpr):
+def branch_forward(q, k1, v1, k2, v2, per_id, codes1, codes2, valid, prev1,
+                   prev2, src_q, src_k1, src_k2, seeds, ctx, lse, new1, new2,
+                   batch_size, num_heads, num_rows, first_len, second_len,
+                   num_ids, block_len, codes1_stride, num_sources,
+                   keep_threshold, gain, scale1, scale2,
+                   D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                   R: tl.constexpr, BAND: tl.constexpr, HAS_IDS: tl.constexpr,
+                   READ1: tl.constexpr, READ2: tl.constexpr,
+                   WRITE1: tl.constexpr, WRITE2: tl.constexpr,
+                   SOURCES: tl.constexpr, DROPOUT: tl.constexpr,
+                   BY_ROWS: tl.constexpr, IEEE: tl.constexpr):
   """One program: BM query rows of one (batch, head); grid
   (cdiv(N, BM), B * H).
 
@@ -329,20 +381,12 @@ def side_forward(q, k1, v1, k2, v2, per_id, codes1, codes2, valid, prev1,
   from the num_sources earlier layers' src_q and src_k (recomputed
   streams). DROPOUT: keep_threshold and gain apply
   (`dropout.keep_threshold`, `keep_gain`); BY_ROWS: the dropout index is
-  laid out rows first (row blocks of b queries on the band side), else
+  laid out rows first (row blocks of b queries on the band branch), else
   row-major over [B, H, N, K].
   """
-  pid_m = tl.program_id(0)
-  bh = tl.program_id(1)
-  batch = bh // num_heads
-  head = bh % num_heads
-  rows = pid_m * BM + tl.arange(0, BM)
-  row_ok = rows < num_rows
+  first_row, bh, batch, head, rows, row_ok, flat_rows, head_rows = (
+      _query_tile(num_heads, num_rows, BM))
   d = tl.arange(0, D)
-  # Offsets in int32 (64-bit index math on every [BM, BN] element costs
-  # time): the handlers refuse operands of 2^31 elements or more.
-  flat_rows = batch * num_rows + rows  # rows of [B, N, ...]
-  head_rows = bh * num_rows + rows  # rows of [B, H, N, ...]
   qt = tl.load(q + head_rows[:, None] * D + d[None, :],
                mask=row_ok[:, None], other=0.0)
   row_index = _row_index(rows, batch, head, batch_size, num_heads,
@@ -358,26 +402,20 @@ def side_forward(q, k1, v1, k2, v2, per_id, codes1, codes2, valid, prev1,
     if p == 0:
       k, v, codes, prev, new, src_k = k1, v1, codes1, prev1, new1, src_k1
       codes_stride, scale, read, write = codes1_stride, scale1, READ1, WRITE1
-      width, row_start, start, stop = _first_keys(
-          rows, row_ok, pid_m * BM, BM, num_rows, first_len, block_len, BAND)
-      key_rows = first_len
     else:
       k, v, codes, prev, new, src_k = k2, v2, codes2, prev2, new2, src_k2
       codes_stride, scale, read, write = second_len, scale2, READ2, WRITE2
-      width, row_start, start, stop = second_len, rows * 0, 0, second_len
-      key_rows = second_len
+    width, row_start, start, stop, key_rows = _pattern_keys(
+        p, rows, row_ok, first_row, BM, num_rows, first_len, second_len,
+        block_len, BAND)
     for n0 in range(start, stop, BN):
-      keys = n0 + tl.arange(0, BN)
-      key_ok = keys < stop
-      c = keys[None, :] - row_start[:, None]  # the score's column
-      cell = _cells(c, width, row_ok, key_ok, BAND and p == 0)
-      key_d = (bh * key_rows + keys)[:, None] * D + d[None, :]
+      keys, key_ok, c, cell, key_d, code = _key_tile(
+          n0, stop, row_start, width, row_ok, bh, key_rows, codes,
+          codes_stride, flat_rows, D, BN, BAND and p == 0)
       s = _tile_scores(qt, tl.load(k + key_d, mask=key_ok[:, None],
                                    other=0.0),
                        src_q, src_k, head_rows, row_ok, bh * key_rows + keys,
                        key_ok, num_sources, D, BM, BN, read, SOURCES, IEEE)
-      code = tl.load(codes + flat_rows[:, None] * codes_stride + c,
-                     mask=cell, other=NO_ID).to(tl.int32)
       s = _logits(s, code, cell, per_id, flat_rows, num_ids, num_heads,
                   head, prev, new, head_rows[:, None] * width + c, scale,
                   HAS_IDS, read, write, SOURCES, BAND and p == 0)
@@ -399,11 +437,11 @@ def side_forward(q, k1, v1, k2, v2, per_id, codes1, codes2, valid, prev1,
 
 
 # ------------------------------------------------------------ backward pass
-# Two kernels, as FlashAttention's: `side_backward_queries` over query tiles
+# Two kernels, as FlashAttention's: `branch_backward_queries` over query tiles
 # (dq, the per-id scores' gradient, the previous sums' gradient, and the
-# rows' delta = dctx . ctx) and `side_backward_keys` over one pattern's key
+# rows' delta = dctx . ctx) and `branch_backward_keys` over one pattern's key
 # tiles (dk, dv), each recomputing the probabilities from the saved lse.
-# Per score (`reference.side_backward`): dP = dctx . v through dropout's
+# Per score (`reference.branch_backward`): dP = dctx . v through dropout's
 # mask and gain, dlogit = P (dP - delta), and the score's gradient
 # dlogit * scale + the emitted sum's incoming gradient (carried patterns),
 # which is also the previous sum's.
@@ -457,7 +495,7 @@ def _id_sums(table, ds, code, cell, R: tl.constexpr, BAND: tl.constexpr):
 
 
 @triton.jit
-def side_backward_queries(
+def branch_backward_queries(
     q, k1, v1, k2, v2, per_id, codes1, codes2, valid, prev1, prev2, src_q,
     src_k1, src_k2, seeds, ctx, lse, dctx, dnew1, dnew2, dq, dper_id,
     dprev1, dprev2, delta,
@@ -469,24 +507,18 @@ def side_backward_queries(
     READ2: tl.constexpr, WRITE1: tl.constexpr, WRITE2: tl.constexpr,
     SOURCES: tl.constexpr, DROPOUT: tl.constexpr, BY_ROWS: tl.constexpr,
     IEEE: tl.constexpr):
-  """One program: BM query rows of one (batch, head), as `side_forward`.
+  """One program: BM query rows of one (batch, head), as `branch_forward`.
 
   Reads the forward's inputs, its ctx and lse, and the gradients of ctx
   and of the emitted sums (dnew, WRITE); writes dq <T>[B, H, N, D],
   dper_id <f32>[B, N, R, H] (this head's column), the read sums' gradients
   dprev (READ; their dtype; with SOURCES the gradient of the sources'
   sum, which the graph turns into theirs) and delta <f32>[B, H, N] for
-  `side_backward_keys`.
+  `branch_backward_keys`.
   """
-  pid_m = tl.program_id(0)
-  bh = tl.program_id(1)
-  batch = bh // num_heads
-  head = bh % num_heads
-  rows = pid_m * BM + tl.arange(0, BM)
-  row_ok = rows < num_rows
+  first_row, bh, batch, head, rows, row_ok, flat_rows, head_rows = (
+      _query_tile(num_heads, num_rows, BM))
   d = tl.arange(0, D)
-  flat_rows = batch * num_rows + rows
-  head_rows = bh * num_rows + rows
   row_d = head_rows[:, None] * D + d[None, :]
   qt = tl.load(q + row_d, mask=row_ok[:, None], other=0.0)
   do = tl.load(dctx + row_d, mask=row_ok[:, None], other=0.0)
@@ -501,30 +533,24 @@ def side_backward_queries(
   table = tl.zeros([BM, R], tl.float32)
   keep = tl.full([BM, BN], True, tl.int1)
 
-  for p in tl.static_range(2):  # as in `side_forward`
+  for p in tl.static_range(2):  # as in `branch_forward`
     if p == 0:
       k, v, codes, prev, dnew, dprev = k1, v1, codes1, prev1, dnew1, dprev1
       codes_stride, scale, read, write = codes1_stride, scale1, READ1, WRITE1
       src_k = src_k1
-      width, row_start, start, stop = _first_keys(
-          rows, row_ok, pid_m * BM, BM, num_rows, first_len, block_len, BAND)
-      key_rows = first_len
     else:
       k, v, codes, prev, dnew, dprev = k2, v2, codes2, prev2, dnew2, dprev2
       codes_stride, scale, read, write = second_len, scale2, READ2, WRITE2
       src_k = src_k2
-      width, row_start, start, stop = second_len, rows * 0, 0, second_len
-      key_rows = second_len
+    width, row_start, start, stop, key_rows = _pattern_keys(
+        p, rows, row_ok, first_row, BM, num_rows, first_len, second_len,
+        block_len, BAND)
     for n0 in range(start, stop, BN):
-      keys = n0 + tl.arange(0, BN)
-      key_ok = keys < stop
-      c = keys[None, :] - row_start[:, None]
-      cell = _cells(c, width, row_ok, key_ok, BAND and p == 0)
-      key_d = (bh * key_rows + keys)[:, None] * D + d[None, :]
+      keys, key_ok, c, cell, key_d, code = _key_tile(
+          n0, stop, row_start, width, row_ok, bh, key_rows, codes,
+          codes_stride, flat_rows, D, BN, BAND and p == 0)
       kt = tl.load(k + key_d, mask=key_ok[:, None], other=0.0)
       vt = tl.load(v + key_d, mask=key_ok[:, None], other=0.0)
-      code = tl.load(codes + flat_rows[:, None] * codes_stride + c,
-                     mask=cell, other=NO_ID).to(tl.int32)
       if DROPOUT:
         keep = _keep(row_index, row_start, n0, width, seeds, p, keep_threshold,
                      BM, BN)
@@ -552,7 +578,7 @@ def side_backward_queries(
 
 
 @triton.jit
-def side_backward_keys(
+def branch_backward_keys(
     q, k, v, per_id, codes, valid, prev, src_q, src_k, seeds, lse, delta,
     dctx, dnew, dk, dv, batch_size, num_heads, num_rows, key_rows, num_ids,
     block_len, codes_stride, num_sources, keep_threshold, gain, scale,
@@ -560,15 +586,15 @@ def side_backward_keys(
     BAND: tl.constexpr, HAS_IDS: tl.constexpr, READ: tl.constexpr,
     WRITE: tl.constexpr, SOURCES: tl.constexpr, DROPOUT: tl.constexpr,
     BY_ROWS: tl.constexpr, IEEE: tl.constexpr, PATTERN: tl.constexpr,
-    BAND_SIDE: tl.constexpr):
+    BAND_BRANCH: tl.constexpr):
   """One program: BN keys (rows of k and v) of one pattern and (batch,
   head); grid (cdiv(key_rows, BN), B * H).
 
   k, v, codes, prev, src_k, dnew, scale: the pattern's (PATTERN 0: the
   first, 1: the second, whose dropout seed it reads). BAND: this pattern is
   the band (key_rows = N + 2b; the queries of the blocks that see these
-  rows); else dense (every query). BAND_SIDE: the side's first pattern is the
-  band (the dropout index's row blocks). Writes dk, dv <T>[B, H, K, D].
+  rows); else dense (every query). BAND_BRANCH: the branch's first pattern is
+  the band (the dropout index's row blocks). Writes dk, dv <T>[B, H, K, D].
   """
   pid_n = tl.program_id(0)
   bh = tl.program_id(1)
@@ -615,7 +641,7 @@ def side_backward_keys(
                    other=NO_ID).to(tl.int32)
     if DROPOUT:
       row_index = _row_index(rows, batch, head, batch_size, num_heads,
-                             num_rows, block_len, BAND_SIDE, BY_ROWS)
+                             num_rows, block_len, BAND_BRANCH, BY_ROWS)
       keep = _keep(row_index, row_start, pid_n * BN, width, seeds, PATTERN,
                    keep_threshold, BM, BN)
     s = _tile_scores(qt, kt, src_q, src_k, head_rows, row_ok,

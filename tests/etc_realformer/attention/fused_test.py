@@ -140,8 +140,8 @@ def test_recomputed_streams_training_step_hlo(twins):
       feats)(stage="hlo")
   targets = [line.split('custom_call_target="')[1].split('"')[0]
              for line in hlo.splitlines() if "custom_call_target=" in line]
-  assert targets.count("etc_side_forward") == 6
-  assert targets.count("etc_side_backward") == 6
+  assert targets.count("etc_branch_forward") == 6
+  assert targets.count("etc_branch_backward") == 6
   # One barrier per branch of the two layers that read sums.
   assert hlo.count(" opt-barrier(") >= 4
 
@@ -166,7 +166,7 @@ def test_exported_hlo_has_the_custom_call(twins):
                    jit_compile=True)
   hlo = fn.experimental_get_compiler_ir(feats)(stage="hlo")
   calls = [line for line in hlo.splitlines()
-           if 'custom_call_target="etc_side_forward"' in line]
+           if 'custom_call_target="etc_branch_forward"' in line]
   # Both branches of every layer.
   assert len(calls) == 2 * fused_model.config.num_hidden_layers
   assert all("API_VERSION_TYPED_FFI" in line for line in calls)
@@ -191,9 +191,9 @@ def test_exported_training_step_has_the_backward_calls(twins):
 
   layers = fused_model.config.num_hidden_layers
   calls = targets(fused_model)
-  assert calls.count("etc_side_forward") == 2 * layers
-  assert calls.count("etc_side_backward") == 2 * layers
-  assert not any(c.startswith("etc_side") for c in targets(xla_model))
+  assert calls.count("etc_branch_forward") == 2 * layers
+  assert calls.count("etc_branch_backward") == 2 * layers
+  assert not any(c.startswith("etc_branch") for c in targets(xla_model))
 
 
 def test_outside_xla_the_fused_option_changes_nothing(twins):
@@ -248,8 +248,8 @@ def test_jaxlib_runs_the_exported_custom_calls(twins, tmp_path):
   # module, exported from TensorFlow, compiled and run by jaxlib with the same
   # library's host handlers registered there, gives TensorFlow's value.
   from etc_realformer.kernels import ffi_library  # pylint: disable=g-import-not-at-top
-  from tools import xla_export  # pylint: disable=g-import-not-at-top
-  from tools import xla_runner  # pylint: disable=g-import-not-at-top
+  from tools.gpu import xla_export  # pylint: disable=g-import-not-at-top
+  from tools.gpu import xla_runner  # pylint: disable=g-import-not-at-top
   _, fused_model = twins
   feats = {k: tf.constant(v) for k, v in random_features(
       fused_model.config, batch=1, long_len=16, global_len=4, seed=2).items()}
@@ -348,13 +348,13 @@ def test_graph_codes_are_the_references(side, has_ids):
   # the kernels are tested on: NO_ID only where the band has no relative
   # term, a masked key's id kept in the low 7 bits.
   if side == "long":
-    case = fat.SideCase.long_side(batch=2, num_heads=2, num_blocks=3,
-                                  block_len=5, global_len=6, num_ids=7,
-                                  has_ids=has_ids)
+    case = fat.BranchCase.long_branch(batch=2, num_heads=2, num_blocks=3,
+                                      block_len=5, global_len=6, num_ids=7,
+                                      has_ids=has_ids)
   else:
-    case = fat.SideCase.global_side(batch=2, num_heads=2, global_len=6,
-                                    long_len=20, num_ids=7, has_ids=has_ids)
-  pieces = fat.side_pieces(case, seed=5, masked_rows=1)
+    case = fat.BranchCase.global_branch(batch=2, num_heads=2, global_len=6,
+                                        long_len=20, num_ids=7, has_ids=has_ids)
+  pieces = fat.branch_pieces(case, seed=5, masked_rows=1)
   spec, x = fat.core_branch(case, pieces)
   got = fused.attention_codes(spec, x.masks, has_ids)
   for codes, want in zip(got, (pieces["codes1"], pieces["codes2"])):
@@ -367,9 +367,9 @@ def test_graph_codes_are_the_references(side, has_ids):
 def test_relative_ids_on_one_pattern_fall_back(pattern_with_ids):
   # The codes cannot say "unmasked, no relative term": such a branch runs on
   # the XLA path (ETC's features give every pattern ids, or none).
-  case = fat.SideCase.long_side(batch=1, num_heads=2, num_blocks=3,
-                                block_len=4, global_len=5, num_ids=6)
-  spec, x = fat.core_branch(case, fat.side_pieces(case, seed=3))
+  case = fat.BranchCase.long_branch(batch=1, num_heads=2, num_blocks=3,
+                                    block_len=4, global_len=5, num_ids=6)
+  spec, x = fat.core_branch(case, fat.branch_pieces(case, seed=3))
   assert fused.covers(spec, x)
   ids = [None, None]
   ids[pattern_with_ids] = x.masks.ids[pattern_with_ids]
@@ -385,9 +385,9 @@ def test_relative_ids_on_one_pattern_fall_back(pattern_with_ids):
 def test_fused_branch_gradient_when_nothing_reads_its_new_sums():
   # Nothing reads the emitted sums: TensorFlow hands the gradient zeros
   # for them, and the kernels' gradient is the context's alone.
-  case = fat.SideCase.global_side(batch=1, num_heads=2, global_len=6,
-                                  long_len=20, carried=(True, True))
-  spec, x = fat.core_branch(case, fat.side_pieces(case, seed=4))
+  case = fat.BranchCase.global_branch(batch=1, num_heads=2, global_len=6,
+                                      long_len=20, carried=(True, True))
+  spec, x = fat.core_branch(case, fat.branch_pieces(case, seed=4))
   q = x.scores.q
 
   def loss_grad(attend):

@@ -1,5 +1,5 @@
-"""The CUDA handlers' launches (`attention_ffi.cc`, `SideForwardCuda`,
-`SideBackwardCuda`), checked without a GPU against a recording driver.
+"""The CUDA handlers' launches (`attention_ffi.cc`, `BranchForwardCuda`,
+`BranchBackwardCuda`), checked without a GPU against a recording driver.
 
 On a GPU a launch whose arguments are out of order, or whose grid, block
 or shared memory disagree with the cubin, computes garbage or faults; no
@@ -8,9 +8,9 @@ handlers' source, calls the CUDA handlers on buffers that are only
 shapes and addresses (nothing is dereferenced), and a stand-in
 `libcuda.so.1` prints every driver call: each launch's function, grid,
 block, shared bytes, stream and argument bytes. The test reads them back
-through the kernels' own signatures (`tools.build_kernels.SIGNATURES`,
+through the kernels' own signatures (`tools.kernels.build.SIGNATURES`,
 which the cubin build checks against `triton_attention`) and the names
-the cubins are built under (`tools.kernel_names.variant_name`).
+the cubins are built under (`variants.variant_name`).
 """
 
 import dataclasses
@@ -22,8 +22,8 @@ from typing import Dict, List, Optional, Tuple
 
 import pytest
 
-from tools import build_kernels
-from tools import kernel_names
+from etc_realformer.kernels import build
+from etc_realformer.kernels import variants as kernel_variants
 
 pytestmark = pytest.mark.skipif(
     shutil.which("g++") is None or shutil.which("gcc") is None,
@@ -136,13 +136,13 @@ int main() {
     CUstream stream = reinterpret_cast<CUstream>(0x5EED);
     ffi::Error e = ffi::Error::Success();
     if (kind == "forward") {
-      e = SideForwardCuda(
+      e = BranchForwardCuda(
           stream, b(0), b(1), b(2), b(3), b(4), f32(5), s8(6), s8(7), f32(8),
           b(9), b(10), b(11), b(12), b(13), b(14), band, block_len, has_ids,
           r1, r2, e1, e2, scale1, scale2, keep, gain, by_rows, sources,
           b(15), f32(16), b(17), b(18));
     } else {
-      e = SideBackwardCuda(
+      e = BranchBackwardCuda(
           stream, b(0), b(1), b(2), b(3), b(4), f32(5), s8(6), s8(7), f32(8),
           b(9), b(10), b(11), b(12), b(13), b(14), b(15), f32(16), b(17),
           b(18), b(19), band, block_len, has_ids, r1, r2, e1, e2, scale1,
@@ -167,14 +167,14 @@ BACKWARD_BUFFERS = FORWARD_BUFFERS[:15] + (
 # Each kernel's cubin metadata (the function is named fn_<kernel>): shared
 # bytes (the forward's above 48 KiB, which needs the attribute), warps,
 # tile.
-META = {build_kernels.FORWARD: (50176, 4, 32),
-        build_kernels.QUERIES: (20480, 4, 16),
-        build_kernels.KEYS: (30720, 8, 64)}
+META = {build.FORWARD: (50176, 4, 32),
+        build.QUERIES: (20480, 4, 16),
+        build.KEYS: (30720, 8, 64)}
 
 
 @dataclasses.dataclass
-class Side:
-  """One side's call: shapes (band: N = nb * b queries over N + 2b padded
+class Branch:
+  """One branch's call: shapes (band: N = nb * b queries over N + 2b padded
   key rows; dense: K1 keys), options and the kernels it launches."""
   dtype: str
   batch: int
@@ -245,13 +245,13 @@ class Side:
   def variant(self, kernel: str, pattern: int = 0,
               aligned: bool = False) -> str:
     """The cubin's name: the plain one, or the one aligned for this
-    side's lengths (the plain one where none is a multiple of 16)."""
+    branch's lengths (the plain one where none is a multiple of 16)."""
     flags = self.streams()
     if pattern:
       flags = flags[pattern - 1] + flags[pattern + 1]
     low = self.stream_dtype != "float32" and set(flags) != {"0"}
-    variant = kernel_names.Variant(
-        self.dtype, self.head_size, kernel_names.padded_ids(self.num_ids),
+    variant = kernel_variants.Variant(
+        self.dtype, self.head_size, kernel_variants.padded_ids(self.num_ids),
         self.band, flags, low, self.keep_threshold > 0, self.by_rows,
         kernel, pattern)
     if aligned:
@@ -263,15 +263,15 @@ class Side:
 def _launches(backward: bool) -> List[Tuple[str, int]]:
   """The (kernel, pattern) launches of a forward or backward call."""
   if not backward:
-    return [(build_kernels.FORWARD, 0)]
-  return [(build_kernels.QUERIES, 0), (build_kernels.KEYS, 1),
-          (build_kernels.KEYS, 2)]
+    return [(build.FORWARD, 0)]
+  return [(build.QUERIES, 0), (build.KEYS, 1),
+          (build.KEYS, 2)]
 
 
 def _sizes(kernel: str) -> str:
   """The launch's argument sizes: the signature's, then Triton's two
   scratch pointers."""
-  signature = build_kernels.SIGNATURES[kernel]
+  signature = build.SIGNATURES[kernel]
   return ("8" * len(signature.pointers) + "4" * len(signature.ints) +
           "4" * len(signature.floats) + "88")
 
@@ -280,12 +280,13 @@ def _addresses(names) -> Dict[str, int]:
   return {name: (i + 1) << 32 for i, name in enumerate(names)}
 
 
-def _call_line(side: Side, backward: bool) -> str:
+def _call_line(branch: Branch, backward: bool) -> str:
   names = BACKWARD_BUFFERS if backward else FORWARD_BUFFERS
-  shapes, addresses = side.shapes(), _addresses(names)
-  attrs = [int(side.band), side.block_len, int(side.num_ids > 0),
-           *map(int, side.read), *map(int, side.emit), *side.scales,
-           side.keep_threshold, side.gain, int(side.by_rows), side.sources]
+  shapes, addresses = branch.shapes(), _addresses(names)
+  attrs = [int(branch.band), branch.block_len, int(branch.num_ids > 0),
+           *map(int, branch.read), *map(int, branch.emit), *branch.scales,
+           branch.keep_threshold, branch.gain, int(branch.by_rows),
+           branch.sources]
   launches = _launches(backward)
   fields = ["backward" if backward else "forward", *attrs, len(launches),
             *(_sizes(kernel) for kernel, _ in launches), len(names)]
@@ -300,7 +301,7 @@ def built(tmp_path_factory):
   """The stand-in driver and the program that calls the handlers, built
   once (the program compiles the handlers' source)."""
   folder = tmp_path_factory.mktemp("cuda_launches")
-  include = build_kernels.default_ffi_include()
+  include = build.default_ffi_include()
   subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1",
                   "-x", "c", "-", "-o", str(folder / "libcuda.so.1")],
                  input=_DRIVER, text=True, check=True, timeout=120)
@@ -311,22 +312,22 @@ def built(tmp_path_factory):
   return folder
 
 
-def _write_cubins(cubins, calls: List[Tuple[Side, bool]],
+def _write_cubins(cubins, calls: List[Tuple[Branch, bool]],
                   aligned: bool = False) -> None:
   """Stand-in cubins and their metadata for every kernel the calls launch
   (and, with `aligned`, the ones aligned for their lengths beside)."""
   cubins.mkdir()
-  for side, backward in calls:
+  for branch, backward in calls:
     for kernel, pattern in _launches(backward):
       shared, warps, tile = META[kernel]
-      for variant in {side.variant(kernel, pattern),
-                      side.variant(kernel, pattern, aligned)}:
+      for variant in {branch.variant(kernel, pattern),
+                      branch.variant(kernel, pattern, aligned)}:
         (cubins / f"{variant}.meta").write_text(
             f"fn_{kernel} {shared} {warps} {tile}\n")
         (cubins / f"{variant}.cubin").write_bytes(variant.encode() + b"\0")
 
 
-def _run(built, cubins, calls: List[Tuple[Side, bool]]) -> List[List[str]]:
+def _run(built, cubins, calls: List[Tuple[Branch, bool]]) -> List[List[str]]:
   """Each call's printed lines (driver calls, then `result ...`)."""
   env = dict(os.environ, LD_LIBRARY_PATH=str(built),
              ETC_KERNELS_CUBIN_DIR=str(cubins))
@@ -346,14 +347,14 @@ def _run(built, cubins, calls: List[Tuple[Side, bool]]) -> List[List[str]]:
 
 def _decoded(kernel: str, words: List[str]) -> Dict[str, object]:
   """A launch line's arguments by the kernel's signature names."""
-  signature = build_kernels.SIGNATURES[kernel]
+  signature = build.SIGNATURES[kernel]
   values = iter(words)
   out: Dict[str, object] = {}
   for name, _ in signature.pointers:
     out[name] = int(next(values), 16)
   for name in signature.ints:
     out[name] = struct.unpack("<i", struct.pack("<I", int(next(values),
-                                                           16)))[0]
+                                                          16)))[0]
   for name in signature.floats:
     out[name] = struct.unpack("<f", struct.pack("<I", int(next(values),
                                                           16)))[0]
@@ -362,42 +363,42 @@ def _decoded(kernel: str, words: List[str]) -> Dict[str, object]:
   return out
 
 
-def _expected(side: Side, kernel: str, pattern: int,
+def _expected(branch: Branch, kernel: str, pattern: int,
               addresses: Dict[str, int]) -> Dict[str, object]:
   """What the kernel must be launched with: each pointer its buffer (the
   keys kernel's pattern p: k_p, v_p, codes_p, prev_p, src_k_p, dnew_p,
   dk_p, dv_p), the shapes as ints, the attributes as floats."""
-  signature = build_kernels.SIGNATURES[kernel]
+  signature = build.SIGNATURES[kernel]
   out: Dict[str, object] = {}
   for name, _ in signature.pointers:
     buffer = name
-    if kernel == build_kernels.KEYS and name in (
+    if kernel == build.KEYS and name in (
         "k", "v", "codes", "prev", "src_k", "dnew", "dk", "dv"):
       buffer = f"{name}{pattern}"
     out[name] = addresses[buffer]
-  key_rows = (side.first_len, side.second_len)
-  ints = dict(batch_size=side.batch, num_heads=side.heads,
-              num_rows=side.rows, first_len=side.first_len,
-              second_len=side.second_len, num_ids=max(side.num_ids, 1),
-              block_len=side.block_len, codes1_stride=side.codes1_stride,
-              num_sources=side.sources, keep_threshold=side.keep_threshold)
+  key_rows = (branch.first_len, branch.second_len)
+  ints = dict(batch_size=branch.batch, num_heads=branch.heads,
+              num_rows=branch.rows, first_len=branch.first_len,
+              second_len=branch.second_len, num_ids=max(branch.num_ids, 1),
+              block_len=branch.block_len, codes1_stride=branch.codes1_stride,
+              num_sources=branch.sources, keep_threshold=branch.keep_threshold)
   if pattern:
     ints.update(key_rows=key_rows[pattern - 1],
-                codes_stride=(side.codes1_stride, side.second_len)[
+                codes_stride=(branch.codes1_stride, branch.second_len)[
                     pattern - 1])
   for name in signature.ints:
     out[name] = ints[name]
-  floats = dict(gain=side.gain, scale1=side.scales[0],
-                scale2=side.scales[1])
+  floats = dict(gain=branch.gain, scale1=branch.scales[0],
+                scale2=branch.scales[1])
   if pattern:
-    floats["scale"] = side.scales[pattern - 1]
+    floats["scale"] = branch.scales[pattern - 1]
   for name in signature.floats:
     out[name] = floats[name]
   out["scratch"] = [0, 0]
   return out
 
 
-def _check_call(side: Side, backward: bool, lines: List[str],
+def _check_call(branch: Branch, backward: bool, lines: List[str],
                 memset: Optional[str]) -> None:
   """One call's driver lines against its kernels."""
   assert lines[-1] == "result ok", lines
@@ -410,42 +411,42 @@ def _check_call(side: Side, backward: bool, lines: List[str],
   if memset is None:
     assert not memsets, lines
   else:  # dper_id's zeros, before the queries kernel, on the stream
-    count = side.batch * side.rows * side.heads
+    count = branch.batch * branch.rows * branch.heads
     assert memsets == [["memset", f"{addresses[memset]:x}", "0", str(count),
                         f"{STREAM:x}"]]
     assert lines.index(" ".join(memsets[0])) < lines.index(
         next(line for line in lines if line.startswith("launch ")))
   for (kernel, pattern), words in zip(kernels, launches):
     shared, warps, tile = META[kernel]
-    extent = ((side.first_len, side.second_len)[pattern - 1] if pattern
-              else side.rows)
+    extent = ((branch.first_len, branch.second_len)[pattern - 1] if pattern
+              else branch.rows)
     assert words[1] == f"fn_{kernel}"
     assert list(map(int, words[2:9])) == [
-        -(-extent // tile), side.batch * side.heads, 1, 32 * warps, 1, 1,
+        -(-extent // tile), branch.batch * branch.heads, 1, 32 * warps, 1, 1,
         shared]
     assert words[9:11] == [f"{STREAM:x}", "1"]  # the stream; no `extra`
-    assert _decoded(kernel, words[11:]) == _expected(side, kernel, pattern,
+    assert _decoded(kernel, words[11:]) == _expected(branch, kernel, pattern,
                                                      addresses)
-    variant = side.variant(kernel, pattern)
+    variant = branch.variant(kernel, pattern)
     assert f"load {variant} fn_{kernel}" in lines
 
 
-# The benchmark's long side (4096 tokens, block 85 with 2 padded blocks,
+# The benchmark's long branch (4096 tokens, block 85 with 2 padded blocks,
 # 256 global tokens, 12 heads, 32 relative ids), RealFormer streams read
 # and written on both patterns, dropout by rows.
-LONG = Side("bfloat16", batch=4, heads=12, rows=4165, head_size=64,
-            band=True, block_len=85, first_len=4165 + 170, second_len=256,
-            num_ids=25, read=(True, True), emit=(True, True),
-            stream_dtype="float32", sources=0, keep_threshold=6554,
-            by_rows=True)
-# Its global side: dense over the global keys, then the long ones; no ids;
+LONG = Branch("bfloat16", batch=4, heads=12, rows=4165, head_size=64,
+              band=True, block_len=85, first_len=4165 + 170, second_len=256,
+              num_ids=25, read=(True, True), emit=(True, True),
+              stream_dtype="float32", sources=0, keep_threshold=6554,
+              by_rows=True)
+# Its global branch: dense over the global keys, then the long ones; no ids;
 # the first layer's streams (emitted only) in bfloat16; dropout over the
 # whole tensor.
-GLOBAL = Side("bfloat16", batch=4, heads=12, rows=256, head_size=64,
-              band=False, block_len=1, first_len=256, second_len=4165,
-              num_ids=0, read=(False, False), emit=(True, True),
-              stream_dtype="bfloat16", sources=0, keep_threshold=6554,
-              by_rows=False)
+GLOBAL = Branch("bfloat16", batch=4, heads=12, rows=256, head_size=64,
+                band=False, block_len=1, first_len=256, second_len=4165,
+                num_ids=0, read=(False, False), emit=(True, True),
+                stream_dtype="bfloat16", sources=0, keep_threshold=6554,
+                by_rows=False)
 # Recomputed streams: the l2l sum made from 11 earlier layers; float16,
 # no dropout.
 SOURCES = dataclasses.replace(
@@ -458,33 +459,33 @@ def test_launches_match_the_kernels_signatures(built, tmp_path):
            (SOURCES, False), (SOURCES, True)]
   _write_cubins(tmp_path / "cubins", calls)
   results = _run(built, tmp_path / "cubins", calls)
-  for (side, backward), lines in zip(calls, results):
-    memset = "dper_id" if backward and not side.num_ids else None
-    _check_call(side, backward, lines, memset)
+  for (branch, backward), lines in zip(calls, results):
+    memset = "dper_id" if backward and not branch.num_ids else None
+    _check_call(branch, backward, lines, memset)
   attributes = [line for lines in results for line in lines
                 if line.startswith("attribute ")]
   # Only the forward cubins ask for more than 48 KiB of shared memory: the
   # limit is raised (attribute 8, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_
   # SIZE_BYTES) once per cubin, when it loads.
   assert attributes == [
-      f"attribute fn_{build_kernels.FORWARD} 8 50176"] * 3
+      f"attribute fn_{build.FORWARD} 8 50176"] * 3
 
 
 def test_a_missing_cubin_fails_the_call_before_any_launch(built, tmp_path):
   """The backward loads all three kernels before the first launch: with
   one keys cubin gone it launches nothing and names the file."""
-  missing = LONG.variant(build_kernels.KEYS, 2)
+  missing = LONG.variant(build.KEYS, 2)
   _write_cubins(tmp_path / "cubins", [(LONG, True)])
   os.remove(tmp_path / "cubins" / f"{missing}.meta")
   lines, = _run(built, tmp_path / "cubins", [(LONG, True)])
   assert not [line for line in lines if line.startswith("launch ")], lines
   assert lines[-1].startswith("result no compiled kernel ")
   assert lines[-1].endswith(f"{missing}.meta (build it with python -m "
-                            "tools.build_kernels)")
+                            "tools.kernels.build_kernels)")
 
 
 def test_an_aligned_cubin_is_launched_where_built(built, tmp_path):
-  """The benchmark's long side has one length of 16, G: the forward, the
+  """The benchmark's long branch has one length of 16, G: the forward, the
   queries kernel and the l2g keys kernel load the cubins aligned for it,
   the l2l keys kernel (none of N, N + 2b, b is) its plain one; a build
   without them (the test above) loads the plain ones."""
@@ -498,7 +499,7 @@ def test_an_aligned_cubin_is_launched_where_built(built, tmp_path):
                    for kernel, pattern in _launches(backward)]
   assert [name.rsplit("_", 1)[1] for name in loads] == [
       "a0010", "a0010", "rows", "a010"]
-  for (side, backward), lines in zip(calls, results):
+  for (branch, backward), lines in zip(calls, results):
     assert lines[-1] == "result ok", lines
     assert len([line for line in lines if line.startswith("launch ")]) == (
         3 if backward else 1)

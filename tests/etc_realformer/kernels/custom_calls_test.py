@@ -1,5 +1,5 @@
 """Typed-FFI custom calls from TensorFlow: the StableHLO text, and the
-side's host handlers (`etc_side_forward`, and `etc_side_backward` on its
+branch's host handlers (`etc_branch_forward`, and `etc_branch_backward` on its
 outputs) called directly under jit_compile against the NumPy reference."""
 
 from typing import Any, Dict, List, Optional, Tuple
@@ -41,15 +41,15 @@ def test_module_text_is_one_typed_ffi_call():
     custom_calls.stablehlo_module("t", [], ["tensor<f32>"], {"name": "x"})
 
 
-SIDE_FORWARD = "etc_side_forward"
+SIDE_FORWARD = "etc_branch_forward"
 _INPUTS = ("q", "k1", "v1", "k2", "v2")
 _SOURCES = ("src_q", "src_k1", "src_k2")
 _RANKED = ("codes1", "codes2", "valid")
 
 
-def _operands(case: ref.SideCase, pieces: Dict[str, np.ndarray],
+def _operands(case: ref.BranchCase, pieces: Dict[str, np.ndarray],
               dtype: tf.DType, stream_dtype: tf.DType) -> List[tf.Tensor]:
-  """The side's operands in order, with the placeholders the graph passes
+  """The branch's operands in order, with the placeholders the graph passes
   for what is not read (per_id without ids: [B, N, 1, H]; streams not read
   and seeds without dropout: f32[1])."""
   placeholder = np.zeros([1], np.float32)
@@ -70,7 +70,7 @@ def _operands(case: ref.SideCase, pieces: Dict[str, np.ndarray],
   return args
 
 
-def _forward_results(case: ref.SideCase, dtype: tf.DType,
+def _forward_results(case: ref.BranchCase, dtype: tf.DType,
                      stream_dtype: tf.DType):
   """(shape, dtype) of ctx, lse, new1, new2 (f32[1] where not emitted)."""
   shape = [case.batch, case.num_heads, case.rows]
@@ -81,7 +81,7 @@ def _forward_results(case: ref.SideCase, dtype: tf.DType,
   return results
 
 
-def _attributes(case: ref.SideCase):
+def _attributes(case: ref.BranchCase):
   """The calls' attributes (both passes take the same)."""
   scale1, scale2 = case.scales
   return {
@@ -95,10 +95,10 @@ def _attributes(case: ref.SideCase):
       "by_rows": case.by_rows, "sources": case.num_sources}
 
 
-def _side_call(case: ref.SideCase, pieces: Dict[str, np.ndarray],
-               dtype: tf.DType = tf.float32,
-               stream_dtype: tf.DType = tf.float32):
-  """The side's custom call on `pieces` under jit_compile: (ctx, lse,
+def _branch_call(case: ref.BranchCase, pieces: Dict[str, np.ndarray],
+                 dtype: tf.DType = tf.float32,
+                 stream_dtype: tf.DType = tf.float32):
+  """The branch's custom call on `pieces` under jit_compile: (ctx, lse,
   new1, new2) as NumPy arrays in float32 (new_p None where not
   emitted)."""
   ffi_library.load_into_tensorflow()
@@ -116,7 +116,7 @@ def _side_call(case: ref.SideCase, pieces: Dict[str, np.ndarray],
 
 
 def _rounded(pieces: Dict[str, np.ndarray], dtype: tf.DType,
-             stream_dtype: tf.DType, case: ref.SideCase
+             stream_dtype: tf.DType, case: ref.BranchCase
              ) -> Dict[str, np.ndarray]:
   """The pieces as the handler reads them (inputs and streams rounded)."""
   out = dict(pieces)
@@ -128,13 +128,13 @@ def _rounded(pieces: Dict[str, np.ndarray], dtype: tf.DType,
   return out
 
 
-def _check(case: ref.SideCase, dtype: tf.DType = tf.float32,
+def _check(case: ref.BranchCase, dtype: tf.DType = tf.float32,
            stream_dtype: tf.DType = tf.float32, ctx_tolerance: float = 1e-5,
            new_tolerance: float = 1e-6, lse_tolerance: float = 1e-6,
            masked_rows: int = 2, pieces: Optional[Dict] = None):
-  pieces = pieces or ref.side_pieces(case, seed=2, masked_rows=masked_rows)
-  ctx, lse, new = _side_call(case, pieces, dtype, stream_dtype)
-  want = ref.side_forward(_rounded(pieces, dtype, stream_dtype, case), case)
+  pieces = pieces or ref.branch_pieces(case, seed=2, masked_rows=masked_rows)
+  ctx, lse, new = _branch_call(case, pieces, dtype, stream_dtype)
+  want = ref.branch_forward(_rounded(pieces, dtype, stream_dtype, case), case)
   assert ref.relative_error(ctx, want.ctx) < ctx_tolerance
   live = np.broadcast_to(pieces["valid"][:, None] > 0, lse.shape)
   assert ref.relative_error(lse, want.lse, live) < lse_tolerance
@@ -147,14 +147,14 @@ def _check(case: ref.SideCase, dtype: tf.DType = tf.float32,
 
 
 @pytest.mark.parametrize("streams_and_dropout", [False, True])
-def test_long_side_with_ids_matches_the_reference(streams_and_dropout):
+def test_long_branch_with_ids_matches_the_reference(streams_and_dropout):
   # With streams: the first layer (emit only) and the band's dropout index
   # in row blocks of b queries.
   options = dict(carried=(True, True), has_prev=False, dropout_rate=0.1,
                  by_rows=True) if streams_and_dropout else {}
-  case = ref.SideCase.long_side(batch=2, num_heads=2, num_blocks=3, block_len=4,
-                                global_len=5, size_per_head=16, num_ids=6,
-                                **options)
+  case = ref.BranchCase.long_branch(
+      batch=2, num_heads=2, num_blocks=3, block_len=4, global_len=5,
+      size_per_head=16, num_ids=6, **options)
   want = _check(case)
   if streams_and_dropout:
     assert case.reads_prev == (False, False)
@@ -162,8 +162,8 @@ def test_long_side_with_ids_matches_the_reference(streams_and_dropout):
     assert not want.dropped[0].all() and not want.dropped[1].all()
 
 
-def test_global_side_with_streams_and_dropout_matches_the_reference():
-  case = ref.SideCase.global_side(
+def test_global_branch_with_streams_and_dropout_matches_the_reference():
+  case = ref.BranchCase.global_branch(
       batch=2, num_heads=2, global_len=6, long_len=20, size_per_head=16,
       num_ids=6, carried=(True, True), has_prev=True, emit=True,
       running_mean=True, num_summed=3, dropout_rate=0.1, by_rows=True)
@@ -173,22 +173,22 @@ def test_global_side_with_streams_and_dropout_matches_the_reference():
   assert any((d != p).any() for d, p in zip(want.dropped, want.probs))
 
 
-def test_dense_long_side_without_ids_in_bfloat16_matches_the_reference():
-  # The full path's long side (dense l2l + l2g), one stream carried, the
+def test_dense_long_branch_without_ids_in_bfloat16_matches_the_reference():
+  # The full path's long branch (dense l2l + l2g), one stream carried, the
   # streams in the compute dtype, the dropout index row-major.
-  case = ref.SideCase(batch=1, num_heads=2, band=False, num_rows=12,
-                      first_len=12, second_len=4, size_per_head=16,
-                      num_ids=5, has_ids=False, carried=(True, False),
-                      has_prev=True, emit=True, dropout_rate=0.1,
-                      by_rows=False)
+  case = ref.BranchCase(batch=1, num_heads=2, band=False, num_rows=12,
+                        first_len=12, second_len=4, size_per_head=16,
+                        num_ids=5, has_ids=False, carried=(True, False),
+                        has_prev=True, emit=True, dropout_rate=0.1,
+                        by_rows=False)
   _check(case, tf.bfloat16, tf.bfloat16, ctx_tolerance=2e-2,
          new_tolerance=1e-2, lse_tolerance=1e-5)
 
 
-def test_long_side_with_sources_matches_the_reference():
+def test_long_branch_with_sources_matches_the_reference():
   # Recomputed streams: the previous sums made from three earlier layers'
   # queries and keys, none emitted, the running mean, dropout.
-  case = ref.SideCase.long_side(
+  case = ref.BranchCase.long_branch(
       batch=2, num_heads=2, num_blocks=3, block_len=4, global_len=5,
       size_per_head=16, num_ids=6, carried=(True, True), emit=False,
       num_sources=3, running_mean=True, num_summed=4, dropout_rate=0.1)
@@ -198,28 +198,28 @@ def test_long_side_with_sources_matches_the_reference():
 @pytest.mark.parametrize("broken,message", [
     ("v1", "v1 has shape"), ("prev2", "prev2 has shape"),
     ("codes1", "codes1's rows"), ("src_k2", "src_k2 has shape")])
-def test_side_handler_rejects_operands_that_do_not_fit(broken, message):
+def test_branch_handler_rejects_operands_that_do_not_fit(broken, message):
   # The CUDA kernel indexes raw pointers: the handler checks every operand.
-  case = ref.SideCase.long_side(batch=1, num_heads=2, num_blocks=2, block_len=4,
-                                global_len=3, size_per_head=16, num_ids=3,
-                                carried=(False, True), has_prev=True,
-                                emit=not broken.startswith("src"),
-                                num_sources=2 * broken.startswith("src"))
-  p = ref.side_pieces(case, seed=1)
+  case = ref.BranchCase.long_branch(
+      batch=1, num_heads=2, num_blocks=2, block_len=4, global_len=3,
+      size_per_head=16, num_ids=3, carried=(False, True), has_prev=True,
+      emit=not broken.startswith("src"), num_sources=2 *
+      broken.startswith("src"))
+  p = ref.branch_pieces(case, seed=1)
   if broken == "codes1":  # rows not padded to 16 bytes
     p["codes1"] = np.ascontiguousarray(p["codes1"][..., :3 * case.block_len])
   else:
     p[broken] = np.ascontiguousarray(p[broken][:, :, :-1])  # a row short
   with pytest.raises(tf.errors.OpError, match=message):
-    _side_call(case, p)
+    _branch_call(case, p)
 
 
 # ------------------------------------------------------------ backward pass
-SIDE_BACKWARD = "etc_side_backward"
+SIDE_BACKWARD = "etc_branch_backward"
 GRADIENTS = ("q", "k1", "v1", "k2", "v2", "per_id")
 
 
-def _incoming(case: ref.SideCase, seed: int = 5
+def _incoming(case: ref.BranchCase, seed: int = 5
               ) -> Tuple[np.ndarray, Tuple[Optional[np.ndarray], ...]]:
   """Random gradients of the context and of the emitted sums."""
   rng = np.random.default_rng(seed)
@@ -231,7 +231,7 @@ def _incoming(case: ref.SideCase, seed: int = 5
   return dctx, dnew
 
 
-def _backward_call(case: ref.SideCase, pieces: Dict[str, np.ndarray],
+def _backward_call(case: ref.BranchCase, pieces: Dict[str, np.ndarray],
                    dctx: np.ndarray, dnew: Tuple[Optional[np.ndarray], ...],
                    dtype: tf.DType = tf.float32,
                    stream_dtype: tf.DType = tf.float32) -> Dict[str, Any]:
@@ -272,10 +272,10 @@ def _backward_call(case: ref.SideCase, pieces: Dict[str, np.ndarray],
   return grads
 
 
-def _check_backward(case: ref.SideCase, dtype: tf.DType = tf.float32,
+def _check_backward(case: ref.BranchCase, dtype: tf.DType = tf.float32,
                     stream_dtype: tf.DType = tf.float32,
                     tolerance: float = 1e-5, stream_tolerance: float = 1e-5):
-  pieces = ref.side_pieces(case, seed=4, masked_rows=2)
+  pieces = ref.branch_pieces(case, seed=4, masked_rows=2)
   dctx, dnew = _incoming(case)
   got = _backward_call(case, pieces, dctx, dnew, dtype, stream_dtype)
   # The reference reads what the handlers read: the rounded inputs and
@@ -285,8 +285,8 @@ def _check_backward(case: ref.SideCase, dtype: tf.DType = tf.float32,
   dnew = tuple(None if g is None else
                tf.cast(tf.cast(g, stream_dtype), tf.float32).numpy()
                for g in dnew)
-  fwd = ref.side_forward(rounded, case)
-  want = ref.side_backward(rounded, case, fwd, dctx, dnew)
+  fwd = ref.branch_forward(rounded, case)
+  want = ref.branch_backward(rounded, case, fwd, dctx, dnew)
   for name in GRADIENTS[:5]:
     assert np.isfinite(got[name]).all(), name
     assert ref.relative_error(got[name], getattr(want, name)) < tolerance, (
@@ -307,10 +307,10 @@ def _check_backward(case: ref.SideCase, dtype: tf.DType = tf.float32,
   return want
 
 
-def test_long_side_backward_with_streams_and_dropout_matches_the_reference():
+def test_long_branch_backward_with_streams_and_dropout_matches_the_reference():
   # A middle layer: both streams read and emitted, the running mean, the
   # band's dropout index in row blocks of b queries.
-  case = ref.SideCase.long_side(
+  case = ref.BranchCase.long_branch(
       batch=2, num_heads=2, num_blocks=3, block_len=4, global_len=5,
       size_per_head=16, num_ids=6, carried=(True, True), has_prev=True,
       emit=True, running_mean=True, num_summed=3, dropout_rate=0.1,
@@ -320,10 +320,10 @@ def test_long_side_backward_with_streams_and_dropout_matches_the_reference():
   assert np.abs(want.per_id).max() > 0
 
 
-def test_global_side_backward_with_streams_matches_the_reference():
+def test_global_branch_backward_with_streams_matches_the_reference():
   # The last layer of a model that carries g2l alone: its sum read, none
   # emitted; the dropout index row-major over the whole tensor.
-  case = ref.SideCase.global_side(
+  case = ref.BranchCase.global_branch(
       batch=2, num_heads=2, global_len=6, long_len=20, size_per_head=16,
       num_ids=6, carried=(False, True), has_prev=True, emit=False,
       dropout_rate=0.2, by_rows=False)
@@ -331,10 +331,10 @@ def test_global_side_backward_with_streams_matches_the_reference():
   assert want.prev[0] is None and want.prev[1] is not None
 
 
-def test_global_side_backward_with_sources_matches_the_reference():
+def test_global_branch_backward_with_sources_matches_the_reference():
   # Recomputed streams on both patterns, bfloat16 inputs: dq, dk, dv of
   # the layer's own inputs, and the gradient of the sums the sources made.
-  case = ref.SideCase.global_side(
+  case = ref.BranchCase.global_branch(
       batch=2, num_heads=2, global_len=6, long_len=20, size_per_head=16,
       num_ids=6, carried=(True, True), emit=False, num_sources=2,
       dropout_rate=0.1, by_rows=False)
@@ -344,25 +344,26 @@ def test_global_side_backward_with_sources_matches_the_reference():
 
 
 def test_dense_backward_without_ids_in_bfloat16_matches_the_reference():
-  # The full path's long side, one stream carried in the compute dtype.
-  case = ref.SideCase(batch=1, num_heads=2, band=False, num_rows=12,
-                      first_len=12, second_len=4, size_per_head=16,
-                      num_ids=5, has_ids=False, carried=(True, False),
-                      has_prev=True, emit=True, dropout_rate=0.1,
-                      by_rows=False)
+  # The full path's long branch, one stream carried in the compute dtype.
+  case = ref.BranchCase(batch=1, num_heads=2, band=False, num_rows=12,
+                        first_len=12, second_len=4, size_per_head=16,
+                        num_ids=5, has_ids=False, carried=(True, False),
+                        has_prev=True, emit=True, dropout_rate=0.1,
+                        by_rows=False)
   _check_backward(case, tf.bfloat16, tf.bfloat16, tolerance=1e-2,
                   stream_tolerance=1e-2)
 
 
 def test_backward_handler_rejects_an_incoming_gradient_that_does_not_fit():
-  case = ref.SideCase.long_side(batch=1, num_heads=2, num_blocks=2, block_len=4,
-                                global_len=3, size_per_head=16, num_ids=3,
-                                carried=(True, False), has_prev=True, emit=True)
-  pieces = ref.side_pieces(case, seed=1)
+  case = ref.BranchCase.long_branch(
+      batch=1, num_heads=2, num_blocks=2, block_len=4, global_len=3,
+      size_per_head=16, num_ids=3, carried=(True, False), has_prev=True,
+      emit=True)
+  pieces = ref.branch_pieces(case, seed=1)
   dctx, dnew = _incoming(case)
   # The band's gradient with the dense layout's width (K1 = N + 2b).
   short = np.zeros(dnew[0].shape[:3] + (case.rows + 2 * case.block_len,),
                    np.float32)
   with pytest.raises(tf.errors.OpError,
-                     match="etc_side_backward: dnew1 has shape"):
+                     match="etc_branch_backward: dnew1 has shape"):
     _backward_call(case, pieces, dctx, (short, None))

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from etc_realformer.kernels import ffi_library
-from tools import xla_runner
+from tools.gpu import xla_runner
 
 
 def test_missing_compiler_says_what_to_install(tmp_path):
@@ -34,14 +34,14 @@ def test_load_registers_once_and_returns_the_library():
 
 
 def test_library_exports_every_handler_that_jaxlib_registers():
-  # tools/xla_runner.py registers these symbols into jaxlib by name.
-  assert list(xla_runner.FFI_TARGETS) == ["etc_side_forward",
-                                          "etc_side_backward"]
+  # tools/gpu/xla_runner.py registers these symbols into jaxlib by name.
+  assert list(xla_runner.FFI_TARGETS) == ["etc_branch_forward",
+                                          "etc_branch_backward"]
   library = ctypes.CDLL(ffi_library.load_into_tensorflow())
   for host, cuda in xla_runner.FFI_TARGETS.values():
     assert getattr(library, host) and getattr(library, cuda)
-  with pytest.raises(AttributeError):  # the long-side call it replaced
-    getattr(library, "EtcLongSideForwardHost")
+  with pytest.raises(AttributeError):  # the long-branch call it replaced
+    getattr(library, "EtcLongBranchForwardHost")
 
 
 def test_cache_folder_is_named_by_source_and_tensorflow(tmp_path,

@@ -10,23 +10,24 @@ import fused_attention_testing as fat
 
 STREAMS = dict(carried=(True, True), running_mean=True)
 CASES = {
-    "long": fat.SideCase.long_side(),
-    "long_streams_dropout": fat.SideCase.long_side(dropout_rate=0.1, **STREAMS),
-    "long_first_layer_l2g": fat.SideCase.long_side(
+    "long": fat.BranchCase.long_branch(),
+    "long_streams_dropout": fat.BranchCase.long_branch(
+        dropout_rate=0.1, **STREAMS),
+    "long_first_layer_l2g": fat.BranchCase.long_branch(
         carried=(False, True), has_prev=False, dropout_rate=0.3),
-    "long_last_layer_no_ids": fat.SideCase.long_side(
+    "long_last_layer_no_ids": fat.BranchCase.long_branch(
         has_ids=False, block_len=5, num_blocks=4, global_len=7,
         carried=(True, True), emit=False),
-    "global_streams_dropout": fat.SideCase.global_side(dropout_rate=0.1,
-                                                       **STREAMS),
-    "global_whole_tensor_dropout": fat.SideCase.global_side(
+    "global_streams_dropout": fat.BranchCase.global_branch(dropout_rate=0.1,
+                                                           **STREAMS),
+    "global_whole_tensor_dropout": fat.BranchCase.global_branch(
         has_ids=False, carried=(True, False), dropout_rate=0.2,
         by_rows=False, running_mean=True),
 }
 
 
 def _pieces(case, seed=1):
-  p = fat.side_pieces(case, seed=seed)
+  p = fat.branch_pieces(case, seed=seed)
   if case.dropout_rate:
     p["seeds"] = fat.core_seeds()
   return p
@@ -36,7 +37,7 @@ def _pieces(case, seed=1):
 def test_reference_is_the_attention_core(name):
   case = CASES[name]
   p = _pieces(case)
-  want = ref.side_forward(p, case)
+  want = ref.branch_forward(p, case)
   ctx, sums = fat.core_forward(case, p)
   assert ref.relative_error(ctx, want.ctx) < 1e-6
   for got, new in zip(sums, want.new):
@@ -47,7 +48,7 @@ def test_reference_is_the_attention_core(name):
   dctx = rng.normal(size=want.ctx.shape)
   dnew = tuple(None if n is None else rng.normal(size=n.shape)
                for n in want.new)
-  grads = ref.side_backward(p, case, want, dctx, dnew)
+  grads = ref.branch_backward(p, case, want, dctx, dnew)
   core = fat.core_gradients(case, p, dctx, dnew)
   for key, value in core.items():
     mine = (grads.prev[int(key[-1]) - 1] if key.startswith("prev")
@@ -66,9 +67,10 @@ def test_band_stride_rounds_three_blocks_up_to_16_bytes():
 
 @pytest.mark.parametrize("has_ids", [True, False])
 def test_codes_hold_masks_and_window_ids(has_ids):
-  case = ref.SideCase.long_side(batch=1, num_heads=1, num_blocks=3, block_len=4,
-                                global_len=5, num_ids=6, has_ids=has_ids)
-  p = ref.side_pieces(case, seed=1, masked_rows=1)
+  case = ref.BranchCase.long_branch(
+      batch=1, num_heads=1, num_blocks=3, block_len=4, global_len=5, num_ids=6,
+      has_ids=has_ids)
+  p = ref.branch_pieces(case, seed=1, masked_rows=1)
   band, glob = p["codes1"], p["codes2"]
   b, lp = case.block_len, case.padded_len
   assert band.dtype == np.int8 and band.shape == (1, lp, ref.band_stride(b))
@@ -101,9 +103,10 @@ def test_codes_hold_masks_and_window_ids(has_ids):
 
 
 def _one_head_case():
-  case = ref.SideCase.long_side(batch=1, num_heads=1, num_blocks=2, block_len=2,
-                                global_len=1, size_per_head=3, num_ids=2)
-  p = ref.side_pieces(case, seed=3, masked_rows=1)
+  case = ref.BranchCase.long_branch(
+      batch=1, num_heads=1, num_blocks=2, block_len=2, global_len=1,
+      size_per_head=3, num_ids=2)
+  p = ref.branch_pieces(case, seed=3, masked_rows=1)
   return case, p
 
 
@@ -113,7 +116,7 @@ def test_reference_attends_to_the_only_unmasked_key():
   # whatever its score.
   p["add1"][0, 0] = ref.NEG
   p["add2"][0, 0] = 0.0
-  out = ref.side_forward(p, case)
+  out = ref.branch_forward(p, case)
   np.testing.assert_allclose(out.ctx[0, 0, 0], p["v2"][0, 0, 0], rtol=1e-12)
   score = (p["q"][0, 0, 0].astype(np.float64) @ p["k2"][0, 0, 0] +
            p["per_id"][0, 0, p["ids2"][0, 0, 0], 0])
@@ -124,9 +127,9 @@ def test_reference_attends_to_the_only_unmasked_key():
 def test_reference_without_ids_ignores_the_table_and_masks_rows():
   case, p = _one_head_case()
   case.has_ids = False
-  ctx = ref.side_forward(p, case).ctx
+  ctx = ref.branch_forward(p, case).ctx
   p["per_id"] = p["per_id"] + 100.0
-  np.testing.assert_array_equal(ctx, ref.side_forward(p, case).ctx)
+  np.testing.assert_array_equal(ctx, ref.branch_forward(p, case).ctx)
   assert (ctx[0, :, -1] == 0).all()  # the fully masked row
   assert np.abs(ctx[0, :, 0]).sum() > 0
 
@@ -138,7 +141,7 @@ def test_reference_is_uniform_over_equal_scores():
   p["add1"][:] = 0.0
   p["add2"][:] = 0.0
   p["valid"][:] = 1.0
-  out = ref.side_forward(p, case)
+  out = ref.branch_forward(p, case)
   b = case.block_len
   keys = 3 * b + case.global_len
   for i in range(case.padded_len):
@@ -152,8 +155,8 @@ def test_reference_is_uniform_over_equal_scores():
 
 
 def test_dropout_keeps_at_its_rate_and_index_is_rows_first():
-  case = ref.SideCase.long_side(batch=2, num_heads=3, num_blocks=4, block_len=8,
-                                dropout_rate=0.25)
+  case = ref.BranchCase.long_branch(
+      batch=2, num_heads=3, num_blocks=4, block_len=8, dropout_rate=0.25)
   seeds = np.array([5, -7, 123456, 99], np.int32)
   keep = ref.keep_mask(case, seeds, 0, case.widths[0])
   assert abs(keep.mean() - 0.75) < 0.02

@@ -53,7 +53,7 @@ def _kernel_value(case, pieces, name):
 
 
 def _forward(case, pieces, dtype, stream_dtype, block_m, block_n):
-  """The launch of `side_forward` on the pieces."""
+  """The launch of `branch_forward` on the pieces."""
   n, c1, c2 = case.rows, *case.widths
   shape = (case.batch, case.num_heads, n)
   args, dtypes = [], {}
@@ -77,7 +77,7 @@ def _forward(case, pieces, dtype, stream_dtype, block_m, block_n):
           case.num_sources, fat.keep_threshold(case.dropout_rate),
           fat.keep_gain(case.dropout_rate), *case.scales]
   return triton_testing.Launch(
-      "side_forward", (-(-n // block_m), case.batch * case.num_heads),
+      "branch_forward", (-(-n // block_m), case.batch * case.num_heads),
       args + ["ctx", "lse", "new1", "new2"] + ints,
       dict(D=case.size_per_head, BM=block_m, BN=block_n,
            R=1 << max(case.num_ids - 1, 0).bit_length(),
@@ -94,38 +94,40 @@ STREAMS = dict(carried=(True, True), running_mean=True, dropout_rate=0.1)
 # Triton's import cost seconds); the tests read their results.
 CASES = {
     # name: (case, dtype, stream dtype, (block_m, block_n))
-    "long_float32": (fat.SideCase.long_side(), "float32", "float32", (64, 64)),
-    "long_bfloat16": (fat.SideCase.long_side(), "bfloat16", "float32",
+    "long_float32": (fat.BranchCase.long_branch(
+        ), "float32", "float32", (64, 64)),
+    "long_bfloat16": (fat.BranchCase.long_branch(), "bfloat16", "float32",
                       (64, 64)),
-    "long_float16": (fat.SideCase.long_side(), "float16", "float32", (64, 64)),
+    "long_float16": (fat.BranchCase.long_branch(
+        ), "float16", "float32", (64, 64)),
     # RealFormer on both patterns (read, emitted, running mean), dropout.
-    "long_streams": (fat.SideCase.long_side(**STREAMS), "float32", "float32",
-                     (64, 64)),
+    "long_streams": (fat.BranchCase.long_branch(
+        **STREAMS), "float32", "float32", (64, 64)),
     # Many short blocks: a tile spans several bands. The first layer of
     # l2g-only streams (emitted, none read).
-    "long_short_blocks": (fat.SideCase.long_side(
+    "long_short_blocks": (fat.BranchCase.long_branch(
         num_blocks=9, block_len=5, global_len=37, carried=(False, True),
         has_prev=False, dropout_rate=0.3), "float32", "float32", (16, 16)),
     # A block length that divides no tile; no relative term; the last
     # layer (streams read, none emitted).
-    "long_odd_blocks": (fat.SideCase.long_side(
+    "long_odd_blocks": (fat.BranchCase.long_branch(
         num_blocks=9, block_len=9, global_len=37, has_ids=False,
         carried=(True, True), emit=False), "float32", "float32", (32, 16)),
-    # The global side: G queries over G global and L long keys.
-    "global_streams": (fat.SideCase.global_side(**STREAMS), "float32",
+    # The global branch: G queries over G global and L long keys.
+    "global_streams": (fat.BranchCase.global_branch(**STREAMS), "float32",
                        "float32", (16, 32)),
     # Streams kept in the compute dtype, dropout over the whole tensor.
-    "global_bfloat16": (fat.SideCase.global_side(
+    "global_bfloat16": (fat.BranchCase.global_branch(
         has_ids=False, carried=(True, False), dropout_rate=0.2,
         by_rows=False), "bfloat16", "bfloat16", (16, 32)),
     # Recomputed streams: the sums of three earlier layers made per tile
     # from their queries and keys, the running mean, dropout.
-    "long_sources": (fat.SideCase.long_side(
+    "long_sources": (fat.BranchCase.long_branch(
         num_blocks=4, block_len=10, global_len=37, carried=(True, True),
         emit=False, num_sources=3, running_mean=True, num_summed=4,
         dropout_rate=0.1), "float32", "float32", (16, 32)),
-    # ... on one pattern of the global side, bfloat16 inputs.
-    "global_sources": (fat.SideCase.global_side(
+    # ... on one pattern of the global branch, bfloat16 inputs.
+    "global_sources": (fat.BranchCase.global_branch(
         has_ids=False, carried=(False, True), emit=False, num_sources=2),
         "bfloat16", "float32", (16, 32)),
 }
@@ -133,7 +135,7 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def results():
-  pieces = {name: _rounded(fat.side_pieces(case, seed=i), dtype, streams,
+  pieces = {name: _rounded(fat.branch_pieces(case, seed=i), dtype, streams,
                            case)
             for i, (name, (case, dtype, streams, _)) in
             enumerate(CASES.items())}
@@ -144,10 +146,10 @@ def results():
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_side_forward_matches_reference(results, name):
+def test_branch_forward_matches_reference(results, name):
   case, dtype, stream_dtype, _ = CASES[name]
   pieces, out = results[name]
-  want = fat.side_forward(pieces, case)
+  want = fat.branch_forward(pieces, case)
   ctx, lse = out["ctx"], out["lse"]
   assert np.isfinite(ctx).all() and np.isfinite(lse).all()
   assert fat.relative_error(ctx, want.ctx) < TOLERANCE[dtype]
@@ -169,7 +171,7 @@ def _backward_pieces(case, pieces, dtype, stream_dtype, seed):
   """The forward's values (the reference's ctx and lse, as the kernels'
   forward would hand them on) and random incoming gradients, rounded to
   their dtypes."""
-  want = fat.side_forward(pieces, case)
+  want = fat.branch_forward(pieces, case)
   rng = np.random.default_rng(seed)
   out = {"ctx": want.ctx.astype(np.float32),
          "lse": want.lse.astype(np.float32),
@@ -224,7 +226,8 @@ def _backward(case, pieces, grads_in, dtype, stream_dtype, block_m, block_n):
           case.num_sources, fat.keep_threshold(case.dropout_rate),
           fat.keep_gain(case.dropout_rate), *case.scales]
   queries = triton_testing.Launch(
-      "side_backward_queries", (-(-n // block_m), case.batch * case.num_heads),
+      "branch_backward_queries",
+      (-(-n // block_m), case.batch * case.num_heads),
       args + ["dq", "dper_id", "dprev1", "dprev2", "delta"] + ints,
       dict(constexprs, BAND=case.band, READ1=case.reads_prev[0],
            READ2=case.reads_prev[1], WRITE1=case.writes_new[0],
@@ -253,12 +256,12 @@ def _backward(case, pieces, grads_in, dtype, stream_dtype, block_m, block_n):
             case.num_sources, fat.keep_threshold(case.dropout_rate),
             fat.keep_gain(case.dropout_rate), case.scales[index]]
     launches.append(triton_testing.Launch(
-        "side_backward_keys",
+        "branch_backward_keys",
         (-(-key_rows // block_n), case.batch * case.num_heads),
         args + ["dk", "dv"] + ints,
         dict(constexprs, BAND=band, READ=case.reads_prev[index],
              WRITE=case.writes_new[index], PATTERN=index,
-             BAND_SIDE=case.band, **sources),
+             BAND_BRANCH=case.band, **sources),
         outputs={"dk": (k_shape, dtype), "dv": (k_shape, dtype)},
         dtypes=dtypes))
   return launches
@@ -276,7 +279,7 @@ def backward_results():
   launches, inputs = [], {}
   for i, name in enumerate(BACKWARD_CASES):
     case, dtype, streams, tiles = CASES[name]
-    pieces = _rounded(fat.side_pieces(case, seed=i), dtype, streams, case)
+    pieces = _rounded(fat.branch_pieces(case, seed=i), dtype, streams, case)
     grads_in = _backward_pieces(case, pieces, dtype, streams, seed=100 + i)
     inputs[name] = (pieces, grads_in)
     launches += _backward(case, pieces, grads_in, dtype, streams, *tiles)
@@ -286,12 +289,12 @@ def backward_results():
 
 
 @pytest.mark.parametrize("name", BACKWARD_CASES)
-def test_side_backward_matches_reference(backward_results, name):
+def test_branch_backward_matches_reference(backward_results, name):
   case, dtype, stream_dtype, _ = CASES[name]
   (pieces, grads_in), (queries, keys1, keys2) = backward_results[name]
-  fwd = fat.side_forward(pieces, case)
+  fwd = fat.branch_forward(pieces, case)
   dnew = tuple(grads_in.get(f"dnew{i + 1}") for i in range(2))
-  want = fat.side_backward(pieces, case, fwd, grads_in["dctx"], dnew)
+  want = fat.branch_backward(pieces, case, fwd, grads_in["dctx"], dnew)
   tolerance = GRAD_TOLERANCE[dtype]
   got = {"q": queries["dq"], "k1": keys1["dk"], "v1": keys1["dv"],
          "k2": keys2["dk"], "v2": keys2["dv"]}

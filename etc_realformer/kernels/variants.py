@@ -1,20 +1,20 @@
 """The fused attention kernels' variants and their cubins' names.
 
-A variant is one compiled kernel: `triton_attention`'s side kernel (the
-forward `side_forward`; the backward's `side_backward_queries` and, per
-pattern, `side_backward_keys`) with its constexprs fixed for one input
+A variant is one compiled kernel: `triton_attention`'s branch kernel (the
+forward `branch_forward`; the backward's `branch_backward_queries` and, per
+pattern, `branch_backward_keys`) with its constexprs fixed for one input
 dtype, head size, relative vocabulary, first pattern (band or dense),
 stream flags and dtype, and dropout layout, and optionally for the
 lengths of one shape: those that are multiples of 16 declared so
 (`aligned_digits`), which lets Triton vectorize the loads they stride.
 Its name is the cubin's file name, which the CUDA handlers build from a
-call (`attention_ffi.cc`, `VariantName`) and which `variant_name` builds
-alike; a handler takes a call's aligned cubin where the build has one,
-else the plain one.
+call (`cc/cuda_handlers.h`, `VariantName`) and which `variant_name` builds
+alike (a test compiles the handlers' and compares); a handler takes a
+call's aligned cubin where the build has one, else the plain one.
 
-`tools/build_kernels.py` compiles variants; `tools/kernel_variants.py`
-reads the ones an exported module launches. Neither Triton nor
-TensorFlow nor jax is imported here.
+`build` compiles variants; `tools/kernels/module_variants.py` reads the
+ones an exported module launches. Standard library only: neither Triton
+nor TensorFlow nor jax is imported here.
 """
 
 import dataclasses
@@ -22,17 +22,19 @@ import itertools
 import os
 from typing import Dict, List, Sequence, Tuple
 
+from etc_realformer.kernels.format import BRANCHES
+from etc_realformer.kernels.format import FORWARD
+from etc_realformer.kernels.format import KERNELS
+from etc_realformer.kernels.format import KEYS
+from etc_realformer.kernels.format import QUERIES
+
 DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
-FORWARD = "side_forward"
-QUERIES = "side_backward_queries"
-KEYS = "side_backward_keys"
-KERNELS = (FORWARD, QUERIES, KEYS)
 # The kernels of each pass (`--passes`).
 PASSES = {"fwd": (FORWARD,), "bwd": (QUERIES, KEYS)}
 
 
-# What the 12-layer benchmark runs, per side: no stream, the first layer
+# What the 12-layer benchmark runs, per branch: no stream, the first layer
 # (emit only), the middle layers (read and emit), the last (read only),
 # and with recomputed streams the layers after the first (read from the
 # sources); flags READ1 READ2 WRITE1 WRITE2, a READ digit "s" when the
@@ -43,7 +45,6 @@ DEFAULT_STREAMS = ("0000", "0011", "1111", "1100", "ss00")
 STREAM_FLAGS = tuple(
     ["".join(f) for f in itertools.product("01", repeat=4)] +
     [r1 + r2 + "00" for r1 in "0s" for r2 in "0s" if "s" in r1 + r2])
-SIDES = ("band", "dense")
 DROPOUT_LAYOUTS = ("off", "rows", "whole")
 # Each kernel's length arguments (`triton_attention`) in the order of an
 # aligned variant's digits.
@@ -63,7 +64,7 @@ class Variant:
     head_size: D.
     ids_padded: the relative vocabulary rounded up to a power of two; 0:
       no relative ids.
-    band: the side's first pattern is the l2l band, else dense.
+    band: the branch's first pattern is the l2l band, else dense.
     streams: READ1, READ2, WRITE1, WRITE2 as "0"/"1" digits ("s": read
       from the sources, recomputed streams); the keys kernel: its
       pattern's READ, WRITE.
@@ -134,7 +135,7 @@ class Variant:
 
   def for_lengths(self, rows: int, first_len: int, second_len: int,
                   block_len: int) -> "Variant":
-    """This kernel aligned for a side's lengths (`aligned_digits`)."""
+    """This kernel aligned for a branch's lengths (`aligned_digits`)."""
     return dataclasses.replace(self, aligned=aligned_digits(
         self.kernel, rows, first_len, second_len, block_len, self.pattern))
 
@@ -154,14 +155,14 @@ def padded_ids(num_ids: int) -> int:
 def aligned_digits(kernel: str, rows: int, first_len: int, second_len: int,
                    block_len: int, pattern: int = 0) -> str:
   """Which of a kernel's lengths (`ALIGNED_LENGTHS`) are multiples of 16
-  for a side's shape, as digits ("" when none is), as the handlers
+  for a branch's shape, as digits ("" when none is), as the handlers
   reckon them (`attention_ffi.cc`, `AlignedDigits`).
 
   Args:
     kernel: `FORWARD`, `QUERIES` or `KEYS`.
-    rows: the side's query rows N.
+    rows: the branch's query rows N.
     first_len, second_len: each pattern's key rows (the band's: N + 2b).
-    block_len: b on the band side, 1 on the dense one.
+    block_len: b on the band branch, 1 on the dense one.
     pattern: the keys kernel's pattern (1, 2).
   """
   if kernel == KEYS:
@@ -179,19 +180,19 @@ def variant_name(dtype: str, head_size: int, ids_padded: int, band: bool,
                  aligned: str = "") -> str:
   """The cubin's name, as the CUDA handlers build it from the call
   (`attention_ffi.cc`, `VariantName`). The forward's and the backward's
-  queries kernel (`kernel` side_forward, side_backward_queries):
+  queries kernel (`kernel` branch_forward, branch_backward_queries):
 
     <kernel>_<dtype>_d<D>_<r<R>|noids>_<band|dense>_<f32|low>_
     <READ1><READ2><WRITE1><WRITE2>_<drop|nodrop>_<rows|whole>
 
   and the backward's keys kernel of one pattern (`pattern` 1 or 2):
 
-    side_backward_keys_<dtype>_d<D>_<r<R>|noids>_<band|dense>_p<1|2>_
+    branch_backward_keys_<dtype>_d<D>_<r<R>|noids>_<band|dense>_p<1|2>_
     <f32|low>_<READ><WRITE>_<drop|nodrop>_<rows|whole>
 
   dtype float32, bfloat16 or float16; R the relative vocabulary rounded up
   to a power of two (`ids_padded`; 0: no relative ids, "noids"); band or
-  dense the side's first pattern; the stream flags as 0/1 digits
+  dense the branch's first pattern; the stream flags as 0/1 digits
   (`streams`: four, or the keys kernel's pattern's two); "low" only when
   one of those streams is read or written, in the inputs' dtype, and that
   dtype is not float32, else "f32" (one name per distinct kernel); "rows"
@@ -246,7 +247,7 @@ def launched_name(name: str, cubin_dir: str) -> str:
 
 def default_variants(dtypes: Sequence[str], head_sizes: Sequence[int],
                      ids_padded: Sequence[int],
-                     sides: Sequence[str] = SIDES,
+                     branches: Sequence[str] = BRANCHES,
                      streams: Sequence[str] = DEFAULT_STREAMS,
                      stream_dtypes: Sequence[str] = ("f32",),
                      dropout: Sequence[str] = ("off", "rows"),
@@ -259,11 +260,11 @@ def default_variants(dtypes: Sequence[str], head_sizes: Sequence[int],
   for kernel in (FORWARD, QUERIES, KEYS):
     if kernel not in kernels:
       continue
-    for dtype, d, ids, side, flags, low, drop in itertools.product(
-        dtypes, head_sizes, ids_padded, sides, streams, stream_dtypes,
+    for dtype, d, ids, branch, flags, low, drop in itertools.product(
+        dtypes, head_sizes, ids_padded, branches, streams, stream_dtypes,
         dropout):
       common = dict(dtype=dtype, head_size=d, ids_padded=ids,
-                    band=side == "band", low_streams=low == "low",
+                    band=branch == "band", low_streams=low == "low",
                     dropout=drop != "off", by_rows=drop != "whole",
                     kernel=kernel)
       if kernel == KEYS:  # one per pattern: its READ and WRITE flags
@@ -277,19 +278,19 @@ def default_variants(dtypes: Sequence[str], head_sizes: Sequence[int],
 
 
 def aligned_variants(variants: Sequence[Variant],
-                     sides: Sequence[Tuple[bool, int, int, int, int]]
+                     branches: Sequence[Tuple[bool, int, int, int, int]]
                      ) -> List[Variant]:
-  """Each variant aligned for each side shape of its kind that has a
+  """Each variant aligned for each branch shape of its kind that has a
   length multiple of 16 (`aligned_digits`), each once, in order.
 
   Args:
     variants: plain variants.
-    sides: (band, rows, first_len, second_len, block_len) per side shape
-      (`kernel_grids.side_lengths`).
+    branches: (band, rows, first_len, second_len, block_len) per branch shape
+      (`kernel_grids.branch_lengths`).
   """
   out: Dict[str, Variant] = {}
   for v in variants:
-    for band, rows, first_len, second_len, block_len in sides:
+    for band, rows, first_len, second_len, block_len in branches:
       if band != v.band:
         continue
       digits = aligned_digits(v.kernel, rows, first_len, second_len,
