@@ -84,7 +84,8 @@ def test_the_wheel_holds_the_packages_and_the_gin_files(tmp_path):
   names = set(zipfile.ZipFile(tmp_path / wheel).namelist())
   for expected in ("etc_realformer/__init__.py", "etc_realformer/version.py",
                    "tasks/run.py", "tasks/wikihop/__main__.py",
-                   "tools/convert_checkpoint.py", "tools/lift_checkpoint.py",
+                   "tools/checkpoints/convert_checkpoint.py",
+                   "tools/checkpoints/lift_checkpoint.py",
                    "demos/wikihop/demo.py", "tasks/gin/tasks/wikihop.gin",
                    "tasks/gin/models/etc_tiny.gin",
                    "tasks/gin/strategies/cpu.gin",

@@ -1,4 +1,4 @@
-"""Running the project's shell scripts (tools/*.sh) with a stand-in
+"""Running the project's shell scripts (tools/gpu/*.sh) with a stand-in
 `python` first on PATH: it logs each command line it is given, so a test
 checks the script's plan (the steps, their order and flags) without jax,
 TensorFlow, a GPU or minutes of work.
@@ -24,9 +24,10 @@ esac
 def run_script(tmp_path: pathlib.Path, script: str, args: Sequence[str],
                cases: str = "", **env: str
                ) -> Tuple[subprocess.CompletedProcess, List[str]]:
-  """Runs tools/`script` with the stand-in; returns its result and the
-  command lines the stand-in was given, in order. `cases` may use
-  {python} for the real interpreter (e.g. to run a step for real)."""
+  """Runs tools/`script` (e.g. "gpu/gpu_benchmark.sh") with the stand-in;
+  returns its result and the command lines the stand-in was given, in
+  order. `cases` may use {python} for the real interpreter (e.g. to run a
+  step for real)."""
   bin_dir = tmp_path / "bin"
   bin_dir.mkdir(exist_ok=True)
   python = bin_dir / "python"

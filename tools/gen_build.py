@@ -102,7 +102,7 @@ filegroup(
 # tests/shell_testing.py.
 filegroup(
     name = "tool_scripts",
-    srcs = glob(["tools/*.sh"]),
+    srcs = glob(["tools/gpu/*.sh"]),
 )
 
 py_library(

@@ -1,0 +1,1 @@
+"""Attention analysis: statistics, seeds, residual attention, CPC context."""

@@ -1,0 +1,1 @@
+"""Benchmarks: the runs of record, their workers, specs, plots, timing."""

@@ -1,0 +1,1 @@
+"""Checkpoint binaries: released checkpoints converted, BERT lifted to ETC."""

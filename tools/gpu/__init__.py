@@ -1,0 +1,1 @@
+"""The GPU harness: the prepared run, XLA modules, the kernels' check."""

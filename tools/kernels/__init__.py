@@ -1,0 +1,1 @@
+"""The fused kernels' build and inspection: cubins, SASS, grids, traces."""
