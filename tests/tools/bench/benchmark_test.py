@@ -110,12 +110,16 @@ def test_memory_guard_kills_and_records(tmp_path):
   assert "over_memory" in stdout
 
 
+def _encoder_specs(*flags: str):
+  return list(benchmark.encoder_specs(
+      benchmark.build_parser().parse_args(list(flags))))
+
+
 def test_flag_parsing_and_specs():
-  args = benchmark.build_parser().parse_args(
-      ["--lengths=1024,2048", "--impls=sparse,full", "--residual=on,off",
-       "--dtypes=float32,mixed_bfloat16", "--xla=off,on",
-       "--grad_checkpointing=0,1", "--global_len=256"])
-  specs = list(benchmark.encoder_specs(args))
+  specs = _encoder_specs(
+      "--lengths=1024,2048", "--impls=sparse,full", "--residual=on,off",
+      "--dtypes=float32,mixed_bfloat16", "--xla=off,on",
+      "--grad_checkpointing=0,1", "--global_len=256")
   assert len(specs) == 2 * 2 * 2 * 2 * 2 * 2 * 2  # Every axis crossed.
   assert {s.run.global_len for s in specs} == {256}
   names = {benchmark.variant_name(s) for s in specs}
@@ -125,11 +129,10 @@ def test_flag_parsing_and_specs():
 
 
 def test_execution_flags_sweep_config_fields_named_when_not_default():
-  args = benchmark.build_parser().parse_args(
-      ["--lengths=512", "--passes=fwd_bwd", "--attention_chunk_len=-1,256",
-       "--softmax_dtype=float32,compute", "--recompute_attention=on",
-       "--dropout_rng=hash", "--global_len=64"])
-  specs = list(benchmark.encoder_specs(args))
+  specs = _encoder_specs(
+      "--lengths=512", "--passes=fwd_bwd", "--attention_chunk_len=-1,256",
+      "--softmax_dtype=float32,compute", "--recompute_attention=on",
+      "--dropout_rng=hash", "--global_len=64")
   assert len(specs) == 4
   assert specs[0].execution == {
       "att_implementation": "sparse", "recompute_attention": True,
