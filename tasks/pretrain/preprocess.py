@@ -50,7 +50,7 @@ import tensorflow as tf
 
 from etc_realformer.data import tfrecords
 from etc_realformer.errors import UserInputError
-from tasks.common import output_files
+from tasks.common import output_files as output_files_lib
 from tasks.common.command_line import beam_binary
 from tasks.common.command_line import beam_options
 from tasks.common.command_line import output_dirs
@@ -303,7 +303,7 @@ def preprocess_documents(documents: Iterable[data.Document],
       is left in `output_dir`).
   """
   output_dirs.check_output_dir(output_dir)
-  with output_files.writing(output_dir):
+  with output_files_lib.writing(output_dir):
     tf.io.gfile.makedirs(output_dir)
   step = PretrainStep(featurizer, settings)
   sink = PretrainSink(
@@ -311,7 +311,7 @@ def preprocess_documents(documents: Iterable[data.Document],
       max(vocabulary["size"], featurizer.tokenizer.vocab_size))
   preprocessing.run(_at_most(documents, settings.max_documents), step, sink)
   result = _stats_json(sink, featurizer, settings, stats, vocabulary, source)
-  output_files.write_json(os.path.join(output_dir, STATS_FILE), result)
+  output_files_lib.write_json(os.path.join(output_dir, STATS_FILE), result)
   return result
 
 
@@ -412,7 +412,7 @@ class PretrainPipeline(pipeline_task.PipelineTask):
         sink, featurizer, self.settings, sink.stats,
         vocabulary_info(featurizer.tokenizer, self.mask_token_id),
         {"input": list(self.inputs)})
-    output_files.write_json(os.path.join(work_dir, STATS_FILE), result)
+    output_files_lib.write_json(os.path.join(work_dir, STATS_FILE), result)
     return [summary_line(result)]
 
 
