@@ -65,6 +65,16 @@ def _nq(root):
   return Case(nq_preprocess.NqPipeline(args), inputs, base)
 
 
+def _file_case(root, preprocess, pipeline, args, inputs) -> Case:
+  """A binary that writes one output per input file: its single-process
+  outputs under root/base, and its pipeline task."""
+  base = os.path.join(root, "base")
+  featurizer = preprocess.make_featurizer(**args)
+  for path in inputs:
+    preprocess.preprocess_file(path, base, featurizer)
+  return Case(pipeline(args), inputs, base)
+
+
 def _wikihop(root):
   wikihop_testing.write_tiny_wikihop(root, num_train=6, num_dev=3)
   train = os.path.join(root, "train.json")
@@ -76,11 +86,8 @@ def _wikihop(root):
   args = dict(vocab=os.path.join(root, "vocab.txt"), spm_model=None,
               long_seq_len=96, global_seq_len=24)
   inputs = [train, os.path.join(root, "dev.json")]
-  base = os.path.join(root, "base")
-  featurizer = wikihop_preprocess.make_featurizer(**args)
-  for path in inputs:
-    wikihop_preprocess.preprocess_file(path, base, featurizer)
-  return Case(wikihop_preprocess.WikiHopPipeline(args), inputs, base)
+  return _file_case(root, wikihop_preprocess,
+                    wikihop_preprocess.WikiHopPipeline, args, inputs)
 
 
 def _hotpot(root):
@@ -97,11 +104,8 @@ def _hotpot(root):
     with open(inputs[-1], "w") as f:
       json.dump(items, f)
   args = dict(vocab=vocab, spm_model=None, long_seq_len=48, global_seq_len=16)
-  base = os.path.join(root, "base")
-  featurizer = hotpot_preprocess.make_featurizer(**args)
-  for path in inputs:
-    hotpot_preprocess.preprocess_file(path, base, featurizer)
-  return Case(hotpot_preprocess.HotpotPipeline(args), inputs, base)
+  return _file_case(root, hotpot_preprocess, hotpot_preprocess.HotpotPipeline,
+                    args, inputs)
 
 
 def _openkp(root):
@@ -112,11 +116,8 @@ def _openkp(root):
   args = dict(vocab=paths["vocab"], spm_model=None, long_seq_len=64,
               global_seq_len=16)
   inputs = [paths["Train"], paths["Dev"]]
-  base = os.path.join(root, "base")
-  featurizer = openkp_preprocess.make_featurizer(**args)
-  for path in inputs:
-    openkp_preprocess.preprocess_file(path, base, featurizer)
-  return Case(openkp_preprocess.OpenKPPipeline(args), inputs, base)
+  return _file_case(root, openkp_preprocess, openkp_preprocess.OpenKPPipeline,
+                    args, inputs)
 
 
 def _pretrain(root):
