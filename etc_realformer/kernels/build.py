@@ -116,7 +116,7 @@ def divisible_ints(variant: Variant) -> List[str]:
   """The int arguments the variant's cubin takes as multiples of 16: the
   band codes' row stride (its rows are padded to 16 bytes), and an aligned
   variant's lengths (`Variant.aligned`) with the codes' row stride that
-  equals a dense pattern's key rows (`attention_ffi.cc`: codes1 [B, N, K1]
+  equals a dense pattern's key rows (`cc/branch_checks.h`: codes1 [B, N, K1]
   on the dense branch, codes2 [B, N, K2])."""
   kernel = SIGNATURES[variant.kernel]
   band_codes = variant.band and variant.pattern in (0, 1)

@@ -156,7 +156,7 @@ def aligned_digits(kernel: str, rows: int, first_len: int, second_len: int,
                    block_len: int, pattern: int = 0) -> str:
   """Which of a kernel's lengths (`ALIGNED_LENGTHS`) are multiples of 16
   for a branch's shape, as digits ("" when none is), as the handlers
-  reckon them (`attention_ffi.cc`, `AlignedDigits`).
+  reckon them (`cc/cuda_handlers.h`, `AlignedDigits`).
 
   Args:
     kernel: `FORWARD`, `QUERIES` or `KEYS`.
@@ -179,7 +179,7 @@ def variant_name(dtype: str, head_size: int, ids_padded: int, band: bool,
                  kernel: str = FORWARD, pattern: int = 0,
                  aligned: str = "") -> str:
   """The cubin's name, as the CUDA handlers build it from the call
-  (`attention_ffi.cc`, `VariantName`). The forward's and the backward's
+  (`cc/cuda_handlers.h`, `VariantName`). The forward's and the backward's
   queries kernel (`kernel` branch_forward, branch_backward_queries):
 
     <kernel>_<dtype>_d<D>_<r<R>|noids>_<band|dense>_<f32|low>_
@@ -228,7 +228,7 @@ def variant_name(dtype: str, head_size: int, ids_padded: int, band: bool,
 
 def launched(variant: Variant, cubin_dir: str) -> Variant:
   """The variant a handler launches for a call that wants `variant`: it,
-  where `cubin_dir` holds its cubin, else the plain one (`attention_ffi.cc`,
+  where `cubin_dir` holds its cubin, else the plain one (`cc/cuda_handlers.h`,
   `LoadVariant`)."""
   if launched_name(variant.name, cubin_dir) == variant.name:
     return variant

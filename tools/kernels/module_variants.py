@@ -12,7 +12,7 @@ handler fails the call whose cubin is missing: better known here than on
 the GPU); `--json`: the variants as `tools.kernels.build_kernels` builds them
 (its `--modules` reads this).
 
-The names are the handlers' (`attention_ffi.cc`, `VariantName`, which
+The names are the handlers' (`cc/cuda_handlers.h`, `VariantName`, which
 `variants.variant_name` mirrors): the inputs' dtype and head
 size from q, the relative vocabulary from per_id's third dimension, the
 stream flags from the call's attributes, the streams' dtype from the sums
