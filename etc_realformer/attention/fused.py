@@ -319,7 +319,7 @@ def rebuilt_sums(spec: core.BranchSpec,
   schedules independent products side by side, and would keep them all),
   and its gradient reaches every layer through two products. Rounded once
   in the compute dtype, where the XLA path (`core`) rounds each
-  layer's scores (docs/design.md, "The fused kernels").
+  layer's scores (docs/kernels.md, "What is covered").
 
   Returns:
     Per pattern, <float32> in the branch's score layout (None: not carried).

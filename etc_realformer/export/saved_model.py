@@ -74,7 +74,7 @@ def export_saved_model(model: tf.Module,
 
 def export_task_model(task, model: tf.Module, export_dir_base: str,
                       version: Optional[int] = None) -> str:
-  """Exports a `tasks.base.Task` model with the task's signatures."""
+  """Exports a `training.task.Task` model with the task's signatures."""
   signatures = task.serving_signatures(model)
   return export_saved_model(model, signatures, export_dir_base,
                             assets=task.export_assets(), version=version)

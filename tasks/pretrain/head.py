@@ -29,7 +29,8 @@ targets come from the same second pass. With `cpc_same_length_in_training`
 a training query's candidates are only those of its own length, so that the
 length a fully masked sentence shows earns nothing.
 
-The choices the ETC paper leaves open, and why (docs/pretraining.md, "CPC"):
+The choices the ETC paper leaves open, and why (docs/pretraining.md,
+"The model and the CPC choices"):
 
 * projection: 'linear' by default, one Dense layer shared by prediction and
   target (SimCLR found a projection before the contrastive loss makes the

@@ -200,7 +200,7 @@ if [ -n "${KERNELS_DIR:-}" ] && [ "$device" != cpu ]; then
       --device="$device" --dtypes=bfloat16 --no_check \
       --output_jsonl="$out/kernels.jsonl"
   # Tile sweep: each folder a build of other tile shapes (cubins only),
-  # timed alone with the same library (docs/kernels.md, "Tiles").
+  # timed alone with the same library (docs/kernels.md, "Building").
   for tiles in ${TILE_DIRS:-}; do
     step "tiles $tiles" env ETC_KERNELS_CUBIN_DIR="$tiles/cubins" \
         "$py" -m tools.gpu.gpu_kernel_check --library="$library" \

@@ -13,7 +13,8 @@ loops runs in whole waves, ceil(programs / resident) x loop; unequal
 loops at best max(longest, ceil(all / resident)). Beside it the rounds a
 perfectly balanced grid would take, ceil(all / resident). A short grid
 (fewer programs than the card holds) with long loops takes its loop's
-length however fast each tile is (docs/kernels.md, "What bounds it").
+length however fast each tile is (docs/kernel_bounds.md, "Bytes, products
+and tiles").
 No GPU, Triton or TensorFlow needed: the tiles are read from the kernel
 module's source.
 """

@@ -8,9 +8,10 @@ handlers' source, calls the CUDA handlers on buffers that are only
 shapes and addresses (nothing is dereferenced), and a stand-in
 `libcuda.so.1` prints every driver call: each launch's function, grid,
 block, shared bytes, stream and argument bytes. The test reads them back
-through the kernels' own signatures (`tools.kernels.build.SIGNATURES`,
-which the cubin build checks against `triton_attention`) and the names
-the cubins are built under (`variants.variant_name`).
+through the kernels' own signatures
+(`etc_realformer.kernels.build.SIGNATURES`, which the cubin build checks
+against `triton_attention`) and the names the cubins are built under
+(`variants.variant_name`).
 """
 
 import dataclasses
