@@ -8,7 +8,7 @@ The checkpoints are TF1 name-based (`bert/embeddings/...`,
 (`checkpoints/official.py`), the whole checkpoint is checked against the
 model first and a mismatch raises one error listing every missing,
 unexpected and mis-shaped variable; nothing is loaded partially. BERT's
-weights map onto the dense form's long side; the global side, which BERT
+weights map onto the dense form's long input; the global input, which BERT
 does not have, holds copies of the same weights (its one token is seen by
 nobody).
 """

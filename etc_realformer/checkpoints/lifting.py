@@ -12,10 +12,10 @@ copied (name by name, see `LiftReport.copied`):
     `global_emb_layer_norm`;
   * per layer, query / key / value -> every ETC projection that exists under
     the sharing options (with the default `share_qkv_projections` one set,
-    unshared configs get a copy on each side); the attention output dense ->
+    unshared configs get a copy for the long and the global input); the attention output dense ->
     `long_output_projection` (and `global_output_projection` when unshared);
     its LayerNorm -> `layer_norm_0` and `layer_norm_1`; intermediate / output
-    dense and their LayerNorm -> the feed-forward (one copy per side when
+    dense and their LayerNorm -> the feed-forward (one copy per input when
     unshared);
   * the masked-LM head `cls/predictions/*`, kept under its BERT names at the
     checkpoint's root beside `etc_document_bert/`, for continued

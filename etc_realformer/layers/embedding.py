@@ -2,7 +2,7 @@
 
 One token table serves both sequences (so wordpieces can sit in the global
 input), one segment table too; each sequence has its own LayerNorm and,
-optionally, its own absolute position table; the global side, optionally, a
+optionally, its own absolute position table; the global input, optionally, a
 table of sentence lengths. With `embedding_size` != hidden size the token
 lookup is followed by an ALBERT-style projection.
 """
@@ -53,8 +53,8 @@ class EmbeddingTable(tf_keras.layers.Layer):
 
 
 class EtcEmbeddings(tf_keras.layers.Layer):
-  """Token + segment (+ position, + sentence length on the global side,
-  + adder) embeddings, normalized per side."""
+  """Token + segment (+ position, + sentence length on the global input,
+  + adder) embeddings, each input (long, global) normalized on its own."""
 
   def __init__(self, vocab_size: int, hidden_size: int,
                segment_vocab_size: int, initializer,

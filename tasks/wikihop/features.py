@@ -450,7 +450,7 @@ class WikiHopFeaturizer(featurizing.Featurizer):
     answer_hits = tf.cast(tf.where(tf.equal(candidates, answer))[:, 0], i32)
     label = tf.cond(tf.size(answer_hits) > 0, lambda: answer_hits[0],
                     lambda: tf.constant(-1, i32))
-    # Only matters on overflow, where the global side is cropped.
+    # Only matters on overflow, where the global input is cropped.
     features[LABEL] = tf.where(label < G, label, -1)
     features[NUM_CANDIDATES] = num_cands
     features[EXAMPLE_ID] = tf.reshape(example_id, [])

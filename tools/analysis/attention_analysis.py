@@ -14,17 +14,18 @@ config is --config (one for all, or one per checkpoint, in order), else the
 `etc_config.json` beside the checkpoint. --data is a glob (comma-separated globs
 allowed) of a task's preprocessed feature TFRecords: the model's features are
 read by their names (their lengths from the first record), and the side inputs
-are built the task's way, by the layout whose features the records hold
-(--layout when several fit). Padding tokens (--pad_token_id on the long or
-global side) and fully masked rows are left out and counted. The model runs with
+are built the task's way, from the side-input source whose features the
+records hold (--side_input_source when several fit). Padding tokens
+(--pad_token_id on the long or
+global branch) and fully masked rows are left out and counted. The model runs with
 `return_attention_probs=True` on the encoder alone: inputs a task's head adds to
 the embeddings (OpenKP's visual features) are not applied.
 
-OUT receives `attention_stats.json` (per checkpoint, side, layer and head:
-median, quartiles, mean, count, min, max and colour; per side the rows left
+OUT receives `attention_stats.json` (per checkpoint, branch, layer and head:
+median, quartiles, mean, count, min, max and colour; per branch the rows left
 out and the keys per row), `entropy.png` and, for two layers or more,
 `jsd.png`: one row per layer (JSD: per pair of adjacent layers), one column
-per checkpoint and query side, one violin per head, heads sorted by median
+per checkpoint and query branch, one violin per head, heads sorted by median
 within a row and coloured by it (`tools/analysis/attention_stats.py` has the
 definitions, the thresholds and the streaming summaries: fixed histograms,
 quantiles exact up to one bin width, mean and count exact).
@@ -68,15 +69,16 @@ def define_flags() -> None:
                             "beside each checkpoint).")
   flags.DEFINE_string("data", None, "Glob(s) of a task's feature TFRecords.")
   flags.DEFINE_string("output_dir", None, "Where the JSON and plots go.")
-  flags.DEFINE_enum("layout", None, sorted(side_input_sources.SOURCE_FEATURES),
-                    "The side-input layout (default: the one whose features "
+  flags.DEFINE_enum("side_input_source", None,
+                    sorted(side_input_sources.SOURCE_FEATURES),
+                    "The side-input source (default: the one whose features "
                     "the records hold).")
   flags.DEFINE_integer("max_examples", 1000, "Examples read (<= 0: all).")
   flags.DEFINE_integer("batch_size", 1, "Examples per forward pass (every "
                        "layer's probabilities of a batch are alive at once).")
   flags.DEFINE_integer("pad_token_id", 0, "Long and global tokens with this "
                        "id are padding (-1: none).")
-  flags.DEFINE_integer("histogram_bins", 2048, "Bins of each (side, layer, "
+  flags.DEFINE_integer("histogram_bins", 2048, "Bins of each (branch, layer, "
                        "head) histogram; quantiles are exact up to "
                        "range / bins.")
   flags.DEFINE_enum("att_implementation", None, ["auto", "sparse", "full"],
@@ -140,18 +142,15 @@ def resolve_sources(checkpoints: Sequence[str], labels: Sequence[str],
   return sources
 
 
-def read_spec(files: Sequence[str], layout: Optional[str]
+def read_spec(files: Sequence[str], side_input_source: Optional[str]
               ) -> Tuple[tfrecords.FeatureSpec, str]:
   """The feature spec of the model's inputs (lengths from the first record)
-  and the side-input layout."""
-  first = next(iter(tf.data.TFRecordDataset(list(files)).take(1)), None)
-  if first is None:
+  and the side-input source."""
+  # Lazily: the first file that holds a record is the only one read.
+  example = next((e for e in map(tfrecords.first_example, files)
+                  if e is not None), None)
+  if example is None:
     raise UserInputError(f"--data: no records in {list(files)[:3]}")
-  try:
-    example = tf.train.Example.FromString(first.numpy())
-  except Exception as e:  # protobuf's DecodeError
-    raise UserInputError(f"--data: {files[0]}: not tf.train.Example "
-                         f"records ({e})") from e
   feature = example.features.feature
   known = set(_MODEL_INPUTS + _OPTIONAL_LAYOUT_INPUTS).union(
       *side_input_sources.SOURCE_FEATURES.values())
@@ -165,17 +164,17 @@ def read_spec(files: Sequence[str], layout: Optional[str]
   sources = side_input_sources.SOURCE_FEATURES
   fits = [name for name, needed in sorted(sources.items())
           if all(k in spec for k in needed)]
-  if layout is None:
+  if side_input_source is None:
     if len(fits) != 1:
       raise UserInputError(
-          f"--data: the records fit the side-input layouts {fits}; pass "
-          f"--layout (one of {sorted(side_input_sources.SOURCE_FEATURES)})")
-    layout = fits[0]
-  elif layout not in fits:
-    lacking = [k for k in side_input_sources.SOURCE_FEATURES[layout]
-               if k not in spec]
-    raise UserInputError(f"--layout={layout}: the records lack {lacking}")
-  return spec, layout
+          f"--data: the records fit the side-input sources {fits}; pass "
+          f"--side_input_source (one of {sorted(sources)})")
+    side_input_source = fits[0]
+  elif side_input_source not in fits:
+    lacking = [k for k in sources[side_input_source] if k not in spec]
+    raise UserInputError(f"--side_input_source={side_input_source}: the "
+                         f"records lack {lacking}")
+  return spec, side_input_source
 
 
 def _batches(dataset: tf.data.Dataset):
@@ -217,7 +216,8 @@ def load_model(source: Source) -> EtcModel:
   return model
 
 
-def _step_fn(model: EtcModel, spec: tfrecords.FeatureSpec, layout: str,
+def _step_fn(model: EtcModel, spec: tfrecords.FeatureSpec,
+             side_input_source: str,
              att_implementation: Optional[str]):
   """The per-row statistics of a batch, traced once for any batch size (the
   model needs no autograph: its graph code is plain TF)."""
@@ -227,64 +227,67 @@ def _step_fn(model: EtcModel, spec: tfrecords.FeatureSpec, layout: str,
 
   @tf.function(input_signature=[signature], autograph=False)
   def step(features):
-    side = side_input_sources.from_features(config, features, layout)
-    inputs = dict(features, **side_inputs_lib.drop_none_values(side))
+    side_inputs = side_input_sources.from_features(config, features,
+                                                   side_input_source)
+    inputs = dict(features, **side_inputs_lib.drop_none_values(side_inputs))
     if not config.max_absolute_position_embeddings:
       inputs.pop("position_ids", None)
       inputs.pop("global_position_ids", None)
     out = model.encode(inputs, training=False, return_attention_probs=True,
                        att_implementation=att_implementation)
-    return stats.layer_statistics(out.attention_probs, side,
+    return stats.layer_statistics(out.attention_probs, side_inputs,
                                   config.local_radius)
   return step
 
 
 def analyse(source: Source, dataset: tf.data.Dataset,
-            spec: tfrecords.FeatureSpec, layout: str, pad_token_id: int,
-            bins: int,
+            spec: tfrecords.FeatureSpec, side_input_source: str,
+            pad_token_id: int, bins: int,
             att_implementation: Optional[str] = None
-            ) -> Tuple[Dict[str, stats.SideSummary], int]:
-  """Streams the dataset through one checkpoint; (side -> stats, examples)."""
+            ) -> Tuple[Dict[str, stats.BranchSummary], int]:
+  """Streams the dataset through one checkpoint; (branch -> stats,
+  examples)."""
   model = load_model(source)
   config = model.config
   long_len, global_len = spec["token_ids"][1][0], spec["global_token_ids"][1][0]
   layers, heads = config.num_hidden_layers, config.num_attention_heads
   max_keys = {"long": min(2 * config.local_radius + 1, long_len) + global_len,
               "global": global_len + long_len}
-  sides = {name: stats.SideSummary(name, layers, heads, max_keys[name], bins)
-           for name in stats.SIDES}
-  step = _step_fn(model, spec, layout, att_implementation)
+  branches = {name: stats.BranchSummary(name, layers, heads, max_keys[name],
+                                        bins)
+              for name in stats.BRANCHES}
+  step = _step_fn(model, spec, side_input_source, att_implementation)
   examples = 0
   for i, features in enumerate(_batches(dataset)):
     out = step(features)
     examples += int(features["token_ids"].shape[0])
-    for name, side in sides.items():
-      side.add(tf.nest.map_structure(lambda t: t.numpy(), out[name]),
-               features[_TOKENS[name]].numpy() == pad_token_id)
+    for name, branch in branches.items():
+      branch.add(tf.nest.map_structure(lambda t: t.numpy(), out[name]),
+                 features[_TOKENS[name]].numpy() == pad_token_id)
     if (i + 1) % 50 == 0:
       logging.info("%s: %d examples", source.label, examples)
-  return sides, examples
+  return branches, examples
 
 
 # ------------------------------------------------------------------ output
 def plot(results: Sequence[Dict[str, Any]], metric: str, path: str) -> None:
   """Violins of `metric` ("entropy" or "jsd"): a row per layer (pair), a
-  column per (checkpoint, side), a violin per head sorted by median."""
+  column per (checkpoint, branch), a violin per head sorted by median."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
-  columns = [(r, name) for r in results for name in stats.SIDES]
-  rows = max(getattr(r["sides"][n], metric).num_layers for r, n in columns)
-  heads = max(getattr(r["sides"][n], metric).num_heads for r, n in columns)
+  columns = [(r, name) for r in results for name in stats.BRANCHES]
+  rows = max(getattr(r["branches"][n], metric).num_layers for r, n in columns)
+  heads = max(getattr(r["branches"][n], metric).num_heads for r, n in columns)
   fig, axes = plt.subplots(
       rows, len(columns), squeeze=False,
       figsize=(len(columns) * max(3.0, 0.3 * heads + 1.2), 1.3 * rows + 1.0))
   for col, (result, name) in enumerate(columns):
-    side = result["sides"][name]
-    summary = getattr(side, metric)
-    thresholds = side.thresholds(metric)
-    a, b = stats.SIDES[name]
+    branch = result["branches"][name]
+    summary = getattr(branch, metric)
+    thresholds = branch.thresholds(metric)
+    a, b = stats.BRANCHES[name]
     axes[0, col].set_title(f"{result['label']}\n{name} queries ({a}+{b})",
                            fontsize=9)
     for row in range(rows):
@@ -332,7 +335,8 @@ def plot(results: Sequence[Dict[str, Any]], metric: str, path: str) -> None:
 
 def run_analysis(checkpoints: Sequence[str], data: str, output_dir: str,
                  labels: Sequence[str] = (), configs: Sequence[str] = (),
-                 layout: Optional[str] = None, max_examples: int = 1000,
+                 side_input_source: Optional[str] = None,
+                 max_examples: int = 1000,
                  batch_size: int = 1, pad_token_id: int = 0,
                  bins: int = 2048, att_implementation: Optional[str] = None
                  ) -> Dict[str, Any]:
@@ -342,7 +346,7 @@ def run_analysis(checkpoints: Sequence[str], data: str, output_dir: str,
     raise UserInputError("--batch_size and --histogram_bins must be >= 1")
   sources = resolve_sources(checkpoints, labels, configs)
   files = tfrecords.match_files(data)
-  spec, layout = read_spec(files, layout)
+  spec, side_input_source = read_spec(files, side_input_source)
   long_len, global_len = spec["token_ids"][1][0], spec["global_token_ids"][1][0]
   dataset = tfrecords.make_dataset(files, spec)
   if max_examples > 0:
@@ -350,9 +354,9 @@ def run_analysis(checkpoints: Sequence[str], data: str, output_dir: str,
   dataset = dataset.batch(batch_size).prefetch(2)
   results, entries = [], []
   for source in sources:
-    sides, examples = analyse(source, dataset, spec, layout, pad_token_id,
-                              bins, att_implementation)
-    results.append({"label": source.label, "sides": sides})
+    branches, examples = analyse(source, dataset, spec, side_input_source,
+                                 pad_token_id, bins, att_implementation)
+    results.append({"label": source.label, "branches": branches})
     config = source.config
     entries.append({
         "label": source.label, "checkpoint": source.prefix,
@@ -361,14 +365,15 @@ def run_analysis(checkpoints: Sequence[str], data: str, output_dir: str,
         "num_layers": config.num_hidden_layers,
         "num_heads": config.num_attention_heads,
         "local_radius": config.local_radius, "examples": examples,
-        "sides": {n: s.to_json() for n, s in sides.items()}})
+        "branches": {n: s.to_json() for n, s in branches.items()}})
   report = {
-      "data": {"files": files, "layout": layout, "long_len": long_len,
+      "data": {"files": files, "side_input_source": side_input_source,
+               "long_len": long_len,
                "global_len": global_len, "pad_token_id": pad_token_id,
                "max_examples": max_examples},
       "method": {
           "units": "nats",
-          "entropy": "per row, over the side's two patterns' keys (one "
+          "entropy": "per row, over the branch's two patterns' keys (one "
                      "softmax); 0 <= H <= ln K, K the row's unmasked keys",
           "jsd": "per row, the same head in layers l and l + 1",
           "left_out": "padding tokens and fully masked rows (counted)",
@@ -382,7 +387,7 @@ def run_analysis(checkpoints: Sequence[str], data: str, output_dir: str,
   with open(os.path.join(output_dir, JSON_NAME), "w") as f:
     json.dump(report, f, indent=2, sort_keys=True)
   plot(results, "entropy", os.path.join(output_dir, "entropy.png"))
-  if any(r["sides"]["long"].jsd.num_layers for r in results):
+  if any(r["branches"]["long"].jsd.num_layers for r in results):
     plot(results, "jsd", os.path.join(output_dir, "jsd.png"))
   return report
 
@@ -396,13 +401,14 @@ def main(argv):
     raise UserInputError(f"{', '.join(missing)} required")
   report = run_analysis(
       f.checkpoint, f.data, f.output_dir, labels=f.label or (),
-      configs=f.config or (), layout=f.layout, max_examples=f.max_examples,
+      configs=f.config or (), side_input_source=f.side_input_source,
+      max_examples=f.max_examples,
       batch_size=f.batch_size, pad_token_id=f.pad_token_id,
       bins=f.histogram_bins, att_implementation=f.att_implementation)
   for entry in report["checkpoints"]:
     print(f"{entry['label']}: {entry['examples']} examples, "
-          f"{entry['sides']['long']['rows']} long and "
-          f"{entry['sides']['global']['rows']} global rows")
+          f"{entry['branches']['long']['rows']} long and "
+          f"{entry['branches']['global']['rows']} global rows")
   print(f"wrote {os.path.join(f.output_dir, JSON_NAME)}")
 
 

@@ -13,12 +13,12 @@ the run's `etc_config.json` from its operative config, and analyses every
 checkpoint on all of the study's held-out examples
 (`STUDY/data/eval-*.tfrecord`) with `tools.analysis.attention_analysis` (one
 report, `attention_stats.json`, and its violin plots, in OUT). From that report,
-per side (long: l2l + l2g; global: g2g + g2l), it takes each run's statistic per
+per branch (long: l2l + l2g; global: g2g + g2l), it takes each run's statistic per
 layer (entropy) and pair of adjacent layers (JSD): the mean over heads of each
 head's median. OUT then receives `seeds.json` (every run's values, the
 per-variant mean and sample sd, the Welch differences and the verdicts),
 `seeds.md` (the same as tables) and `seeds.png` (mean +- sd over seeds per
-layer, one panel per metric and side).
+layer, one panel per metric and branch).
 """
 
 import argparse
@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from tools.analysis import study_rules
 
 METRICS = ("entropy", "jsd")
-SIDES = ("long", "global")
+BRANCHES = ("long", "global")
 REPORT = "seeds.json"
 TABLES = "seeds.md"
 PLOT = "seeds.png"
@@ -59,10 +59,10 @@ def write_config(model_dir: str) -> str:
 
 def _values(report: Dict[str, Any], labels: Dict[str, Dict[int, str]]
             ) -> Dict[str, Dict[str, Dict[str, List[List[float]]]]]:
-  """variant -> metric -> side -> per seed (in order), per layer."""
-  return {variant: {metric: {side: [
-      study_rules.per_layer(report, label, side, metric)
-      for _, label in sorted(by_seed.items())] for side in SIDES}
+  """variant -> metric -> branch -> per seed (in order), per layer."""
+  return {variant: {metric: {branch: [
+      study_rules.per_layer(report, label, branch, metric)
+      for _, label in sorted(by_seed.items())] for branch in BRANCHES}
                     for metric in METRICS}
           for variant, by_seed in labels.items()}
 
@@ -73,33 +73,33 @@ def _mean_sd(values: Sequence[float]):
 
 
 def summarize(values, baseline: str, candidate: str) -> Dict[str, Any]:
-  """Per metric and side: each variant's mean and sd per layer, and the
+  """Per metric and branch: each variant's mean and sd per layer, and the
   verdict (`study_rules.jsd_verdict` / `sparsity_verdict`) of `candidate`
   against `baseline`."""
   out: Dict[str, Any] = {}
   for metric in METRICS:
-    for side in SIDES:
+    for branch in BRANCHES:
       entry = {v: [list(_mean_sd(layer)) for layer in zip(*values[v][metric]
-                                                           [side])]
+                                                           [branch])]
                for v in values}
       judge = (study_rules.jsd_verdict if metric == "jsd"
                else study_rules.sparsity_verdict)
-      entry["verdict"] = judge(values[candidate][metric][side],
-                               values[baseline][metric][side])
-      out[f"{metric}/{side}"] = entry
+      entry["verdict"] = judge(values[candidate][metric][branch],
+                               values[baseline][metric][branch])
+      out[f"{metric}/{branch}"] = entry
   return out
 
 
 def tables(summary: Dict[str, Any], values, baseline: str, candidate: str
            ) -> str:
-  """Markdown: per metric and side, a row per layer (pair) with each
+  """Markdown: per metric and branch, a row per layer (pair) with each
   variant's mean +- sd and the difference / resolvable difference."""
   lines = []
   for key, entry in summary.items():
-    metric, side = key.split("/")
+    metric, branch = key.split("/")
     v = entry["verdict"]
     first = v.get("first_layer", 0)
-    lines += [f"**{metric}, {side} side** ({candidate} - {baseline}; "
+    lines += [f"**{metric}, {branch} branch** ({candidate} - {baseline}; "
               f"verdict: {v['verdict']}, lower in {v['lower']}, higher in "
               f"{v['higher']} of {len(v['layers'])}"
               + (f" upper layers from {first}" if metric == "entropy" else "")
@@ -128,15 +128,15 @@ def tables(summary: Dict[str, Any], values, baseline: str, candidate: str
 
 def plot(summary: Dict[str, Any], variants: Sequence[str], path: str
          ) -> None:
-  """Mean +- sd over seeds per layer (pair): a panel per metric and side."""
+  """Mean +- sd over seeds per layer (pair): a panel per metric and branch."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   fig, axes = plt.subplots(2, 2, figsize=(11, 7))
   for row, metric in enumerate(METRICS):
-    for col, side in enumerate(SIDES):
+    for col, branch in enumerate(BRANCHES):
       ax = axes[row][col]
-      entry = summary[f"{metric}/{side}"]
+      entry = summary[f"{metric}/{branch}"]
       for i, variant in enumerate(variants):
         stats = entry[variant]
         x = [j + (i - (len(variants) - 1) / 2) * 0.08
@@ -146,7 +146,7 @@ def plot(summary: Dict[str, Any], variants: Sequence[str], path: str
       ax.set_xticks(range(len(entry[variants[0]])))
       ax.set_xticklabels([f"{j}-{j + 1}" if metric == "jsd" else str(j)
                           for j in range(len(entry[variants[0]]))])
-      ax.set(title=f"{metric}, {side} side ({entry['verdict']['verdict']})",
+      ax.set(title=f"{metric}, {branch} branch ({entry['verdict']['verdict']})",
              xlabel="layers" if metric == "jsd" else "layer",
              ylabel=f"{metric} (nats)")
       ax.legend(fontsize=8)

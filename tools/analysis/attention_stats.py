@@ -4,7 +4,7 @@ Per query row (a token), layer and head, as the RealFormer paper (He et al.,
 2021, Sec. 4.4) measured BERT:
 
 * entropy: H(p) = -sum_k p_k ln p_k, in nats, of the row's attention
-  distribution. An ETC query side holds two patterns under ONE softmax, so
+  distribution. An ETC query branch holds two patterns under ONE softmax, so
   the distribution is fused: a long query's keys are its l2l window and the
   global tokens (l2l + l2g), a global query's keys are the global and the
   long tokens (g2g + g2l); its probabilities over both sum to 1. A row sees
@@ -19,7 +19,7 @@ model gives them all-zero probabilities).
 Colours, by a violin's median as the paper's: blue below the low threshold,
 yellow between, red above the high one. The paper's entropy thresholds, 1.5
 and 4.5 nats, were for 512 keys; here they are 1.5 / ln 512 and 4.5 / ln 512
-times the mean ln K of the side's rows. Its JSD thresholds, 0.25 and 0.75 of
+times the mean ln K of the branch's rows. Its JSD thresholds, 0.25 and 0.75 of
 the maximum, are 0.25 ln 2 and 0.75 ln 2 nats.
 
 The per-row numbers are computed in TensorFlow (on the accelerator, inside
@@ -39,8 +39,8 @@ import tensorflow as tf
 
 from etc_realformer.attention import blocking
 
-# Query side -> its two patterns, in the order the model fuses them.
-SIDES: Dict[str, Tuple[str, str]] = {"long": ("l2l", "l2g"),
+# Query branch -> its two patterns, in the order the model fuses them.
+BRANCHES: Dict[str, Tuple[str, str]] = {"long": ("l2l", "l2g"),
                                      "global": ("g2g", "g2l")}
 
 # The paper's colour thresholds for entropy (nats), for 512-token BERT rows.
@@ -54,14 +54,14 @@ COLOURS = {"low": "#3b75af", "mid": "#f2c94c", "high": "#c0392b"}
 
 
 # ------------------------------------------------------------ TF, per row
-def key_masks(side: Mapping[str, Optional[tf.Tensor]],
+def key_masks(side_inputs: Mapping[str, Optional[tf.Tensor]],
               probs: Mapping[str, tf.Tensor], local_radius: int
               ) -> Dict[str, Tuple[tf.Tensor, tf.Tensor]]:
-  """<float32> key masks of each side's two patterns, in the probabilities'
+  """<float32> key masks of each branch's two patterns, in the probabilities'
   layouts.
 
   Args:
-    side: the side inputs (`l2l_att_mask` <int>[B, L, 2r+1], `l2g_att_mask`
+    side_inputs: the side inputs (`l2l_att_mask` <int>[B, L, 2r+1], `l2g_att_mask`
       [B, L, G], `g2g_att_mask` [B, G, G], `g2l_att_mask` [B, G, L]); a
       missing or None mask allows every key.
     probs: one layer's probabilities (`EtcModel.call`): l2l [B, H, L, 2r+1]
@@ -74,7 +74,7 @@ def key_masks(side: Mapping[str, Optional[tf.Tensor]],
      "global": ([B, G, G], [B, G, L])}.
   """
   def mask(pattern):
-    value = side.get(f"{pattern}_att_mask")
+    value = side_inputs.get(f"{pattern}_att_mask")
     if value is None:
       shape = tf.shape(probs[pattern])
       return tf.ones([shape[0], shape[2], shape[3]], tf.float32)
@@ -132,7 +132,7 @@ def fused_jsd(p_a: tf.Tensor, p_b: tf.Tensor, q_a: tf.Tensor, q_b: tf.Tensor,
   for p, q, mask in ((p_a, q_a, mask_a), (p_b, q_b, mask_b)):
     p, q = _masked(p, mask), _masked(q, mask)
     m = 0.5 * (p + q)
-    # xlogy(0, .) = 0: keys that one side never attends add nothing.
+    # xlogy(0, .) = 0: keys that one branch never attends add nothing.
     total += tf.reduce_sum(tf.math.xlogy(p, p) - tf.math.xlogy(p, m) +
                            tf.math.xlogy(q, q) - tf.math.xlogy(q, m), -1)
   # Rounding can leave -1e-8 for identical rows; the divergence is >= 0.
@@ -140,23 +140,23 @@ def fused_jsd(p_a: tf.Tensor, p_b: tf.Tensor, q_a: tf.Tensor, q_b: tf.Tensor,
 
 
 def layer_statistics(probs: Sequence[Mapping[str, tf.Tensor]],
-                     side: Mapping[str, Optional[tf.Tensor]],
+                     side_inputs: Mapping[str, Optional[tf.Tensor]],
                      local_radius: int) -> Dict[str, Dict[str, Any]]:
-  """Every row's entropy and adjacent-layer JSD, per side.
+  """Every row's entropy and adjacent-layer JSD, per branch.
 
   Args:
     probs: per layer, `EtcModel`'s probability dict (see `key_masks`).
-    side: the side inputs the model ran with.
+    side_inputs: the side inputs the model ran with.
     local_radius: r.
 
   Returns:
-    side -> {"keys": <float32>[B, N] (K per row), "entropy": a list (one
+    branch -> {"keys": <float32>[B, N] (K per row), "entropy": a list (one
     per layer) of [B, H, N], "jsd": a list (one per pair of layers l,
     l + 1) of [B, H, N]}, N = L for "long" and G for "global".
   """
-  masks = key_masks(side, probs[0], local_radius)
+  masks = key_masks(side_inputs, probs[0], local_radius)
   out = {}
-  for name, (a, b) in SIDES.items():
+  for name, (a, b) in BRANCHES.items():
     mask_a, mask_b = masks[name]
     entropy = [fused_entropy(layer[a], layer[b], mask_a, mask_b)
                for layer in probs]
@@ -339,14 +339,14 @@ class KeyCountSummary:
     return self.sum_log / self.rows if self.rows else 0.0
 
 
-class SideSummary:
-  """The streaming state of one query side: per (layer, head) entropy and
+class BranchSummary:
+  """The streaming state of one query branch: per (layer, head) entropy and
   per (layer pair, head) JSD summaries, the keys per row, the rows left
   out."""
 
   def __init__(self, name: str, num_layers: int, num_heads: int,
                max_keys: int, bins: int = 2048):
-    """Args: name: a key of `SIDES`; max_keys: the most keys a row can see
+    """Args: name: a key of `BRANCHES`; max_keys: the most keys a row can see
     (the entropy histogram spans [0, ln max_keys])."""
     self.name = name
     self.entropy = StreamingSummary(num_layers, num_heads,
@@ -358,7 +358,7 @@ class SideSummary:
     self.fully_masked_rows = 0
 
   def add(self, rows: Mapping[str, Any], padding: np.ndarray) -> None:
-    """Adds a batch: `rows` is this side's `layer_statistics` entry as NumPy
+    """Adds a batch: `rows` is this branch's `layer_statistics` entry as NumPy
     values, `padding` <bool>[B, N] marks padding tokens."""
     include, padded, masked = row_inclusion(rows["keys"], padding)
     self.padding_rows += padded
@@ -378,7 +378,7 @@ class SideSummary:
   def to_json(self) -> Dict[str, Any]:
     keys = self.keys
     return {
-        "patterns": list(SIDES[self.name]), "rows": keys.rows,
+        "patterns": list(BRANCHES[self.name]), "rows": keys.rows,
         "padding_rows": self.padding_rows,
         "fully_masked_rows": self.fully_masked_rows,
         "keys": {"min": keys.min if keys.rows else None,

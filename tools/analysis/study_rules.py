@@ -234,14 +234,14 @@ def stability_verdict(records: Sequence[Mapping[str, Any]],
           "evidence": evidence}
 
 
-def per_layer(report: Mapping[str, Any], label: str, side: str, metric: str
+def per_layer(report: Mapping[str, Any], label: str, branch: str, metric: str
               ) -> List[float]:
   """One checkpoint's statistic per layer (entropy) or adjacent pair (jsd)
-  on one side of an `attention_analysis` report: the mean over heads of
+  on one branch of an `attention_analysis` report: the mean over heads of
   each head's median."""
   entry = next(e for e in report["checkpoints"] if e["label"] == label)
   return [statistics.fmean(h["median"] for h in layer["heads"])
-          for layer in entry["sides"][side][metric]]
+          for layer in entry["branches"][branch][metric]]
 
 
 def layer_verdict(candidate: Sequence[Sequence[float]],
@@ -268,7 +268,7 @@ def layer_verdict(candidate: Sequence[Sequence[float]],
 
 def jsd_verdict(candidate: Sequence[Sequence[float]],
                 baseline: Sequence[Sequence[float]]) -> Dict[str, Any]:
-  """The adjacent-layer JSD claim on one side: RealFormer's JSD lower by a
+  """The adjacent-layer JSD claim on one branch: RealFormer's JSD lower by a
   resolved difference in at least 3 of the 5 adjacent pairs of a 6-layer
   model (in general, a majority of the pairs)."""
   pairs = len(candidate[0])
@@ -278,7 +278,7 @@ def jsd_verdict(candidate: Sequence[Sequence[float]],
 
 def sparsity_verdict(candidate: Sequence[Sequence[float]],
                      baseline: Sequence[Sequence[float]]) -> Dict[str, Any]:
-  """The sparser-upper-layers claim on one side: RealFormer's entropy lower
+  """The sparser-upper-layers claim on one branch: RealFormer's entropy lower
   by a resolved difference in at least 2 of the upper 3 layers (in general,
   a majority of the upper half)."""
   upper = len(candidate[0]) // 2

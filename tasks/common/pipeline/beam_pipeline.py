@@ -290,8 +290,9 @@ def build(p: beam.Pipeline,
        | "ByShard" >> beam.GroupByKey()
        | "WriteShards" >> beam.ParDo(_WriteShard(work_dir)))
   is_state = lambda kv: kv[0] == "state"
-  # Each side's states are picked out before the two meet: a Flatten of
-  # `read` itself would encode every parsed record to feed it.
+  # The reader's and the featurizer's states are each picked out before the
+  # two meet: a Flatten of `read` itself would encode every parsed record to
+  # feed it.
   _ = ((read | "ReaderStates" >> beam.Filter(is_state),
         featurized | "FeaturizerStates" >> beam.Filter(is_state))
        | "States" >> beam.Flatten()

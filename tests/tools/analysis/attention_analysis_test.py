@@ -1,5 +1,5 @@
 """`python -m tools.analysis.attention_analysis`: checkpoints of each kind and a
-task's feature TFRecords in, per (side, layer, head) statistics as JSON and
+task's feature TFRecords in, per (branch, layer, head) statistics as JSON and
 violin plots out."""
 
 import json
@@ -59,33 +59,33 @@ def workdir(tmp_path_factory):
 
 def _check_report(report, labels):
   assert [c["label"] for c in report["checkpoints"]] == labels
-  assert report["data"]["layout"] == "multihop"
+  assert report["data"]["side_input_source"] == "multihop"
   for entry in report["checkpoints"]:
     assert entry["examples"] == len(RECORDS)
     for name, tokens, length, max_keys in (
         ("long", LONG_TOKENS, L, 9 + G), ("global", GLOBAL_TOKENS, G, G + L)):
-      side = entry["sides"][name]
+      branch = entry["branches"][name]
       rows = sum(tokens[i] for i in RECORDS)
-      assert side["rows"] == rows
-      assert side["padding_rows"] == len(RECORDS) * length - rows
-      assert side["fully_masked_rows"] == 0
-      assert len(side["entropy"]) == 3 and len(side["jsd"]) == 2
-      for layer in side["entropy"] + side["jsd"]:
+      assert branch["rows"] == rows
+      assert branch["padding_rows"] == len(RECORDS) * length - rows
+      assert branch["fully_masked_rows"] == 0
+      assert len(branch["entropy"]) == 3 and len(branch["jsd"]) == 2
+      for layer in branch["entropy"] + branch["jsd"]:
         assert [h["head"] for h in layer["heads"]] == [0, 1]
         for head in layer["heads"]:
           assert head["count"] == rows
           assert head["q1"] <= head["median"] <= head["q3"]
-      upper = math.log(side["keys"]["max"])
-      assert side["keys"]["max"] <= max_keys
-      for layer in side["entropy"]:
+      upper = math.log(branch["keys"]["max"])
+      assert branch["keys"]["max"] <= max_keys
+      for layer in branch["entropy"]:
         for head in layer["heads"]:
           assert -1e-6 <= head["min"] <= head["max"] <= upper + 1e-5
-      for layer in side["jsd"]:
+      for layer in branch["jsd"]:
         for head in layer["heads"]:
           assert 0 <= head["min"] <= head["max"] <= math.log(2) + 1e-6
 
 
-def test_one_checkpoint_writes_every_side_layer_and_head(workdir, tmp_path):
+def test_one_checkpoint_writes_every_branch_layer_and_head(workdir, tmp_path):
   report = attention_analysis.run_analysis(
       [str(workdir / "trained")], str(workdir / "dev.tfrecord"),
       str(tmp_path), configs=[str(workdir / "realformer.json")],

@@ -15,8 +15,8 @@ def _entry(label, entropy, jsd):
     return [dict({"layers": [i, i + 1]} if pairs else {"layer": i},
                  heads=[{"median": v - 0.01}, {"median": v + 0.01}])
             for i, v in enumerate(values)]
-  side = {"entropy": layers(entropy, False), "jsd": layers(jsd, True)}
-  return {"label": label, "sides": {"long": side, "global": side}}
+  branch = {"entropy": layers(entropy, False), "jsd": layers(jsd, True)}
+  return {"label": label, "branches": {"long": branch, "global": branch}}
 
 
 def _report(seeds):
@@ -45,7 +45,7 @@ def test_summary_tables_and_plot(tmp_path, monkeypatch):
   assert summary["entropy/long"]["verdict"]["verdict"] == "confirmed"
   assert summary["entropy/long"]["realformer"][3][0] == pytest.approx(2.501)
   text = (tmp_path / attention_seeds.TABLES).read_text()
-  assert "**jsd, long side** (realformer - post_ln; verdict: confirmed" in (
+  assert "**jsd, long branch** (realformer - post_ln; verdict: confirmed" in (
       text)
   assert "| 0-1 | 0.1010 +- 0.0010 | 0.0510 +- 0.0010 | -0.0500 / " in text
   assert (tmp_path / attention_seeds.PLOT).stat().st_size > 0

@@ -145,7 +145,7 @@ def test_model_rows_are_distributions_over_the_keys_the_masks_allow(impl):
                                 model.config.local_radius)
   masks = stats.key_masks(side, out.attention_probs[0],
                           model.config.local_radius)
-  for name, (a, b) in stats.SIDES.items():
+  for name, (a, b) in stats.BRANCHES.items():
     keys = rows[name]["keys"].numpy()
     include, _, masked = stats.row_inclusion(keys, np.zeros_like(keys, bool))
     assert masked > 0  # random_features makes some
@@ -162,7 +162,7 @@ def test_model_rows_are_distributions_over_the_keys_the_masks_allow(impl):
     assert len(rows[name]["jsd"]) == 2
     for jsd in rows[name]["jsd"]:
       assert (jsd.numpy() >= 0).all() and (jsd.numpy() <= LN2 + 1e-6).all()
-    summary = stats.SideSummary(name, 3, model.config.num_attention_heads,
+    summary = stats.BranchSummary(name, 3, model.config.num_attention_heads,
                                 max_keys=int(keys.max()), bins=128)
     summary.add({k: ([t.numpy() for t in v] if isinstance(v, list)
                      else v.numpy()) for k, v in rows[name].items()},
