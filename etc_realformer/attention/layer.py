@@ -75,6 +75,30 @@ _ATTRIBUTE_ORDER = ("long_query", "l2l_key", "l2l_value", "l2g_key",
                     "g2l_key", "g2l_value")
 
 
+def _static_branch_specs(layer_index: int, local_radius: int,
+                         residual_patterns: Tuple[str, ...],
+                         residual_running_mean: bool, dropout_rate: float,
+                         execution: ExecutionConfig
+                         ) -> Tuple[core.BranchSpec, core.BranchSpec]:
+  """The long and the global branch's specs as far as the layer fixes them
+  (patterns, band, streams, dropout sites, softmax precision)."""
+  site = dropout_lib.layer_sites(layer_index)
+  return tuple(
+      core.BranchSpec(
+          patterns=patterns, block_len=local_radius + 1,
+          streams=core.StreamSpec(
+              carried=tuple(p for p in patterns if p in residual_patterns),
+              num_summed=layer_index + 1,
+              running_mean=residual_running_mean,
+              low_precision=execution.stream_dtype == "compute"),
+          dropout=core.ProbsDropout(
+              rate=dropout_rate,
+              first_site=(site +
+                          dropout_lib.ATTENTION_PROBS_OFFSET[patterns[0]]),
+              rng=execution.dropout_rng),
+          low_precision_softmax=execution.softmax_dtype == "compute")
+      for patterns in (("l2l", "l2g"), ("g2g", "g2l")))
+
 class Projections(NamedTuple):
   """One call's projections, each computed once even where shared.
 
@@ -210,23 +234,9 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
     self.execution = execution or ExecutionConfig()
     # What the long and the global branch compute, as far as no call changes
     # it (`_branch_specs` adds the call's part).
-    site = dropout_lib.layer_sites(layer_index)
-    self._static_specs = tuple(
-        core.BranchSpec(
-            patterns=patterns, block_len=local_radius + 1,
-            streams=core.StreamSpec(
-                carried=tuple(p for p in patterns
-                              if p in self.residual_patterns),
-                num_summed=layer_index + 1,
-                running_mean=residual_running_mean,
-                low_precision=self.execution.stream_dtype == "compute"),
-            dropout=core.ProbsDropout(
-                rate=attention_probs_dropout_prob,
-                first_site=(site +
-                            dropout_lib.ATTENTION_PROBS_OFFSET[patterns[0]]),
-                rng=self.execution.dropout_rng),
-            low_precision_softmax=self.execution.softmax_dtype == "compute")
-        for patterns in (("l2l", "l2g"), ("g2g", "g2l")))
+    self._static_specs = _static_branch_specs(
+        layer_index, local_radius, self.residual_patterns,
+        residual_running_mean, attention_probs_dropout_prob, self.execution)
 
     value_init = output_init = query_key_init = initializer
     if value_output_identity_init:
@@ -236,27 +246,8 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
     if query_key_identity_init:
       query_key_init = SharedOrthogonal().initializer(
           math.sqrt(query_key_identity_init))
-
-    def proj(name):
-      init = value_init if name.endswith("value") else query_key_init
-      return HeadProjection(num_heads, size_per_head, init,
-                            name=name + "_projection")
-
-    # The original's sharing: which projections are one and the same.
-    share_long_kv = share_qkv_projections or share_kv_projections
-    same_as = {}
-    if share_long_kv:
-      same_as.update(l2g_key="l2l_key", l2g_value="l2l_value")
-    if share_qkv_projections:
-      same_as.update(global_query="long_query", g2g_key="l2l_key",
-                     g2g_value="l2l_value", g2l_key="l2l_key",
-                     g2l_value="l2l_value")
-    elif share_kv_projections:
-      same_as.update(g2l_key="g2g_key", g2l_value="g2g_value")
-    for name in _ATTRIBUTE_ORDER:
-      layer = (getattr(self, same_as[name] + "_projection")
-               if name in same_as else proj(name))
-      setattr(self, name + "_projection", layer)
+    self._add_projections(value_init, query_key_init, share_kv_projections,
+                          share_qkv_projections)
 
     if relative_vocab_size is not None:
       self.long_relative = RelativeTable(relative_vocab_size, num_heads,
@@ -274,6 +265,31 @@ class FusedGlobalLocalAttention(tf_keras.layers.Layer):
         self.long_output_projection if share_att_output_projection
         else Linear(hidden_size, output_init,
                     name="global_output_projection"))
+
+  def _add_projections(self, value_init, query_key_init,
+                       share_kv_projections: bool,
+                       share_qkv_projections: bool) -> None:
+    """Sets `<name>_projection` for every projection name, in the
+    original's attribute order; a shared one is the same layer object."""
+    def proj(name):
+      init = value_init if name.endswith("value") else query_key_init
+      return HeadProjection(self.num_heads, self.size_per_head, init,
+                            name=name + "_projection")
+
+    # The original's sharing: which projections are one and the same.
+    same_as = {}
+    if share_qkv_projections or share_kv_projections:
+      same_as.update(l2g_key="l2l_key", l2g_value="l2l_value")
+    if share_qkv_projections:
+      same_as.update(global_query="long_query", g2g_key="l2l_key",
+                     g2g_value="l2l_value", g2l_key="l2l_key",
+                     g2l_value="l2l_value")
+    elif share_kv_projections:
+      same_as.update(g2l_key="g2g_key", g2l_value="g2g_value")
+    for name in _ATTRIBUTE_ORDER:
+      layer = (getattr(self, same_as[name] + "_projection")
+               if name in same_as else proj(name))
+      setattr(self, name + "_projection", layer)
 
   # ---------------------------------------------------------------- weights
   def projection(self, name: str) -> HeadProjection:
