@@ -77,37 +77,31 @@ def assemble(l2l_att_mask: tf.Tensor, g2g_att_mask: tf.Tensor,
   dyn_batch = validation.dim(l2l_att_mask, 0)
   dyn_long = validation.dim(l2l_att_mask, 1)
   dyn_global = validation.dim(g2g_att_mask, 1)
-  result = dict(
-      l2l_att_mask=l2l_att_mask,
-      g2g_att_mask=g2g_att_mask,
-      l2g_att_mask=l2g_att_mask,
-      g2l_att_mask=g2l_att_mask,
-      l2l_relative_att_ids=None,
-      g2g_relative_att_ids=None,
-      l2g_relative_att_ids=None,
-      g2l_relative_att_ids=None)
+  masks = {"l2l": l2l_att_mask, "g2g": g2g_att_mask, "l2g": l2g_att_mask,
+           "g2l": g2l_att_mask}
+  ids = dict.fromkeys(masks)  # None: no relative ids
   if relative_pos_max_distance > 0:
     m = relative_pos_max_distance
-    result["l2l_relative_att_ids"] = rp.make_local_relative_att_ids(
-        dyn_long, local_radius, m, dyn_batch)
-    g2g_ids = rp.make_relative_att_ids(dyn_global, m, dyn_batch)
+    ids["l2l"] = rp.make_local_relative_att_ids(dyn_long, local_radius, m,
+                                                dyn_batch)
+    ids["g2g"] = rp.make_relative_att_ids(dyn_global, m, dyn_batch)
     if g2g_segments is not None:
-      g2g_ids = rp.overwrite_relative_att_ids_outside_segments(
-          g2g_ids, g2g_segments, rp.cross_paragraph_id(m))
-    result["g2g_relative_att_ids"] = g2g_ids
+      ids["g2g"] = rp.overwrite_relative_att_ids_outside_segments(
+          ids["g2g"], g2g_segments, rp.cross_paragraph_id(m))
     # l2l and l2g share one softmax (and one relative table), so the l2g ids
     # start after the 2M+1 distance ids; same for g2g/g2l.
-    l2g_ids = tf.cast(own, tf.int32) + rp.other_sentence_id(m)
-    result["l2g_relative_att_ids"] = l2g_ids
-    result["g2l_relative_att_ids"] = tf.transpose(l2g_ids, [0, 2, 1])
-  shapes = dict(
-      l2l=[batch, long_len, 2 * local_radius + 1],
-      g2g=[batch, global_len, global_len],
-      l2g=[batch, long_len, global_len],
-      g2l=[batch, global_len, long_len])
-  for key, value in result.items():
-    if value is not None:
-      value.set_shape(shapes[key[:3]])
+    ids["l2g"] = tf.cast(own, tf.int32) + rp.other_sentence_id(m)
+    ids["g2l"] = tf.transpose(ids["l2g"], [0, 2, 1])
+  shapes = {"l2l": [batch, long_len, 2 * local_radius + 1],
+            "g2g": [batch, global_len, global_len],
+            "l2g": [batch, long_len, global_len],
+            "g2l": [batch, global_len, long_len]}
+  for pattern in masks:
+    for value in (masks[pattern], ids[pattern]):
+      if value is not None:
+        value.set_shape(shapes[pattern])
+  result = {f"{p}_att_mask": value for p, value in masks.items()}
+  result.update({f"{p}_relative_att_ids": value for p, value in ids.items()})
   return result
 
 
