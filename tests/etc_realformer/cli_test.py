@@ -12,6 +12,16 @@ from etc_realformer import cli
 from etc_realformer.errors import UserInputError
 
 
+def _exit_and_message(capsys, error):
+  """(exit code, stderr stripped) of a guarded main that raises `error`."""
+  def main(argv):
+    raise error
+
+  with pytest.raises(SystemExit) as exited:
+    cli.guarded(main)(["prog"])
+  return exited.value.code, capsys.readouterr().err.strip()
+
+
 @pytest.mark.parametrize("error,line", [
     (UserInputError("data.json: record 'x', field 'query': missing"),
      "error: data.json: record 'x', field 'query': missing"),
@@ -23,14 +33,8 @@ from etc_realformer.errors import UserInputError
      "error: ckpt-2: the checkpoint does not fit"),
 ])
 def test_user_errors_are_one_line_and_exit_2(capsys, error, line):
-  def main(argv):
-    raise error
-
-  with pytest.raises(SystemExit) as exited:
-    cli.guarded(main)(["prog"])
-  assert exited.value.code == cli.EXIT_USER_ERROR == 2
-  err = capsys.readouterr().err
-  assert err.strip() == line
+  assert _exit_and_message(capsys, error) == (cli.EXIT_USER_ERROR, line)
+  assert cli.EXIT_USER_ERROR == 2
 
 
 def test_bugs_are_not_swallowed():
@@ -69,13 +73,7 @@ def test_success_passes_through():
      "error: /ro/x: Read-only file system"),
 ])
 def test_unwritable_paths_are_one_line_and_exit_2(capsys, error, line):
-  def main(argv):
-    raise error
-
-  with pytest.raises(SystemExit) as exited:
-    cli.guarded(main)(["prog"])
-  assert exited.value.code == 2
-  assert capsys.readouterr().err.strip() == line
+  assert _exit_and_message(capsys, error) == (2, line)
 
 
 @pytest.mark.parametrize("error", [

@@ -173,16 +173,20 @@ def test_global_branch_with_streams_and_dropout_matches_the_reference():
   assert any((d != p).any() for d, p in zip(want.dropped, want.probs))
 
 
-def test_dense_long_branch_without_ids_in_bfloat16_matches_the_reference():
-  # The full path's long branch (dense l2l + l2g), one stream carried, the
-  # streams in the compute dtype, the dropout index row-major.
-  case = ref.BranchCase(batch=1, num_heads=2, band=False, num_rows=12,
+def _dense_long_branch() -> ref.BranchCase:
+  """The full path's long branch (dense l2l + l2g) without relative ids:
+  one stream carried, the dropout index row-major."""
+  return ref.BranchCase(batch=1, num_heads=2, band=False, num_rows=12,
                         first_len=12, second_len=4, size_per_head=16,
                         num_ids=5, has_ids=False, carried=(True, False),
                         has_prev=True, emit=True, dropout_rate=0.1,
                         by_rows=False)
-  _check(case, tf.bfloat16, tf.bfloat16, ctx_tolerance=2e-2,
-         new_tolerance=1e-2, lse_tolerance=1e-5)
+
+
+def test_dense_long_branch_without_ids_in_bfloat16_matches_the_reference():
+  # The streams in the compute dtype.
+  _check(_dense_long_branch(), tf.bfloat16, tf.bfloat16,
+         ctx_tolerance=2e-2, new_tolerance=1e-2, lse_tolerance=1e-5)
 
 
 def test_long_branch_with_sources_matches_the_reference():
@@ -344,14 +348,9 @@ def test_global_branch_backward_with_sources_matches_the_reference():
 
 
 def test_dense_backward_without_ids_in_bfloat16_matches_the_reference():
-  # The full path's long branch, one stream carried in the compute dtype.
-  case = ref.BranchCase(batch=1, num_heads=2, band=False, num_rows=12,
-                        first_len=12, second_len=4, size_per_head=16,
-                        num_ids=5, has_ids=False, carried=(True, False),
-                        has_prev=True, emit=True, dropout_rate=0.1,
-                        by_rows=False)
-  _check_backward(case, tf.bfloat16, tf.bfloat16, tolerance=1e-2,
-                  stream_tolerance=1e-2)
+  # The stream in the compute dtype.
+  _check_backward(_dense_long_branch(), tf.bfloat16, tf.bfloat16,
+                  tolerance=1e-2, stream_tolerance=1e-2)
 
 
 def test_backward_handler_rejects_an_incoming_gradient_that_does_not_fit():
