@@ -25,7 +25,7 @@ A missing or malformed input file or vocabulary is one line on stderr and
 exit code 2.
 
 The model features come from `HotpotFeaturizer`'s in-graph code, run through
-`tf.data` (`HotpotStep`, a `preprocessing.GraphStep`: the ops the exported
+`tf.data` (`HotpotStep`, a `preprocessing.RecordFnStep`: the ops the exported
 `serve_raw` signature runs); labels are then added in Python
 (`features.add_labels`). The binary runs it as an Apache Beam pipeline
 (`HotpotPipeline`, `tasks.common.pipeline.beam_pipeline`; Beam's pipeline
@@ -37,7 +37,6 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from absl import flags
 import numpy as np
-import tensorflow as tf
 
 from tasks.common.command_line import beam_binary
 from tasks.common.command_line import preprocess_flags
@@ -49,55 +48,31 @@ from tasks.common.pipeline import preprocessing
 from tasks.hotpotqa import data
 from tasks.hotpotqa import features as features_lib
 
-# The featurizer's inputs per record (`to_inputs`).
-_INPUT_SIGNATURE = dict(
-    question=tf.TensorSpec([], tf.string),
-    titles=tf.TensorSpec([None], tf.string),
-    sentences=tf.TensorSpec([None], tf.string),
-    num_sentences=tf.TensorSpec([None], tf.int32),
-    id=tf.TensorSpec([], tf.string))
-
 
 def read_file(input_path: str, is_training: Optional[bool] = None,
               strict: bool = False
               ) -> Tuple[List[data.HotpotRecord], record_stats.RecordStats]:
-  """The valid records of a file and its stats so far (reads, skips).
-
-  `is_training` (default: `preprocessing.default_is_training`) requires labels.
-
-  Raises:
-    input_errors.InputFileError: the input is missing, empty or malformed.
-    input_errors.BadRecordError: in strict mode, the first bad record.
-  """
-  if is_training is None:
-    is_training = preprocessing.default_is_training(input_path)
-  stats = record_stats.RecordStats(input_file=input_path, strict=strict)
-  return list(data.read_records(input_path, stats=stats,
-                                require_labels=is_training)), stats
+  """`preprocessing.read_file` of a HotpotQA file: `is_training` (default:
+  `preprocessing.default_is_training`) requires labels."""
+  return preprocessing.read_file(
+      data.read_records, input_path, strict,
+      require_labels=preprocessing.is_training_file(input_path, is_training))
 
 
-class HotpotStep(preprocessing.GraphStep[data.HotpotRecord]):
+class HotpotStep(preprocessing.RecordFnStep[data.HotpotRecord]):
   """A HotpotQA record -> its labelled features; with `is_training`, the
   training filter makes a record that gives no training signal bad
   (`features.add_labels`)."""
-
-  input_signature = _INPUT_SIGNATURE
 
   def __init__(self, featurizer: features_lib.HotpotFeaturizer,
                input_file: str, is_training: bool):
     super().__init__(featurizer, input_file)
     self.is_training = is_training
 
-  def to_inputs(self, record: data.HotpotRecord) -> Dict[str, Any]:
-    return dict(question=record.question, titles=list(record.titles),
-                sentences=[s for para in record.sentences for s in para],
-                num_sentences=[len(p) for p in record.sentences],
-                id=record.id)
-
-  def featurize(self, inputs):
-    return self.featurizer.record_fn(
-        inputs["question"], inputs["titles"], inputs["sentences"],
-        inputs["num_sentences"], inputs["id"])
+  def to_inputs(self, record: data.HotpotRecord) -> Tuple[Any, ...]:
+    return (record.question, list(record.titles),
+            [s for para in record.sentences for s in para],
+            [len(p) for p in record.sentences], record.id)
 
   def finish(self, record: data.HotpotRecord, features: Dict[str, np.ndarray],
              amounts: Dict[str, int]) -> preprocessing.Outcome:
@@ -128,9 +103,9 @@ def write_features(valid: List[data.HotpotRecord],
     input_errors.BadRecordError: in strict mode, the first record the training
       filter rejects.
   """
-  if is_training is None:
-    is_training = preprocessing.default_is_training(stats.input_file)
-  step = HotpotStep(featurizer, stats.input_file, is_training)
+  step = HotpotStep(
+      featurizer, stats.input_file,
+      preprocessing.is_training_file(stats.input_file, is_training))
   return preprocessing.featurize_into(output_dir, valid, step, stats)
 
 
@@ -150,28 +125,21 @@ def preprocess_file(input_path: str,
 
 
 @dataclasses.dataclass
-class HotpotPipeline(pipeline_task.FileTask):
+class HotpotPipeline(pipeline_task.LabelledTrainingFiles,
+                     pipeline_task.FileTask):
   """`preprocess_file` as a Beam pipeline (`beam_pipeline.run`), the same
   outputs; `featurizer_args`: `make_featurizer`'s arguments."""
   featurizer_args: Dict[str, Any]
   is_training: Optional[bool] = None
   strict: bool = False
   skip_duplicate_ids: bool = False
-
-  def _training(self, path: str) -> bool:
-    return (preprocessing.default_is_training(path)
-            if self.is_training is None else self.is_training)
+  read_records = staticmethod(data.read_records)
 
   def make_featurizer(self) -> features_lib.HotpotFeaturizer:
     return make_featurizer(**self.featurizer_args)
 
-  def read(self, unit, stats, work_dir):
-    del work_dir  # Unused.
-    return data.read_records(unit, stats=stats,
-                             require_labels=self._training(unit))
-
   def make_step(self, featurizer, unit) -> HotpotStep:
-    return HotpotStep(featurizer, unit, self._training(unit))
+    return HotpotStep(featurizer, unit, self.is_training_file(unit))
 
 
 def make_featurizer(vocab: Optional[str], spm_model: Optional[str],
@@ -198,11 +166,7 @@ def _define_flags():
   flags.DEFINE_bool("is_training", None,
                     "Apply the training filter (default: file name contains "
                     "'train').")
-  flags.DEFINE_list(
-      "global_token_ids", None,
-      "cls,sentence,question,paragraph global token ids; default: the "
-      "original's for the vocabulary kind (WordPiece [CLS],1,3,5; "
-      "SentencePiece 40,1,41,43).")
+  preprocess_flags.define_global_token_ids_flag(features_lib.GlobalTokenIds)
 
 
 def main(argv):
@@ -213,8 +177,7 @@ def main(argv):
            **preprocess_flags.featurizer_flag_values()),
       is_training=f.is_training, strict=f.strict,
       skip_duplicate_ids=f.skip_duplicate_ids)
-  _, lines = beam_pipeline.run(task, [f.input], f.output_dir, beam_args)
-  print("\n".join(lines))
+  beam_pipeline.run_and_print(task, [f.input], f.output_dir, beam_args)
 
 
 if __name__ == "__main__":

@@ -119,9 +119,6 @@ def output_paths(input_path: str, output_dir: str):
   return preprocessing.output_paths(input_path, output_dir, stem=stem)
 
 
-default_is_training = preprocessing.default_is_training
-
-
 def unanswerable_rate(include_unknown_rate: float,
                       include_unknown_rate_for_unanswerable: Optional[float]
                       ) -> float:
@@ -251,8 +248,7 @@ def preprocess_file(input_path: str,
     input_errors.BadRecordError: in strict mode, the first bad line or record.
     UserInputError: a rate outside [0, 1].
   """
-  if is_training is None:
-    is_training = default_is_training(input_path)
+  is_training = preprocessing.is_training_file(input_path, is_training)
   if read_fn is None:
     def read_fn(stats, require_labels):
       return data.read_records(input_path, stats=stats,
@@ -338,7 +334,8 @@ def preprocess_tfds(name_and_split: str, output_dir: str,
 
 
 @dataclasses.dataclass
-class NqPipeline(pipeline_task.PipelineTask):
+class NqPipeline(pipeline_task.LabelledTrainingFiles,
+                 pipeline_task.PipelineTask):
   """`preprocess` as a Beam pipeline (`beam_pipeline.run`): the same files,
   per input file `DIR/<stem>.tfrecord` + `DIR/<stem>.stats.json`, and
   `DIR/nq_stats.json`.
@@ -357,6 +354,7 @@ class NqPipeline(pipeline_task.PipelineTask):
   seed: int = 0
   predict_la_when_no_sa: bool = False
   num_shards: int = 1
+  read_records = staticmethod(data.read_records)
 
   def __post_init__(self):
     if self.num_shards < 1:
@@ -364,23 +362,14 @@ class NqPipeline(pipeline_task.PipelineTask):
     check_rates(self.include_unknown_rate,
                 self.include_unknown_rate_for_unanswerable)
 
-  def _training(self, path: str) -> bool:
-    return (default_is_training(path) if self.is_training is None
-            else self.is_training)
-
   def make_featurizer(self) -> features_lib.NqFeaturizer:
     return make_featurizer(**self.featurizer_args)
-
-  def read(self, unit, stats, work_dir):
-    del work_dir  # Unused.
-    return data.read_records(unit, stats=stats,
-                             require_labels=self._training(unit))
 
   def make_step(self, featurizer, unit) -> NqStep:
     return NqStep(featurizer, self.predict_la_when_no_sa)
 
   def make_sink(self, featurizer, group, files) -> NqSink:
-    return make_sink(featurizer, group, files, self._training(group),
+    return make_sink(featurizer, group, files, self.is_training_file(group),
                      self.strict, self.include_unknown_rate,
                      self.include_unknown_rate_for_unanswerable, self.seed,
                      self.predict_la_when_no_sa)
@@ -485,8 +474,7 @@ def main(argv):
     return
   task = NqPipeline(featurizer_args, num_shards=f.num_shards,
                     skip_duplicate_ids=f.skip_duplicate_ids, **kwargs)
-  _, lines = beam_pipeline.run(task, inputs, f.output_dir, beam_args)
-  print("\n".join(lines))
+  beam_pipeline.run_and_print(task, inputs, f.output_dir, beam_args)
 
 
 if __name__ == "__main__":

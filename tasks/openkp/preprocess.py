@@ -51,12 +51,10 @@ def output_paths(input_path: str, output_dir: str):
       input_path, output_dir, ("tfrecord", "stats.json", "dedup.jsonl"))
 
 
-class OpenKPStep(preprocessing.GraphStep[data.OpenKPRecord]):
+class OpenKPStep(preprocessing.RecordFnStep[data.OpenKPRecord]):
   """An OpenKP document -> its features with labels, url and gold
   keyphrases; with `skip_unlabeled`, a labelled document whose gold the
   truncation cut is bad (`data.KEYPHRASES_TRUNCATED`: it teaches nothing)."""
-
-  input_signature = features_lib.INPUT_SIGNATURE
 
   def __init__(self, featurizer: features_lib.OpenKPFeaturizer,
                input_file: str, skip_unlabeled: bool):
@@ -65,9 +63,6 @@ class OpenKPStep(preprocessing.GraphStep[data.OpenKPRecord]):
 
   def to_inputs(self, record: data.OpenKPRecord):
     return features_lib.record_inputs(record)
-
-  def featurize(self, inputs):
-    return self.featurizer.record_fn(*inputs)
 
   def finish(self, record: data.OpenKPRecord, features: Dict[str, np.ndarray],
              amounts: Dict[str, int]) -> preprocessing.Outcome:
@@ -179,8 +174,7 @@ def main(argv):
   task = OpenKPPipeline(
       preprocess_flags.featurizer_flag_values(), strict=f.strict,
       labeled={"auto": None, "true": True, "false": False}[f.labeled])
-  _, lines = beam_pipeline.run(task, paths, f.output_dir, beam_args)
-  print("\n".join(lines))
+  beam_pipeline.run_and_print(task, paths, f.output_dir, beam_args)
 
 
 if __name__ == "__main__":

@@ -488,8 +488,7 @@ def main(argv):
     files = input_files.match_files(f.input)
     task = PretrainPipeline(featurizer_args, settings, list(f.input),
                             f.max_line_chars, f.mask_token_id, f.strict)
-    _, lines = beam_pipeline.run(task, files, f.output_dir, beam_args)
-    print("\n".join(lines))
+    beam_pipeline.run_and_print(task, files, f.output_dir, beam_args)
     return
   beam_options.pipeline_options_from(beam_args)
   featurizer = features_lib.PretrainFeaturizer(**featurizer_args)

@@ -18,8 +18,8 @@ exit code 2.
 Supports are split into sentences by NLTK's Punkt in Python, as the original
 (`features.split_supports`); the rest of featurization is `WikiHopFeaturizer`'s
 in-graph code, run through `tf.data` (`WikiHopStep`, a
-`preprocessing.GraphStep`): the same ops an exported serving signature runs on
-the same split. The binary runs it as an Apache Beam pipeline
+`preprocessing.RecordFnStep`): the same ops an exported serving signature runs
+on the same split. The binary runs it as an Apache Beam pipeline
 (`WikiHopPipeline`, `tasks.common.pipeline.beam_pipeline`; Beam's pipeline
 options pass through, the outputs do not depend on them).
 """
@@ -29,7 +29,6 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from absl import flags
 import numpy as np
-import tensorflow as tf
 
 from tasks.common.command_line import beam_binary
 from tasks.common.command_line import preprocess_flags
@@ -41,46 +40,23 @@ from tasks.common.pipeline import preprocessing
 from tasks.wikihop import data
 from tasks.wikihop import features as features_lib
 
-# The featurizer's inputs per record (`to_inputs`).
-_INPUT_SIGNATURE = dict(
-    query=tf.TensorSpec([], tf.string),
-    candidates=tf.TensorSpec([None], tf.string),
-    sentences=tf.TensorSpec([None], tf.string),
-    num_sentences=tf.TensorSpec([None], tf.int32),
-    answer=tf.TensorSpec([], tf.string),
-    id=tf.TensorSpec([], tf.string))
-
 
 def read_file(input_path: str, strict: bool = False
               ) -> Tuple[List[data.WikiHopRecord], record_stats.RecordStats]:
-  """The valid records of a file and its stats so far (reads, skips).
-
-  Raises:
-    input_errors.InputFileError: the input is missing, empty or malformed.
-    input_errors.BadRecordError: in strict mode, the first bad record.
-  """
-  stats = record_stats.RecordStats(input_file=input_path, strict=strict)
-  return list(data.read_records(input_path, stats=stats)), stats
+  """`preprocessing.read_file` of a WikiHop file."""
+  return preprocessing.read_file(data.read_records, input_path, strict)
 
 
-class WikiHopStep(preprocessing.GraphStep[data.WikiHopRecord]):
+class WikiHopStep(preprocessing.RecordFnStep[data.WikiHopRecord]):
   """A WikiHop record -> its features; a record whose candidates alone do
   not fit the sequences is bad (`data.TOO_LONG`)."""
 
-  input_signature = _INPUT_SIGNATURE
-
-  def to_inputs(self, record: data.WikiHopRecord) -> Dict[str, Any]:
+  def to_inputs(self, record: data.WikiHopRecord) -> Tuple[Any, ...]:
     # Punkt splits the supports here, in Python (see
     # tasks.common.featurization.sentences).
     sentences, num_sentences = features_lib.split_supports(record.supports)
-    return dict(query=record.query, candidates=record.candidates,
-                sentences=sentences, num_sentences=num_sentences,
-                answer=record.answer, id=record.id)
-
-  def featurize(self, inputs):
-    return self.featurizer.record_fn(
-        inputs["query"], inputs["candidates"], inputs["sentences"],
-        inputs["num_sentences"], inputs["answer"], inputs["id"])
+    return (record.query, record.candidates, sentences, num_sentences,
+            record.answer, record.id)
 
   def finish(self, record: data.WikiHopRecord, features: Dict[str, np.ndarray],
              amounts: Dict[str, int]) -> preprocessing.Outcome:
@@ -168,11 +144,7 @@ def _define_flags():
   flags.DEFINE_integer(
       "max_num_sentences", None,
       "Optional cap on document sentences per example (original: 200).")
-  flags.DEFINE_list(
-      "global_token_ids", None,
-      "sentence,question,candidate,paragraph global token ids; default: the "
-      "original's for the vocabulary kind (WordPiece 1,3,4,5; SentencePiece "
-      "1,41,42,43).")
+  preprocess_flags.define_global_token_ids_flag(features_lib.GlobalTokenIds)
   flags.DEFINE_bool(
       "mark_query_subject", False,
       "Give document mentions of the query's subject token type 2 (this "
@@ -189,8 +161,7 @@ def main(argv):
            mark_query_subject=f.mark_query_subject,
            **preprocess_flags.featurizer_flag_values()), strict=f.strict,
       skip_duplicate_ids=f.skip_duplicate_ids)
-  _, lines = beam_pipeline.run(task, [f.input], f.output_dir, beam_args)
-  print("\n".join(lines))
+  beam_pipeline.run_and_print(task, [f.input], f.output_dir, beam_args)
 
 
 if __name__ == "__main__":

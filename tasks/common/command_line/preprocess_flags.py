@@ -1,14 +1,15 @@
 """The flags every preprocess binary has, and the checks of its command line.
 
 - `define_featurizer_flags`: the featurizer's flags
-  (`define_duplicate_ids_flag`: of those whose records have ids) and
+  (`define_duplicate_ids_flag`: of those whose records have ids;
+  `define_global_token_ids_flag`: of those with special global tokens) and
   `featurizer_flag_values`;
 - `require_flags` / `check_command_line`: the checks of the command line (a
   `UserInputError`, so that `etc_realformer.cli` prints one line, not
   absl's usage text).
 """
 
-from typing import Any, Dict, Sequence
+from typing import Any, Dict, Mapping, Sequence
 
 from absl import flags
 
@@ -44,6 +45,22 @@ def define_duplicate_ids_flag() -> None:
       "skip_duplicate_ids", False,
       "Skip (and count as duplicate_id) a record whose id an earlier record "
       "of the file has, instead of refusing the file.")
+
+
+def define_global_token_ids_flag(ids_class: Any) -> None:
+  """`--global_token_ids`: the ids of `ids_class` (a
+  `featurizing.SpecialTokenIds`), its fields in order; the help names them
+  and the original's defaults per vocabulary kind."""
+  names = ids_class.names()
+
+  def defaults(by_name: Mapping[str, Any]) -> str:
+    return ",".join(str(by_name[n]) for n in names)
+
+  flags.DEFINE_list(
+      "global_token_ids", None,
+      f"{','.join(names)} global token ids; default: the original's for the "
+      f"vocabulary kind (WordPiece {defaults(ids_class.WORDPIECE)}; "
+      f"SentencePiece {defaults(ids_class.SENTENCEPIECE)}).")
 
 
 def featurizer_flag_values() -> Dict[str, Any]:

@@ -45,7 +45,8 @@ name bad lines by number, which the stats must keep.
 
 A task gives the pipeline a `PipelineTask` (picklable: flag values and
 paths only); its binary calls `beam_binary.run_binary(main)` so that the flags
-absl does not know pass to Beam (`beam_options.pipeline_options_from`).
+absl does not know pass to Beam (`beam_options.pipeline_options_from`), and
+`run_and_print` from its `main`.
 """
 
 import contextlib
@@ -353,6 +354,14 @@ def run(task: pipeline_task.PipelineTask, files: Sequence[str], output_dir: str,
     if tf.io.gfile.exists(work_dir):
       tf.io.gfile.rmtree(work_dir)
   return results, lines
+
+
+def run_and_print(task: pipeline_task.PipelineTask, files: Sequence[str],
+                  output_dir: str, beam_args: Sequence[str] = ()) -> None:
+  """`run`, then what a preprocess binary prints: the task's report lines
+  (one summary per output group, `PipelineTask.write_reports`)."""
+  _, lines = run(task, files, output_dir, beam_args)
+  print("\n".join(lines))
 
 
 def _check(task: pipeline_task.PipelineTask,

@@ -3,6 +3,8 @@
 - `PipelineTask`: a task's featurizer, read units, reader, step, sink,
   outputs and reports (picklable: flag values and paths only); `FileTask`:
   one output group per input file, as the single-process binaries write;
+  `LabelledTrainingFiles`: the `read` of a task whose training files need
+  labels;
 - `GroupResult`: an output group's counts, merged across bundles and
   workers (`merge_counts`: sums, settings kept), with its skipped records
   put back in input order;
@@ -14,7 +16,8 @@ import abc
 import collections
 import dataclasses
 import os
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import (Any, Callable, Dict, Iterable, List, Optional, Sequence,
+                    Tuple)
 
 import numpy as np
 
@@ -114,6 +117,27 @@ class FileTask(PipelineTask):
                                 stats)
       lines.append(preprocessing.summary_line(path, stats))
     return lines
+
+
+class LabelledTrainingFiles:
+  """A task whose records need labels in training files: `is_training`
+  (None: by file name, `preprocessing.is_training_file`) and `read` by the
+  task's reader, `read_records(path, stats=..., require_labels=...)`.
+
+  Put before the task's `PipelineTask` base, so that its `read` serves.
+  """
+
+  is_training: Optional[bool] = None
+  read_records: Callable[..., Iterable[Any]]
+
+  def is_training_file(self, path: str) -> bool:
+    return preprocessing.is_training_file(path, self.is_training)
+
+  def read(self, unit: str, stats: record_stats.RecordStats,
+           work_dir: str) -> Iterable[Any]:
+    del work_dir  # Unused.
+    return self.read_records(unit, stats=stats,
+                             require_labels=self.is_training_file(unit))
 
 
 class Collector:

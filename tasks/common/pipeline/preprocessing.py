@@ -17,7 +17,8 @@ reason, or, under `strict`, fails the run and leaves no output behind.
 `RecordStep.process` is a plain function of one record (what an Apache Beam
 `DoFn` calls); `RecordStep.process_all` gives the same outcomes for many
 records, faster: `GraphStep` runs an in-graph featurizer over many records
-as a parallel, ordered `tf.data` map. A task fills the skeleton with its
+as a parallel, ordered `tf.data` map (`RecordFnStep`: the featurizer's
+`record_fn`). A task fills the skeleton with its
 step (and, when its records give several examples or outputs, its sink);
 `featurize_file` / `featurize_into` run the default sink into one file and
 write the stats.
@@ -26,7 +27,9 @@ Also shared by the binaries (their flags and command-line checks are
 `tasks.common.command_line.preprocess_flags`):
 
 - `output_paths`: `DIR/<stem>.tfrecord`, `DIR/<stem>.stats.json`, ...;
-- `default_is_training`: the "file name holds 'train'" default;
+- `default_is_training` / `is_training_file`: the "file name holds 'train'"
+  default of `--is_training`;
+- `read_file`: a file's valid records and its stats so far;
 - `ordered_map`: a deterministic parallel `tf.data` map;
 - `log_written` / `summary_line`: the log line and the printed summary.
 
@@ -48,8 +51,8 @@ import abc
 import collections
 import dataclasses
 import os
-from typing import (Any, Callable, Dict, Generic, Iterable, Iterator, Mapping,
-                    Optional, Sequence, Tuple, TypeVar, Union)
+from typing import (Any, Callable, Dict, Generic, Iterable, Iterator, List,
+                    Mapping, Optional, Sequence, Tuple, TypeVar, Union)
 
 from absl import logging
 import tensorflow as tf
@@ -218,6 +221,21 @@ class GraphStep(RecordStep[R]):
                                 {k: int(v) for k, v in amounts.items()})
 
 
+class RecordFnStep(GraphStep[R]):
+  """A `GraphStep` whose graph code is the featurizer's `record_fn`: a
+  `tf.function` with an input signature, the ops serving runs too.
+  `to_inputs` gives its positional arguments, in order.
+  """
+
+  def __init__(self, featurizer: Any, input_file: str):
+    super().__init__(featurizer, input_file)
+    # The featurizer's own signature, so that the two cannot drift apart.
+    self.input_signature = tuple(featurizer.record_fn.input_signature)
+
+  def featurize(self, inputs):
+    return self.featurizer.record_fn(*inputs)
+
+
 def _to_tensors(values: Any, signature: Any) -> Any:
   """`values` (a dict or tuple of Python values) as tensors of `signature`."""
   def convert(value, spec: tf.TensorSpec) -> tf.Tensor:
@@ -363,6 +381,30 @@ def output_paths(input_path: str, output_dir: str,
 def default_is_training(input_path: str) -> bool:
   """Training files are those whose name holds "train" (any case)."""
   return "train" in os.path.basename(input_path).lower()
+
+
+def is_training_file(input_path: str,
+                     is_training: Optional[bool] = None) -> bool:
+  """`is_training` (an `--is_training` flag's value), or when it is None
+  `default_is_training`."""
+  if is_training is None:
+    return default_is_training(input_path)
+  return is_training
+
+
+def read_file(read_records: Callable[..., Iterable[R]], input_path: str,
+              strict: bool = False, **reader_args: Any
+              ) -> Tuple[List[R], record_stats.RecordStats]:
+  """The valid records of a file, read by the task's reader
+  (`read_records(input_path, stats=..., **reader_args)`), and its stats so
+  far (reads, skips).
+
+  Raises:
+    input_errors.InputFileError: the input is missing, empty or malformed.
+    input_errors.BadRecordError: in strict mode, the first bad record.
+  """
+  stats = record_stats.RecordStats(input_file=input_path, strict=strict)
+  return list(read_records(input_path, stats=stats, **reader_args)), stats
 
 
 def ordered_map(ds: tf.data.Dataset, fn: Callable) -> tf.data.Dataset:

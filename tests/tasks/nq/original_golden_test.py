@@ -136,38 +136,41 @@ def _goldens_of(key):
   return [g for g in GOLDENS if _setting_key(g["setting"]) == key]
 
 
+def _setting(key, tmp_path):
+  """The goldens of setting `key`, its featurizer and the records by id."""
+  goldens = _goldens_of(key)
+  return goldens, _featurizer(goldens[0]["setting"], tmp_path), _records()
+
+
+def _assert_setting_equals_the_original(key, tmp_path, as_read=lambda r: r):
+  """Every golden of setting `key`: the windows of its record, as `as_read`
+  gives it, are the original's."""
+  goldens, featurizer, records = _setting(key, tmp_path)
+  for golden in goldens:
+    got = _featurize(featurizer, as_read(records[golden["id"]]))
+    _assert_windows_equal(got, golden)
+
+
 # One test per setting (each builds its featurizer: a tokenizer's resources
 # do not outlive the per-test reseeding of TensorFlow's eager context).
 @pytest.mark.parametrize("key", SETTINGS,
                          ids=["-".join(map(str, k)) for k in SETTINGS])
 def test_windows_equal_the_original(key, tmp_path):
-  goldens = _goldens_of(key)
-  featurizer = _featurizer(goldens[0]["setting"], tmp_path)
-  records = _records()
-  for golden in goldens:
-    got = _featurize(featurizer, records[golden["id"]])
-    _assert_windows_equal(got, golden)
+  _assert_setting_equals_the_original(key, tmp_path)
 
 
 def test_simplified_format_gives_the_same_windows(tmp_path):
   # The original reads only the full format; the simplified one must give
   # the same windows (its reader finds the HTML tags by their text).
-  key = ("wordpiece", 128, 32, 64, 16)
-  goldens = _goldens_of(key)
-  featurizer = _featurizer(goldens[0]["setting"], tmp_path)
-  records = _records()
-  for golden in goldens:
-    got = _featurize(featurizer, _simplified(records[golden["id"]]))
-    _assert_windows_equal(got, golden)
+  _assert_setting_equals_the_original(("wordpiece", 128, 32, 64, 16),
+                                      tmp_path, as_read=_simplified)
 
 
 def test_predict_la_when_no_sa(tmp_path):
   # The original's option: an annotation with a long answer and no short
   # answer uses its long answer as the short span, looked up the same way.
-  key = ("wordpiece", 64, 16, 24, 8)
-  goldens = _goldens_of(key)
-  featurizer = _featurizer(goldens[0]["setting"], tmp_path)
-  records = _records()
+  goldens, featurizer, records = _setting(("wordpiece", 64, 16, 24, 8),
+                                          tmp_path)
   changed = 0
   for golden in goldens:
     record = records[golden["id"]]

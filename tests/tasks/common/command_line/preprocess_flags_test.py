@@ -1,6 +1,6 @@
 """Tests for tasks.common.command_line.preprocess_flags: the command-line
 checks (require_flags, check_command_line) of the preprocessing and generator
-binaries."""
+binaries, and the help of `--global_token_ids`."""
 
 from absl import flags
 import pytest
@@ -8,6 +8,8 @@ import pytest
 import cli_testing
 from etc_realformer.errors import UserInputError
 from tasks.common.command_line import preprocess_flags
+from tasks.hotpotqa import features as hotpot_features
+from tasks.wikihop import features as wikihop_features
 
 
 _A = flags.DEFINE_string("require_flags_test_a", None, "A test flag.")
@@ -62,3 +64,22 @@ def test_cli_missing_input_is_one_line(module, input_name, tmp_path):
                f"--output_dir={tmp_path / 'out'}"])
   assert missing in line
   assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("ids_class,help_text", [
+    (hotpot_features.GlobalTokenIds,
+     "cls,sentence,question,paragraph global token ids; default: the "
+     "original's for the vocabulary kind (WordPiece [CLS],1,3,5; "
+     "SentencePiece 40,1,41,43)."),
+    (wikihop_features.GlobalTokenIds,
+     "sentence,question,candidate,paragraph global token ids; default: the "
+     "original's for the vocabulary kind (WordPiece 1,3,4,5; SentencePiece "
+     "1,41,42,43)."),
+])
+def test_global_token_ids_flag_names_the_fields_and_defaults(
+    ids_class, help_text, monkeypatch):
+  defined = []
+  monkeypatch.setattr(flags, "DEFINE_list",
+                      lambda *args, **kwargs: defined.append(args))
+  preprocess_flags.define_global_token_ids_flag(ids_class)
+  assert defined == [("global_token_ids", None, help_text)]

@@ -333,6 +333,36 @@ def test_shard_names_one_file_keeps_the_single_process_name():
       "nq-dev-00-00000-of-00002.tfrecord", "nq-dev-00-00001-of-00002.tfrecord"]
 
 
+def test_labelled_training_files_require_labels_in_training_files():
+  calls = []
+
+  class Task(pipeline_task.LabelledTrainingFiles):
+    read_records = staticmethod(
+        lambda path, stats, require_labels: calls.append(
+            (path, stats, require_labels)) or ["record"])
+
+  task, stats = Task(), record_stats.RecordStats()
+  assert task.read("d/train.json", stats, "work") == ["record"]
+  task.read("d/dev.json", stats, "work")
+  task.is_training = True
+  task.read("d/dev.json", stats, "work")
+  assert calls == [("d/train.json", stats, True), ("d/dev.json", stats, False),
+                   ("d/dev.json", stats, True)]
+
+
+def test_run_and_print_prints_the_report_lines(monkeypatch, capsys):
+  runs = []
+
+  def run(*args):
+    runs.append(args)
+    return {}, ["a.json: read 1", "b.json: read 2"]
+
+  monkeypatch.setattr(beam_pipeline, "run", run)
+  beam_pipeline.run_and_print("task", ["a.json", "b.json"], "out", ["--x"])
+  assert runs == [("task", ["a.json", "b.json"], "out", ["--x"])]
+  assert capsys.readouterr().out == "a.json: read 1\nb.json: read 2\n"
+
+
 @dataclasses.dataclass
 class _TerminatedWikiHop(wikihop_preprocess.WikiHopPipeline):
   """A run that SIGTERM stops while it reads."""

@@ -20,6 +20,12 @@ from tasks.common.pipeline import tfrecord_shards
 _SPEC = {"total": (tf.int32, ()), "id": (tf.string, ())}
 
 
+def _sum_features(numbers, id_):
+  """The toy featurizer: the sum of at most 3 numbers, and the id."""
+  return ({"total": tf.reduce_sum(numbers[:3]), "id": id_},
+          {"numbers_cut": tf.maximum(tf.size(numbers) - 3, 0)})
+
+
 class _SumStep(preprocessing.GraphStep):
   """A toy in-graph step: the sum of a record's numbers (at most 3 of them);
   a negative sum is a bad record, a zero one is dropped."""
@@ -34,9 +40,7 @@ class _SumStep(preprocessing.GraphStep):
     return dict(numbers=record["numbers"], id=record["id"])
 
   def featurize(self, inputs):
-    numbers = inputs["numbers"]
-    return ({"total": tf.reduce_sum(numbers[:3]), "id": inputs["id"]},
-            {"numbers_cut": tf.maximum(tf.size(numbers) - 3, 0)})
+    return _sum_features(inputs["numbers"], inputs["id"])
 
   def finish(self, record, features, amounts):
     if features["total"] < 0:
@@ -83,6 +87,65 @@ def test_process_is_process_all_one_record_at_a_time(dataset_min_records):
   assert together[3][1].amounts == {"numbers_cut": 2}
   assert together[2][1] == preprocessing.Dropped("zero")
   assert list(step.process_all([])) == []
+
+
+class _SumFeaturizer:
+  """`_sum_features` as a featurizer's `record_fn`: a `tf.function` with an
+  input signature."""
+
+  def __init__(self):
+    self.record_fn = tf.function(
+        _sum_features, input_signature=[tf.TensorSpec([None], tf.int32),
+                                        tf.TensorSpec([], tf.string)])
+
+
+class _SumFnStep(preprocessing.RecordFnStep, _SumStep):
+  """`_SumStep` over its featurizer's `record_fn` (positional inputs)."""
+
+  def to_inputs(self, record):
+    return record["numbers"], record["id"]
+
+
+@pytest.mark.parametrize("dataset_min_records", [1, 256])
+def test_record_fn_step_runs_the_featurizers_signature(dataset_min_records):
+  step = _SumFnStep(_SumFeaturizer(), "f.json")
+  assert step.input_signature == tuple(
+      step.featurizer.record_fn.input_signature)
+  step.dataset_min_records = dataset_min_records
+  graph_step = _SumStep(None, "f.json")
+  for (record, outcome), (_, expected) in zip(
+      step.process_all(_RECORDS), graph_step.process_all(_RECORDS)):
+    assert type(outcome) is type(expected), record["id"]
+    if isinstance(outcome, preprocessing.Featurized):
+      assert outcome.amounts == expected.amounts
+      assert outcome.examples[0]["total"] == expected.examples[0]["total"]
+
+
+def test_is_training_file_is_the_flag_else_the_file_name():
+  assert preprocessing.is_training_file("/d/Train-1.json")
+  assert not preprocessing.is_training_file("/train/dev.json")
+  assert not preprocessing.is_training_file("train.json", False)
+  assert preprocessing.is_training_file("dev.json", True)
+
+
+def test_read_file_gives_the_valid_records_and_their_stats():
+  calls = []
+
+  def read_records(path, stats, require_labels):
+    calls.append((path, require_labels))
+    stats.examples_read += 2
+    stats.handle_bad_record(input_errors.BadRecordError(
+        path, "b", "numbers", "negative"))
+    yield _RECORDS[0]
+
+  valid, stats = preprocessing.read_file(read_records, "f.json",
+                                         require_labels=True)
+  assert valid == [_RECORDS[0]] and calls == [("f.json", True)]
+  assert stats.input_file == "f.json" and stats.examples_read == 2
+  assert dict(stats.skipped) == {"negative": 1}
+  with pytest.raises(input_errors.BadRecordError, match="'b'"):
+    preprocessing.read_file(read_records, "f.json", strict=True,
+                            require_labels=False)
 
 
 def test_run_counts_skips_and_writes(tmp_path):
