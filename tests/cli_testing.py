@@ -10,6 +10,8 @@ at least one test through `run`, its other cases use `run_here`.
 
 import contextlib
 import io
+import json
+import pathlib
 import re
 import runpy
 import subprocess
@@ -114,6 +116,16 @@ def _remove_main_flags() -> None:
       for flag in list(module_flags):
         if flag.name in fv and fv[flag.name] is flag:
           delattr(fv, flag.name)
+
+
+def prediction_and_gold(folder: pathlib.Path, predictions, gold
+                        ) -> Tuple[pathlib.Path, pathlib.Path]:
+  """A scorer's two inputs: `pred.json` and `gold.json` in `folder`, the
+  two values written as JSON."""
+  pred, gold_path = folder / "pred.json", folder / "gold.json"
+  pred.write_text(json.dumps(predictions))
+  gold_path.write_text(json.dumps(gold))
+  return pred, gold_path
 
 
 def output_here(module: str, args: Sequence[str]) -> str:

@@ -108,9 +108,8 @@ def test_answer_type_counts():
 
 
 def test_evaluate_files_names_the_bad_file(tmp_path):
-  pred, gold = tmp_path / "pred.json", tmp_path / "gold.json"
-  pred.write_text(json.dumps(PREDICTION))
-  gold.write_text(json.dumps([{"_id": "1", "answer": "x"}]))
+  pred, gold = cli_testing.prediction_and_gold(tmp_path, PREDICTION,
+                                             [{"_id": "1", "answer": "x"}])
   with pytest.raises(input_errors.BadRecordError,
                      match="gold.json: record '1', field 'supporting_facts'"):
     E.evaluate_files(str(pred), str(gold))
@@ -120,9 +119,8 @@ def test_evaluate_files_names_the_bad_file(tmp_path):
 
 
 def test_cli(tmp_path):
-  pred, gold = tmp_path / "pred.json", tmp_path / "gold.json"
-  pred.write_text(json.dumps(PREDICTION))
-  gold.write_text(json.dumps(GOLD))
+  pred, gold = cli_testing.prediction_and_gold(tmp_path, PREDICTION,
+                                             GOLD)
   out = cli_testing.output_here("tasks.hotpotqa.evaluate",
                                 [str(pred), str(gold)])
   assert json.loads(out) == pytest.approx(E.evaluate(PREDICTION, GOLD))
@@ -133,9 +131,8 @@ def test_cli(tmp_path):
 
 
 def test_repeated_ids_and_empty_files_are_refused(tmp_path):
-  pred, gold = tmp_path / "pred.json", tmp_path / "gold.json"
-  pred.write_text(json.dumps(PREDICTION))
-  gold.write_text(json.dumps([GOLD[0], GOLD[1], GOLD[0]]))
+  pred, gold = cli_testing.prediction_and_gold(tmp_path, PREDICTION,
+                                             [GOLD[0], GOLD[1], GOLD[0]])
   with pytest.raises(input_errors.DuplicateIdError,
                      match=rf"gold.json: _id '{GOLD[0]['_id']}' is "
                      r"duplicated: record #0 and record #2"):

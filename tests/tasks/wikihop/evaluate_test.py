@@ -36,9 +36,8 @@ def test_gold_answers_normalized_and_bad_records_named(tmp_path):
 
 
 def test_cli(tmp_path):
-  pred, gold = tmp_path / "pred.json", tmp_path / "gold.json"
-  pred.write_text(json.dumps(PREDICTIONS))
-  gold.write_text(json.dumps(GOLD))
+  pred, gold = cli_testing.prediction_and_gold(tmp_path, PREDICTIONS,
+                                             GOLD)
   out = cli_testing.output_here("tasks.wikihop.evaluate",
                                 [str(pred), str(gold)])
   assert json.loads(out) == E.evaluate_files(str(pred), str(gold))
