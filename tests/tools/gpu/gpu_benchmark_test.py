@@ -6,6 +6,7 @@ at the end is the real one.
 """
 
 import json
+import re
 
 from shell_testing import run_script
 
@@ -87,11 +88,13 @@ def test_steps_run_in_the_order_of_their_worth(tmp_path):
   assert "fused kernels: library rebuilt" in result.stderr
   # The steps' output goes to run.log, a line per step to the terminal.
   assert "== peers" in (out / "run.log").read_text().splitlines()
-  assert "step peers: 0 s, exit 0\n" in result.stderr
+  # A stand-in step takes 0 s, or a second or more on a loaded machine.
+  assert re.search(r"^step peers: \d+ s, exit 0$", result.stderr, re.M)
   # The summary is printed and kept.
   summary = (out / "summary.txt").read_text()
   assert summary == result.stdout
-  assert "step   peers: 0 s, exit 0 (limit 300 s)" in summary.splitlines()
+  assert re.search(r"^step   peers: \d+ s, exit 0 \(limit 300 s\)$", summary,
+                   re.M)
 
 
 def test_a_spent_budget_cuts_the_step_and_skips_the_rest(tmp_path):
