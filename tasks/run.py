@@ -125,7 +125,7 @@ def parse_gin(gin_files: Sequence[str], gin_bindings: Sequence[str]) -> None:
             tokenize.TokenError) as e:
       raise UserInputError(
           f"gin: {gin_errors.gin_error_text(e, gin_bindings, source)}") from e
-  gin_errors.check_gin_value_types()
+  gin_errors.check_gin_bindings()
 
 
 _search_paths_added = False

@@ -112,9 +112,10 @@ def test_gin_errors_are_user_errors():
 
 @pytest.mark.parametrize("args,message", [
     (["--mode=eval"], "--model_dir"),
-    (["--model_dir=/tmp/x", "--gin_file=missing_dir/nope.gin"], "gin"),
+    (["--model_dir={tmp}/model", "--gin_file=missing_dir/nope.gin"], "gin"),
 ])
-def test_binary_reports_user_mistakes_in_one_line(args, message):
+def test_binary_reports_user_mistakes_in_one_line(tmp_path, args, message):
+  args = [a.format(tmp=tmp_path) for a in args]
   result = subprocess.run([sys.executable, "-m", "tasks.run", *args],
                           cwd=REPO, capture_output=True, text=True,
                           timeout=300)
@@ -180,6 +181,15 @@ _TINY = ["--gin_file=models/etc_tiny.gin",
     ("tasks.wikihop", ["--gin_bindings=etc_config.hidden_size = 'wide'",
                        "--gin_bindings=etc_config.vocab_size = 120"],
      ["EtcConfig.hidden_size: expected an integer, got 'wide'"]),
+    # A name the task's **kwargs take and no base class has (a typo of
+    # train_input), and a value checked against the base's hint.
+    ("tasks.wikihop", ["--gin_bindings=WikiHopTask.train_files = 'x'",
+                       "--gin_bindings=etc_config.vocab_size = 120"],
+     ["gin: WikiHopTask.train_files: WikiHopTask has no parameter "
+      "'train_files'", "train_input"]),
+    ("tasks.wikihop", ["--gin_bindings=WikiHopTask.train_input = 3",
+                       "--gin_bindings=etc_config.vocab_size = 120"],
+     ["gin: WikiHopTask.train_input = 3: expected a string"]),
     ("tasks.wikihop", ["--gin_bindings=WikiHopTask.long_seq_len = 'long'",
                        "--gin_bindings=etc_config.vocab_size = 120"],
      ["gin: WikiHopTask.long_seq_len = 'long': expected an integer"]),

@@ -2,15 +2,17 @@
 
 - `gin_error_text`: a gin parse error as "<file>, line N: <what>: <line>"
   (gin puts the place on a line of its own, or in a syntax error's fields);
-- `check_gin_value_types`: every bound value against its parameter's type
-  hint, so that `TrainerConfig.train_steps = 'abc'` fails at its binding.
+- `check_gin_bindings`: every bound name against the parameters its
+  configurable takes (through a class's `**kwargs` to its bases), and
+  every bound value against its parameter's type hint, so that
+  `TrainerConfig.train_steps = 'abc'` fails at its binding.
 """
 
 import inspect
 import re
 import tokenize
 import typing
-from typing import Any, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import gin
 
@@ -99,8 +101,8 @@ def _holds_gin_reference(value: Any) -> bool:
   return False
 
 
-def check_gin_value_types() -> None:
-  """Checks every bound value against its parameter's type hint.
+def check_gin_bindings() -> None:
+  """Checks every bound name and value against what its configurable takes.
 
   Gin passes a value as written: `TrainerConfig.train_steps = 'abc'` or
   `optimizer.learning_rate = 'fast'` would otherwise fail far from its
@@ -110,7 +112,9 @@ def check_gin_value_types() -> None:
 
   Raises:
     UserInputError: "gin: <Configurable>.<parameter> = <value>: expected
-      <type>".
+      <type>", or "gin: <Configurable>.<name>: <Configurable> has no
+      parameter <name>" for a name a class's `**kwargs` would take and its
+      bases' `__init__` would refuse.
   """
   # Gin has no public listing of its bindings; without these the check is
   # skipped (the code that reads the values still checks the ones it can).
@@ -122,22 +126,69 @@ def check_gin_value_types() -> None:
     configurable = registry.get_match(selector)
     if configurable is None:
       continue
-    target = configurable.wrapped
-    if inspect.isclass(target):
-      target = target.__init__
-    try:
-      hints = typing.get_type_hints(target)
-      defaults = {k: p.default for k, p in
-                  inspect.signature(target).parameters.items()}
-    except Exception:  # pylint: disable=broad-except
+    accepted = _accepted_parameters(configurable.wrapped)
+    if accepted is None:
       continue  # Hints that do not resolve: nothing to check against.
+    hints, defaults, names_known = accepted
+    where = f"{scope}/" if scope else ""
     for name, value in params.items():
+      if names_known and name not in defaults:
+        raise UserInputError(
+            f"gin: {where}{configurable.name}.{name}: "
+            f"{configurable.name} has no parameter {name!r}; its "
+            f"parameters: {', '.join(sorted(defaults))}")
       if name not in hints or _holds_gin_reference(value):
         continue
       if value is None and defaults.get(name, inspect.Parameter.empty) is None:
         continue  # `x: str = None`: None is the parameter's own default.
       if not json_config.value_matches(value, hints[name]):
-        where = f"{scope}/" if scope else ""
         raise UserInputError(
             f"gin: {where}{configurable.name}.{name} = {value!r}: expected "
             f"{json_config.describe_type(hints[name])}")
+
+
+def _accepted_parameters(target: Any) -> Optional[Tuple[
+    Dict[str, Any], Dict[str, Any], bool]]:
+  """(type hints, defaults, whether the names are all known) of what a
+  configurable accepts; None where its hints do not resolve.
+
+  Gin checks a binding's name against the signature, but a class whose
+  `__init__` takes `**kwargs` accepts any name there and fails at the
+  call, with a traceback (`WikiHopTask.train_files`, a typo of
+  `train_input`). A class's `**kwargs` go up to its bases' `__init__`
+  (the tasks' convention): the names are known when that chain ends in an
+  `__init__` without `**kwargs`. A function's `**kwargs` (`etc_config`'s
+  fields) are checked by the function itself.
+  """
+  chain = []
+  if inspect.isclass(target):
+    for cls in target.__mro__:
+      init = cls.__dict__.get("__init__")
+      if init is None or cls is object:
+        continue
+      chain.append(init)
+      if not _takes_var_keyword(init):
+        break
+  else:
+    chain.append(target)
+  hints, defaults = {}, {}
+  try:
+    # The most derived class's hint and default win, as the call would.
+    for function in reversed(chain):
+      hints.update(typing.get_type_hints(function))
+      defaults.update(
+          (k, p.default) for k, p in inspect.signature(function).parameters
+          .items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL))
+  except Exception:  # pylint: disable=broad-except
+    return None
+  defaults.pop("self", None)
+  names_known = bool(chain) and not _takes_var_keyword(chain[-1])
+  return hints, defaults, names_known
+
+
+def _takes_var_keyword(function: Any) -> bool:
+  try:
+    parameters = inspect.signature(function).parameters.values()
+  except (TypeError, ValueError):
+    return True  # Unknown: take it as accepting any name.
+  return any(p.kind == p.VAR_KEYWORD for p in parameters)
