@@ -53,15 +53,15 @@ class BranchCase:
   """
   batch: int = 2
   num_heads: int = 2
+  size_per_head: int = 16
+  has_ids: bool = True
+  num_ids: int = 7
   band: bool = True
   num_blocks: int = 6
   block_len: int = 24
   num_rows: int = 0
   first_len: int = 0
   second_len: int = 80
-  size_per_head: int = 16
-  num_ids: int = 7
-  has_ids: bool = True
   carried: Tuple[bool, bool] = (False, False)
   has_prev: bool = True
   emit: bool = True

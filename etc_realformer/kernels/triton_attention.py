@@ -534,6 +534,9 @@ def branch_backward_queries(
   keep = tl.full([BM, BN], True, tl.int1)
 
   for p in tl.static_range(2):  # as in `branch_forward`
+    width, row_start, start, stop, key_rows = _pattern_keys(
+        p, rows, row_ok, first_row, BM, num_rows, first_len, second_len,
+        block_len, BAND)
     if p == 0:
       k, v, codes, prev, dnew, dprev = k1, v1, codes1, prev1, dnew1, dprev1
       codes_stride, scale, read, write = codes1_stride, scale1, READ1, WRITE1
@@ -542,9 +545,6 @@ def branch_backward_queries(
       k, v, codes, prev, dnew, dprev = k2, v2, codes2, prev2, dnew2, dprev2
       codes_stride, scale, read, write = second_len, scale2, READ2, WRITE2
       src_k = src_k2
-    width, row_start, start, stop, key_rows = _pattern_keys(
-        p, rows, row_ok, first_row, BM, num_rows, first_len, second_len,
-        block_len, BAND)
     for n0 in range(start, stop, BN):
       keys, key_ok, c, cell, key_d, code = _key_tile(
           n0, stop, row_start, width, row_ok, bh, key_rows, codes,

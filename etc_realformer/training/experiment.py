@@ -56,14 +56,14 @@ class TrainerConfig:
     eval_batch_size: global eval/predict batch.
     grad_accum_steps: micro-batches per optimizer step (each of
       train_batch_size / grad_accum_steps examples).
+    eval_steps: eval batches per evaluation; -1 = the whole eval set.
+    eval_interval: in train_and_eval, evaluate every N steps.
     steps_per_loop: steps per host loop (one progress line per loop).
     checkpoint_interval: save every N steps (a killed run loses at most the
       steps since the last save).
     max_checkpoints_to_keep: K, older checkpoints are deleted.
     summary_interval: TensorBoard summary every N steps (a multiple of
       steps_per_loop); None = every loop.
-    eval_steps: eval batches per evaluation; -1 = the whole eval set.
-    eval_interval: in train_and_eval, evaluate every N steps.
     init_checkpoint: a released ETC checkpoint (directory or prefix), or a
       TF2 checkpoint of an encoder or of a task model; used only when the
       model_dir holds no checkpoint yet.
@@ -80,12 +80,12 @@ class TrainerConfig:
   train_batch_size: int = 32
   eval_batch_size: int = 32
   grad_accum_steps: int = 1
+  eval_steps: int = -1
+  eval_interval: int = 1000
   steps_per_loop: int = 100
   checkpoint_interval: int = 1000
   max_checkpoints_to_keep: int = 5
   summary_interval: Optional[int] = None
-  eval_steps: int = -1
-  eval_interval: int = 1000
   init_checkpoint: Optional[str] = None
   jit_compile: bool = False
   deterministic: bool = False

@@ -75,11 +75,11 @@ class RunSpec:
     long_len, global_len: L and G.
     global_len_mode: how G was chosen ("L/16" or the fixed G), for names.
     batch_size: examples per step.
-    dtype: one of DTYPES (the Keras mixed-precision policy).
-    xla: `jit_compile` the step.
     tokens_per_sentence: long tokens per sentence of the random inputs.
     pad_fraction: the share of each row's long tokens that is padding.
     seed: inputs, weights and masks.
+    dtype: one of DTYPES (the Keras mixed-precision policy).
+    xla: `jit_compile` the step.
     warmup, repeats: untimed calls first, then timed ones.
     intra_op_threads, inter_op_threads: TensorFlow's pools (0: default).
     export_dir: write the step's XLA module there (xla_export, pretrain).
@@ -94,11 +94,11 @@ class RunSpec:
   global_len: int
   global_len_mode: str
   batch_size: int = 1
-  dtype: str = "float32"
-  xla: bool = False
   tokens_per_sentence: int = 16
   pad_fraction: float = 0.0
   seed: int = 0
+  dtype: str = "float32"
+  xla: bool = False
   warmup: int = 2
   repeats: int = 5
   intra_op_threads: int = 0
