@@ -26,8 +26,9 @@ Both keep an element with the same probability and give a piece of a
 tensor the bits of the whole (chunks), but they draw different masks.
 """
 
-from typing import Optional, Tuple, Union
+from typing import List, Optional, Tuple, Union
 
+import numpy as np
 import tensorflow as tf
 
 Dim = Union[int, tf.Tensor]
@@ -245,8 +246,49 @@ def row_keep_mask(seed: tf.Tensor, site: int, rate: float, row_start: Dim,
 
 
 # ------------------------------------------------------------- hash masks
-def row_major_index(shape: tf.Tensor, row_axis: int, row_start: Dim,
-                    offset: Union[int, tf.Tensor] = 0,
+_WORD = 2**32  # the hash index's arithmetic wraps to 32 bits
+
+
+def _dims(shape: tf.Tensor) -> List[Dim]:
+  """`shape`'s entries: Python ints where the shape is known when traced.
+
+  The index below is then built from a few small constants (one iota an
+  axis) where the dynamic form spends a slice, a cast, a range and a
+  multiply an axis: the hash masks are a large part of an attention
+  layer's traced ops, and every op is tracing and compile time.
+  """
+  static = tf.get_static_value(shape)
+  if static is not None:
+    return [int(d) for d in static]
+  return [shape[i] for i in range(int(shape.shape[0]))]
+
+
+def _times(a: Dim, b: Dim) -> Dim:
+  """a * b modulo 2**32: a Python int when both are, else <uint32>[]."""
+  if isinstance(a, int) and isinstance(b, int):
+    return a * b % _WORD
+  return tf.cast(a, tf.uint32) * tf.cast(b, tf.uint32)
+
+
+def _uint32(value: Dim) -> tf.Tensor:
+  if isinstance(value, int):
+    return tf.constant(value % _WORD, tf.uint32)
+  return tf.cast(value, tf.uint32)
+
+
+def _axis_iota(size: Dim, stride: Dim, axis: int, rank: int) -> tf.Tensor:
+  """<uint32>: iota(size) * stride along `axis` of a rank-`rank` shape of
+  ones (modulo 2**32)."""
+  shape = [-1 if j == axis else 1 for j in range(rank)]
+  if isinstance(size, int) and isinstance(stride, int):
+    values = np.arange(size, dtype=np.uint64) * np.uint64(stride) % _WORD
+    return tf.constant(values.astype(np.uint32).reshape(shape))
+  iota = tf.cast(tf.range(size), tf.uint32) * tf.cast(stride, tf.uint32)
+  return tf.reshape(iota, shape)
+
+
+def row_major_index(shape: Union[tf.Tensor, List[Dim]], row_axis: int,
+                    row_start: Dim, offset: Union[int, tf.Tensor] = 0,
                     columns: bool = True) -> tf.Tensor:
   """<uint32>[shape]: each element's index in the rows-first layout of the
   whole tensor (rows [row_start, ...) along `row_axis`, then the other axes
@@ -257,22 +299,22 @@ def row_major_index(shape: tf.Tensor, row_axis: int, row_start: Dim,
   under XLA it is elementwise work that fuses into its consumer (no
   transpose, no buffer).
   """
-  rank = int(shape.shape[0])
+  sizes = list(shape) if isinstance(shape, list) else _dims(shape)
+  rank = len(sizes)
   rest = [i for i in range(rank) if i != row_axis]
-  sizes = [tf.cast(shape[i], tf.uint32) for i in range(rank)]
   strides = {}
-  stride = tf.constant(1, tf.uint32)
+  stride = 1
   for i in reversed(rest):
     strides[i] = stride
-    stride = stride * sizes[i]
+    stride = _times(stride, sizes[i])
   strides[row_axis] = stride  # elements per row
-  # offset + row_start * per_row, wrapped to 32 bits like the rest.
-  index = (tf.cast(offset, tf.uint32) +
-           tf.cast(row_start, tf.uint32) * stride)
+  # offset + row_start * per_row, wrapped to 32 bits like the rest. The
+  # offset comes first: with a tensor offset (the key's word) no partial
+  # sum holds only constants, which TensorFlow would fold into a constant
+  # of the mask's size.
+  index = _uint32(offset) + _uint32(_times(row_start, stride))
   for i in range(rank if columns else rank - 1):
-    iota = tf.cast(tf.range(shape[i]), tf.uint32) * strides[i]
-    index = index + tf.reshape(
-        iota, [-1 if j == i else 1 for j in range(rank)])
+    index = index + _axis_iota(sizes[i], strides[i], i, rank)
   return index
 
 
@@ -294,23 +336,21 @@ def hash_pairs(shape: tf.Tensor, row_axis: int, row_start: Dim,
   fused kernels make one hash per pair where elementwise work makes two.
   A last axis that is the row axis (rank 1) is one column a row.
   """
-  rank = int(shape.shape[0])
+  sizes = _dims(shape)
+  rank = len(sizes)
   if row_axis == rank - 1:
     index, low = hash_pairs(tf.concat([shape, [1]], 0), row_axis, row_start,
                             offset)
     return index[..., 0], low[..., 0]
-  pair_shape = tf.concat([shape[:-1], [shape[-1] // 2 + 1]], 0)
+  width = sizes[-1]
   # Every axis but the columns, at its stride in the pairs' layout.
-  rows_part = row_major_index(pair_shape, row_axis, row_start, offset,
-                              columns=False)
-  column = tf.reshape(tf.cast(tf.range(shape[-1]), tf.uint32),
-                      [1] * (rank - 1) + [-1])
+  rows_part = row_major_index(sizes[:-1] + [width // 2 + 1], row_axis,
+                              row_start, offset, columns=False)
+  column = _axis_iota(width, 1, rank - 1, rank)
   if band_block_len % 2:  # an even b starts every block's keys even
     blocks = (tf.cast(row_start, tf.uint32) +
-              tf.cast(tf.range(shape[row_axis]), tf.uint32))
-    odd = tf.bitwise.bitwise_and(blocks, 1)
-    column = column + tf.reshape(
-        odd, [-1 if i == row_axis else 1 for i in range(rank)])
+              _axis_iota(sizes[row_axis], 1, row_axis, rank))
+    column = column + tf.bitwise.bitwise_and(blocks, 1)
   one = tf.constant(1, tf.uint32)
   index = rows_part + tf.bitwise.right_shift(column, one)
   # Left to broadcast: a mask-sized `low` would hold only static shapes,

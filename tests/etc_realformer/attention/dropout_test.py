@@ -148,6 +148,22 @@ def test_hash_pairs_on_the_band_pair_by_key():
       np.broadcast_to(plain_low.numpy(), plain.shape))
 
 
+@pytest.mark.parametrize("shape,row_axis,band_block_len", [
+    ([2, 4, 3, 9], 1, 3), ([2, 3, 5], 1, 0), ([7], 0, 0)])
+def test_hash_mask_same_from_static_and_traced_shapes(shape, row_axis,
+                                                      band_block_len):
+  # Known shapes build the index from constants, unknown ones from the
+  # shape tensor: the same bits, row start a Python int or a tensor.
+  seed = tf.constant([5, 8])
+  for row_start in (2**31 + 3, tf.constant(6)):
+    mask = lambda s: dropout.row_keep_mask(seed, 4, 0.3, row_start, s,
+                                           row_axis, "hash", band_block_len)
+    traced = tf.function(lambda x: mask(tf.shape(x)), input_signature=[
+        tf.TensorSpec([None] * len(shape))])
+    np.testing.assert_array_equal(mask(tf.constant(shape)).numpy(),
+                                  traced(tf.zeros(shape)).numpy())
+
+
 def test_hash_mask_halves_are_independent():
   # The two columns of a pair, decided by one hash's halves.
   keep = dropout.row_keep_mask(tf.constant([7, 1]), 3, 0.5, 0,
