@@ -129,6 +129,69 @@ def keep_threshold(rate: float) -> int:
   return int(round(rate * 65536))
 
 
+# ------------------------------------------------- dimensions of a mask
+# A mask's shape is known when traced in most calls. Its counter, slice and
+# index are then built from Python ints and a few small constants where the
+# dynamic form spends a slice, cast and multiply an axis: the masks are a
+# large part of an attention layer's traced ops, and every op costs tracing
+# and compile time. Both forms give the same bits.
+_WORD = 2**32  # the hash index's arithmetic wraps to 32 bits
+
+
+def _dims(shape: tf.Tensor) -> List[Dim]:
+  """`shape`'s entries: Python ints where the shape is known when traced,
+  else scalar tensors."""
+  static = tf.get_static_value(shape)
+  if static is not None:
+    return [int(d) for d in static]
+  return [shape[i] for i in range(int(shape.shape[0]))]
+
+
+def _times(a: Dim, b: Dim) -> Dim:
+  """a * b modulo 2**32: a Python int when both are, else <uint32>[]."""
+  if isinstance(a, int) and isinstance(b, int):
+    return a * b % _WORD
+  return tf.cast(a, tf.uint32) * tf.cast(b, tf.uint32)
+
+
+def _int64_times(a: Dim, b: Dim) -> Dim:
+  """a * b: a Python int when both are, else <int64>[]."""
+  if isinstance(a, int) and isinstance(b, int):
+    return a * b
+  return tf.cast(a, tf.int64) * tf.cast(b, tf.int64)
+
+
+def _uint32(value: Dim) -> tf.Tensor:
+  """`value` as <uint32>[] (modulo 2**32)."""
+  if isinstance(value, int):
+    return tf.constant(value % _WORD, tf.uint32)
+  return tf.cast(value, tf.uint32)
+
+
+def _axis_iota(size: Dim, stride: Dim, axis: int, rank: int) -> tf.Tensor:
+  """<uint32>: iota(size) * stride along `axis` of a rank-`rank` shape of
+  ones (modulo 2**32)."""
+  shape = [-1 if j == axis else 1 for j in range(rank)]
+  if isinstance(size, int) and isinstance(stride, int):
+    values = np.arange(size, dtype=np.uint64) * np.uint64(stride) % _WORD
+    return tf.constant(values.astype(np.uint32).reshape(shape))
+  iota = tf.cast(tf.range(size), tf.uint32) * tf.cast(stride, tf.uint32)
+  return tf.reshape(iota, shape)
+
+
+def _product(dims: List[Dim]) -> Dim:
+  """The product of `dims`: a Python int when all are, else <int64>[]."""
+  if all(isinstance(d, int) for d in dims):
+    return int(np.prod(dims, dtype=np.int64))
+  return tf.reduce_prod(tf.stack([tf.cast(d, tf.int64) for d in dims]))
+
+
+def _shape_of(sizes: List[Dim]) -> Union[List[int], tf.Tensor]:
+  """`sizes` as a shape argument: a list when static, else a tensor."""
+  if all(isinstance(d, int) for d in sizes):
+    return sizes
+  return tf.stack([tf.cast(d, tf.int32) for d in sizes])
+
 
 # Philox (`tf.random.Algorithm.PHILOX`); each 128-bit block holds eight of
 # the 16-bit numbers.
@@ -136,7 +199,7 @@ _PHILOX = 1
 _HALVES_PER_BLOCK = 8
 
 
-def mask_halves(folded: tf.Tensor, start, count) -> tf.Tensor:
+def mask_halves(folded: tf.Tensor, start: Dim, count: Dim) -> tf.Tensor:
   """<uint16>[count]: the 16-bit numbers [start, start + count) of the
   Philox stream keyed by `folded` (a `fold_seed` result), counter from 0.
 
@@ -144,19 +207,29 @@ def mask_halves(folded: tf.Tensor, start, count) -> tf.Tensor:
   `tf.bitcast(uint32 -> uint16)`. A piece of the stream is drawn alone by
   starting the counter at its block (`tf.random.stateless_uniform` has no
   offset), so a chunked computation sees exactly the numbers of the whole
-  one.
+  one. `start` and `count` as Python ints (static shapes) make the counter
+  and the slice constants.
   """
   key = tf.reshape(tf.bitcast(tf.bitcast(folded, tf.int64), tf.uint64), [1])
-  start = tf.cast(start, tf.int64)
-  count = tf.cast(count, tf.int64)
-  step = start // _HALVES_PER_BLOCK
-  skip = start - step * _HALVES_PER_BLOCK
-  counter = tf.bitcast(tf.stack([step, tf.constant(0, tf.int64)]), tf.uint64)
+  if isinstance(start, int) and isinstance(count, int):
+    step, skip = divmod(start, _HALVES_PER_BLOCK)
+    counter = tf.constant([step, 0], tf.uint64)
+    num_words = tf.constant([(skip + count + 1) // 2])
+    begin, size = [skip], [count]
+  else:
+    start = tf.cast(start, tf.int64)
+    count = tf.cast(count, tf.int64)
+    step = start // _HALVES_PER_BLOCK
+    skip = start - step * _HALVES_PER_BLOCK
+    counter = tf.bitcast(tf.stack([step, tf.constant(0, tf.int64)]),
+                         tf.uint64)
+    num_words = tf.reshape((skip + count + 1) // 2, [1])
+    begin, size = tf.reshape(skip, [1]), tf.reshape(count, [1])
   bits = tf.raw_ops.StatelessRandomUniformFullIntV2(
-      shape=tf.reshape((skip + count + 1) // 2, [1]), key=key,
-      counter=counter, alg=_PHILOX, dtype=tf.uint32)
+      shape=num_words, key=key, counter=counter, alg=_PHILOX,
+      dtype=tf.uint32)
   halves = tf.reshape(tf.bitcast(bits, tf.uint16), [-1])
-  return tf.slice(halves, tf.reshape(skip, [1]), tf.reshape(count, [1]))
+  return tf.slice(halves, begin, size)
 
 
 def _keep_mask(shape: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tensor:
@@ -167,9 +240,10 @@ def _keep_mask(shape: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tensor:
   elements per layer), and this halves them. Keras' and TF's dropouts spend
   one 32-bit draw per element.
   """
-  halves = mask_halves(seed, 0, tf.reduce_prod(shape))
+  sizes = _dims(shape)
+  halves = mask_halves(seed, 0, _product(sizes))
   keep = halves >= tf.constant(keep_threshold(rate), tf.uint16)
-  return tf.reshape(keep, shape)
+  return tf.reshape(keep, _shape_of(sizes))
 
 
 def row_dropout(probs: tf.Tensor, rate: float, seed: Optional[tf.Tensor],
@@ -228,65 +302,21 @@ def row_keep_mask(seed: tf.Tensor, site: int, rate: float, row_start: Dim,
     return half >= tf.constant(keep_threshold(rate), tf.uint32)
   if rng != PHILOX:
     raise ValueError(f"dropout rng {rng!r} is not one of {DROPOUT_RNGS}")
-  rank = int(shape.shape[0])
+  sizes = _dims(shape)
+  rank = len(sizes)
   rest = [i for i in range(rank) if i != row_axis]
-  row_shape = tf.gather(shape, rest)
-  num_rows = shape[row_axis]
-  per_row = tf.reduce_prod(tf.cast(row_shape, tf.int64))
-  halves = mask_halves(fold_seed(seed, site),
-                       tf.cast(row_start, tf.int64) * per_row,
-                       tf.cast(num_rows, tf.int64) * per_row)
+  num_rows = sizes[row_axis]
+  per_row = _product([sizes[i] for i in rest])
+  halves = mask_halves(fold_seed(seed, site), _int64_times(row_start, per_row),
+                       _int64_times(num_rows, per_row))
   keep = halves >= tf.constant(keep_threshold(rate), tf.uint16)
-  keep = tf.reshape(keep, tf.concat(
-      [tf.reshape(tf.cast(num_rows, tf.int32), [1]),
-       tf.cast(row_shape, tf.int32)], 0))
+  keep = tf.reshape(keep, _shape_of([num_rows] + [sizes[i] for i in rest]))
   # [n, *rest] -> the layout of the tensor.
   perm = list(range(1, row_axis + 1)) + [0] + list(range(row_axis + 1, rank))
   return tf.transpose(keep, perm)
 
 
 # ------------------------------------------------------------- hash masks
-_WORD = 2**32  # the hash index's arithmetic wraps to 32 bits
-
-
-def _dims(shape: tf.Tensor) -> List[Dim]:
-  """`shape`'s entries: Python ints where the shape is known when traced.
-
-  The index below is then built from a few small constants (one iota an
-  axis) where the dynamic form spends a slice, a cast, a range and a
-  multiply an axis: the hash masks are a large part of an attention
-  layer's traced ops, and every op is tracing and compile time.
-  """
-  static = tf.get_static_value(shape)
-  if static is not None:
-    return [int(d) for d in static]
-  return [shape[i] for i in range(int(shape.shape[0]))]
-
-
-def _times(a: Dim, b: Dim) -> Dim:
-  """a * b modulo 2**32: a Python int when both are, else <uint32>[]."""
-  if isinstance(a, int) and isinstance(b, int):
-    return a * b % _WORD
-  return tf.cast(a, tf.uint32) * tf.cast(b, tf.uint32)
-
-
-def _uint32(value: Dim) -> tf.Tensor:
-  if isinstance(value, int):
-    return tf.constant(value % _WORD, tf.uint32)
-  return tf.cast(value, tf.uint32)
-
-
-def _axis_iota(size: Dim, stride: Dim, axis: int, rank: int) -> tf.Tensor:
-  """<uint32>: iota(size) * stride along `axis` of a rank-`rank` shape of
-  ones (modulo 2**32)."""
-  shape = [-1 if j == axis else 1 for j in range(rank)]
-  if isinstance(size, int) and isinstance(stride, int):
-    values = np.arange(size, dtype=np.uint64) * np.uint64(stride) % _WORD
-    return tf.constant(values.astype(np.uint32).reshape(shape))
-  iota = tf.cast(tf.range(size), tf.uint32) * tf.cast(stride, tf.uint32)
-  return tf.reshape(iota, shape)
-
-
 def row_major_index(shape: Union[tf.Tensor, List[Dim]], row_axis: int,
                     row_start: Dim, offset: Union[int, tf.Tensor] = 0,
                     columns: bool = True) -> tf.Tensor:

@@ -148,20 +148,28 @@ def test_hash_pairs_on_the_band_pair_by_key():
       np.broadcast_to(plain_low.numpy(), plain.shape))
 
 
-@pytest.mark.parametrize("shape,row_axis,band_block_len", [
-    ([2, 4, 3, 9], 1, 3), ([2, 3, 5], 1, 0), ([7], 0, 0)])
-def test_hash_mask_same_from_static_and_traced_shapes(shape, row_axis,
-                                                      band_block_len):
-  # Known shapes build the index from constants, unknown ones from the
-  # shape tensor: the same bits, row start a Python int or a tensor.
+@pytest.mark.parametrize("shape,row_axis,band_block_len,rng", [
+    ([2, 4, 3, 9], 1, 3, "hash"), ([2, 3, 5], 1, 0, "hash"),
+    ([7], 0, 0, "hash"), ([2, 4, 3, 9], 1, 0, "philox"),
+    ([7], 0, 0, "philox")])
+def test_masks_same_from_static_and_traced_shapes(shape, row_axis,
+                                                  band_block_len, rng):
+  # Known shapes build the counter, the slice and the hash index from
+  # Python ints and constants, unknown ones from the shape tensor: the same
+  # bits, the row start a Python int or a tensor.
   seed = tf.constant([5, 8])
   for row_start in (2**31 + 3, tf.constant(6)):
     mask = lambda s: dropout.row_keep_mask(seed, 4, 0.3, row_start, s,
-                                           row_axis, "hash", band_block_len)
+                                           row_axis, rng, band_block_len)
     traced = tf.function(lambda x: mask(tf.shape(x)), input_signature=[
         tf.TensorSpec([None] * len(shape))])
     np.testing.assert_array_equal(mask(tf.constant(shape)).numpy(),
                                   traced(tf.zeros(shape)).numpy())
+  x = tf.random.stateless_normal(shape, [1, 2])
+  whole = lambda x: dropout.stateless_dropout(x, 0.3, seed, 4, True, rng=rng)
+  traced = tf.function(whole, input_signature=[
+      tf.TensorSpec([None] * len(shape))])
+  np.testing.assert_array_equal(whole(x).numpy(), traced(x).numpy())
 
 
 def test_hash_mask_halves_are_independent():
