@@ -139,8 +139,13 @@ _WORD = 2**32  # the hash index's arithmetic wraps to 32 bits
 
 
 def _dims(shape: tf.Tensor) -> List[Dim]:
-  """`shape`'s entries: Python ints where the shape is known when traced,
-  else scalar tensors."""
+  """`shape`'s entries: Python ints where the whole shape is known when
+  traced, else scalar tensors.
+
+  All or nothing (`tf.get_static_value` sees no partly known shape): the
+  masks apply in training, whose batches have a static size
+  (`drop_remainder`), and the encoder's lengths are static.
+  """
   static = tf.get_static_value(shape)
   if static is not None:
     return [int(d) for d in static]
