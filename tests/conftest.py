@@ -17,6 +17,14 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
       filter(None, [os.environ.get("XLA_FLAGS"),
                     "--xla_backend_optimization_level=0"]))
 
+# TensorFlow's CPU kernels from Eigen, not oneDNN, in the tests and the
+# binaries they start: the suite's ops are small, where oneDNN's per-op
+# set-up outweighs its speed (without it a featurizer or training test
+# takes a fifth to a quarter less CPU, the whole suite about a third).
+# The tests check values, which both libraries compute; the benchmarks,
+# run as users run them, time TensorFlow's default (docs/benchmarks.md).
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+
 import pathlib  # noqa: E402
 
 import pytest  # noqa: E402
